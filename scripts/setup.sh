@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Set up .venv for libremax on a fresh machine: idempotent, safe to re-run.
+#   - creates .venv with python3 (>= 3.10) unless it exists;
+#   - installs torch 2.13.0 first when torch is missing (on the project's machines
+#     pip resolves that to the local CPU wheel, so no CUDA build is ever pulled);
+#     an existing torch (e.g. a CUDA build on a GPU machine) is kept;
+#   - installs the package in editable mode with its dev extras.
+# Usage: scripts/setup.sh [extra pip requirement ...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    echo "[setup] creating .venv with $($PY --version)"
+    "$PY" -m venv .venv
+fi
+VPY=.venv/bin/python
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+pipq() { "$VPY" -m pip install -q "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
+if ! "$VPY" -c "import torch" 2>/dev/null; then
+    echo "[setup] installing torch==2.13.0 (CPU wheel)"
+    pipq torch==2.13.0
+fi
+"$VPY" -c "import torch" || { echo "[setup] torch failed to install" >&2; exit 1; }
+stamp=.venv/.libremax-setup
+want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16) $*"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "[setup] installing libremax (editable) with dev extras"
+    pipq -e ".[dev]" "$@"
+    "$VPY" -c "import max, torch; print('[setup] libremax', max.__version__, 'torch', torch.__version__)"
+    echo "$want" > "$stamp"
+fi
