@@ -1,0 +1,19 @@
+"""Compile graphs (``InferenceSession.load``) and run them (``Model.execute``)."""
+
+from pathlib import Path
+from typing import Any, Sequence, Union
+
+from max.engine.model import Model, MojoValue, TensorSpec
+from max.engine.session import GPUProfilingMode, InferenceSession, LogLevel
+
+CustomExtensionsType = Union[Sequence[Union[str, Path, Any]], str, Path, Any]
+
+__all__ = [
+    "CustomExtensionsType",
+    "GPUProfilingMode",
+    "InferenceSession",
+    "LogLevel",
+    "Model",
+    "MojoValue",
+    "TensorSpec",
+]

@@ -1,0 +1,261 @@
+"""``InferenceSession``: compiles graphs into :class:`Model`s on a set of devices."""
+
+from __future__ import annotations
+
+import enum
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import torch
+
+from max.dtype import DType
+from max.engine.compiler import passes
+from max.engine.compiler.lower import lower, materialize_slots, resolve_attrs_now, torch_device
+from max.engine.compiler.program import Program, from_graph
+from max.engine.kernels import load_builtin_kernels
+from max.engine.model import Model
+from max.graph.type import TensorType
+
+
+class GPUProfilingMode(str, enum.Enum):
+    OFF = "off"
+    ON = "on"
+    DETAILED = "detailed"
+
+
+class LogLevel(str, enum.Enum):
+    CRITICAL = "critical"
+    DEBUG = "debug"
+    ERROR = "error"
+    INFO = "info"
+    NOTSET = "notset"
+    TRACE = "trace"
+    WARNING = "warning"
+
+
+class InferenceSession:
+    """Loads graphs and compiles them into executable models.
+
+    ``devices`` defaults to the host CPU.  ``num_threads`` (when given) sets
+    torch's intra-op thread count for the process.
+    """
+
+    def __init__(self, devices: Iterable[Any] | None = None, num_threads: int | None = None, *,
+                 custom_extensions: Any = None) -> None:
+        from max import driver
+
+        devs = list(devices) if devices is not None else [driver.CPU()]
+        for d in devs:
+            if not isinstance(d, driver.Device):
+                raise TypeError(f"InferenceSession: devices must be driver.Device objects, got {type(d).__name__}")
+        if not devs:
+            devs = [driver.CPU()]
+        self._devices = devs
+        if num_threads is not None:
+            if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+                raise ValueError(f"InferenceSession: num_threads must be a positive int, got {num_threads!r}")
+            torch.set_num_threads(num_threads)
+        self._num_threads = num_threads
+        self._custom_extensions = _ext_list(custom_extensions)
+        self._profiling = GPUProfilingMode(os.environ.get("MODULAR_ENABLE_PROFILING", "off").lower()
+                                           if os.environ.get("MODULAR_ENABLE_PROFILING", "off").lower()
+                                           in ("off", "on", "detailed") else "off")
+        self._log_level = LogLevel.NOTSET
+        self._assert_level = "none"
+        self._split_k = "ACCUM"
+        self._old_top_k = False
+        self.last_compile_stats: dict[str, Any] = {}
+
+    @property
+    def devices(self) -> list[Any]:
+        return list(self._devices)
+
+    # ------------------------------------------------------------------ load
+    def load(
+        self,
+        model: Any,
+        *,
+        custom_extensions: Any = None,
+        custom_ops_path: str | None = None,
+        weights_registry: Mapping[str, Any] | None = None,
+    ) -> Model:
+        """Compile ``model`` (a :class:`~max.graph.Graph`) into a :class:`Model`."""
+        from max.graph.graph import Graph
+
+        if isinstance(model, (str, Path)):
+            raise RuntimeError(
+                f"InferenceSession.load: {str(model)!r}: loading serialized models from a path is not supported "
+                "by libremax; build a max.graph.Graph (e.g. with a pipeline architecture) and load that"
+            )
+        if not isinstance(model, Graph):
+            raise TypeError(f"InferenceSession.load: expected a Graph, got {type(model).__name__}")
+        exts = self._custom_extensions + _ext_list(custom_extensions) + _ext_list(custom_ops_path)
+        exts += [e for e in model._custom_extensions]
+        if exts:
+            from max.engine import custom as _custom
+
+            _custom.load_extensions(exts)
+        kernels = load_builtin_kernels()
+        import time
+
+        t0 = time.perf_counter()
+        prog = from_graph(model)
+        _check_devices(prog, self._devices)
+        stats = {"nodes_in": len(prog.nodes)}
+        stats["folded"] = passes.fold_constants(prog, resolve_attrs_now)
+        stats["cse"] = passes.cse(prog)
+        stats["dce"] = passes.dce(prog)
+        missing = sorted({n.op for n in prog.nodes} - set(kernels) - {"constant", "weight", "chain", "merge_chains"})
+        if missing:
+            where = {n.op: n.loc for n in prog.nodes}
+            raise NotImplementedError(
+                "InferenceSession.load: no kernel for op(s) "
+                + ", ".join(f"{m!r} (created at {where[m]})" for m in missing)
+            )
+        lowered = lower(prog)
+        consts = _bind_consts(materialize_slots(prog, lowered.recipes), weights_registry or {}, prog)
+        stats["nodes_out"] = len(prog.nodes)
+        stats["compile_s"] = time.perf_counter() - t0
+        self.last_compile_stats = stats
+        names = [f"input{i}" for i, t in enumerate(prog.input_types) if not _is_chain(t)]
+        return Model._create(self, prog, lowered, consts, names)
+
+    # ------------------------------------------------------------------ settings
+    def gpu_profiling(self, mode: GPUProfilingMode | str) -> None:
+        """Set GPU profiling ('off'/'on'/'detailed'); 'on' emits NVTX ranges when a CUDA device is used."""
+        try:
+            self._profiling = GPUProfilingMode(mode if isinstance(mode, str) else mode.value)
+        except ValueError:
+            raise ValueError(f"gpu_profiling: mode must be 'off', 'on' or 'detailed', got {mode!r}") from None
+
+    def set_mojo_log_level(self, level: str | LogLevel) -> None:
+        """Accepted for compatibility; sets the level of libremax's kernel logging (none is emitted today)."""
+        try:
+            self._log_level = LogLevel(str(level.value if isinstance(level, LogLevel) else level).lower())
+        except ValueError:
+            raise ValueError(f"set_mojo_log_level: unknown level {level!r}; one of {[l.value for l in LogLevel]}") from None
+
+    def set_mojo_assert_level(self, level: Any) -> None:
+        """Accepted for compatibility: libremax kernels always check their inputs."""
+        self._assert_level = str(getattr(level, "value", level))
+
+    def set_split_k_reduction_precision(self, precision: Any) -> None:
+        """Accepted for compatibility: torch matmuls accumulate in float32 already."""
+        self._split_k = str(getattr(precision, "value", precision))
+
+    def use_old_top_k_kernel(self, mode: str) -> None:
+        """Accepted for compatibility: there is a single top-k kernel."""
+        self._old_top_k = str(mode).lower() not in ("false", "off", "no", "0")
+
+    def __repr__(self) -> str:
+        return f"InferenceSession(devices={self._devices})"
+
+
+def _is_chain(t: Any) -> bool:
+    from max.graph.type import _ChainType
+
+    return isinstance(t, _ChainType)
+
+
+def _ext_list(ext: Any) -> list:
+    if ext is None:
+        return []
+    if isinstance(ext, (str, Path)):
+        return [ext]
+    if isinstance(ext, (list, tuple)):
+        return list(ext)
+    return [ext]
+
+
+def _check_devices(prog: Program, devices: list[Any]) -> None:
+    have = {(d.label, d.id) for d in devices}
+    for n in prog.nodes:
+        for t in n.types:
+            dev = getattr(t, "device", None)
+            if dev is not None and dev.is_gpu() and ("gpu", dev.id) not in have:
+                raise ValueError(
+                    f"InferenceSession.load: {n.op} (created at {n.loc}) is placed on {dev}, "
+                    f"but the session's devices are {[str(d) for d in devices]}"
+                )
+
+
+def _np_to_torch(arr: np.ndarray) -> torch.Tensor:
+    dt = DType.from_numpy(arr.dtype)
+    if dt.is_float8() or dt is DType.bfloat16:
+        view = arr.view(np.uint8 if dt.size_in_bytes == 1 else np.uint16)
+        return _from_numpy_ro(view).view(dt.to_torch())
+    return _from_numpy_ro(arr)
+
+
+def _from_numpy_ro(arr: np.ndarray) -> torch.Tensor:
+    if not arr.flags.writeable:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(arr)
+    return torch.from_numpy(arr)
+
+
+def weight_to_torch(value: Any, name: str) -> torch.Tensor:
+    """A weights_registry value as a torch tensor, without copying where possible."""
+    if isinstance(value, torch.Tensor):
+        return value
+    t = getattr(value, "_torch", None)
+    if callable(t):
+        return t()
+    inner = getattr(value, "data", None)
+    if inner is not None and hasattr(value, "quantization_encoding") and not isinstance(value, np.ndarray):
+        return weight_to_torch(inner, name)  # WeightData
+    if isinstance(value, np.ndarray):
+        return _np_to_torch(np.ascontiguousarray(value))
+    if hasattr(value, "__dlpack__"):
+        return torch.from_dlpack(value)
+    if isinstance(value, (int, float, bool, np.generic)):
+        return torch.tensor(value)
+    raise TypeError(f"weights_registry[{name!r}]: expected a DLPack/numpy array or Buffer, got {type(value).__name__}")
+
+
+def _bind_consts(entries: list, registry: Mapping[str, Any], prog: Program) -> list:
+    out: list[Any] = []
+    for kind, payload, typ in entries:
+        if kind == "constant":
+            out.append(_np_to_torch(payload).to(torch_device(typ.device)))
+        elif kind == "weight":
+            out.append(_bind_weight(payload, typ, registry, prog))
+        else:
+            out.append(payload)
+    return out
+
+
+def _bind_weight(name: str, typ: TensorType, registry: Mapping[str, Any], prog: Program) -> torch.Tensor:
+    w = prog.weights.get(name)
+    parent = getattr(w, "_shard_parent", None) if w is not None else None
+    key = name if name in registry or parent is None else parent[0].name
+    if key not in registry:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(registry), n=3)
+        hint = f"; closest names: {close}" if close else ""
+        raise ValueError(
+            f"InferenceSession.load: weight {name!r} ({typ}) has no value in weights_registry{hint}"
+        )
+    t = weight_to_torch(registry[key], name)
+    if key != name and parent is not None:
+        _, idx, st = parent
+        if st.axis is not None:
+            t = t.chunk(st.num_devices, dim=st.axis)[idx]
+    want_dt = typ.dtype.to_torch()
+    if t.dtype != want_dt:
+        got = DType.from_torch(t.dtype) if t.dtype in _TORCH_OK else t.dtype
+        raise ValueError(f"InferenceSession.load: weight {name!r} has dtype {got}, the graph declares {typ.dtype}")
+    want_shape = tuple(int(d) for d in typ.shape) if all(hasattr(d, "dim") for d in typ.shape) else None
+    if want_shape is not None and tuple(t.shape) != want_shape:
+        raise ValueError(
+            f"InferenceSession.load: weight {name!r} has shape {list(t.shape)}, the graph declares {list(want_shape)}"
+        )
+    return t.to(torch_device(typ.device))
+
+
+_TORCH_OK = {d.to_torch() for d in DType}

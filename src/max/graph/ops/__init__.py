@@ -1,0 +1,65 @@
+"""Graph ops: each stages one node into ``Graph.current`` after checking its operands.
+
+Every op is defined once, in the family module named below; its kernel lives
+in ``max.engine.kernels.<family>``.
+"""
+
+from typing import Any
+
+from max.graph.ops import _common
+from max.graph.ops.constant import constant, constant_external
+from max.graph.ops.elementwise import (
+    abs,
+    add,
+    atanh,
+    cast,
+    cos,
+    div,
+    equal,
+    erf,
+    exp,
+    floor,
+    gelu,
+    greater,
+    greater_equal,
+    is_inf,
+    is_nan,
+    log,
+    log1p,
+    logical_and,
+    logical_not,
+    logical_or,
+    logical_xor,
+    mod,
+    mul,
+    negate,
+    not_equal,
+    pow,
+    relu,
+    round,
+    rsqrt,
+    sigmoid,
+    silu,
+    sin,
+    sqrt,
+    sub,
+    tanh,
+    trunc,
+    where,
+)
+from max.graph.ops.linalg import matmul, outer
+from max.graph.ops.shape import reshape, shape_to_tensor
+from max.graph.type import TensorType
+
+try:  # families filled in progressively
+    from max.graph.ops.reduction import *  # noqa: F401,F403
+except ModuleNotFoundError:
+    pass
+try:
+    from max.graph.ops.shape import *  # noqa: F401,F403
+except ModuleNotFoundError:
+    pass
+try:
+    from max.graph.ops.indexing import *  # noqa: F401,F403
+except ModuleNotFoundError:
+    pass

@@ -1,0 +1,257 @@
+"""Elementwise ops: unary math, binary arithmetic, comparisons, logic, ``where`` and ``cast``.
+
+Type rules: binary ops broadcast their operands (NumPy rules; symbolic dims
+must match by name or be 1) and promote to a common dtype by inserting
+``cast`` nodes, so kernels always see equal dtypes.  A Python scalar takes
+the other operand's dtype (a float scalar with an integer tensor gives
+float32).  ``div`` is true division: integer operands give float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from max.dtype import DType
+from max.graph.ops._common import (
+    as_tensor,
+    binary_operands,
+    broadcast_shapes,
+    fail,
+    promote_dtypes,
+    same_device,
+    stage1,
+)
+from max.graph.type import TensorType
+from max.graph.value import TensorValue
+
+_FLOAT_ONLY = {
+    "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tanh", "atanh", "erf",
+    "sigmoid", "silu", "gelu",
+}
+_NUMERIC = {"abs", "negate", "relu", "floor", "round", "trunc"}
+
+
+def cast(x: Any, dtype: DType) -> TensorValue:
+    """``x`` converted to ``dtype`` (same shape)."""
+    x = as_tensor(x, op="cast")
+    if not isinstance(dtype, DType):
+        fail("cast", f"dtype must be a DType, got {type(dtype).__name__} {dtype!r}", TypeError)
+    if x.dtype is dtype:
+        return x
+    return stage1("cast", [x], TensorType(dtype, x.shape, x.device), {"dtype": dtype})
+
+
+def _unary(op: str, x: Any, attrs: dict | None = None, *, result_dtype: DType | None = None) -> TensorValue:
+    if not isinstance(x, TensorValue) and op in ("gelu", "silu"):
+        # the reference documents these as taking a TensorValue only
+        if not hasattr(x, "_bound"):
+            fail(op, f"x must be a TensorValue, got {type(x).__name__}", TypeError)
+    x = as_tensor(x, op=op)
+    dt = x.dtype
+    if op in _FLOAT_ONLY and not dt.is_float():
+        fail(op, f"x must be a floating-point tensor, got {dt}; cast it first (e.g. x.cast(DType.float32))",
+             TypeError)
+    if op in _NUMERIC and dt is DType.bool:
+        fail(op, f"x must be numeric, got {dt}", TypeError)
+    return stage1(op, [x], TensorType(result_dtype or dt, x.shape, x.device), attrs)
+
+
+def _binary(op: str, lhs: Any, rhs: Any, *, kind: str = "arith") -> TensorValue:
+    """kind: 'arith' (numeric result), 'div' (true division), 'compare' (bool), 'logical' (bool in/out)."""
+    a, b = binary_operands(lhs, rhs, op)
+    dev = same_device(op, a, b)
+    shape = broadcast_shapes(a.shape, b.shape, op)
+    if kind == "logical":
+        for side, v in (("lhs", a), ("rhs", b)):
+            if v.dtype is not DType.bool:
+                fail(op, f"{side} must be a bool tensor, got {v.dtype}", TypeError)
+        dt = DType.bool
+    else:
+        dt = promote_dtypes(a.dtype, b.dtype, op)
+        if kind == "div" and not dt.is_float():
+            dt = DType.float32
+        if kind in ("arith", "div") and dt is DType.bool and op not in ("max", "min", "mul"):
+            fail(op, f"operands must be numeric, got {a.dtype} and {b.dtype}", TypeError)
+        a = cast(a, dt)
+        b = cast(b, dt)
+    out_dt = DType.bool if kind in ("compare", "logical") else dt
+    return stage1(op, [a, b], TensorType(out_dt, shape, dev))
+
+
+# ---------------------------------------------------------------- binary
+def add(lhs: Any, rhs: Any) -> TensorValue:
+    """Elementwise ``lhs + rhs`` with broadcasting."""
+    return _binary("add", lhs, rhs)
+
+
+def sub(lhs: Any, rhs: Any) -> TensorValue:
+    """Elementwise ``lhs - rhs`` with broadcasting."""
+    return _binary("sub", lhs, rhs)
+
+
+def mul(lhs: Any, rhs: Any) -> TensorValue:
+    """Elementwise ``lhs * rhs`` with broadcasting."""
+    return _binary("mul", lhs, rhs)
+
+
+def div(lhs: Any, rhs: Any) -> TensorValue:
+    """True division; integer operands give a float32 result."""
+    return _binary("div", lhs, rhs, kind="div")
+
+
+def mod(lhs: Any, rhs: Any) -> TensorValue:
+    """Elementwise modulo with the sign of the divisor (Python/NumPy ``%``)."""
+    return _binary("mod", lhs, rhs)
+
+
+def pow(lhs: Any, rhs: Any) -> TensorValue:  # noqa: A001 - reference name
+    """Elementwise ``lhs ** rhs``."""
+    return _binary("pow", lhs, rhs)
+
+
+def _elementwise_max(lhs: Any, rhs: Any) -> TensorValue:
+    return _binary("max", lhs, rhs)
+
+
+def _elementwise_min(lhs: Any, rhs: Any) -> TensorValue:
+    return _binary("min", lhs, rhs)
+
+
+def equal(lhs: Any, rhs: Any) -> TensorValue:
+    return _binary("equal", lhs, rhs, kind="compare")
+
+
+def not_equal(lhs: Any, rhs: Any) -> TensorValue:
+    return _binary("not_equal", lhs, rhs, kind="compare")
+
+
+def greater(lhs: Any, rhs: Any) -> TensorValue:
+    return _binary("greater", lhs, rhs, kind="compare")
+
+
+def greater_equal(lhs: Any, rhs: Any) -> TensorValue:
+    return _binary("greater_equal", lhs, rhs, kind="compare")
+
+
+def logical_and(lhs: Any, rhs: Any) -> TensorValue:
+    return _binary("logical_and", lhs, rhs, kind="logical")
+
+
+def logical_or(lhs: Any, rhs: Any) -> TensorValue:
+    return _binary("logical_or", lhs, rhs, kind="logical")
+
+
+def logical_xor(lhs: Any, rhs: Any) -> TensorValue:
+    return _binary("logical_xor", lhs, rhs, kind="logical")
+
+
+def logical_not(x: Any) -> TensorValue:
+    x = as_tensor(x, op="logical_not")
+    if x.dtype is not DType.bool:
+        fail("logical_not", f"x must be a bool tensor, got {x.dtype}", TypeError)
+    return stage1("logical_not", [x], x.type)
+
+
+# ---------------------------------------------------------------- unary
+def abs(x: Any) -> TensorValue:  # noqa: A001
+    return _unary("abs", x)
+
+
+def negate(x: Any) -> TensorValue:
+    return _unary("negate", x)
+
+
+def exp(x: Any) -> TensorValue:
+    return _unary("exp", x)
+
+
+def log(x: Any) -> TensorValue:
+    return _unary("log", x)
+
+
+def log1p(x: Any) -> TensorValue:
+    return _unary("log1p", x)
+
+
+def sqrt(x: Any) -> TensorValue:
+    return _unary("sqrt", x)
+
+
+def rsqrt(x: Any) -> TensorValue:
+    return _unary("rsqrt", x)
+
+
+def sin(x: Any) -> TensorValue:
+    return _unary("sin", x)
+
+
+def cos(x: Any) -> TensorValue:
+    return _unary("cos", x)
+
+
+def tanh(x: Any) -> TensorValue:
+    return _unary("tanh", x)
+
+
+def atanh(x: Any) -> TensorValue:
+    return _unary("atanh", x)
+
+
+def erf(x: Any) -> TensorValue:
+    return _unary("erf", x)
+
+
+def sigmoid(x: Any) -> TensorValue:
+    return _unary("sigmoid", x)
+
+
+def silu(x: Any) -> TensorValue:
+    """``x * sigmoid(x)``."""
+    return _unary("silu", x)
+
+
+def relu(x: Any) -> TensorValue:
+    return _unary("relu", x)
+
+
+def floor(x: Any) -> TensorValue:
+    return _unary("floor", x)
+
+
+def round(x: Any) -> TensorValue:  # noqa: A001
+    """Round half to even (NumPy/torch semantics)."""
+    return _unary("round", x)
+
+
+def trunc(x: Any) -> TensorValue:
+    return _unary("trunc", x)
+
+
+def is_nan(x: Any) -> TensorValue:
+    return _unary("is_nan", x, result_dtype=DType.bool)
+
+
+def is_inf(x: Any) -> TensorValue:
+    return _unary("is_inf", x, result_dtype=DType.bool)
+
+
+def gelu(x: Any, approximate: str = "none") -> TensorValue:
+    """GELU: ``'none'`` (exact, erf), ``'tanh'`` or ``'quick'`` (``sigmoid(1.702 x) * x``)."""
+    if approximate not in ("none", "tanh", "quick"):
+        fail("gelu", f"approximate must be 'none', 'tanh' or 'quick', got {approximate!r}")
+    return _unary("gelu", x, {"approximate": approximate})
+
+
+# ---------------------------------------------------------------- select
+def where(condition: Any, x: Any, y: Any) -> TensorValue:
+    """Elementwise ``x if condition else y`` (condition must be bool; all three broadcast)."""
+    op = "where"
+    c = as_tensor(condition, op=op, arg="condition")
+    if c.dtype is not DType.bool:
+        fail(op, f"condition must be a bool tensor, got {c.dtype}", TypeError)
+    a, b = binary_operands(x, y, op)
+    dev = same_device(op, c, a, b)
+    dt = promote_dtypes(a.dtype, b.dtype, op)
+    a, b = cast(a, dt), cast(b, dt)
+    shape = broadcast_shapes(broadcast_shapes(c.shape, a.shape, op), b.shape, op)
+    return stage1(op, [c, a, b], TensorType(dt, shape, dev))
