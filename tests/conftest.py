@@ -1,0 +1,40 @@
+"""Shared pytest set-up.
+
+- Tests marked ``gpu`` are skipped when torch sees no accelerator.
+- ``LIBREMAX_TEST_DEVICE=gpu`` runs the graph/op tests on the first accelerator
+  (see ``tests/support.py``).
+- Hypothesis: a bounded profile so the suite fits CI (2 cores, < 20 min);
+  ``HYPOTHESIS_PROFILE=thorough`` draws more examples.
+"""
+
+import os
+
+import pytest
+
+try:
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile(
+        "ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+    )
+    settings.register_profile("thorough", max_examples=300, deadline=None)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+except ImportError:  # pragma: no cover
+    pass
+
+try:
+    import torch
+
+    torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else max(1, os.cpu_count() or 1))
+except ImportError:  # pragma: no cover
+    torch = None
+
+
+def pytest_collection_modifyitems(config, items):
+    has_gpu = bool(torch is not None and torch.cuda.is_available())
+    if has_gpu:
+        return
+    skip = pytest.mark.skip(reason="needs an accelerator (torch.cuda.is_available() is False)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
