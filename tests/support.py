@@ -39,7 +39,7 @@ def to_input(a: Any) -> Any:
     from max.driver import Buffer
 
     if isinstance(a, np.ndarray):
-        b = Buffer.from_numpy(np.ascontiguousarray(a))
+        b = Buffer.from_numpy(a if a.flags.c_contiguous else a.copy(order="C"))
         if ON_GPU:
             from max import driver
 
