@@ -332,6 +332,8 @@ def _format_attr(v: Any) -> str:
     import numpy as np
 
     if isinstance(v, np.ndarray):
+        if v.ndim == 0:
+            return repr(v.item())
         if v.size <= 8:
             return np.array2string(v.reshape(-1), separator=",", threshold=8)
         return f"<{v.dtype}{list(v.shape)}>"
