@@ -20,6 +20,7 @@ _FAMILIES = (
     "shape",
     "indexing",
     "linalg",
+    "norm",
     "creation",
     "device",
     "debug",

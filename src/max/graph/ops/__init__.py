@@ -63,3 +63,4 @@ try:
     from max.graph.ops.indexing import *  # noqa: F401,F403
 except ModuleNotFoundError:
     pass
+from max.graph.ops.norm import *  # noqa: F401,F403,E402
