@@ -98,25 +98,14 @@ class InferenceSession:
             from max.engine import custom as _custom
 
             _custom.load_extensions(exts)
-        kernels = load_builtin_kernels()
+        load_builtin_kernels()
         import time
 
         t0 = time.perf_counter()
         prog = from_graph(model)
         _check_devices(prog, self._devices)
-        stats = {"nodes_in": len(prog.nodes)}
-        stats["folded"] = passes.fold_constants(prog, resolve_attrs_now)
-        stats["cse"] = passes.cse(prog)
-        stats["dce"] = passes.dce(prog)
-        missing = sorted({n.op for n in prog.nodes} - set(kernels) - {"constant", "weight", "chain", "merge_chains"})
-        if missing:
-            where = {n.op: n.loc for n in prog.nodes}
-            raise NotImplementedError(
-                "InferenceSession.load: no kernel for op(s) "
-                + ", ".join(f"{m!r} (created at {where[m]})" for m in missing)
-            )
-        lowered = lower(prog)
-        consts = _bind_consts(materialize_slots(prog, lowered.recipes), weights_registry or {}, prog)
+        stats: dict[str, Any] = {"nodes_in": len(prog.nodes)}
+        lowered, consts = compile_program(prog, weights_registry or {}, "", stats)
         stats["nodes_out"] = len(prog.nodes)
         stats["compile_s"] = time.perf_counter() - t0
         self.last_compile_stats = stats
@@ -217,22 +206,78 @@ def weight_to_torch(value: Any, name: str) -> torch.Tensor:
     raise TypeError(f"weights_registry[{name!r}]: expected a DLPack/numpy array or Buffer, got {type(value).__name__}")
 
 
-def _bind_consts(entries: list, registry: Mapping[str, Any], prog: Program) -> list:
+def compile_program(prog: Program, registry: Mapping[str, Any], prefix: str, stats: dict | None = None) -> tuple:
+    """Passes, lowering and binding of one program (regions compile recursively)."""
+    kernels = load_builtin_kernels()
+    stats = {} if stats is None else stats
+    stats["folded"] = stats.get("folded", 0) + passes.fold_constants(prog, resolve_attrs_now)
+    stats["cse"] = stats.get("cse", 0) + passes.cse(prog)
+    stats["dce"] = stats.get("dce", 0) + passes.dce(prog)
+    missing = sorted({n.op for n in prog.nodes} - set(kernels) - {"constant", "weight", "chain", "merge_chains"})
+    if missing:
+        where = {n.op: n.loc for n in prog.nodes}
+        raise NotImplementedError(
+            "InferenceSession.load: no kernel for op(s) "
+            + ", ".join(f"{m!r} (created at {where[m]})" for m in missing)
+        )
+    lowered = lower(prog)
+    consts = _bind_consts(materialize_slots(prog, lowered.recipes), registry, prog, prefix, stats)
+    return lowered, consts
+
+
+class RegionRunner:
+    """A compiled region (branch, loop body, subgraph) callable from a control-flow kernel."""
+
+    __slots__ = ("fn", "consts", "arg_pos", "n_out", "name", "_lowered", "_prog")
+
+    def __init__(self, prog: Program, lowered: Any, consts: list, arg_pos: tuple) -> None:
+        self.fn = lowered.module.forward
+        self.consts = tuple(consts)
+        self.arg_pos = arg_pos
+        self.n_out = len(prog.output_ids)
+        self.name = prog.name
+        self._lowered = lowered
+        self._prog = prog
+
+    def __call__(self, env: dict, own: tuple, node_args: tuple) -> tuple:
+        args = own + tuple(node_args[i] for i in self.arg_pos)
+        return self.fn(env, self.consts, *args)
+
+
+def _region_runners(node: Any, types: dict, registry: Mapping[str, Any], prefix: str, stats: dict) -> tuple:
+    from max.graph.type import _ChainType
+
+    nonchain = [i for i in node.inputs if not isinstance(types.get(i), _ChainType)]
+    runners = []
+    for sub in node.regions:
+        pos = tuple(nonchain.index(f) for f in sub.free_ids)
+        sub_prefix = prefix + str(node.attrs.get("prefix", "") or "")
+        lowered, consts = compile_program(sub, registry, sub_prefix, stats)
+        runners.append(RegionRunner(sub, lowered, consts, pos))
+    return tuple(runners)
+
+
+def _bind_consts(entries: list, registry: Mapping[str, Any], prog: Program, prefix: str = "",
+                 stats: dict | None = None) -> list:
     out: list[Any] = []
     for kind, payload, typ in entries:
         if kind == "constant":
             out.append(_np_to_torch(payload).to(torch_device(typ.device)))
         elif kind == "weight":
-            out.append(_bind_weight(payload, typ, registry, prog))
+            out.append(_bind_weight(payload, typ, registry, prog, prefix))
+        elif kind == "region":
+            out.append(_region_runners(payload, typ.types, registry, prefix, stats or {}))
         else:
             out.append(payload)
     return out
 
 
-def _bind_weight(name: str, typ: TensorType, registry: Mapping[str, Any], prog: Program) -> torch.Tensor:
+def _bind_weight(name: str, typ: TensorType, registry: Mapping[str, Any], prog: Program,
+                 prefix: str = "") -> torch.Tensor:
     w = prog.weights.get(name)
     parent = getattr(w, "_shard_parent", None) if w is not None else None
-    key = name if name in registry or parent is None else parent[0].name
+    name = prefix + name
+    key = name if name in registry or parent is None else prefix + parent[0].name
     if key not in registry:
         import difflib
 

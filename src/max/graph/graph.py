@@ -197,6 +197,20 @@ class Graph(metaclass=_GraphMeta):
         self._version += 1
         return list(node.results)
 
+    def _new_block(self, name: str, input_types: Sequence[Type] = ()) -> "Graph":
+        """A nested region (cond branch, loop body): sees this graph's values, starts at its chain."""
+        block = Graph(name, input_types=input_types)
+        block._enclosing = self
+        block._current_chain = self._current_chain
+        block.device_chains = defaultdict(lambda: block._current_chain)
+        return block
+
+    def _root(self) -> "Graph":
+        g = self
+        while getattr(g, "_enclosing", None) is not None:
+            g = g._enclosing
+        return g
+
     def _can_see(self, other: "Graph") -> bool:
         """Nested blocks (cond/while bodies) may use values of enclosing graphs."""
         g = getattr(self, "_enclosing", None)
@@ -342,12 +356,12 @@ def _format_attr(v: Any) -> str:
     return repr(v) if not isinstance(v, str) else repr(v)
 
 
-def _format_graph(g: Graph, indent: str = "") -> str:
-    names: dict[int, str] = {}
-    counter = [0]
+def _format_graph(g: Graph, indent: str = "", names: dict | None = None, counter: list | None = None) -> str:
+    names = {} if names is None else names
+    counter = [0] if counter is None else counter
 
     def name_of(v: Any) -> str:
-        key = id(v)
+        key = (id(v._node), v._index)
         if key not in names:
             names[key] = f"%{counter[0]}"
             counter[0] += 1
@@ -360,9 +374,10 @@ def _format_graph(g: Graph, indent: str = "") -> str:
             continue
         if node.op == "chain" and not _used(g, node):
             continue
+        attrs_shown = {k: v for k, v in node.attrs.items() if not k.startswith("_")}
         res = ", ".join(name_of(r) for r in node.results)
         operands = ", ".join(name_of(v) for v in node.inputs)
-        attrs = ", ".join(f"{k}={_format_attr(v)}" for k, v in node.attrs.items() if v is not None)
+        attrs = ", ".join(f"{k}={_format_attr(v)}" for k, v in attrs_shown.items() if v is not None)
         body = f"{node.op}({operands}{', ' if operands and attrs else ''}{attrs})"
         types = ", ".join(str(r.type) for r in node.results)
         prefix = f"{res} = " if res else ""
@@ -372,7 +387,10 @@ def _format_graph(g: Graph, indent: str = "") -> str:
             line += f"    # {os.path.basename(loc)}"
         lines.append(line)
         for region in node.regions:
-            lines.append(_format_graph(region, indent + "    "))
+            if getattr(region, "_enclosing", None) is not None:
+                lines.append(_format_graph(region, indent + "    ", names, counter))
+            else:
+                lines.append(f"{indent}    (calls @{region.name})")
     if g._outputs is not None:
         lines.append(f"{indent}  output({', '.join(name_of(v) for v in g._outputs)})")
     lines.append(f"{indent}}}")

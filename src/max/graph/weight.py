@@ -147,7 +147,7 @@ class Weight(TensorValue):
             raise RuntimeError(
                 f"Weight {self.name!r} was used with no graph being built; use it inside `with Graph(...)`"
             ) from None
-        return g.add_weight(self)
+        return g._root().add_weight(self)
 
     def __repr__(self) -> str:
         enc = f", quantization_encoding={self.quantization_encoding}" if self.quantization_encoding else ""

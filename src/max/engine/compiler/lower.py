@@ -139,6 +139,8 @@ def materialize_slots(prog: Program, recipes: list[tuple]) -> list[tuple[str, An
             out.append(("weight", n.attrs["name"], n.types[0]))
         elif kind == "attr":
             out.append(("attr", n.attrs[k], None))
+        elif kind == "region":
+            out.append(("region", n, prog))
         else:  # "shape"
             out.append(("attr", n.types[k].shape, None))
     return out
@@ -227,15 +229,19 @@ def _lower(prog: Program) -> Lowered:
                 kwargs[k] = g.call_function(resolve_env, (const_ref(("attr", j, k)), env))
             except TypeError:
                 kwargs[k] = const_ref(("attr", j, k))
+        if n.regions:
+            kwargs["env"] = env
+            kwargs["runners"] = const_ref(("region", j, None))
         r = g.call_function(spec.fn, args, kwargs)
         node_of_var[r.name] = j
         tensor_outs = [(o, t) for o, t in zip(n.outs, n.types) if not isinstance(t, _ChainType)]
         for o, t in zip(n.outs, n.types):
             if isinstance(t, _ChainType):
                 vals[o] = None
-        if len(tensor_outs) == 1 and len(n.outs) == 1:
+        multi = n.attrs.get("_multi", False)
+        if len(tensor_outs) == 1 and len(n.outs) == 1 and not multi:
             vals[n.outs[0]] = r
-        elif len(tensor_outs) == 1 and not n.attrs.get("_multi", False):
+        elif len(tensor_outs) == 1 and not multi:
             vals[tensor_outs[0][0]] = r
         else:
             for k, (o, t) in enumerate(tensor_outs):

@@ -24,6 +24,8 @@ _FAMILIES = (
     "creation",
     "device",
     "debug",
+    "control_flow",
+    "buffer",
 )
 
 
