@@ -1,15 +1,105 @@
-"""Shape ops: reshape and friends."""
+"""Shape ops: reshape, transpose/permute, squeeze/unsqueeze, broadcast_to,
+flatten, concat/stack, split/chunk, tile, pad, rebind, repeat_interleave,
+band_part and shape_to_tensor.
+
+Type rules propagate symbolic dims: ``concat`` of ``[a, 4]`` and ``[b, 4]``
+along axis 0 gives ``[a + b, 4]``, ``tile`` of ``[n]`` by 3 gives ``[n * 3]``.
+Dims that must agree (``concat``'s other axes, ``stack``'s shapes) compare
+by value, so equal symbolic names/expressions match and different names do
+not.
+
+Axis errors raise :class:`AxisError`, which is both an ``IndexError`` (the
+convention of the other op families) and a ``ValueError`` (what the reference
+documents for e.g. ``repeat_interleave``).
+
+Decisions where the reference text is ambiguous:
+
+* ``chunk`` requires ``chunks`` to divide the axis size exactly (as its
+  parameter text says: "chunks must statically evenly divide"); its example
+  (5 elements into ``[1, 2], [3, 4]``) contradicts both that text and
+  ``torch.chunk``, so it is not followed: that call raises ValueError.
+* ``band_part``: ``num_lower``/``num_upper`` must be ``None`` or
+  ``0 <= n <= size - 1`` of the matching static dim (``M`` for ``num_lower``,
+  ``N`` for ``num_upper``); a symbolic dim only bounds them below by 0.
+* ``pad``: paddings must be non-negative ints (no cropping).
+* ``tile``: ``repeats`` must have one entry per dim (no implicit leading 1s).
+* ``rebind``: the rank and static dims are checked at build time where both
+  sides are static; everything else is checked when the graph runs, with
+  ``message`` in the error.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
+
+import numpy as np
 
 from max.dtype import DType
-from max.graph.dim import Dim, StaticDim
-from max.graph.ops._common import as_shape, as_tensor, fail, stage1
+from max.graph.dim import Dim, StaticDim, SymbolicDim, _mono_mul
+from max.graph.ops._common import as_shape, as_tensor, fail, same_device, stage, stage1
 from max.graph.shape import Shape
 from max.graph.type import DeviceRef, TensorType
 from max.graph.value import TensorValue
+
+__all__ = [
+    "band_part",
+    "broadcast_to",
+    "chunk",
+    "concat",
+    "flatten",
+    "pad",
+    "permute",
+    "rebind",
+    "repeat_interleave",
+    "reshape",
+    "shape_to_tensor",
+    "split",
+    "squeeze",
+    "stack",
+    "tile",
+    "transpose",
+    "unsqueeze",
+]
+
+
+class AxisError(IndexError, ValueError):
+    """An axis argument is out of range (both an IndexError and a ValueError)."""
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _axis(axis: Any, rank: int, op: str, arg: str = "axis") -> int:
+    """Normalise ``axis`` for a tensor of ``rank`` dims (negative counts from the end)."""
+    if not _is_int(axis):
+        fail(op, f"{arg} must be an int, got {type(axis).__name__} {axis!r}", TypeError)
+    a = int(axis)
+    if not -rank <= a < rank:
+        valid = f"valid: {-rank}..{rank - 1}" if rank else "a rank-0 tensor has no axes"
+        fail(op, f"{arg}={a} is out of range for a rank-{rank} tensor ({valid})", AxisError)
+    return a + rank if a < 0 else a
+
+
+def _int_arg(v: Any, op: str, arg: str) -> int:
+    if not _is_int(v):
+        fail(op, f"{arg} must be an int, got {type(v).__name__} {v!r}", TypeError)
+    return int(v)
+
+
+def _dims_arg(values: Any, op: str, arg: str) -> list[Dim]:
+    """A sequence of DimLike (int / str / Dim) as Dims."""
+    if isinstance(values, TensorValue) or isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        fail(op, f"{arg} must be a sequence of ints/dims, got {type(values).__name__} {values!r}", TypeError)
+    out = []
+    for v in values:
+        if isinstance(v, (bool, np.bool_)):
+            fail(op, f"{arg} must hold ints or dims, got bool {v!r} in {list(values)!r}", TypeError)
+        try:
+            out.append(Dim(v))
+        except (TypeError, ValueError) as e:
+            fail(op, f"{arg}: {e}", TypeError)
+    return out
 
 
 def _num_elements(shape: Shape) -> Dim:
@@ -19,6 +109,34 @@ def _num_elements(shape: Shape) -> Dim:
     return n
 
 
+def _exact_div(a: Dim, b: Dim) -> Dim | None:
+    """``a / b`` when ``b`` is a single term (``c * n * m ...``) dividing every term of ``a``; else
+    ``a // b`` if that is exact (None when it is not)."""
+    pb = b._poly()
+    if len(pb) == 1:
+        ((mb, cb),) = pb.items()
+        need = dict(mb)
+        out: dict = {}
+        for ma, ca in a._poly().items():
+            have = dict(ma)
+            if ca % cb or any(have.get(atom, 0) < p for atom, p in need.items()):
+                break
+            rest = {atom: p - need.get(atom, 0) for atom, p in have.items() if p - need.get(atom, 0)}
+            mono = _mono_mul(tuple(rest.items()), ())  # canonical atom order
+            out[mono] = out.get(mono, 0) + ca // cb
+        else:
+            q = Dim._from_poly({m: c for m, c in out.items() if c})
+            if q * b == a:
+                return q
+    q = a // b
+    return q if q * b == a else None
+
+
+def _result(x: TensorValue, shape: Any, dtype: DType | None = None) -> TensorType:
+    return TensorType(dtype or x.dtype, shape, x.device)
+
+
+# ------------------------------------------------------------------ reshape
 def reshape(x: Any, shape: Any) -> TensorValue:
     """Same elements in row-major order, new shape; one ``-1`` is inferred.
 
@@ -37,8 +155,8 @@ def reshape(x: Any, shape: Any) -> TensorValue:
         known = _num_elements(as_shape(rest, op))
         if known == 0:
             fail(op, f"cannot infer -1 in {raw}: the other dims have zero elements")
-        inferred = total // known
-        if inferred * known != total:
+        inferred = _exact_div(total, known)
+        if inferred is None or inferred * known != total:
             fail(op, f"cannot reshape {x.shape} ({total} elements) to {raw}: {total} is not divisible by {known}")
         raw[minus[0]] = inferred
     target = as_shape(raw, op)
@@ -58,3 +176,455 @@ def shape_to_tensor(shape: Any) -> TensorValue:
     return stage1(
         "shape_to_tensor", [], TensorType(DType.int64, [len(shp)], DeviceRef.CPU()), {"shape": shp}
     )
+
+
+# ------------------------------------------------------------ axis shuffles
+def transpose(x: Any, axis_1: int, axis_2: int) -> TensorValue:
+    """Swap two axes (negative axes count from the end)."""
+    op = "transpose"
+    x = as_tensor(x, op=op)
+    a = _axis(axis_1, x.rank, op, "axis_1")
+    b = _axis(axis_2, x.rank, op, "axis_2")
+    if a == b:
+        return x
+    shp = list(x.shape)
+    shp[a], shp[b] = shp[b], shp[a]
+    return stage1(op, [x], _result(x, shp), {"axis_1": a, "axis_2": b})
+
+
+def permute(x: Any, dims: Sequence[int]) -> TensorValue:
+    """Reorder all axes: result dim ``i`` is input dim ``dims[i]`` (negative entries count from the end)."""
+    op = "permute"
+    x = as_tensor(x, op=op)
+    if isinstance(dims, (str, bytes)) or not hasattr(dims, "__iter__"):
+        fail(op, f"dims must be a list of ints, got {type(dims).__name__} {dims!r}", TypeError)
+    dims = list(dims)
+    if len(dims) != x.rank:
+        fail(op, f"dims {dims} must name each of the {x.rank} axes of {x.shape} exactly once "
+                 f"(got {len(dims)} entries)")
+    perm = [_axis(d, x.rank, op, "dims entry") for d in dims]
+    if len(set(perm)) != len(perm):
+        fail(op, f"dims {dims} is not a permutation of 0..{x.rank - 1}: repeated axes")
+    if perm == list(range(x.rank)):
+        return x
+    return stage1(op, [x], _result(x, [x.shape[p] for p in perm]), {"dims": tuple(perm)})
+
+
+def squeeze(x: Any, axis: int) -> TensorValue:
+    """Remove the size-1 dim at ``axis``."""
+    op = "squeeze"
+    x = as_tensor(x, op=op)
+    a = _axis(axis, x.rank, op)
+    d = x.shape[a]
+    if d != 1:
+        fail(op, f"dim {a} of {x.shape} is {d}; only a (static) size-1 dim can be removed")
+    return stage1(op, [x], _result(x, x.shape[:a] + x.shape[a + 1:]), {"axis": a})
+
+
+def unsqueeze(x: Any, axis: int) -> TensorValue:
+    """Insert a static size-1 dim at ``axis`` (negative axes count from rank + 1)."""
+    op = "unsqueeze"
+    x = as_tensor(x, op=op)
+    a = _axis(axis, x.rank + 1, op)
+    return stage1(op, [x], _result(x, x.shape[:a] + [1] + x.shape[a:]), {"axis": a})
+
+
+def flatten(x: Any, start_dim: int = 0, end_dim: int = -1) -> TensorValue:
+    """Merge dims ``start_dim..end_dim`` (inclusive) into one; a rank-0 tensor becomes ``[1]``."""
+    op = "flatten"
+    x = as_tensor(x, op=op)
+    rank = x.rank
+    if rank == 0:
+        _axis(start_dim, 1, op, "start_dim")
+        _axis(end_dim, 1, op, "end_dim")
+        return reshape(x, [1])
+    s = _axis(start_dim, rank, op, "start_dim")
+    e = _axis(end_dim, rank, op, "end_dim")
+    if s > e:
+        fail(op, f"start_dim={start_dim} comes after end_dim={end_dim} for a rank-{rank} tensor")
+    if s == e:
+        return x
+    merged = _num_elements(x.shape[s:e + 1])
+    shp = x.shape[:s] + [merged] + x.shape[e + 1:]
+    return stage1(op, [x], _result(x, shp), {"start_dim": s, "end_dim": e})
+
+
+# ---------------------------------------------------------------- broadcast
+def broadcast_to(x: Any, shape: Any, out_dims: Any = None) -> TensorValue:
+    """Broadcast ``x`` to ``shape``: aligned from the right, each dim of ``x`` is 1 or equals the target's.
+
+    ``shape`` may be a 1-D integer tensor, in which case ``out_dims`` gives the
+    result's dims (checked against the tensor's values when the graph runs).
+    """
+    op = "broadcast_to"
+    x = as_tensor(x, op=op)
+    dynamic = isinstance(shape, TensorValue) or hasattr(shape, "__tensorvalue__")
+    if dynamic:
+        if out_dims is None:
+            fail(op, "a tensor-valued shape needs out_dims (the result's dims)")
+        shape_t = as_tensor(shape, op=op, arg="shape")
+        target = Shape(_dims_arg(out_dims, op, "out_dims"))
+        if shape_t.rank != 1:
+            fail(op, f"a tensor-valued shape must be 1-D, got {shape_t.type}")
+        if not (shape_t.dtype.is_signed_integral() or shape_t.dtype.is_unsigned_integral()):
+            fail(op, f"a tensor-valued shape must hold integers, got {shape_t.dtype.name}", TypeError)
+        if shape_t.shape[0] != len(target):
+            fail(op, f"shape tensor has {shape_t.shape[0]} entries but out_dims {target} has {len(target)}")
+    else:
+        target = Shape(_dims_arg(shape, op, "shape"))
+        if out_dims is not None and Shape(_dims_arg(out_dims, op, "out_dims")) != target:
+            fail(op, f"out_dims {list(out_dims)} differs from shape {target}")
+    for d in target:
+        if isinstance(d, StaticDim) and d.dim < 0:
+            fail(op, f"target dims must be non-negative, got {target}")
+    if x.rank > len(target):
+        fail(op, f"cannot broadcast {x.shape} (rank {x.rank}) to {target} (rank {len(target)}): "
+                 "the target has fewer dims")
+    off = len(target) - x.rank
+    for i, d in enumerate(x.shape):
+        t = target[off + i]
+        if d != 1 and d != t:
+            fail(op, f"cannot broadcast {x.shape} to {target}: dim {i} is {d}, which is neither 1 "
+                     f"nor the target's {t} (target axis {off + i})")
+    if dynamic:
+        expect = tuple(d.dim if isinstance(d, StaticDim) else None for d in target)
+        return stage1(op, [x, shape_t], _result(x, target),
+                      {"expect": expect, "_check_shape": True})
+    if target == x.shape:
+        return x
+    return stage1(op, [x], _result(x, target), {"shape": target})
+
+
+# -------------------------------------------------------------- concat/stack
+def _tensor_list(values: Any, op: str, arg: str) -> list[TensorValue]:
+    if isinstance(values, TensorValue) or not hasattr(values, "__iter__") or isinstance(values, (str, bytes)):
+        fail(op, f"{arg} must be a list of tensors, got {type(values).__name__}", TypeError)
+    vals = [as_tensor(v, op=op, arg=f"{arg}[{i}]") for i, v in enumerate(values)]
+    if not vals:
+        fail(op, f"{arg} must not be empty")
+    return vals
+
+
+def _same_dtype(vals: list[TensorValue], op: str, arg: str) -> None:
+    for i, v in enumerate(vals[1:], 1):
+        if v.dtype is not vals[0].dtype:
+            fail(op, f"all {arg} must have the same dtype: {arg}[0] is {vals[0].dtype.name}, "
+                     f"{arg}[{i}] is {v.dtype.name}", TypeError)
+
+
+def concat(original_vals: Any, axis: int = 0) -> TensorValue:
+    """Join tensors along an existing axis; the other dims must be equal (symbolic dims by name)."""
+    op = "concat"
+    vals = _tensor_list(original_vals, op, "original_vals")
+    _same_dtype(vals, op, "original_vals")
+    same_device(op, *vals)
+    rank = vals[0].rank
+    a = _axis(axis, rank, op)
+    for i, v in enumerate(vals[1:], 1):
+        if v.rank != rank:
+            fail(op, f"all original_vals must have the same rank: original_vals[0] is {vals[0].shape}, "
+                     f"original_vals[{i}] is {v.shape}")
+        for k in range(rank):
+            if k != a and v.shape[k] != vals[0].shape[k]:
+                fail(op, f"original_vals[0] {vals[0].shape} and original_vals[{i}] {v.shape} differ in dim {k} "
+                         f"({vals[0].shape[k]} vs {v.shape[k]}); only axis {a} may differ")
+    if len(vals) == 1:
+        return vals[0]
+    total: Dim = StaticDim(0)
+    for v in vals:
+        total = total + v.shape[a]
+    shp = list(vals[0].shape)
+    shp[a] = total
+    return stage1(op, vals, _result(vals[0], shp), {"axis": a})
+
+
+def stack(values: Any, axis: int = 0) -> TensorValue:
+    """Join equal-shaped tensors along a new axis (negative axes count from rank + 1)."""
+    op = "stack"
+    vals = _tensor_list(values, op, "values")
+    _same_dtype(vals, op, "values")
+    same_device(op, *vals)
+    for i, v in enumerate(vals[1:], 1):
+        if v.shape != vals[0].shape:
+            fail(op, f"all values must have the same shape: values[0] is {vals[0].shape}, "
+                     f"values[{i}] is {v.shape}")
+    a = _axis(axis, vals[0].rank + 1, op)
+    shp = vals[0].shape[:a] + [len(vals)] + vals[0].shape[a:]
+    return stage1(op, vals, _result(vals[0], shp), {"axis": a})
+
+
+# --------------------------------------------------------------- split/chunk
+def _split(x: TensorValue, sizes: list[Dim], a: int) -> list[TensorValue]:
+    if len(sizes) == 1:
+        return [x]
+    types = []
+    for s in sizes:
+        shp = list(x.shape)
+        shp[a] = s
+        types.append(_result(x, shp))
+    return stage("split", [x], types, {"split_sizes": tuple(sizes), "axis": a, "_multi": True})
+
+
+def split(x: Any, split_sizes: Sequence[Any], axis: int = 0) -> list[TensorValue]:
+    """Split ``x`` along ``axis`` into pieces of ``split_sizes`` (which must sum to that dim)."""
+    op = "split"
+    x = as_tensor(x, op=op)
+    a = _axis(axis, x.rank, op)
+    sizes = _dims_arg(split_sizes, op, "split_sizes")
+    if not sizes:
+        fail(op, "split_sizes must not be empty")
+    for s in sizes:
+        if isinstance(s, StaticDim) and s.dim < 0:
+            fail(op, f"split_sizes must be non-negative, got {list(split_sizes)}")
+    total: Dim = StaticDim(0)
+    for s in sizes:
+        total = total + s
+    if total != x.shape[a]:
+        fail(op, f"split_sizes {[str(s) for s in sizes]} sum to {total}, but dim {a} of {x.shape} is {x.shape[a]}")
+    return _split(x, sizes, a)
+
+
+def chunk(x: Any, chunks: int, axis: int = 0) -> list[TensorValue]:
+    """Split ``x`` into ``chunks`` equal pieces along ``axis`` (the size must divide exactly)."""
+    op = "chunk"
+    x = as_tensor(x, op=op)
+    n = _int_arg(chunks, op, "chunks")
+    if n <= 0:
+        fail(op, f"chunks must be positive, got {n}")
+    a = _axis(axis, x.rank, op)
+    d = x.shape[a]
+    size = d // n
+    if size * n != d:
+        fail(op, f"chunks={n} does not evenly divide dim {a} of {x.shape} (size {d})")
+    if n == 1:
+        return [x]
+    # staged as its own op so the kernel needs no (possibly unbound) symbolic sizes
+    types = []
+    for _ in range(n):
+        shp = list(x.shape)
+        shp[a] = size
+        types.append(_result(x, shp))
+    return stage(op, [x], types, {"chunks": n, "axis": a, "_multi": True})
+
+
+# ----------------------------------------------------------------- tile/pad
+def tile(x: Any, repeats: Sequence[Any]) -> TensorValue:
+    """Repeat the whole tensor ``repeats[i]`` times along each dim ``i``."""
+    op = "tile"
+    x = as_tensor(x, op=op)
+    reps = _dims_arg(repeats, op, "repeats")
+    if len(reps) != x.rank:
+        fail(op, f"repeats {[str(r) for r in reps]} must have one entry per dim of {x.shape} "
+                 f"({x.rank}), got {len(reps)}")
+    for r in reps:
+        if isinstance(r, StaticDim) and r.dim < 0:
+            fail(op, f"repeats must be non-negative, got {[str(r) for r in reps]}")
+    if all(r == 1 for r in reps):
+        return x
+    shp = [d * r for d, r in zip(x.shape, reps)]
+    return stage1(op, [x], _result(x, shp), {"repeats": tuple(reps)})
+
+
+def pad(input: Any, paddings: Sequence[int], mode: str = "constant", value: Any = 0) -> TensorValue:  # noqa: A002
+    """Pad with a constant: ``paddings = [before_0, after_0, before_1, after_1, ...]``."""
+    op = "pad"
+    x = as_tensor(input, op=op, arg="input")
+    if mode != "constant":
+        fail(op, f"mode={mode!r} is not supported; only 'constant' is")
+    if isinstance(paddings, (str, bytes, TensorValue)) or not hasattr(paddings, "__iter__"):
+        fail(op, f"paddings must be a sequence of ints, got {type(paddings).__name__}", TypeError)
+    pads = [_int_arg(p, op, "paddings entry") for p in paddings]
+    if len(pads) != 2 * x.rank:
+        fail(op, f"paddings {pads} must have 2 entries (before, after) per dim of {x.shape}: "
+                 f"expected {2 * x.rank}, got {len(pads)}")
+    if any(p < 0 for p in pads):
+        fail(op, f"paddings must be non-negative, got {pads}")
+    shp = [d + pads[2 * i] + pads[2 * i + 1] for i, d in enumerate(x.shape)]
+    attrs: dict = {"paddings": tuple(pads)}
+    operands = [x]
+    if isinstance(value, (bool, np.bool_, int, float, np.integer, np.floating)):
+        v = value.item() if isinstance(value, np.generic) else value
+        if x.dtype is DType.bool:
+            if not isinstance(v, bool) and v not in (0, 1):
+                fail(op, f"value={value!r} does not fit a bool tensor", ValueError)
+            v = bool(v)
+        elif not x.dtype.is_float():
+            if isinstance(v, float):
+                if not float(v).is_integer():
+                    fail(op, f"value={value!r} is not a whole number but input is {x.dtype.name}", TypeError)
+                v = int(v)
+            info = np.iinfo(x.dtype.to_numpy())
+            if not info.min <= int(v) <= info.max:
+                fail(op, f"value={value!r} does not fit {x.dtype.name}")
+            v = int(v)
+        else:
+            v = float(v)
+        attrs["value"] = v
+    else:
+        val = as_tensor(value, op=op, arg="value", dtype=x.dtype, device=x.device)
+        if val.rank != 0:
+            fail(op, f"value must be a scalar, got {val.type}")
+        if val.dtype is not x.dtype:
+            from max.graph.ops.elementwise import cast
+
+            val = cast(val, x.dtype)
+        same_device(op, x, val)
+        operands.append(val)
+    if not any(pads):
+        return x
+    return stage1(op, operands, _result(x, shp), attrs)
+
+
+# -------------------------------------------------------------------- rebind
+def rebind(x: Any, shape: Any, message: str = "", layout: Any = None) -> TensorValue:
+    """The same tensor with type ``shape``; the shape is asserted when the graph runs.
+
+    New symbolic names in ``shape`` are bound to the runtime sizes; known ones
+    (and static dims) are checked, and a mismatch raises with ``message``.
+    """
+    op = "rebind"
+    x = as_tensor(x, op=op)
+    if not isinstance(message, str):
+        fail(op, f"message must be a str, got {type(message).__name__}", TypeError)
+    target = Shape(_dims_arg(shape, op, "shape"))
+    for d in target:
+        if isinstance(d, StaticDim) and d.dim < 0:
+            fail(op, f"dims must be non-negative, got {target}")
+    why = f" ({message})" if message else ""
+    if len(target) != x.rank:
+        fail(op, f"cannot rebind {x.shape} (rank {x.rank}) to {target} (rank {len(target)}){why}")
+    for i, (d, t) in enumerate(zip(x.shape, target)):
+        if isinstance(d, StaticDim) and isinstance(t, StaticDim) and d != t:
+            fail(op, f"cannot rebind {x.shape} to {target}: dim {i} is statically {d}, not {t}{why}")
+    if target == x.shape:
+        return x
+    # What the kernel checks per call: ints (static dims), Dims whose names are
+    # bound by then (evaluated per call), names of new symbols (equal names
+    # must get equal sizes), None (new-symbol expressions; the lowering's
+    # shape check binds/validates those).
+    known = {d.name for d in x.shape if isinstance(d, SymbolicDim)}
+    try:
+        from max.graph.graph import Graph
+
+        g = Graph.current
+        while g is not None:
+            for t in getattr(g, "_input_types", ()):
+                for d in getattr(t, "shape", ()):
+                    if isinstance(d, SymbolicDim):
+                        known.add(d.name)
+            g = getattr(g, "_enclosing", None)
+    except RuntimeError:
+        pass
+    expect: list = []
+    for d in target:
+        if isinstance(d, StaticDim):
+            expect.append(d.dim)
+        elif all(p.name in known for p in d.parameters):
+            expect.append(d)
+        elif isinstance(d, SymbolicDim):
+            expect.append(d.name)
+        else:
+            expect.append(None)
+    attrs = {"expect": tuple(expect), "message": message, "_check_shape": True}
+    if layout is not None:
+        attrs["_layout"] = layout
+    return stage1(op, [x], _result(x, target), attrs)
+
+
+# --------------------------------------------------------- repeat_interleave
+def repeat_interleave(x: Any, repeats: Any, axis: int | None = None, out_dim: Any = None) -> TensorValue:
+    """Repeat each element ``repeats`` times along ``axis`` (``torch.repeat_interleave``).
+
+    ``axis=None`` flattens first.  ``repeats`` is a positive int, a list/array
+    of positive ints (one per element along ``axis``, or a single one), or a
+    1-D integer tensor, which needs ``out_dim`` (the result's size along axis).
+    """
+    op = "repeat_interleave"
+    x = as_tensor(x, op=op)
+    if axis is None:
+        if x.rank != 1:
+            x = reshape(x, [_num_elements(x.shape)])
+        a = 0
+    else:
+        if not _is_int(axis):
+            fail(op, f"axis must be an int or None, got {type(axis).__name__} {axis!r}", TypeError)
+        a = _axis(axis, x.rank, op)
+    d = x.shape[a]
+    od = None if out_dim is None else _dims_arg([out_dim], op, "out_dim")[0]
+    operands = [x]
+    if _is_int(repeats):
+        r = int(repeats)
+        if r <= 0:
+            fail(op, f"repeats must be positive, got {r}")
+        size = d * r
+        if od is not None and od != size and isinstance(od, StaticDim) and isinstance(size, StaticDim):
+            fail(op, f"out_dim={od} differs from the result size {size} ({d} * {r})")
+        attrs: dict = {"repeats": r, "axis": a}
+    elif isinstance(repeats, (list, tuple, np.ndarray)):
+        arr = np.asarray(repeats)
+        if arr.ndim > 1 or arr.size == 0 or arr.dtype.kind not in "iu":
+            fail(op, f"repeats must be an int or a 1-D list of ints, got {repeats!r}", TypeError)
+        arr = arr.reshape(-1).astype(np.int64)
+        if (arr <= 0).any():
+            fail(op, f"repeats must be positive, got {arr.tolist()}")
+        if arr.size == 1:
+            return repeat_interleave(x, int(arr[0]), a, out_dim)
+        if d != arr.size:
+            fail(op, f"repeats has {arr.size} entries but dim {a} of {x.shape} is {d}")
+        size = StaticDim(int(arr.sum()))
+        if od is not None and od != size and isinstance(od, StaticDim):
+            fail(op, f"out_dim={od} differs from the result size {size} (the sum of repeats)")
+        from max.graph.ops.constant import constant
+
+        operands.append(constant(arr, DType.int64, x.device))
+        attrs = {"axis": a}
+    else:
+        rep = as_tensor(repeats, op=op, arg="repeats")
+        if od is None:
+            fail(op, "a tensor-valued repeats needs out_dim (the result's size along the axis)")
+        if not (rep.dtype.is_signed_integral() or rep.dtype.is_unsigned_integral()):
+            fail(op, f"repeats must be an integer tensor, got {rep.dtype.name}", TypeError)
+        if rep.rank > 1:
+            fail(op, f"repeats must be a scalar or 1-D tensor, got {rep.type}")
+        if rep.rank == 1 and rep.shape[0] != 1 and rep.shape[0] != d and isinstance(rep.shape[0], StaticDim) \
+                and isinstance(d, StaticDim):
+            fail(op, f"repeats has {rep.shape[0]} entries but dim {a} of {x.shape} is {d}")
+        same_device(op, x, rep)
+        if rep.dtype is not DType.int64:
+            from max.graph.ops.elementwise import cast
+
+            rep = cast(rep, DType.int64)
+        operands.append(rep)
+        size = od
+        attrs = {"axis": a, "expect": od.dim if isinstance(od, StaticDim) else None, "_check_shape": True}
+    shp = list(x.shape)
+    shp[a] = size
+    return stage1(op, operands, _result(x, shp), attrs)
+
+
+# ----------------------------------------------------------------- band_part
+def band_part(x: Any, num_lower: int | None = None, num_upper: int | None = None,
+              exclude: bool = False) -> TensorValue:
+    """Keep the band ``-num_lower <= n - m <= num_upper`` of the last two axes (``None``: unbounded),
+    zeroing the rest; ``exclude=True`` zeroes the band instead."""
+    op = "band_part"
+    x = as_tensor(x, op=op)
+    if x.rank < 2:
+        fail(op, f"x must have rank >= 2 (the last two axes are the matrix), got {x.shape}")
+    for name, v, dim in (("num_lower", num_lower, x.shape[-2]), ("num_upper", num_upper, x.shape[-1])):
+        if v is None:
+            continue
+        n = _int_arg(v, op, name)
+        if n < 0:
+            fail(op, f"{name}={n} must be non-negative (or None for the whole triangle)")
+        if isinstance(dim, StaticDim) and n > max(dim.dim - 1, 0):
+            fail(op, f"{name}={n} is out of range for a matrix dim of size {dim} "
+                     f"(valid: 0..{max(dim.dim - 1, 0)}, or None)")
+    if not isinstance(exclude, (bool, np.bool_)):
+        fail(op, f"exclude must be a bool, got {type(exclude).__name__}", TypeError)
+    attrs = {
+        "num_lower": None if num_lower is None else int(num_lower),
+        "num_upper": None if num_upper is None else int(num_upper),
+        "exclude": bool(exclude),
+    }
+    return stage1(op, [x], _result(x, x.shape), attrs)
