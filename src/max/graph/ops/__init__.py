@@ -64,3 +64,6 @@ try:
 except ModuleNotFoundError:
     pass
 from max.graph.ops.norm import *  # noqa: F401,F403,E402
+from max.graph.ops.creation import *  # noqa: F401,F403,E402
+from max.graph.ops.device import *  # noqa: F401,F403,E402
+from max.graph.ops.debug import *  # noqa: F401,F403,E402
