@@ -63,7 +63,14 @@ def _enc(encoding: Any) -> QuantizationEncoding | str:
 
 def _as_u8(blocks: Any) -> torch.Tensor:
     if isinstance(blocks, np.ndarray):
-        blocks = torch.from_numpy(np.ascontiguousarray(blocks).view(np.uint8))
+        arr = np.ascontiguousarray(blocks).view(np.uint8)
+        if not arr.flags.writeable:  # read-only maps: torch warns, but these views are only read
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                return torch.from_numpy(arr)
+        blocks = torch.from_numpy(arr)
     elif not isinstance(blocks, torch.Tensor):
         _torch = getattr(blocks, "_torch", None)
         blocks = _torch() if callable(_torch) else torch.from_dlpack(blocks)
@@ -377,6 +384,7 @@ def prepare_qweight(blocks: Any, encoding: Any, *, tile_rows: int | None = None)
         and b.device.type == "cpu"
         and _int4pack_available()
         and k % 32 == 0
+        and n % 16 == 0  # the int4 packing works on 16-row tiles
     ):
         q, scale, zero = _int4_parts(b.reshape(-1, enc.block_size), enc)
         q = q.reshape(n, k).to(torch.int32)

@@ -1,0 +1,234 @@
+"""``GGUFWeights``: tensors of a GGUF file, read with ``gguf.GGUFReader``.
+
+Shapes: GGUF stores dims innermost-first (``ReaderTensor.shape`` is
+``[ne0, ne1, ...]``); here, as in the reference, a tensor's shape is the
+row-major (numpy) order, i.e. the reverse.  Float/integer tensors keep their
+dtype (F32, F16, BF16, F64, I8..I64).  Quantized tensors are raw ``uint8``
+blocks of shape ``(*rows, bytes_per_row)`` carrying their
+:class:`QuantizationEncoding`; ``TensorInfo.logical_shape`` keeps the element
+shape.  Data are views of the reader's copy-on-write memory map.
+
+Every tensor's byte range is checked against the file size and the next
+tensor's offset, so truncated files and type/shape/size disagreements fail at
+construction, naming the file and tensor.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+
+import gguf as _gguf
+
+from max.dtype import DType
+from max.graph.quantization import QuantizationEncoding
+from max.graph.weights.protocol import TensorInfo, WeightStore, _WeightsBase, progress
+
+__all__ = ["GGUFWeights"]
+
+_T = _gguf.GGMLQuantizationType
+_PLAIN: dict[Any, DType] = {
+    _T.F32: DType.float32,
+    _T.F16: DType.float16,
+    _T.BF16: DType.bfloat16,
+    _T.F64: DType.float64,
+    _T.I8: DType.int8,
+    _T.I16: DType.int16,
+    _T.I32: DType.int32,
+    _T.I64: DType.int64,
+}
+_QUANT: dict[Any, QuantizationEncoding] = {
+    _T[e._name_]: e for e in QuantizationEncoding if e.is_gguf and e._name_ in _T.__members__
+}
+
+
+def _diagnose(path: str, err: Exception) -> str:
+    """Re-read the GGUF header to say *which* tensor or field is broken."""
+    size = os.path.getsize(path)
+    try:
+        with open(path, "rb") as f:
+            buf = f.read(min(size, 64 * 1024 * 1024))
+    except OSError as e:  # pragma: no cover
+        return f"cannot read ({e})"
+    pos = 0
+
+    def take(n: int) -> bytes:
+        nonlocal pos
+        if pos + n > len(buf):
+            raise EOFError
+        b = buf[pos:pos + n]
+        pos += n
+        return b
+
+    def u32() -> int:
+        return struct.unpack("<I", take(4))[0]
+
+    def u64() -> int:
+        return struct.unpack("<Q", take(8))[0]
+
+    def string() -> str:
+        n = u64()
+        if n > len(buf):
+            raise EOFError
+        return take(n).decode("utf-8", "replace")
+
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+    def value(t: int) -> Any:
+        if t in sizes:
+            return take(sizes[t])
+        if t == 8:
+            return string()
+        if t == 9:
+            it, n = u32(), u64()
+            for _ in range(n):
+                value(it)
+            return None
+        raise ValueError(f"unknown metadata value type {t}")
+
+    try:
+        if take(4) != b"GGUF":
+            return f"bad magic {buf[:4]!r} (expected b'GGUF'): not a GGUF file"
+        version = u32()
+        if version not in (2, 3):
+            return f"unsupported GGUF version {version} (supported: 2, 3)"
+        n_tensors, n_kv = u64(), u64()
+        align = 32
+        for _ in range(n_kv):
+            key = string()
+            t = u32()
+            v = value(t)
+            if key == "general.alignment" and t == 4:
+                align = struct.unpack("<I", v)[0]
+        tinfos = []
+        for _ in range(n_tensors):
+            name = string()
+            nd = u32()
+            dims = [u64() for _ in range(nd)]
+            ttype, off = u32(), u64()
+            tinfos.append((name, dims, ttype, off))
+        start = (pos + align - 1) // align * align
+        for name, dims, ttype, off in tinfos:
+            try:
+                qt = _T(ttype)
+            except ValueError:
+                return f"tensor {name!r}: unknown GGML type {ttype}"
+            epb, bs = _gguf.GGML_QUANT_SIZES[qt]
+            if dims and dims[0] % epb:
+                return f"tensor {name!r}: row length {dims[0]} is not a multiple of the {qt.name} block ({epb})"
+            nbytes = int(np.prod(dims, dtype=np.int64)) // epb * bs
+            if start + off + nbytes > size:
+                return (
+                    f"tensor {name!r} ({qt.name}, shape {list(reversed(dims))}) needs bytes "
+                    f"[{start + off}, {start + off + nbytes}) but the file has {size} bytes (file truncated?)"
+                )
+    except EOFError:
+        return f"header is truncated ({size} bytes)"
+    except Exception as e:  # noqa: BLE001 - diagnosis only
+        return f"{err} ({e})"
+    return str(err)
+
+
+class _GGUFStore(WeightStore):
+    format_name = "GGUF"
+
+    def __init__(self, source: Any) -> None:
+        super().__init__()
+        if isinstance(source, _gguf.GGUFReader):
+            reader = source
+            path = os.fspath(getattr(reader.data, "filename", "") or "<GGUFReader>")
+        else:
+            path = os.fspath(source)
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"GGUF file {path} does not exist")
+            size = os.path.getsize(path)
+            if size < 24:
+                raise ValueError(f"GGUF file {path}: truncated ({size} bytes; the header alone is 24)")
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    reader = _gguf.GGUFReader(path, mode="c")
+            except Exception as e:  # noqa: BLE001 - any reader failure becomes one clear error
+                raise ValueError(f"GGUF file {path}: {_diagnose(path, e)}") from None
+        self.path = path
+        self.reader = reader
+        self.raw_tensors: dict[str, Any] = {}
+        self.unsupported: dict[str, str] = {}
+        size = int(reader.data.shape[0])
+        ordered = sorted(reader.tensors, key=lambda t: int(t.data_offset))
+        bar = progress(size, "Indexing GGUF", len(ordered))
+        infos: dict[str, TensorInfo] = {}
+        try:
+            for i, t in enumerate(ordered):
+                where = f"GGUF file {path}: tensor {t.name!r}"
+                end = int(t.data_offset) + int(t.n_bytes)
+                if end > size:
+                    raise ValueError(f"{where}: data ends at byte {end} but the file has {size} bytes (file truncated?)")
+                if i + 1 < len(ordered) and end > int(ordered[i + 1].data_offset):
+                    nxt = ordered[i + 1]
+                    raise ValueError(
+                        f"{where}: type {t.tensor_type.name} x shape {list(reversed(t.shape.tolist()))} needs "
+                        f"{t.n_bytes} bytes, but tensor {nxt.name!r} starts "
+                        f"{int(nxt.data_offset) - int(t.data_offset)} bytes after it"
+                    )
+                logical = tuple(int(d) for d in reversed(t.shape.tolist()))
+                stored = tuple(int(d) for d in t.data.shape)
+                qt = t.tensor_type
+                if qt in _PLAIN:
+                    dt, enc, logical_shape = _PLAIN[qt], None, None
+                    stored = logical
+                elif qt in _QUANT:
+                    dt, enc, logical_shape = DType.uint8, _QUANT[qt], logical
+                else:
+                    dt, enc, logical_shape = DType.uint8, None, logical
+                    self.unsupported[t.name] = qt.name
+                infos[t.name] = TensorInfo(t.name, dt, stored, path, enc, logical_shape)
+                self.raw_tensors[t.name] = t
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+        # keep the file's tensor order
+        self.infos = {t.name: infos[t.name] for t in reader.tensors}
+
+    def tensor(self, name: str) -> torch.Tensor:
+        info = self.infos[name]
+        if name in self.unsupported:
+            raise ValueError(
+                f"GGUF file {self.path}: tensor {name!r} has GGML type {self.unsupported[name]}, "
+                f"which libremax cannot decode (supported: F32, F16, BF16, F64, I8-I64, "
+                f"{', '.join(e._name_ for e in _QUANT.values())})"
+            )
+        arr = self.raw_tensors[name].data
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # read-only map when a user passes an 'r' reader
+            t = torch.from_numpy(np.ascontiguousarray(arr))
+        if info.dtype == DType.bfloat16:
+            t = t.reshape(-1).view(torch.bfloat16)
+        return t.reshape(info.shape)
+
+    def raw(self, name: str) -> Any:
+        return self.raw_tensors[name]
+
+
+class GGUFWeights(_WeightsBase):
+    """Weights from a GGUF file (quantized tensors as raw uint8 blocks with their encoding)."""
+
+    def __init__(self, source: Any, tensors: dict[str, Any] | None = None, prefix: str = "",
+                 allocated: dict[str, Any] | None = None) -> None:
+        store = _GGUFStore(source)
+        if tensors is not None:
+            keep = set(tensors)
+            store.infos = {k: v for k, v in store.infos.items() if k in keep}
+        self._init_base(store, prefix, allocated)
+
+    @property
+    def reader(self) -> Any:
+        """The underlying ``gguf.GGUFReader`` (metadata fields live there)."""
+        return self._store.reader  # type: ignore[attr-defined]
