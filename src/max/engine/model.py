@@ -11,7 +11,7 @@ import torch
 from max.dtype import DType
 from max.engine.compiler.lower import Lowered, locate_error, materialize_slots, torch_device
 from max.engine.compiler.program import Program
-from max.graph.dim import StaticDim, SymbolicDim
+from max.graph.dim import StaticDim, SymbolicDim, solve_linear
 from max.graph.type import BufferType, TensorType, _ChainType
 
 
@@ -57,6 +57,9 @@ class Model:
         self._n_chain_inputs = sum(isinstance(t, _ChainType) for t in prog.input_types)
         self._checks = [_make_check(t, n) for t, n in zip(self._in_types, input_names)]
         self._captured: dict[int, Any] = {}
+        self._const_ptrs = frozenset(
+            c.untyped_storage().data_ptr() for c in self._consts if isinstance(c, torch.Tensor)
+        )
         return self
 
     # ---------------------------------------------------------------- metadata
@@ -96,8 +99,10 @@ class Model:
                 f"Model.execute: expected {n} input{'s' if n != 1 else ''} "
                 f"({', '.join(self._input_names)}), got {len(args)}"
             )
-        env: dict[str, int] = {}
+        env: dict[str, Any] = {}
         tensors = [check(a, env) for check, a in zip(self._checks, args)]
+        if "__pending__" in env:
+            _check_expression_dims(env, env.pop("__pending__"))
         if self._n_chain_inputs:
             tensors.extend([None] * self._n_chain_inputs)
         try:
@@ -110,7 +115,18 @@ class Model:
                     f"{self._prog.name!r}: {type(e).__name__}: {e}"
                 ) from e
             raise
-        return [Buffer._from_torch(o) if isinstance(o, torch.Tensor) else o for o in outs]
+        return [Buffer._from_torch(self._owned(o, tensors)) if isinstance(o, torch.Tensor) else o for o in outs]
+
+    def _owned(self, o: torch.Tensor, inputs: list) -> torch.Tensor:
+        """Outputs are contiguous and never alias an input, weight or constant."""
+        if not o.is_contiguous():
+            return o.contiguous()
+        ptr = o.untyped_storage().data_ptr()
+        if ptr in self._const_ptrs or any(
+            t is not None and t.untyped_storage().data_ptr() == ptr for t in inputs
+        ):
+            return o.clone()
+        return o
 
     # ---------------------------------------------------------------- capture
     def capture(self, graph_key: int, *inputs: Any) -> list:
@@ -225,17 +241,35 @@ def _make_check(t: Any, name: str):
                     )
         for i, kind, v in dims:
             if kind == "a":
-                try:
-                    want = v.evaluate(env)
-                except KeyError:
-                    continue
-                if shp[i] != want:
-                    raise ValueError(f"{label}: dim {i} ({v}) is {shp[i]}, expected {want}")
+                env.setdefault("__pending__", []).append((label, i, v, shp[i]))
         if x.device != dev and not (dev.type == "cuda" and x.device.type == "cuda" and dev.index in (None, x.device.index)):
             raise ValueError(f"{label}: tensor is on {x.device}, expected {dev}; move it with .to(device)")
         return x
 
     return check
+
+
+def _check_expression_dims(env: dict, pending: list) -> None:
+    """Check input dims given by expressions (``a + b``, ``h * 2``) once plain symbols are bound,
+    solving for a symbol that appears only in such expressions when it is linear."""
+    progress = True
+    while pending and progress:
+        progress = False
+        for item in list(pending):
+            label, i, v, n = item
+            try:
+                want = v.evaluate(env)
+            except KeyError:
+                sol = solve_linear(v, env, n)
+                if sol is not None:
+                    env[sol[0]] = sol[1]
+                    pending.remove(item)
+                    progress = True
+                continue
+            if n != want:
+                raise ValueError(f"{label}: dim {i} ({v}) is {n}, expected {want}")
+            pending.remove(item)
+            progress = True
 
 
 def _known(dt: Any) -> bool:

@@ -98,6 +98,7 @@ class InferenceSession:
             from max.engine import custom as _custom
 
             _custom.load_extensions(exts)
+        _check_custom_ops(model)
         load_builtin_kernels()
         import time
 
@@ -141,6 +142,19 @@ class InferenceSession:
 
     def __repr__(self) -> str:
         return f"InferenceSession(devices={self._devices})"
+
+
+def _check_custom_ops(graph: Any) -> None:
+    """Every custom op must name a registered kernel (the error lists the registered names)."""
+    from max.graph.kernel_library import _REGISTRY, unknown_kernel_message
+
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        for n in g._nodes:
+            if n.op in ("custom", "inplace_custom") and n.attrs["symbol"] not in _REGISTRY:
+                raise ValueError(f"InferenceSession.load: {n.op} at {n.loc}: {unknown_kernel_message(n.attrs['symbol'])}")
+            stack.extend(n.regions)
 
 
 def _is_chain(t: Any) -> bool:

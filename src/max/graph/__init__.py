@@ -2,6 +2,7 @@
 
 from max.graph.dim import AlgebraicDim, Dim, DimLike, StaticDim, SymbolicDim
 from max.graph.graph import Graph
+from max.graph.kernel_library import KernelLibrary
 from max.graph.shape import Shape, ShapeLike
 from max.graph.type import (
     BufferType,
@@ -29,6 +30,7 @@ __all__ = [
     "DimLike",
     "FilterLayout",
     "Graph",
+    "KernelLibrary",
     "Shape",
     "ShapeLike",
     "ShardingStrategy",

@@ -439,3 +439,36 @@ def _format_poly(p: _Poly) -> str:
         else:
             out += f" - {body}" if neg else f" + {body}"
     return out
+
+
+def solve_linear(dim: Dim, env: Mapping[str, int], value: int) -> tuple[str, int] | None:
+    """Solve ``dim == value`` for its one unknown symbol when ``dim`` is linear in it.
+
+    Returns ``(name, size)`` or None when there is no single linear unknown or no whole solution
+    (e.g. ``h * 2 == 8`` gives ``("h", 4)``).
+    """
+    p = dim._poly()
+    unknown = {a for mono in p for a, _ in mono if isinstance(a, str) and a not in env}
+    if len(unknown) != 1:
+        return None
+    (name,) = unknown
+    coef = 0
+    rest = 0
+    for mono, c in p.items():
+        powers = dict(mono)
+        k = powers.get(name, 0)
+        if k > 1 or any(not isinstance(a, str) and name in str(a) for a in powers):
+            return None
+        others = {a: pw for a, pw in powers.items() if a != name}
+        try:
+            v = c * _peval({tuple(others.items()): 1}, env) if others else c
+        except KeyError:
+            return None
+        if k == 1:
+            coef += v
+        else:
+            rest += v
+    if coef == 0 or (value - rest) % coef:
+        return None
+    sol = (value - rest) // coef
+    return (name, sol) if sol >= 0 else None

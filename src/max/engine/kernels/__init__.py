@@ -26,6 +26,7 @@ _FAMILIES = (
     "debug",
     "control_flow",
     "buffer",
+    "custom",
 )
 
 
