@@ -137,8 +137,8 @@ def test_qmatmul_matches_dequantized_matmul(name):
     assert got.shape == (2, 3, n) and got.dtype == torch.float32
     assert bool(((got.double() - ref).abs() <= 1e-5 * scale + 1e-6).all())
     p = prepare_qweight(bt, name)
-    assert p.kind == ("int4pack" if name in ("Q4_0", "Q4_1", "Q4_K") and k % 32 == 0 else "tiles") or p.kind == "tiles"
-    assert torch.allclose(qmatmul(x, p), got, rtol=1e-5, atol=1e-5)
+    assert p.kind == ("int4pack" if name in ("Q4_0", "Q4_1", "Q4_K") else "tiles")
+    assert bool(((qmatmul(x, p).double() - ref).abs() <= 1e-5 * scale + 1e-6).all())
 
 
 def test_qmatmul_shape_error():
