@@ -87,6 +87,8 @@ def advanced_index(draw):
     if n_arr == 0:
         p = draw(st.integers(0, len(groups) - 1))
         groups[p] = [rng.integers(-shape[p], shape[p], size=ishape).astype(np.int64)]
+    if draw(st.booleans()):  # an Ellipsis: anywhere when it stands for no axes, else at the end
+        groups.insert(draw(st.integers(0, len(groups))) if len(groups) == rank else len(groups), [Ellipsis])
     items = [e for g in groups for e in g]
     return shape, tuple(items)
 
@@ -117,6 +119,19 @@ def test_slice_tensor_indices_match_numpy(case):
     got = run1(lambda x: x[idx], [tt(F32, shape)], a)
     assert got.shape == want.shape, (idx, got.shape, want.shape)
     np.testing.assert_array_equal(got, want)
+    out = _sym_graph(list(shape), lambda x: x[idx])
+    assert tuple(int(d) for d in out.shape) == want.shape
+
+
+def test_empty_ellipsis_separates_tensor_indices():
+    # NumPy puts the index dims first when an Ellipsis (even one standing for
+    # no axes) separates the advanced indices; torch alone would not.
+    a = _arr((2, 3, 4))
+    i = np.array([[0, 1]])
+    for idx in [(slice(None), 0, ..., i), (slice(None), i, ..., np.array([1, 0])), (slice(None), ..., 0, i)]:
+        got = run1(lambda x: x[idx], [tt(F32, [2, 3, 4])], a)
+        assert got.shape == a[idx].shape
+        np.testing.assert_array_equal(got, a[idx])
 
 
 def test_spec_examples():

@@ -42,10 +42,13 @@ def slice_tensor(
     subs: tuple = (),
     flip: bool = False,
     adv_ints: tuple = (),
+    adv_front: tuple = (),
 ) -> torch.Tensor:
     """``x[index]`` (see :func:`substitute_index`); ``flip`` rewrites
     negative-step slices as positive ones on flipped axes (torch has no
-    negative strides)."""
+    negative strides); ``adv_front = (start, n)`` moves the ``n`` index dims
+    torch placed at ``start`` to the front (NumPy's placement when an empty
+    Ellipsis separates tensor indices)."""
     if not (subs or flip or adv_ints):
         return x[index]
     idx = substitute_index(index, subs, ts, adv_ints, x.device)
@@ -65,6 +68,9 @@ def slice_tensor(
         if axes:
             x = x.flip(axes)
         idx = tuple(idx)
+    if adv_front:
+        start, n = adv_front
+        return x[idx].movedim(tuple(range(start, start + n)), tuple(range(n)))
     return x[idx]
 
 

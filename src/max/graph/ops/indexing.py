@@ -157,9 +157,11 @@ def slice_tensor(x: Any, indices: Any) -> TensorValue:
     n_used = sum(1 for e in items if consumes(e))
     if n_used > rank:
         fail(op, f"too many indices for a rank-{rank} tensor {x.shape}: {n_used} axes indexed", IndexError)
+    ell_at, ell_width = -1, 0
     if n_ell:
-        k = items.index(Ellipsis)
-        items[k:k + 1] = [slice(None)] * (rank - n_used)
+        ell_at = next(i for i, e in enumerate(items) if e is Ellipsis)
+        ell_width = rank - n_used
+        items[ell_at:ell_at + 1] = [slice(None)] * ell_width
 
     index: list = []
     operands: list[TensorValue] = [x]
@@ -252,44 +254,46 @@ def slice_tensor(x: Any, indices: Any) -> TensorValue:
         fail(op, f"{where}: unsupported index {e!r} of type {type(e).__name__}; expected an int, slice, "
                  "(slice, out_dim), None, ..., or an integer tensor", TypeError)
 
+    # ``out`` holds the dims of the None/slice entries in order; the axes no
+    # entry indexes follow unchanged.
+    rest = list(x.shape[axis:])
     convert_ints: tuple = ()
+    adv_front: tuple = ()
     if adv_pos:
         bshape = adv_shapes[0]
         for s in adv_shapes[1:]:
             bshape = broadcast_shapes(bshape, s, op, "tensor indices")
+        # NumPy treats ints as advanced indices when a tensor index is present
+        # (torch applies them first); the kernel turns them into index tensors.
         all_adv = sorted(adv_pos + int_pos)
-        # NumPy treats ints as advanced indices when a tensor index is present;
-        # torch applies them first.  The kernel turns them into index tensors.
         if int_pos and len(bshape) > 0:
             convert_ints = tuple(int_pos)
-        adjacent = all_adv == list(range(all_adv[0], all_adv[-1] + 1))
-        # result dims: the basic (non-advanced) dims in order, advanced group inserted
-        basic: list = []
-        insert_at = 0
-        k = 0
-        for pos, e in enumerate(items):
-            if pos in int_pos or pos in adv_pos:
-                if pos == all_adv[0]:
-                    insert_at = len(basic)
-                continue
-            basic.append(out[k])
-            k += 1
-        if not adjacent:
-            insert_at = 0
-        shape = Shape(basic[:insert_at] + list(bshape) + basic[insert_at:])
+        # The broadcast index dims replace the advanced entries when those are
+        # adjacent, otherwise they come first.
+        # NumPy decides on the index as written, where an Ellipsis separates
+        # even when it stands for no axes; torch sees the expanded index.
+        orig = [p if p < ell_at or ell_at < 0 else (p - ell_width + 1 if p >= ell_at + ell_width else ell_at)
+                for p in all_adv]
+        adjacent = orig == list(range(orig[0], orig[0] + len(orig)))
+        torch_adjacent = all_adv == list(range(all_adv[0], all_adv[-1] + 1))
+        n_before = all_adv[0] if adjacent else 0  # entries before it are None/slices
+        if torch_adjacent and not adjacent and all_adv[0] > 0 and len(bshape) > 0:
+            adv_front = (all_adv[0], len(bshape))
+        shape = Shape(out[:n_before] + list(bshape) + out[n_before:] + rest)
     else:
-        shape = Shape(out + list(x.shape[axis:]))
-    shape = Shape(list(shape) + ([] if not adv_pos else list(x.shape[axis:])))
+        shape = Shape(out + rest)
 
     if not subs and not any_neg and all(isinstance(e, slice) and e == slice(None) for e in index):
         return x
     attrs: dict = {"index": tuple(index)}
     if subs:
         attrs["subs"] = tuple(subs)
-    if any_neg or any(f == 2 for _, f in subs):
+    if any_neg:
         attrs["flip"] = True
     if convert_ints:
         attrs["adv_ints"] = convert_ints
+    if adv_front:
+        attrs["adv_front"] = adv_front
     if check_shape:
         attrs["_check_shape"] = True
     return stage1(op, operands, TensorType(x.dtype, shape, x.device), attrs)
