@@ -67,3 +67,6 @@ from max.graph.ops.norm import *  # noqa: F401,F403,E402
 from max.graph.ops.creation import *  # noqa: F401,F403,E402
 from max.graph.ops.device import *  # noqa: F401,F403,E402
 from max.graph.ops.debug import *  # noqa: F401,F403,E402
+from max.graph.ops.control_flow import call, cond, fence, while_loop  # noqa: E402
+from max.graph.ops.buffer import buffer_load, buffer_store, buffer_store_slice  # noqa: E402
+from max.graph.ops.custom import custom, inplace_custom  # noqa: E402

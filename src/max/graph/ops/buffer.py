@@ -78,6 +78,9 @@ def buffer_store_slice(destination: Any, source: Any, indices: Any) -> None:
         node = view._node
         attrs = {k: v for k, v in node.attrs.items() if not k.startswith("_")}
         operands = list(node.inputs[1:])
+        if attrs.get("adv_front"):
+            fail(op, "this mix of tensor indices and `...` is not supported for stores; index with "
+                     "adjacent tensor indices instead")
         if attrs.get("flip"):
             fail(op, "negative-step slices cannot be stored into; store a flipped source into a positive-step slice")
     src = _store_source(source, view.shape, b, op)
