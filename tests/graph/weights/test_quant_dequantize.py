@@ -133,12 +133,17 @@ def test_qmatmul_matches_dequantized_matmul(name):
     x = torch.randn(2, 3, k, generator=torch.Generator().manual_seed(0))
     ref = x.double() @ w.T
     scale = x.double().abs() @ w.abs().T  # bound on the float32 rounding error's scale
-    got = qmatmul(x, bt, name, tile_rows=20)
-    assert got.shape == (2, 3, n) and got.dtype == torch.float32
-    assert bool(((got.double() - ref).abs() <= 1e-5 * scale + 1e-6).all())
+    exact = qmatmul(x, bt, name, tile_rows=20, fast=False)
+    assert exact.shape == (2, 3, n) and exact.dtype == torch.float32
+    assert bool(((exact.double() - ref).abs() <= 1e-5 * scale + 1e-6).all())
     p = prepare_qweight(bt, name)
-    assert p.kind == ("int4pack" if name in ("Q4_0", "Q4_1", "Q4_K") else "tiles")
-    assert bool(((qmatmul(x, p).double() - ref).abs() <= 1e-5 * scale + 1e-6).all())
+    int4 = name in ("Q4_0", "Q4_1", "Q4_K")
+    assert p.kind == ("int4pack" if int4 else "tiles")
+    # the fast int4 kernel rounds activations and scales to bfloat16
+    tol = 2e-2 if int4 else 1e-5
+    got = qmatmul(x, p)
+    assert got.dtype == torch.float32
+    assert bool(((got.double() - ref).abs() <= tol * scale + 1e-6).all())
 
 
 def test_qmatmul_shape_error():

@@ -9,10 +9,15 @@ the same float32 operations in the same order as ``gguf.quants.dequantize``,
 so the results are bit-identical to it.
 
 ``qmatmul(x, blocks, encoding)`` computes ``x @ dequantize(blocks).T``
-without materialising the whole float weight: Q4_0/Q4_1/Q4_K weights are
-repacked once (cached per weight tensor) into torch's int4 group-quantised
-CPU GEMM (``_weight_int4pack_mm_for_cpu``); other formats are dequantised
-tile by tile (a bounded number of rows at a time) and multiplied.
+without materialising the whole float weight.  With ``fast=True`` (default)
+Q4_0/Q4_1/Q4_K weights are repacked once (cached per weight tensor) into
+torch's int4 group-quantised CPU GEMM (``_weight_int4pack_mm_for_cpu``) run
+in bfloat16: activations and the per-32 scales/offsets are rounded to
+bfloat16 (relative error ~2**-8 per term, well under the 4-bit weight
+error; llama.cpp likewise quantises activations to 8 bits).  Every other
+case -- other formats, ``fast=False``, non-CPU tensors -- dequantises the
+exact float32 weight tile by tile (``tile_rows`` rows at a time) and
+multiplies in float32.
 
 The graph ops (``dequantize``/``qmatmul`` nodes) are registered elsewhere;
 this module only provides the functions.
@@ -335,7 +340,7 @@ class PreparedQWeight:
         """Bytes read per full pass over the weight (what a decode step streams)."""
         if self.kind == "int4pack":
             assert self.packed is not None and self.scales_zeros is not None
-            return self.packed.numel() * self.packed.element_size() + self.scales_zeros.numel() * 4
+            return self.packed.numel() * self.packed.element_size() + self.scales_zeros.numel() * self.scales_zeros.element_size()
         return self.blocks.numel()
 
 
@@ -391,43 +396,64 @@ def prepare_qweight(blocks: Any, encoding: Any, *, tile_rows: int | None = None)
         g = k // 32
         sz = torch.stack([scale.reshape(n, g), zero.reshape(n, g)], dim=-1).transpose(0, 1).contiguous()
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
-        return PreparedQWeight(b, enc, n, k, "int4pack", packed, sz)
+        # torch's CPU int4 kernel is fast in bfloat16 only (its float32 path is scalar code)
+        return PreparedQWeight(b, enc, n, k, "int4pack", packed, sz.to(torch.bfloat16))
     return PreparedQWeight(b, enc, n, k, "tiles")
 
 
-_PREPARED: "weakref.WeakKeyDictionary[torch.Tensor, PreparedQWeight]" = weakref.WeakKeyDictionary()
+# id(blocks tensor) -> (weak ref to it, prepared weight).  Keyed by identity: tensors'
+# __eq__ is elementwise, so a WeakKeyDictionary cannot hold them.
+_PREPARED: dict[int, tuple["weakref.ref[torch.Tensor]", PreparedQWeight]] = {}
 
 
-def qmatmul(x: torch.Tensor, blocks: Any, encoding: Any = None, *, tile_rows: int = 256) -> torch.Tensor:
+def _cached(t: torch.Tensor) -> PreparedQWeight | None:
+    hit = _PREPARED.get(id(t))
+    return hit[1] if hit is not None and hit[0]() is t else None
+
+
+def _remember(t: torch.Tensor, w: PreparedQWeight) -> None:
+    key = id(t)
+    try:
+        ref = weakref.ref(t, lambda _r, key=key: _PREPARED.pop(key, None))
+    except TypeError:  # pragma: no cover - tensors support weak references
+        return
+    _PREPARED[key] = (ref, w)
+
+
+def qmatmul(x: torch.Tensor, blocks: Any, encoding: Any = None, *, tile_rows: int = 256,
+            fast: bool = True) -> torch.Tensor:
     """``x @ dequantize(blocks, encoding).T`` for a ``(N, K_bytes)`` quantised weight.
 
     ``x``: float ``(..., K)``.  ``blocks``: raw uint8 blocks (a torch tensor is
     prepared once and cached by identity) or a :class:`PreparedQWeight`.
-    Returns ``(..., N)`` in ``x``'s dtype (computed in float32).
+    ``fast``: allow the bfloat16 int4 kernel for Q4 kinds (see the module doc);
+    ``False`` always uses the exact float32 weight.
+    Returns ``(..., N)`` in ``x``'s dtype.
     """
     if isinstance(blocks, PreparedQWeight):
         w = blocks
     else:
         if encoding is None:
             raise ValueError("qmatmul: encoding is required with raw blocks")
-        key = blocks if isinstance(blocks, torch.Tensor) else None
-        w = _PREPARED.get(key) if key is not None else None  # type: ignore[arg-type]
+        is_t = isinstance(blocks, torch.Tensor)
+        w = _cached(blocks) if is_t else None
         if w is None or w.encoding is not _enc(encoding):
             w = prepare_qweight(blocks, encoding)
-            if key is not None:
-                _PREPARED[key] = w
+            if is_t:
+                _remember(blocks, w)
     if x.shape[-1] != w.k:
         raise ValueError(f"qmatmul: x has {x.shape[-1]} features, the {w.encoding._name_} weight has K={w.k}")
     lead = x.shape[:-1]
-    x2 = x.reshape(-1, w.k).to(torch.float32)
-    if w.kind == "int4pack":
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2.contiguous(), w.packed, 32, w.scales_zeros)
+    if w.kind == "int4pack" and fast and x.device.type == "cpu":
+        xb = x.reshape(-1, w.k).to(torch.bfloat16).contiguous()
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(xb, w.packed, 32, w.scales_zeros)
     else:
+        x2 = x.reshape(-1, w.k).to(torch.float32)
         y = torch.empty((x2.shape[0], w.n), dtype=torch.float32, device=x2.device)
         tile = torch.empty((min(tile_rows, w.n), w.k), dtype=torch.float32, device=x2.device)
         for s in range(0, w.n, tile_rows):
             e = min(s + tile_rows, w.n)
             t = tile[: e - s]
             dequantize(w.blocks[s:e], w.encoding, out=t)
-            torch.matmul(x2, t.T, out=y[:, s:e]) if y[:, s:e].is_contiguous() else y[:, s:e].copy_(x2 @ t.T)
+            y[:, s:e] = x2 @ t.T
     return y.reshape(*lead, w.n).to(x.dtype)
