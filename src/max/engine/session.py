@@ -13,6 +13,7 @@ import torch
 
 from max.dtype import DType
 from max.engine.compiler import passes
+from max.engine.compiler.fusion import fuse
 from max.engine.compiler.lower import lower, materialize_slots, resolve_attrs_now, torch_device
 from max.engine.compiler.program import Program, from_graph
 from max.engine.kernels import load_builtin_kernels
@@ -41,10 +42,15 @@ class InferenceSession:
 
     ``devices`` defaults to the host CPU.  ``num_threads`` (when given) sets
     torch's intra-op thread count for the process.
+
+    ``optimization_level`` (libremax extension; default from ``LIBREMAX_OPT_LEVEL`` or 1):
+    0 = fold/CSE/DCE only; 1 = also pattern fusion (linear+bias+act, SwiGLU,
+    RMSNorm, attention -> SDPA); 2 = also ``torch.compile`` (Inductor) on the
+    generated module, compiled on first execution per input shapes.
     """
 
     def __init__(self, devices: Iterable[Any] | None = None, num_threads: int | None = None, *,
-                 custom_extensions: Any = None) -> None:
+                 custom_extensions: Any = None, optimization_level: int | None = None) -> None:
         from max import driver
 
         devs = list(devices) if devices is not None else [driver.CPU()]
@@ -59,6 +65,10 @@ class InferenceSession:
                 raise ValueError(f"InferenceSession: num_threads must be a positive int, got {num_threads!r}")
             torch.set_num_threads(num_threads)
         self._num_threads = num_threads
+        level = optimization_level if optimization_level is not None else int(os.environ.get("LIBREMAX_OPT_LEVEL", "1"))
+        if level not in (0, 1, 2):
+            raise ValueError(f"InferenceSession: optimization_level must be 0, 1 or 2, got {level!r}")
+        self._opt_level = level
         self._custom_extensions = _ext_list(custom_extensions)
         self._profiling = GPUProfilingMode(os.environ.get("MODULAR_ENABLE_PROFILING", "off").lower()
                                            if os.environ.get("MODULAR_ENABLE_PROFILING", "off").lower()
@@ -105,13 +115,16 @@ class InferenceSession:
         t0 = time.perf_counter()
         prog = from_graph(model)
         _check_devices(prog, self._devices)
-        stats: dict[str, Any] = {"nodes_in": len(prog.nodes)}
-        lowered, consts = compile_program(prog, weights_registry or {}, "", stats)
+        stats: dict[str, Any] = {"nodes_in": len(prog.nodes), "_opt_level": self._opt_level}
+        lowered, consts = compile_program(prog, weights_registry or {}, "", stats, self._opt_level)
         stats["nodes_out"] = len(prog.nodes)
         stats["compile_s"] = time.perf_counter() - t0
         self.last_compile_stats = stats
         names = [f"input{i}" for i, t in enumerate(prog.input_types) if not _is_chain(t)]
-        return Model._create(self, prog, lowered, consts, names)
+        model = Model._create(self, prog, lowered, consts, names)
+        if self._opt_level >= 2:
+            model._fn = torch.compile(lowered.module, dynamic=None)
+        return model
 
     # ------------------------------------------------------------------ settings
     def gpu_profiling(self, mode: GPUProfilingMode | str) -> None:
@@ -220,12 +233,16 @@ def weight_to_torch(value: Any, name: str) -> torch.Tensor:
     raise TypeError(f"weights_registry[{name!r}]: expected a DLPack/numpy array or Buffer, got {type(value).__name__}")
 
 
-def compile_program(prog: Program, registry: Mapping[str, Any], prefix: str, stats: dict | None = None) -> tuple:
+def compile_program(prog: Program, registry: Mapping[str, Any], prefix: str, stats: dict | None = None,
+                    opt_level: int = 1) -> tuple:
     """Passes, lowering and binding of one program (regions compile recursively)."""
     kernels = load_builtin_kernels()
     stats = {} if stats is None else stats
     stats["folded"] = stats.get("folded", 0) + passes.fold_constants(prog, resolve_attrs_now)
     stats["cse"] = stats.get("cse", 0) + passes.cse(prog)
+    if opt_level >= 1:
+        for k, c in fuse(prog).items():
+            stats.setdefault("fused", {})[k] = stats.get("fused", {}).get(k, 0) + c
     stats["dce"] = stats.get("dce", 0) + passes.dce(prog)
     missing = sorted({n.op for n in prog.nodes} - set(kernels) - {"constant", "weight", "chain", "merge_chains"})
     if missing:
@@ -266,7 +283,7 @@ def _region_runners(node: Any, types: dict, registry: Mapping[str, Any], prefix:
     for sub in node.regions:
         pos = tuple(nonchain.index(f) for f in sub.free_ids)
         sub_prefix = prefix + str(node.attrs.get("prefix", "") or "")
-        lowered, consts = compile_program(sub, registry, sub_prefix, stats)
+        lowered, consts = compile_program(sub, registry, sub_prefix, stats, stats.get("_opt_level", 1))
         runners.append(RegionRunner(sub, lowered, consts, pos))
     return tuple(runners)
 

@@ -1,0 +1,99 @@
+"""Pattern fusion changes no result beyond float tolerance, and only fires when it may."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from max.dtype import DType
+from max.engine import InferenceSession
+from max.graph import DeviceRef, Graph, TensorType, ops
+
+CPU = DeviceRef.CPU()
+
+
+def _run_both(build, *arrays):
+    outs = {}
+    stats = {}
+    for lvl in (0, 1):
+        s = InferenceSession(optimization_level=lvl)
+        m = s.load(build())
+        outs[lvl] = [o.to_numpy() for o in m.execute(*arrays)]
+        stats[lvl] = s.last_compile_stats.get("fused", {})
+    for a, b in zip(outs[0], outs[1]):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+    assert not stats[0]
+    return stats[1]
+
+
+rng = np.random.default_rng(0)
+
+
+@pytest.mark.parametrize("act", [None, "relu", "gelu", "silu"])
+def test_linear_bias_act(act):
+    def build():
+        with Graph("lin", input_types=[TensorType(DType.float32, ("b", 8), CPU), TensorType(DType.float32, (8, 5), CPU),
+                                       TensorType(DType.float32, (5,), CPU)]) as g:
+            x, w, b = g.inputs
+            y = x @ w + b
+            g.output(getattr(ops, act)(y) if act else y)
+        return g
+
+    st = _run_both(build, rng.standard_normal((3, 8), np.float32), rng.standard_normal((8, 5), np.float32),
+                   rng.standard_normal(5).astype(np.float32))
+    assert st == {"fused_linear": 1}
+
+
+def test_swiglu_and_rms_norm():
+    def build():
+        with Graph("mlp", input_types=[TensorType(DType.float32, (2, 3, 8), CPU), TensorType(DType.float32, (8,), CPU),
+                                       TensorType(DType.float32, (8, 16), CPU), TensorType(DType.float32, (8, 16), CPU)]) as g:
+            x, nw, w1, w3 = g.inputs
+            h = x * ops.rsqrt(ops.mean(x * x, axis=-1) + 1e-6) * nw
+            g.output(ops.silu(h @ w1) * (h @ w3))
+        return g
+
+    st = _run_both(build, rng.standard_normal((2, 3, 8), np.float32), rng.standard_normal(8).astype(np.float32),
+                   rng.standard_normal((8, 16), np.float32), rng.standard_normal((8, 16), np.float32))
+    assert st == {"fused_rms_norm": 1, "fused_swiglu": 1}
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_attention_to_sdpa(with_mask):
+    S, D = 6, 4
+
+    def build():
+        types = [TensorType(DType.float32, (2, 3, S, D), CPU)] * 3 + [TensorType(DType.float32, (S, S), CPU)]
+        with Graph("attn", input_types=types) as g:
+            q, k, v, mask = g.inputs
+            s = q @ ops.transpose(k, -1, -2) * (1 / math.sqrt(D))
+            if with_mask:
+                s = s + mask
+            g.output(ops.softmax(s) @ v)
+        return g
+
+    mask = np.triu(np.full((S, S), -1e9, np.float32), 1)
+    args = [rng.standard_normal((2, 3, S, D), np.float32) for _ in range(3)] + [mask]
+    st = _run_both(build, *args)
+    assert st == {"fused_attention": 1}
+
+
+def test_no_fusion_when_intermediate_is_shared():
+    def build():
+        with Graph("shared", input_types=[TensorType(DType.float32, (2, 4), CPU), TensorType(DType.float32, (4, 4), CPU),
+                                          TensorType(DType.float32, (4,), CPU)]) as g:
+            x, w, b = g.inputs
+            mm = x @ w
+            g.output(ops.relu(mm + b), mm)  # matmul result used twice
+        return g
+
+    st = _run_both(build, rng.standard_normal((2, 4), np.float32), rng.standard_normal((4, 4), np.float32),
+                   rng.standard_normal(4).astype(np.float32))
+    assert st == {}
+
+
+def test_bad_optimization_level():
+    with pytest.raises(ValueError, match="optimization_level must be 0, 1 or 2"):
+        InferenceSession(optimization_level=5)
