@@ -27,6 +27,8 @@ _FAMILIES = (
     "control_flow",
     "buffer",
     "custom",
+    "fused",
+    "conv", "pool", "signal", "distributed", "complex",
 )
 
 
