@@ -218,13 +218,7 @@ EXAMPLES: dict[int | str, dict] = {
                 postamble="assert input.shape == [2, 2]  # '## Input tensor with shape (2, 2)'\n"),
     10170: _repeat_check("[[1.0, 2.0], [1.0, 2.0], [3.0, 4.0], [3.0, 4.0]]"),
     10178: _repeat_check("[[1.0, 1.0, 2.0, 2.0], [3.0, 3.0, 4.0, 4.0]]"),
-    10188: dict(
-        **_repeat_check("[[1.0, 2.0], [1.0, 2.0], [3.0, 4.0], [3.0, 4.0], [3.0, 4.0]]"),
-        marks=[("xfail", "libremax bug: repeat_interleave with tensor repeats and no out_dim raises "
-                          "\"ValueError: repeat_interleave: a tensor-valued repeats needs out_dim (the result's size "
-                          "along the axis)\"; the spec example omits out_dim (out_dim defaults to None, its doc "
-                          "does not say it is required)", "ValueError")],
-    ),
+    10188: _repeat_check("[[1.0, 2.0], [1.0, 2.0], [3.0, 4.0], [3.0, 4.0], [3.0, 4.0]]"),
     10196: _repeat_check("[1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0]"),
     10498: dict(setup=G_IMPORTS, context=GRAPH_CTX,
                 postamble="assert result.dtype == DType.int64 and result.shape == [2, 1]\n"),

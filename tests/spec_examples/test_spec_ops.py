@@ -333,7 +333,6 @@ np.testing.assert_array_equal(got, np.array([[1.0, 1.0, 2.0, 2.0], [3.0, 3.0, 4.
     run_example(CODE, line=10178, setup=SETUP, context=CONTEXT, preamble=PREAMBLE, postamble=POSTAMBLE, check=CHECK)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason='libremax bug: repeat_interleave with tensor repeats and no out_dim raises "ValueError: repeat_interleave: a tensor-valued repeats needs out_dim (the result\'s size along the axis)"; the spec example omits out_dim (out_dim defaults to None, its doc does not say it is required)')
 def test_L10188_graph_ops_repeat_interleave():
     '004 L10188 (max.graph.ops.repeat_interleave).'
     CODE = '''\

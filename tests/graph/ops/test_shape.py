@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from max.dtype import DType
-from max.graph import Dim, Graph, TensorType, ops
+from max.graph import Dim, Graph, StaticDim, TensorType, ops
 from max.graph.ops.shape import AxisError
 from support import run1, run_graph, session, to_input, tt
 
@@ -656,6 +656,16 @@ def test_repeat_interleave_types():
         check(f(x)[0], np.repeat(x, 2, axis=0), DType.float32)
 
 
+def test_repeat_interleave_tensor_repeats_without_out_dim_gets_a_fresh_dim():
+    ty = [tt(DType.float32, [2, 3]), tt(DType.int64, [2])]
+    _, (res,) = build(lambda x, r: ops.repeat_interleave(x, r, axis=0), ty)
+    assert res.shape[1] == 3 and not isinstance(res.shape[0], StaticDim)
+    f = load(lambda x, r: ops.repeat_interleave(x, r, axis=0) * 2, ty)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (out,) = f(x, np.array([1, 3]))
+    np.testing.assert_array_equal(out, np.repeat(x, [1, 3], axis=0) * 2)
+
+
 def test_repeat_interleave_errors():
     ty = [tt(DType.float32, [2, 3])]
     with pytest.raises(ValueError, match=r"repeat_interleave: repeats must be positive, got 0"):
@@ -668,8 +678,6 @@ def test_repeat_interleave_errors():
         build(lambda x: ops.repeat_interleave(x, 2, axis=2), ty)
     with pytest.raises(ValueError, match=r"repeat_interleave: repeats has 2 entries but dim 1 of \[2, 3\] is 3"):
         build(lambda x: ops.repeat_interleave(x, [1, 2], axis=1), ty)
-    with pytest.raises(ValueError, match=r"repeat_interleave: a tensor-valued repeats needs out_dim"):
-        build(lambda x, r: ops.repeat_interleave(x, r, axis=0), [ty[0], tt(DType.int64, [2])])
     with pytest.raises(TypeError, match=r"repeat_interleave: repeats must be an integer tensor"):
         build(lambda x, r: ops.repeat_interleave(x, r, axis=0, out_dim="n"), [ty[0], tt(DType.float32, [2])])
     with pytest.raises(ValueError, match=r"repeat_interleave: repeats has 3 entries but dim 0"):

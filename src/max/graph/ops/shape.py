@@ -532,6 +532,9 @@ def rebind(x: Any, shape: Any, message: str = "", layout: Any = None) -> TensorV
 
 
 # --------------------------------------------------------- repeat_interleave
+_FRESH = 0
+
+
 def repeat_interleave(x: Any, repeats: Any, axis: int | None = None, out_dim: Any = None) -> TensorValue:
     """Repeat each element ``repeats`` times along ``axis`` (``torch.repeat_interleave``).
 
@@ -580,8 +583,14 @@ def repeat_interleave(x: Any, repeats: Any, axis: int | None = None, out_dim: An
         attrs = {"axis": a}
     else:
         rep = as_tensor(repeats, op=op, arg="repeats")
+        if rep._node.op == "constant" and rep.dtype.is_integral():
+            # a constant repeats tensor: its values give a static result size
+            return repeat_interleave(x, rep._node.attrs["value"].reshape(-1), a, out_dim)
         if od is None:
-            fail(op, "a tensor-valued repeats needs out_dim (the result's size along the axis)")
+            # the size depends on the data: name it with a fresh symbolic dim, bound at execution
+            global _FRESH
+            _FRESH += 1
+            od = Dim(f"repeat_interleave_{_FRESH}")
         if not (rep.dtype.is_signed_integral() or rep.dtype.is_unsigned_integral()):
             fail(op, f"repeats must be an integer tensor, got {rep.dtype.name}", TypeError)
         if rep.rank > 1:
