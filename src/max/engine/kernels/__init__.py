@@ -28,6 +28,7 @@ _FAMILIES = (
     "buffer",
     "custom",
     "fused",
+    "quantized",
     "conv", "pool", "signal", "distributed", "complex",
 )
 
