@@ -145,7 +145,7 @@ class Module(Layer):
                 _assign_paths(value, _join(st.path, name) if st.path is not None else name)
             elif isinstance(value, Weight):
                 st.weights[name] = value
-                if st.path is not None:
+                if st.path is not None and value._shard_parent is None:
                     value.name = _join(st.path, name)
         object.__setattr__(self, name, value)
 
@@ -200,7 +200,7 @@ class Module(Layer):
         """All ``Weight`` objects in the model by unique dotted name (names are finalised)."""
         out: dict[str, Weight] = {}
         for full, _layer, _attr, w in self._named_weights():
-            w.name = full
+            _finalize(w, full)
             out[full] = w
         return out
 
@@ -208,7 +208,7 @@ class Module(Layer):
         """Weight values by name; never-loaded weights are zero-filled (or ValueError when not ``auto_initialize``)."""
         out: dict[str, Any] = {}
         for full, layer, attr, w in self._named_weights():
-            w.name = full
+            _finalize(w, full)
             values = layer._mstate().values
             if attr not in values:
                 if not auto_initialize:
@@ -258,7 +258,7 @@ class Module(Layer):
         for full, layer, attr, w in named:
             if full not in state_dict:
                 continue
-            w.name = full
+            _finalize(w, full)
             pending.append((layer, attr, w, _check_value(w, full, state_dict[full],
                                                           override_quantization_encoding, weight_alignment)))
         for layer, attr, w, (data, dtype, shape, encoding) in pending:
@@ -345,6 +345,11 @@ class Module(Layer):
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
+def _finalize(w: Weight, name: str) -> None:
+    if w._shard_parent is None:
+        w.name = name
+
+
 def _assign_paths(module: Module, path: str) -> None:
     """Give ``module`` (and everything below it) its dotted path; rename owned weights accordingly."""
     seen: set[int] = set()
@@ -356,7 +361,8 @@ def _assign_paths(module: Module, path: str) -> None:
         st = m._mstate()
         st.path = p
         for attr, w in st.weights.items():
-            w.name = _join(p, attr)
+            if w._shard_parent is None:  # shards keep their parent-derived names
+                w.name = _join(p, attr)
         for attr, sub in st.sublayers.items():
             walk(sub, _join(p, attr))
 
