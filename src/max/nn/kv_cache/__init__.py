@@ -1,0 +1,43 @@
+"""``max.nn.kv_cache``: KV cache parameters, context protocol and managers.
+
+* :mod:`.cache_params`: ``KVCacheParams``, ``KVCacheStrategy``.
+* :mod:`.context`: ``KVCacheAwareContext``.
+* :mod:`.manager`: ``KVCacheManager`` (abstract), ``KVCacheInputs`` and friends.
+* :mod:`.paged_cache`: ``PagedKVCacheManager`` (page pool, page tables, prefix caching).
+"""
+
+from max.nn.kv_cache.cache_params import DEFAULT_PAGE_SIZE, KVCacheParams, KVCacheStrategy
+from max.nn.kv_cache.context import KVCacheAwareContext
+from max.nn.kv_cache.manager import (
+    KVCacheInputs,
+    KVCacheInputsSequence,
+    KVCacheInputSymbols,
+    KVCacheManager,
+    PaddedKVCacheInputs,
+    RaggedKVCacheInputs,
+)
+from max.nn.kv_cache.paged_cache import (
+    InsufficientPagesError,
+    PagedCacheInputSymbols,
+    PagedKVCacheManager,
+    PagePool,
+    hash_page,
+)
+
+__all__ = [
+    "DEFAULT_PAGE_SIZE",
+    "InsufficientPagesError",
+    "KVCacheAwareContext",
+    "KVCacheInputSymbols",
+    "KVCacheInputs",
+    "KVCacheInputsSequence",
+    "KVCacheManager",
+    "KVCacheParams",
+    "KVCacheStrategy",
+    "PaddedKVCacheInputs",
+    "PagePool",
+    "PagedCacheInputSymbols",
+    "PagedKVCacheManager",
+    "RaggedKVCacheInputs",
+    "hash_page",
+]
