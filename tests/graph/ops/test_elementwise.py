@@ -271,3 +271,36 @@ def test_symbolic_graph_runs_at_several_sizes():
         a = np.random.default_rng(n).standard_normal((n, 3)).astype(np.float32)
         out = m.execute(a)[0].to_numpy()
         np.testing.assert_allclose(out, 2 / (1 + np.exp(-a.astype(np.float64))) + a, rtol=1e-5, atol=1e-6)
+
+
+@given(data=st.data())
+def test_mod_op_on_floats(data):
+    a = data.draw(_floats((5,), -20, 20))
+    b = data.draw(hnp.arrays(np.float32, (5,), elements=st.sampled_from([-3.5, -2.0, 1.5, 4.0])))
+    out = run1(lambda x, y: ops.mod(x, y), [tt(DType.float32, (5,))] * 2, a, b)
+    np.testing.assert_allclose(out, np.mod(a.astype(np.float64), b), rtol=1e-5, atol=1e-5)
+
+
+@given(data=st.data())
+def test_outer(data):
+    sa = data.draw(hnp.array_shapes(min_dims=1, max_dims=2, max_side=4))
+    sb = data.draw(hnp.array_shapes(min_dims=1, max_dims=2, max_side=4))
+    a, b = data.draw(_floats(sa)), data.draw(_floats(sb))
+    out = run1(lambda x, y: ops.outer(x, y), [tt(DType.float32, sa), tt(DType.float32, sb)], a, b)
+    np.testing.assert_allclose(out, np.outer(a.astype(np.float64), b), rtol=1e-5, atol=1e-5)
+
+
+def test_constant_external_is_a_named_weight():
+    from support import session
+
+    t = TensorType(DType.float32, (3,))
+    with Graph("ce", input_types=[t]) as g:
+        w1 = ops.constant_external("bias", t)
+        w2 = ops.constant_external("bias", t)  # same name and type: the same weight
+        g.output(g.inputs[0] + w1 + w2)
+    assert list(g.weights()) == ["bias"]
+    out = session().load(g, weights_registry={"bias": np.ones(3, np.float32)}).execute(np.zeros(3, np.float32))
+    np.testing.assert_array_equal(out[0].to_numpy(), [2, 2, 2])
+    with g:
+        with pytest.raises(ValueError, match="already has a different weight named 'bias'"):
+            ops.constant_external("bias", TensorType(DType.float32, (4,)))
