@@ -82,7 +82,7 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
-def gaussian_like(like: TensorType, mean: Any = 0, std: Any = 1) -> Any:
+def _gaussian_like(like: TensorType, mean: Any = 0, std: Any = 1) -> Any:
     """Normal samples with ``like``'s dtype, shape and device (a graph op).
 
     Raises ValueError if ``std <= 0`` (for a number ``std``).  Tensor ``mean``
@@ -103,10 +103,7 @@ def gaussian_like(like: TensorType, mean: Any = 0, std: Any = 1) -> Any:
     return ops.add(ops.mul(z, std), mean)
 
 
-normal_like = gaussian_like
-
-
-def uniform_like(like: TensorType, range: Any = (0, 1)) -> Any:  # noqa: A002 - reference name
+def _uniform_like(like: TensorType, range: Any = (0, 1)) -> Any:  # noqa: A002 - reference name
     """Uniform samples in ``[range[0], range[1])`` with ``like``'s type (a graph op).
 
     Raises ValueError unless ``range`` is two numbers with ``min < max``.
@@ -128,8 +125,14 @@ def uniform_like(like: TensorType, range: Any = (0, 1)) -> Any:  # noqa: A002 - 
     return stage1("random.uniform", [], like, attrs)
 
 
-_gaussian_op = functional(gaussian_like)
-_uniform_op = functional(uniform_like)
+# Graph ops usable inside a Graph and on eager tensors (functional), like functional.X.
+gaussian_like = functional(_gaussian_like)
+gaussian_like.__name__ = gaussian_like.__qualname__ = "gaussian_like"
+normal_like = gaussian_like
+uniform_like = functional(_uniform_like)
+uniform_like.__name__ = uniform_like.__qualname__ = "uniform_like"
+_gaussian_op = gaussian_like
+_uniform_op = uniform_like
 
 
 def _like(shape: Iterable[Any], dtype: DType | None, device: Any) -> TensorType:
