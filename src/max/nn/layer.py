@@ -197,18 +197,24 @@ class Module(Layer):
                 yield _join(prefix, attr), layer, attr, w
 
     def raw_state_dict(self) -> dict[str, Weight]:
-        """All ``Weight`` objects in the model by unique dotted name (names are finalised)."""
+        """All ``Weight`` objects in the model by dotted name relative to this module.
+
+        The weights' own names are finalised to their full path from the
+        outermost parent (the same as the keys when this module is the root).
+        """
         out: dict[str, Weight] = {}
+        base = self._mstate().path
         for full, _layer, _attr, w in self._named_weights():
-            _finalize(w, full)
+            _finalize(w, _join(base, full))
             out[full] = w
         return out
 
     def state_dict(self, auto_initialize: bool = True) -> dict[str, Any]:
         """Weight values by name; never-loaded weights are zero-filled (or ValueError when not ``auto_initialize``)."""
         out: dict[str, Any] = {}
+        base = self._mstate().path
         for full, layer, attr, w in self._named_weights():
-            _finalize(w, full)
+            _finalize(w, _join(base, full))
             values = layer._mstate().values
             if attr not in values:
                 if not auto_initialize:
@@ -258,7 +264,7 @@ class Module(Layer):
         for full, layer, attr, w in named:
             if full not in state_dict:
                 continue
-            _finalize(w, full)
+            _finalize(w, _join(self._mstate().path, full))
             pending.append((layer, attr, w, _check_value(w, full, state_dict[full],
                                                           override_quantization_encoding, weight_alignment)))
         for layer, attr, w, (data, dtype, shape, encoding) in pending:

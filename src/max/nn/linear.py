@@ -160,7 +160,7 @@ class Linear(Module):
     def __call__(self, x: Any) -> TensorValue:
         want_dtype = self._max_nn_dtype
         x = check_input(self, x, min_rank=1, dtype=want_dtype if self.float8_config is None else None,
-                        last_dim=self.in_dim if self.quantization_encoding is None else None)
+                        last_dim=self.in_dim)
         x = on_device(x, self.device)
         if self.quantization_encoding is not None:
             y = _qmatmul(self.quantization_encoding, None, x, self.weight, self._layer_name)
