@@ -18,7 +18,6 @@ they can be handed to worker processes.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import Any, Union
 
@@ -29,13 +28,26 @@ _EXT_NDARRAY = 1
 _EXT_SHM = 2
 
 
-@dataclass
 class SharedMemoryArray:
-    """Placeholder for a numpy array stored in shared memory (encoded with a ``__shm__`` flag)."""
+    """Placeholder for a numpy array stored in shared memory (encoded with a ``__shm__`` flag).
 
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
+    Decoding turns it back into a numpy array (and unlinks the segment).
+    """
+
+    __slots__ = ("name", "shape", "dtype")
+
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: str) -> None:
+        self.name = name
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = str(dtype)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SharedMemoryArray):
+            return NotImplemented
+        return (self.name, self.shape, self.dtype) == (other.name, other.shape, other.dtype)
+
+    def __repr__(self) -> str:
+        return f"SharedMemoryArray(name={self.name!r}, shape={self.shape}, dtype={self.dtype!r})"
 
     def to_numpy(self, copy: bool = True) -> np.ndarray:
         """Read the array out of the segment, then unlink the segment."""
@@ -104,7 +116,8 @@ def _read_shm(name: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
 
 
 def _pack_array(arr: np.ndarray) -> bytes:
-    arr = np.ascontiguousarray(arr)
+    if not arr.flags.c_contiguous:  # (np.ascontiguousarray would turn 0-d into 1-d)
+        arr = arr.copy(order="C")
     key = _dtype_key(arr.dtype).encode()
     head = struct.pack(f"<B{len(key)}sB{arr.ndim}Q", len(key), key, arr.ndim, *arr.shape)
     return head + arr.tobytes()
