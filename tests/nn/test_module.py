@@ -193,7 +193,7 @@ def test_wrong_rank_or_dtype_fails_at_the_call_with_the_layer_name():
             m.layers[1].norm(f64)
         with pytest.raises(TypeError, match=r"Embedding 'embed': indices must be int"):
             m.embed(ids_bad)
-        with pytest.raises(ValueError, match=r"Conv2d: input must have rank 4"):
+        with pytest.raises(ValueError, match=r"Conv2d: input must have rank 4"):  # checked before any conv op
             nn.Conv2d(3, 4, 4, F32, device=dev_ref())(f32)
         with pytest.raises(ValueError, match=r"GroupNorm: input .* has 4 channels"):
             nn.GroupNorm(2, 6, device=dev_ref())(f32)

@@ -86,6 +86,8 @@ with Graph(name="conv_example") as graph:
 '''
 
 
+@pytest.mark.skipif(not hasattr(__import__("max.graph", fromlist=["ops"]).ops, "conv2d"),
+                    reason="ops.conv2d (src/max/graph/ops/conv.py) not in this checkout yet")
 def test_conv_module_example():
     with pytest.raises(SyntaxError):
         compile(CONV_MODULE_EXAMPLE, "<spec>", "exec")
