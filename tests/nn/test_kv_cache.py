@@ -270,6 +270,8 @@ def test_increment_cache_lengths():
     assert nxt.max_lengths.to_numpy().tolist() == inputs[0].max_lengths.to_numpy()[1:].tolist()
     assert nxt.lookup_table is inputs[0].lookup_table and nxt.blocks is inputs[0].blocks
     assert list(inputs[0].cache_lengths.to_numpy()) == [0, 0]  # inputs are not modified
+    (out,) = m.increment_cache_lengths_model.execute(inputs[0].cache_lengths, Prev.input_row_offsets)
+    assert list(out.to_numpy()) == [5, 2] and out.dtype == DType.uint32
 
 
 def test_tensor_parallel_devices_share_page_table():
