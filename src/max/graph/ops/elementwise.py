@@ -29,6 +29,7 @@ _FLOAT_ONLY = {
     "sigmoid", "silu", "gelu",
 }
 _NUMERIC = {"abs", "negate", "relu", "floor", "round", "trunc"}
+_WIDE_UNSIGNED = {DType.uint16, DType.uint32, DType.uint64}
 
 
 def cast(x: Any, dtype: DType) -> TensorValue:
@@ -74,6 +75,12 @@ def _binary(op: str, lhs: Any, rhs: Any, *, kind: str = "arith") -> TensorValue:
             fail(op, f"operands must be numeric, got {a.dtype} and {b.dtype}", TypeError)
         a = cast(a, dt)
         b = cast(b, dt)
+        if dt in _WIDE_UNSIGNED:
+            # torch has no CPU arithmetic kernels for uint16/32/64: compute in
+            # int64 and wrap back (uint64 values >= 2**63 are not supported).
+            a, b = cast(a, DType.int64), cast(b, DType.int64)
+            r = stage1(op, [a, b], TensorType(DType.int64 if kind != "compare" else DType.bool, shape, dev))
+            return r if kind == "compare" else cast(r, dt)
     out_dt = DType.bool if kind in ("compare", "logical") else dt
     return stage1(op, [a, b], TensorType(out_dt, shape, dev))
 
