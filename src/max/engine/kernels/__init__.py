@@ -29,6 +29,7 @@ _FAMILIES = (
     "custom",
     "fused",
     "quantized",
+    "ragged",
     "conv", "pool", "signal", "distributed", "complex",
 )
 

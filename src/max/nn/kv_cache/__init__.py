@@ -7,6 +7,7 @@
 """
 
 from max.nn.kv_cache.cache_params import DEFAULT_PAGE_SIZE, KVCacheParams, KVCacheStrategy
+from max.nn.kv_cache.collection import FetchPagedKVCacheCollection, PagedKVCacheCollection
 from max.nn.kv_cache.context import KVCacheAwareContext
 from max.nn.kv_cache.manager import (
     KVCacheInputs,
@@ -26,6 +27,8 @@ from max.nn.kv_cache.paged_cache import (
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
+    "FetchPagedKVCacheCollection",
+    "PagedKVCacheCollection",
     "InsufficientPagesError",
     "KVCacheAwareContext",
     "KVCacheInputSymbols",

@@ -1,0 +1,224 @@
+"""Kernels for ``max.nn.kernels``: ragged batches over the paged KV cache, sampling helpers.
+
+Pool layout: ``blocks[page, 0 (K) | 1 (V), layer, offset, kv_head, head_dim]``.
+``ragged_plan`` computes, once per step, the index tensors every layer uses:
+where each new token's K/V is written, and for attention a padded
+``[batch, q_max]`` query layout and ``[batch, kv_max]`` key layout with a
+validity mask, so one SDPA call serves a mixed prefill/decode batch.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from max.engine.kernels import kernel
+
+
+@kernel("ragged_plan")
+def ragged_plan(offsets: torch.Tensor, cache_lengths: torch.Tensor, lookup: torch.Tensor, page_size: int) -> tuple:
+    dev = lookup.device
+    offs = offsets.to(torch.int64).to(dev)
+    cl = cache_lengths.to(torch.int64).to(dev)
+    lk = lookup.to(torch.int64)
+    B = cl.shape[0]
+    n_new = offs[1:] - offs[:-1]  # [B]
+    T = int(offs[-1])
+    tok_batch = torch.repeat_interleave(torch.arange(B, device=dev), n_new, output_size=T)
+    tok_i = torch.arange(T, device=dev) - offs[:-1][tok_batch]
+    tok_pos = cl[tok_batch] + tok_i
+    write_page = lk[tok_batch, tok_pos // page_size]
+    write_off = tok_pos % page_size
+    qmax = int(n_new.max()) if B else 0
+    total = cl + n_new
+    lmax = int(total.max()) if B else 0
+    qi = torch.arange(qmax, device=dev)
+    q_index = offs[:-1, None] + qi[None, :]  # [B, qmax]
+    q_valid = qi[None, :] < n_new[:, None]
+    q_index = torch.where(q_valid, q_index, torch.full_like(q_index, -1))
+    q_pos = torch.where(q_valid, cl[:, None] + qi[None, :], torch.full_like(q_index, -1))
+    kj = torch.arange(lmax, device=dev)
+    key_valid = kj[None, :] < total[:, None]
+    read_page = torch.gather(lk, 1, (kj // page_size)[None, :].expand(B, lmax).clamp(max=lk.shape[1] - 1))
+    read_page = torch.where(key_valid, read_page, torch.zeros_like(read_page))
+    read_off = (kj % page_size)[None, :].expand(B, lmax).contiguous()
+    return tok_pos, write_page, write_off, q_index, read_page, read_off, key_valid, q_pos
+
+
+@kernel("fused_qkv_ragged_matmul", pure=False)
+def fused_qkv_ragged_matmul(x: torch.Tensor, w: torch.Tensor, *rest: torch.Tensor, layer: int, n_heads: int,
+                            n_kv_heads: int, head_dim: int, has_bias: bool) -> torch.Tensor:
+    if has_bias:
+        b, blocks, wp, wo = rest
+    else:
+        b = None
+        blocks, wp, wo = rest
+    if x.dtype == torch.bfloat16 and x.device.type == "cpu":
+        qkv = torch.matmul(x.float(), w.float().T).to(x.dtype)
+    else:
+        qkv = torch.matmul(x, w.T)
+    if b is not None:
+        qkv = qkv + b
+    qd, kd = n_heads * head_dim, n_kv_heads * head_dim
+    T = x.shape[0]
+    k = qkv[:, qd:qd + kd].reshape(T, n_kv_heads, head_dim)
+    v = qkv[:, qd + kd:].reshape(T, n_kv_heads, head_dim)
+    blocks[wp, 0, layer, wo] = k.to(blocks.dtype)
+    blocks[wp, 1, layer, wo] = v.to(blocks.dtype)
+    return qkv[:, :qd].contiguous()
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    """x [T, H, D]; cos/sin [T, 1, D/2] float32."""
+    xf = x.float()
+    if interleaved:
+        a, b = xf[..., 0::2], xf[..., 1::2]
+        out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+    else:
+        h = xf.shape[-1] // 2
+        a, b = xf[..., :h], xf[..., h:]
+        out = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+    return out.to(x.dtype)
+
+
+@kernel("fused_qk_ragged_rope", pure=False)
+def fused_qk_ragged_rope(q: torch.Tensor, freqs: torch.Tensor, blocks: torch.Tensor, tok_pos: torch.Tensor,
+                         wp: torch.Tensor, wo: torch.Tensor, layer: int, interleaved: bool) -> torch.Tensor:
+    f = freqs[tok_pos].float()  # [T, D]: (cos, sin) pairs interleaved
+    cos = f[:, 0::2].unsqueeze(1)
+    sin = f[:, 1::2].unsqueeze(1)
+    k = blocks[wp, 0, layer, wo]
+    blocks[wp, 0, layer, wo] = _rotate(k, cos, sin, interleaved)
+    return _rotate(q, cos, sin, interleaved)
+
+
+@kernel("rms_norm_key_cache", pure=False)
+def rms_norm_key_cache(gamma: torch.Tensor, blocks: torch.Tensor, wp: torch.Tensor, wo: torch.Tensor, layer: int,
+                       eps: float, weight_offset: float, cols: int, multiply_before_cast: bool) -> None:
+    k = blocks[wp, 0, layer, wo]  # [T, H, D]
+    shape = k.shape
+    kf = k.float().reshape(shape[0], -1, cols)
+    normed = kf * torch.rsqrt(kf.pow(2).mean(-1, keepdim=True) + eps)
+    g = gamma.float() + weight_offset
+    out = (normed * g).to(k.dtype) if multiply_before_cast else normed.to(k.dtype) * (gamma + weight_offset)
+    blocks[wp, 0, layer, wo] = out.reshape(shape)
+
+
+@kernel("flash_attention_ragged", pure=False)
+def flash_attention_ragged(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tensor, read_page: torch.Tensor,
+                           read_off: torch.Tensor, key_valid: torch.Tensor, q_pos: torch.Tensor, layer: int,
+                           scale: float, causal: bool, window: int, head_dim: int) -> torch.Tensor:
+    shape = q.shape
+    T = shape[0]
+    q3 = q.reshape(T, -1, head_dim)
+    B, qmax = q_index.shape
+    if B == 0 or T == 0:
+        return q.clone()
+    k = blocks[read_page, 0, layer, read_off]  # [B, L, Hkv, D]
+    v = blocks[read_page, 1, layer, read_off]
+    qp = q3[q_index.clamp(min=0)]  # [B, qmax, H, D]
+    mask = key_valid[:, None, :].expand(B, qmax, -1)
+    if causal:
+        kj = torch.arange(k.shape[1], device=q.device)
+        mask = mask & (kj[None, None, :] <= q_pos[:, :, None])
+        if window > 0:
+            mask = mask & (kj[None, None, :] > q_pos[:, :, None] - window)
+    mask = mask | (q_pos[:, :, None] < 0)  # padded query rows: attend anywhere (discarded)
+    dt = q.dtype
+    if dt in (torch.bfloat16, torch.float16) and q.device.type == "cpu":
+        qp, k, v = qp.float(), k.float(), v.float()
+    else:
+        k, v = k.to(qp.dtype), v.to(qp.dtype)
+    out = F.scaled_dot_product_attention(qp.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                         attn_mask=mask[:, None], scale=scale,
+                                         enable_gqa=qp.shape[2] != k.shape[2])  # [B, H, qmax, D]
+    out = out.transpose(1, 2).to(dt)  # [B, qmax, H, D]
+    valid = q_index >= 0
+    res = torch.empty_like(q3)
+    res[q_index[valid]] = out[valid]
+    return res.reshape(shape)
+
+
+@kernel("kv_cache_get_max_seq_len")
+def kv_cache_get_max_seq_len(max_lengths: torch.Tensor) -> torch.Tensor:
+    return max_lengths[0, 1].clone()
+
+
+@kernel("topk_fused_sampling", pure=False)
+def topk_fused_sampling(logits: torch.Tensor, top_k: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
+                        seed: torch.Tensor) -> torch.Tensor:
+    B, V = logits.shape
+    x = logits.float()
+    k = top_k.expand(B) if top_k.numel() == 1 else top_k
+    t = temperature.expand(B) if temperature.numel() == 1 else temperature
+    p = top_p.expand(B) if top_p.numel() == 1 else top_p
+    kmax = int(min(int(k.max()), V))
+    vals, idx = torch.topk(x, kmax, dim=-1)
+    greedy = (t <= 0) | (k <= 1)
+    tt = torch.where(greedy, torch.ones_like(t), t)
+    scaled = vals / tt[:, None]
+    ranks = torch.arange(kmax, device=x.device)[None, :]
+    scaled = scaled.masked_fill(ranks >= k[:, None], float("-inf"))
+    probs = torch.softmax(scaled, -1)
+    cum = probs.cumsum(-1) - probs
+    probs = probs.masked_fill(cum >= p[:, None], 0.0)
+    probs = probs / probs.sum(-1, keepdim=True)
+    gen = torch.Generator(device=x.device)
+    gen.manual_seed(int(seed.reshape(-1)[0]))
+    choice = torch.multinomial(probs, 1, generator=gen)
+    choice = torch.where(greedy[:, None], torch.zeros_like(choice), choice)
+    return torch.gather(idx, 1, choice)
+
+
+@kernel("apply_penalties_to_logits", pure=False)
+def apply_penalties_to_logits(logits: torch.Tensor, fdata: torch.Tensor, foffs: torch.Tensor, fpen: torch.Tensor,
+                              ppen: torch.Tensor, rpen: torch.Tensor) -> None:
+    offs = foffs.to(torch.int64)
+    B = offs.shape[0] - 1
+    n = offs[1:] - offs[:-1]
+    rows = torch.repeat_interleave(torch.arange(B, device=logits.device), n.to(logits.device))
+    tok = fdata[:, 0].to(torch.int64)
+    cnt = fdata[:, 1].to(logits.dtype)
+    keep = tok >= 0
+    rows, tok, cnt = rows[keep], tok[keep], cnt[keep]
+    cur = logits[rows, tok]
+
+    def per_row(v: torch.Tensor) -> torch.Tensor:
+        return v.reshape(-1)[0] if v.numel() == 1 else v.reshape(-1)[rows]
+
+    r = per_row(rpen).to(cur.dtype)
+    cur = torch.where(cur > 0, cur / r, cur * r)
+    cur = cur - per_row(fpen).to(cur.dtype) * cnt - per_row(ppen).to(cur.dtype) * (cnt > 0).to(cur.dtype)
+    logits[rows, tok] = cur
+
+
+@kernel("update_frequency_data", pure=False)
+def update_frequency_data(fdata: torch.Tensor, foffs: torch.Tensor, tokens: torch.Tensor) -> None:
+    offs = foffs.to(torch.int64).tolist()
+    toks = tokens.reshape(-1).to(torch.int64).tolist()
+    for b, t in enumerate(toks):
+        seg = fdata[offs[b]:offs[b + 1]]
+        hit = (seg[:, 0] == t).nonzero()
+        if hit.numel():
+            seg[hit[0, 0], 1] += 1
+        else:
+            free = (seg[:, 0] < 0).nonzero()
+            if free.numel():
+                seg[free[0, 0], 0] = t
+                seg[free[0, 0], 1] = 1
+
+
+@kernel("merge_ragged_tensors")
+def merge_ragged_tensors(a: torch.Tensor, ao: torch.Tensor, b: torch.Tensor, bo: torch.Tensor) -> tuple:
+    ao64, bo64 = ao.to(torch.int64), bo.to(torch.int64)
+    parts = []
+    for i in range(ao64.shape[0] - 1):
+        parts.append(a[ao64[i]:ao64[i + 1]])
+        parts.append(b[bo64[i]:bo64[i + 1]])
+    merged = torch.cat(parts) if parts else a[:0]
+    return merged, (ao64 + bo64).to(ao.dtype)
+
+
+@kernel("scatter_set_constant", pure=False)
+def scatter_set_constant(data: torch.Tensor, idx: torch.Tensor, fill_val: float) -> None:
+    data[tuple(idx.to(torch.int64).T)] = fill_val

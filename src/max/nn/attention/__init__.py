@@ -1,0 +1,6 @@
+"""``max.nn.attention``: attention layers over ragged batches and the paged KV cache."""
+
+from max.nn.attention.attention_with_rope import AttentionWithRope, AttentionWithRopeNoOpaque, RaggedAttention
+from max.nn.kernels import MHAMaskVariant
+
+__all__ = ["AttentionWithRope", "AttentionWithRopeNoOpaque", "MHAMaskVariant", "RaggedAttention"]

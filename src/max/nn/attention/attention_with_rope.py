@@ -1,0 +1,153 @@
+"""``AttentionWithRope`` / ``RaggedAttention``: attention over ragged batches and the paged KV cache.
+
+Weights follow Hugging Face names: ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``
+(``{name}.weight`` / ``.bias``), or one stacked ``qkv_proj.weight`` when
+``stacked_qkv=True``.  Per layer: QKV projection (K and V written to the
+cache), RoPE on Q and this step's K, flash attention over each request's
+cached positions, output projection.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+from max.dtype import DType
+from max.graph import DeviceRef, TensorValue, Weight, ops
+from max.nn import kernels
+from max.nn.kernels import MHAMaskVariant
+from max.nn.kv_cache.cache_params import KVCacheParams
+from max.nn.layer import Module
+from max.nn.linear import Linear
+from max.nn.norm import RMSNorm
+
+__all__ = ["AttentionWithRope", "AttentionWithRopeNoOpaque", "RaggedAttention"]
+
+
+class _RaggedAttentionBase(Module):
+    def __init__(self, *, num_attention_heads: int, num_key_value_heads: int, hidden_size: int,
+                 kv_params: KVCacheParams, devices: Sequence[DeviceRef] | None = None, dtype: DType = DType.float32,
+                 linear_cls: Callable[..., Linear] = Linear, stacked_qkv: bool = False, scale: float | None = None,
+                 has_bias: bool = False, clip_qkv: float | None = None, head_dim: int | None = None,
+                 qk_norm_eps: float | None = None) -> None:
+        super().__init__()
+        name = type(self).__name__
+        if num_attention_heads % num_key_value_heads:
+            raise ValueError(f"{name}: num_attention_heads ({num_attention_heads}) must be a multiple of "
+                             f"num_key_value_heads ({num_key_value_heads})")
+        self.n_heads = num_attention_heads
+        self.n_kv_heads = num_key_value_heads
+        self.hidden_size = hidden_size
+        self.kv_params = kv_params
+        self.head_dim = head_dim or kv_params.head_dim
+        if self.head_dim != kv_params.head_dim:
+            raise ValueError(f"{name}: head_dim {self.head_dim} != kv_params.head_dim {kv_params.head_dim}")
+        self.devices = list(devices) if devices else [DeviceRef.CPU()]
+        dev = self.devices[0]
+        self.scale = scale if scale is not None else 1.0 / math.sqrt(self.head_dim)
+        self.stacked_qkv = stacked_qkv
+        self.clip_qkv = clip_qkv
+        self.has_bias = has_bias
+        qd, kd = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        if stacked_qkv:
+            self.qkv_proj = Weight("qkv_proj.weight", dtype, [qd + 2 * kd, hidden_size], dev)
+        else:
+            self.q_proj = linear_cls(hidden_size, qd, dtype, dev, has_bias=has_bias)
+            self.k_proj = linear_cls(hidden_size, kd, dtype, dev, has_bias=has_bias)
+            self.v_proj = linear_cls(hidden_size, kd, dtype, dev, has_bias=has_bias)
+        self.o_proj = linear_cls(qd, hidden_size, dtype, dev)
+        self.qk_norm = qk_norm_eps is not None
+        if self.qk_norm:  # Qwen3: per-head RMSNorm of q and k before RoPE
+            self.q_norm = RMSNorm(self.head_dim, dtype, qk_norm_eps, multiply_before_cast=False)
+            self.k_norm = RMSNorm(self.head_dim, dtype, qk_norm_eps, multiply_before_cast=False)
+
+    @property
+    def wqkv(self) -> TensorValue:
+        """The concatenation of the q, k and v weights ``[(H + 2 Hkv) * D, hidden]``."""
+        if self.stacked_qkv:
+            w = self.qkv_proj
+        else:
+            w = ops.concat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight], axis=0)
+        if self.clip_qkv is not None:
+            c = float(self.clip_qkv)
+            w = ops.min(ops.max(w, -c), c)
+        return w
+
+    @property
+    def wqkv_bias(self) -> TensorValue | None:
+        if not self.has_bias or self.stacked_qkv:
+            return None
+        return ops.concat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias], axis=0)
+
+    def _qkv(self, layer_idx: Any, x: TensorValue, kv_collection: Any, input_row_offsets: Any) -> TensorValue:
+        q = kernels.fused_qkv_ragged_matmul(self.kv_params, x, input_row_offsets, self.wqkv, kv_collection,
+                                            layer_idx, self.n_heads, bias=self.wqkv_bias)
+        q = ops.reshape(q, [-1, self.n_heads, self.head_dim])
+        if self.qk_norm:
+            q = self.q_norm(q)
+            kernels.rms_norm_key_cache(self.kv_params, kv_collection, self.k_norm.weight, self.k_norm.eps, layer_idx,
+                                       x.shape[0], input_row_offsets, multiply_before_cast=False)
+        return q
+
+    def _attend(self, layer_idx: Any, x: TensorValue, q: TensorValue, kv_collection: Any, input_row_offsets: Any,
+                mask_variant: MHAMaskVariant, window: int = -1) -> TensorValue:
+        attn = kernels.flash_attention_ragged(self.kv_params, q, input_row_offsets, kv_collection, layer_idx,
+                                              mask_variant, self.scale, local_window_size=window)
+        return self.o_proj(ops.reshape(attn, [x.shape[0], self.n_heads * self.head_dim]))
+
+
+class AttentionWithRope(_RaggedAttentionBase):
+    """Attention with rotary position embeddings over the paged KV cache."""
+
+    def __init__(self, *, rope: Any, num_attention_heads: int, num_key_value_heads: int, hidden_size: int,
+                 kv_params: KVCacheParams, devices: Sequence[DeviceRef] | None = None, dtype: DType = DType.float32,
+                 linear_cls: Callable[..., Linear] = Linear, stacked_qkv: bool = False, scale: float | None = None,
+                 has_bias: bool = False, float8_config: Any = None, clip_qkv: float | None = None,
+                 head_dim: int | None = None, qk_norm_eps: float | None = None,
+                 sliding_window: int | None = None) -> None:
+        if float8_config is not None:
+            raise NotImplementedError("AttentionWithRope: float8_config is not supported yet")
+        super().__init__(num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads,
+                         hidden_size=hidden_size, kv_params=kv_params, devices=devices, dtype=dtype,
+                         linear_cls=linear_cls, stacked_qkv=stacked_qkv, scale=scale, has_bias=has_bias,
+                         clip_qkv=clip_qkv, head_dim=head_dim, qk_norm_eps=qk_norm_eps)
+        self.rope = rope
+        self.sliding_window = sliding_window
+
+    @property
+    def qkv_input_scale(self) -> None:
+        return None
+
+    @property
+    def qkv_weight_scale(self) -> None:
+        return None
+
+    def __call__(self, layer_idx: Any, x: TensorValue, kv_collection: Any, freqs_cis: TensorValue,
+                 input_row_offsets: TensorValue) -> TensorValue:
+        q = self._qkv(layer_idx, x, kv_collection, input_row_offsets)
+        q = kernels.fused_qk_ragged_rope(self.kv_params, q, input_row_offsets, kv_collection, freqs_cis, layer_idx,
+                                         interleaved=self.rope.interleaved)
+        variant = MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK if self.sliding_window else MHAMaskVariant.CAUSAL_MASK
+        return self._attend(layer_idx, x, q, kv_collection, input_row_offsets, variant, self.sliding_window or -1)
+
+
+AttentionWithRopeNoOpaque = AttentionWithRope
+
+
+class RaggedAttention(_RaggedAttentionBase):
+    """Attention without positional rotation; the mask variant is fixed at construction."""
+
+    def __init__(self, *, mask_variant: MHAMaskVariant, num_attention_heads: int, num_key_value_heads: int,
+                 hidden_size: int, kv_params: KVCacheParams, devices: Sequence[DeviceRef] | None = None,
+                 dtype: DType = DType.float32, linear_cls: Callable[..., Linear] = Linear, stacked_qkv: bool = False,
+                 scale: float | None = None, has_bias: bool = False, clip_qkv: float | None = None) -> None:
+        super().__init__(num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads,
+                         hidden_size=hidden_size, kv_params=kv_params, devices=devices, dtype=dtype,
+                         linear_cls=linear_cls, stacked_qkv=stacked_qkv, scale=scale, has_bias=has_bias,
+                         clip_qkv=clip_qkv)
+        self.mask_variant = MHAMaskVariant(mask_variant)
+
+    def __call__(self, layer_idx: Any, x: TensorValue, kv_collection: Any, input_row_offsets: TensorValue,
+                 **kwargs: Any) -> TensorValue:
+        q = self._qkv(layer_idx, x, kv_collection, input_row_offsets)
+        return self._attend(layer_idx, x, q, kv_collection, input_row_offsets, self.mask_variant)
