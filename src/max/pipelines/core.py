@@ -1,0 +1,345 @@
+"""Contexts: ``TextContext`` (per-request token state) and ``TextAndVisionContext``.
+
+Token array layout (the concrete ``TextContext`` definition; see ``max.interfaces.context``)::
+
+    tokens: [ in the KV cache | next_tokens | not yet fed | preallocated ... ]
+            0           start_idx      active_idx       end_idx          len(tokens)
+
+* ``next_tokens == tokens[start_idx:active_idx]``, ``active_length == active_idx - start_idx``;
+* ``end_idx`` is one past the last valid token (``active_idx < end_idx`` while a prompt is
+  being prefilled in chunks); ``current_length == active_idx``;
+* ``prompt_tokens == tokens[:prompt_len]``, ``generated_tokens == tokens[prompt_len:end_idx]``;
+* tokens in ``[completion_start_idx, completion_end_idx)`` are generated but not yet handed
+  to the user (``to_generation_output`` returns them and advances the start).
+
+``update(token)`` writes the sampled token at ``end_idx`` and makes it the only next
+token (``start_idx = active_idx; active_idx = end_idx = end_idx + 1``); the EOS /
+stop-sequence / ``max_length`` checks set ``status``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import numpy.typing as npt
+
+from max.interfaces import (
+    GenerationStatus,
+    LogProbabilities,
+    PipelineTask,
+    SamplingParams,
+    TextGenerationOutput,
+    TextGenerationRequest,
+)
+
+CHUNK_SIZE = 128
+"""The token array grows in multiples of this many slots."""
+
+
+def _uuid() -> str:
+    return uuid.uuid4().hex
+
+
+def _round_up(n: int) -> int:
+    return max(CHUNK_SIZE, -(-n // CHUNK_SIZE) * CHUNK_SIZE)
+
+
+@dataclass(kw_only=True)
+class TextContext:
+    """Token state and generation parameters of one text generation request."""
+
+    request_id: str = field(default_factory=_uuid)
+    max_length: int
+    tokens: npt.NDArray[np.integer[Any]]
+    eos_token_ids: set[int] = field(default_factory=set)
+    eos_sequences: list[list[int]] = field(default_factory=list)
+    log_probabilities: int = 0
+    log_probabilities_echo: bool = False
+    ignore_eos: bool = False
+    json_schema: Optional[str] = None
+    sampling_params: SamplingParams = field(default_factory=SamplingParams)
+    model_name: str = ""
+    _matcher: Optional[Any] = None
+    status: GenerationStatus = GenerationStatus.ACTIVE
+    _size: int = -1
+    _start_idx: int = 0
+    _active_idx: int = -1
+    _end_idx: int = -1
+    _completion_start_idx: int = -1
+    _completion_end_idx: int = -1
+    _prompt_len: int = -1
+    _log_probabilities_data: dict[int, LogProbabilities] = field(default_factory=dict)
+    _is_initial_prompt: bool = True
+    _draft_offset: int = 0
+    target_endpoint: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        toks = np.asarray(self.tokens)
+        if toks.ndim != 1:
+            raise ValueError(f"TextContext: tokens must be a 1-D array, got shape {toks.shape}")
+        if toks.size and not np.issubdtype(toks.dtype, np.integer):
+            raise TypeError(f"TextContext: tokens must be integers, got dtype {toks.dtype}")
+        n = int(toks.size)
+        if self._active_idx == -1:
+            self._active_idx = n
+        if self._end_idx == -1:
+            self._end_idx = self._active_idx
+        if self._prompt_len == -1:
+            self._prompt_len = self._active_idx
+        if self._completion_start_idx == -1:
+            self._completion_start_idx = self._end_idx
+        if self._completion_end_idx == -1:
+            self._completion_end_idx = self._end_idx
+        if self._prompt_len <= 0:
+            raise ValueError("TextContext: the prompt must contain at least one token")
+        if isinstance(self.max_length, bool) or not isinstance(self.max_length, (int, np.integer)):
+            raise TypeError(f"TextContext: max_length must be an int, got {self.max_length!r}")
+        self.max_length = int(self.max_length)
+        if self._prompt_len > self.max_length:
+            raise ValueError(f"TextContext: the prompt ({self._prompt_len} tokens) is longer than max_length "
+                             f"({self.max_length})")
+        if self.min_tokens + self._prompt_len > self.max_length:
+            raise ValueError(f"TextContext: min_new_tokens ({self.min_tokens}) + prompt length ({self._prompt_len}) "
+                             f"exceeds max_length ({self.max_length})")
+        if self._size == -1:
+            self._size = _round_up(max(n, self._end_idx))
+        buf = np.zeros(max(self._size, n), dtype=np.int64)
+        buf[:n] = toks
+        self.tokens = buf
+        self._size = len(buf)
+        self.eos_token_ids = set(int(t) for t in self.eos_token_ids)
+        self.status = GenerationStatus(self.status)
+        self._check_indices(self._start_idx, self._active_idx, self._end_idx)
+
+    # -- indices
+    def _check_indices(self, start: int, active: int, end: int) -> None:
+        if not 0 <= start <= active <= end <= self._size:
+            raise ValueError(
+                f"TextContext: invalid token indices start_idx={start}, active_idx={active}, end_idx={end} "
+                f"(need 0 <= start_idx <= active_idx <= end_idx <= {self._size})")
+
+    @property
+    def start_idx(self) -> int:
+        return self._start_idx
+
+    @property
+    def active_idx(self) -> int:
+        return self._active_idx
+
+    @property
+    def end_idx(self) -> int:
+        return self._end_idx
+
+    @property
+    def active_length(self) -> int:
+        """Tokens input this iteration: the prompt (or chunk) in CE, 1 (or more) in TG."""
+        return self._active_idx - self._start_idx
+
+    @property
+    def current_length(self) -> int:
+        """The length of the sequence including completed and active tokens (``active_idx``)."""
+        return self._active_idx
+
+    @property
+    def prompt_len(self) -> int:
+        return self._prompt_len
+
+    def bump_token_indices(self, start_idx: int = 0, active_idx: int = 0, end_idx: int = 0) -> None:
+        """Move the indices by the given amounts without touching the token array."""
+        self.set_token_indices(self._start_idx + start_idx, self._active_idx + active_idx, self._end_idx + end_idx)
+
+    def set_token_indices(self, start_idx: Optional[int] = None, active_idx: Optional[int] = None,
+                          end_idx: Optional[int] = None) -> None:
+        """Set the indices (absolute values) without touching the token array."""
+        s = self._start_idx if start_idx is None else int(start_idx)
+        a = self._active_idx if active_idx is None else int(active_idx)
+        e = self._end_idx if end_idx is None else int(end_idx)
+        self._check_indices(s, a, e)
+        self._start_idx, self._active_idx, self._end_idx = s, a, e
+
+    def compute_num_available_steps(self, max_seq_len: int) -> int:
+        """How many decode steps fit before the KV cache holds ``max_seq_len`` tokens
+        (``max_seq_len - start_idx``: step k stores the k-th fed token)."""
+        return max_seq_len - (self.current_length - self.active_length)
+
+    # -- token views
+    @property
+    def all_tokens(self) -> npt.NDArray[np.integer[Any]]:
+        return self.tokens[: self._end_idx]
+
+    @property
+    def next_tokens(self) -> npt.NDArray[np.integer[Any]]:
+        """The tokens between start_idx and active_idx (fed to the next forward pass)."""
+        return self.tokens[self._start_idx: self._active_idx]
+
+    @property
+    def prompt_tokens(self) -> npt.NDArray[np.integer[Any]]:
+        return self.tokens[: self._prompt_len]
+
+    @property
+    def generated_tokens(self) -> npt.NDArray[np.integer[Any]]:
+        """Tokens generated after the prompt: ``tokens[prompt_len:end_idx]``."""
+        return self.tokens[self._prompt_len: self._end_idx]
+
+    @property
+    def last_generated_token(self) -> int:
+        """The most recently generated token; ValueError if none has been generated."""
+        if self._end_idx <= self._prompt_len:
+            raise ValueError(f"TextContext {self.request_id}: no tokens have been generated yet")
+        return int(self.tokens[self._end_idx - 1])
+
+    # -- state
+    @property
+    def is_done(self) -> bool:
+        return self.status.is_done
+
+    @property
+    def is_initial_prompt(self) -> bool:
+        """True until the context has been updated with a generated token."""
+        return self._is_initial_prompt
+
+    @property
+    def needs_ce(self) -> bool:
+        """Whether prompt tokens remain to be encoded (context encoding)."""
+        return self._start_idx < self._prompt_len
+
+    @property
+    def min_tokens(self) -> int:
+        return self.sampling_params.min_new_tokens
+
+    @property
+    def matcher(self) -> Optional[Any]:
+        return self._matcher
+
+    def set_matcher(self, matcher: Any) -> None:
+        self._matcher = matcher
+
+    def _grow(self, need: int) -> None:
+        if need > self._size:
+            new = np.zeros(_round_up(need), dtype=self.tokens.dtype)
+            new[: self._size] = self.tokens[: self._size]
+            self.tokens = new
+            self._size = len(new)
+
+    def _update_status(self, new_token: int) -> None:
+        if self.status.is_done:
+            return
+        if not self.ignore_eos:
+            if new_token in self.eos_token_ids:
+                self.status = GenerationStatus.END_OF_SEQUENCE
+                return
+            for seq in self.eos_sequences:
+                k = len(seq)
+                if k and self._end_idx - self._prompt_len >= k and \
+                        list(self.tokens[self._end_idx - k: self._end_idx]) == list(seq):
+                    self.status = GenerationStatus.END_OF_SEQUENCE
+                    return
+        if self._end_idx >= self.max_length:
+            self.status = GenerationStatus.MAXIMUM_LENGTH
+
+    def update(self, new_token: int, log_probabilities: Optional[LogProbabilities] = None) -> None:
+        """Append a sampled token: it becomes the only next token; status is updated
+        (EOS token or sequence -> END_OF_SEQUENCE unless ``ignore_eos``; ``max_length``
+        reached -> MAXIMUM_LENGTH)."""
+        new_token = int(new_token)
+        self._grow(self._end_idx + 1)
+        self.tokens[self._end_idx] = new_token
+        if log_probabilities is not None:
+            self._log_probabilities_data[self._end_idx] = log_probabilities
+        self._end_idx += 1
+        self._start_idx = self._active_idx
+        self._active_idx = self._end_idx
+        self._completion_end_idx = self._end_idx
+        self._is_initial_prompt = False
+        self._update_status(new_token)
+
+    def jump_ahead(self, new_token: int) -> None:
+        """Append a token that still has to be fed to the model (``start_idx`` stays),
+        e.g. a forced token of structured output; it is returned to the user too."""
+        new_token = int(new_token)
+        self._grow(self._end_idx + 1)
+        self.tokens[self._end_idx] = new_token
+        self._end_idx += 1
+        self._active_idx = self._end_idx
+        self._completion_end_idx = self._end_idx
+        self._is_initial_prompt = False
+        self._update_status(new_token)
+
+    def reset(self) -> None:
+        """Make every token part of a new prompt to encode (after KV cache eviction):
+        ``start_idx = 0``, ``active_idx = end_idx``.  Already returned tokens are not
+        returned again."""
+        self._start_idx = 0
+        self._active_idx = self._end_idx
+        self._is_initial_prompt = True
+
+    def get_min_token_logit_mask(self, num_steps: int) -> list[npt.NDArray[np.int32]]:
+        """Per step, ``(row, token_id)`` pairs (row 0) of EOS tokens to mask while fewer
+        than ``min_tokens`` tokens have been generated; an empty ``(0, 2)`` array otherwise."""
+        out = []
+        lo, hi = self._prompt_len, self._prompt_len + self.min_tokens
+        eos = sorted(self.eos_token_ids)
+        for pos in range(self._active_idx, self._active_idx + num_steps):
+            if lo <= pos < hi and eos:
+                out.append(np.array([[0, t] for t in eos], dtype=np.int32))
+            else:
+                out.append(np.zeros((0, 2), dtype=np.int32))
+        return out
+
+    def to_generation_output(self) -> TextGenerationOutput:
+        """The generated tokens not yet returned (and their log probabilities); advances
+        the completion window."""
+        lo, hi = self._completion_start_idx, self._completion_end_idx
+        toks = [int(t) for t in self.tokens[lo:hi]]
+        logprobs = None
+        if self.log_probabilities:
+            logprobs = [self._log_probabilities_data[i] for i in range(lo, hi) if i in self._log_probabilities_data]
+            for i in range(lo, hi):
+                self._log_probabilities_data.pop(i, None)
+            logprobs = logprobs or None
+        self._completion_start_idx = hi
+        return TextGenerationOutput(request_id=self.request_id, tokens=toks, final_status=self.status,
+                                    log_probabilities=logprobs)
+
+    def __repr__(self) -> str:
+        return (f"TextContext(request_id={self.request_id!r}, start_idx={self._start_idx}, "
+                f"active_idx={self._active_idx}, end_idx={self._end_idx}, prompt_len={self._prompt_len}, "
+                f"max_length={self.max_length}, status={self.status.value})")
+
+
+@dataclass(kw_only=True)
+class TextAndVisionContext(TextContext):
+    """A ``TextContext`` with image inputs (``pixel_values``) for vision-language models."""
+
+    pixel_values: tuple[npt.NDArray[Any], ...] = ()
+    extra_model_args: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
+    _needs_vision_encoding: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.pixel_values:
+            self._needs_vision_encoding = False
+
+    @property
+    def needs_vision_encoding(self) -> bool:
+        """Whether the images still have to go through the vision encoder."""
+        return self._needs_vision_encoding
+
+    def reset(self) -> None:
+        super().reset()
+        self._needs_vision_encoding = bool(self.pixel_values)
+
+    def update(self, new_token: int, log_probabilities: Optional[LogProbabilities] = None) -> None:
+        super().update(new_token, log_probabilities)
+        self._needs_vision_encoding = False
+
+
+def get_request_payload_from_pipeline_task(pipeline_task: PipelineTask) -> type:
+    """``(request type, context type)`` used for a task."""
+    task = PipelineTask(pipeline_task)
+    if task in (PipelineTask.TEXT_GENERATION, PipelineTask.EMBEDDINGS_GENERATION):
+        return tuple[TextGenerationRequest, TextContext]  # type: ignore[return-value]
+    raise ValueError(f"no request payload known for task {task.value!r}")

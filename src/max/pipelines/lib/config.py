@@ -1,0 +1,897 @@
+"""Standardized configuration for pipeline inference: ``PipelineConfig`` and its parts.
+
+``PipelineConfig(**kwargs)`` accepts its own fields and those of the nested configs
+(``MAXModelConfig`` for the model, ``KVCacheConfig``, ``SamplingConfig``,
+``ProfilingConfig``, ``LoRAConfig``); each keyword is routed to the object that owns
+it, and an unknown keyword raises ValueError listing the valid ones.  Keys may use
+dashes (``quantization-encoding``) and values may be CLI strings (``"8"``,
+``"true"``, ``"q4_k"``, ``"gpu:0,1"``): they are converted by the field's type.
+
+The config is resolved at construction (``resolve()``): the model path is located
+(local folder with ``config.json`` + weights, a GGUF file, or a repo id in the local
+Hugging Face cache), the weight files are found, and ``quantization_encoding`` is
+checked against what the files contain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import importlib
+import logging
+import os
+import sys
+import typing
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from max.driver import DeviceSpec
+from max.dtype import DType
+from max.graph.weights import WeightsFormat
+from max.nn.kv_cache import KVCacheStrategy
+from max.pipelines.lib.gguf_utils import GGUFMetadata, is_gguf_file, read_gguf_metadata
+from max.pipelines.lib.hf_utils import (
+    HuggingFaceRepo,
+    RepoType,
+    SupportedEncoding,
+    get_rope_parameters,
+    load_generation_config,
+    load_huggingface_config,
+)
+
+logger = logging.getLogger("max.pipelines")
+
+__all__ = [
+    "AudioGenerationConfig",
+    "KVCacheConfig",
+    "LoRAConfig",
+    "MAXModelConfig",
+    "PipelineConfig",
+    "PipelineRole",
+    "PrependPromptSpeechTokens",
+    "ProfilingConfig",
+    "PrometheusMetricsMode",
+    "SamplingConfig",
+    "SupportedEncoding",
+    "parse_device_specs",
+]
+
+
+class PipelineRole(str, enum.Enum):
+    PrefillAndDecode = "prefill_and_decode"
+    PrefillOnly = "prefill_only"
+    DecodeOnly = "decode_only"
+
+
+class PrependPromptSpeechTokens(str, enum.Enum):
+    NEVER = "never"
+    """Never prepend the prompt speech tokens sent to the audio decoder."""
+    ONCE = "once"
+    """Prepend the prompt speech tokens to the first block of the audio decoder."""
+    ROLLING = "rolling"
+    """Prepend them to the first block, and to later blocks to reach the buffer size."""
+
+
+class PrometheusMetricsMode(str, enum.Enum):
+    INSTRUMENT_ONLY = "instrument_only"
+    LAUNCH_MULTIPROC_SERVER = "launch_multiproc_server"
+    LAUNCH_SERVER = "launch_server"
+
+
+# --------------------------------------------------------------------------- value coercion
+
+_TRUE = {"1", "true", "yes", "on", "y", "t"}
+_FALSE = {"0", "false", "no", "off", "n", "f", ""}
+
+
+def parse_device_specs(value: Any) -> list[DeviceSpec]:
+    """Device specs from CLI-like input: ``"cpu"``, ``"gpu"`` (first accelerator),
+    ``"gpu:0,1"``, ``"default"`` (accelerators if any, else CPU), a DeviceSpec, or a list."""
+    from max.driver import scan_available_devices
+
+    if value is None:
+        return scan_available_devices()
+    if isinstance(value, DeviceSpec):
+        return [value]
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v in ("", "default"):
+            return scan_available_devices()
+        if v == "cpu":
+            return [DeviceSpec.cpu()]
+        if v in ("gpu", "accelerator"):
+            return [DeviceSpec.accelerator(0)]
+        for prefix in ("gpu:", "accelerator:"):
+            if v.startswith(prefix):
+                try:
+                    ids = [int(x) for x in v[len(prefix):].split(",") if x.strip()]
+                except ValueError:
+                    raise ValueError(f"Invalid devices {value!r}: expected e.g. 'gpu:0,1'") from None
+                return [DeviceSpec.accelerator(i) for i in ids]
+        raise ValueError(f"Invalid devices {value!r}: expected 'cpu', 'gpu', 'gpu:<ids>' or 'default'")
+    if isinstance(value, (list, tuple)):
+        out: list[DeviceSpec] = []
+        for v in value:
+            out.extend(parse_device_specs(v))
+        return out
+    raise TypeError(f"Invalid devices {value!r}: expected a str, DeviceSpec or list of DeviceSpec")
+
+
+def _coerce(name: str, tp: Any, value: Any) -> Any:
+    """Convert ``value`` (possibly a CLI string) to the annotated type ``tp``."""
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is Union:
+        non_none = [a for a in args if a is not type(None)]
+        if isinstance(value, str) and value.strip().lower() == "none" and len(non_none) < len(args):
+            return None
+        last_err: Optional[Exception] = None
+        for a in non_none:
+            try:
+                return _coerce(name, a, value)
+            except (TypeError, ValueError) as e:
+                last_err = e
+        raise ValueError(f"{name}: cannot use {value!r}: {last_err}")
+    if origin in (list, tuple):
+        elem = args[0] if args else Any
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v.strip()] if value else []
+        if not isinstance(value, (list, tuple)):
+            value = [value]
+        return [_coerce(name, elem, v) for v in value]
+    if origin is dict or tp is Any or origin is typing.Literal:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        raise ValueError(f"{name}: expected a bool, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ValueError(f"{name}: expected an int, got {value!r}")
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                raise ValueError(f"{name}: expected an int, got {value!r}") from None
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError(f"{name}: expected an int, got {value!r}")
+        if isinstance(value, (int, float)):
+            return int(value)
+        raise ValueError(f"{name}: expected an int, got {value!r}")
+    if tp is float:
+        if isinstance(value, bool):
+            raise ValueError(f"{name}: expected a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}: expected a number, got {value!r}") from None
+    if tp is str:
+        return value if isinstance(value, str) else str(value)
+    if tp is Path:
+        return Path(value).expanduser() if isinstance(value, (str, os.PathLike)) else value
+    if tp is SupportedEncoding:
+        return SupportedEncoding.parse(value)
+    if tp is DType:
+        if isinstance(value, DType):
+            return value
+        try:
+            return DType[str(value)]
+        except KeyError:
+            raise ValueError(f"{name}: unknown dtype {value!r}") from None
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        if isinstance(value, tp):
+            return value
+        try:
+            return tp(value)
+        except ValueError:
+            try:
+                return tp[str(value)]
+            except KeyError:
+                raise ValueError(f"{name}: expected one of {[e.value for e in tp]}, got {value!r}") from None
+    return value
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
+
+
+def _public_fields(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")]
+
+
+class _ConfigBase:
+    """Dataclass helpers: coerce CLI-like values on construction; ``help()``."""
+
+    _help: dict[str, str] = {}
+
+    def _coerce_fields(self) -> None:
+        hints = _hints(type(self))
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            if f.name.startswith("_"):
+                continue
+            object.__setattr__(self, f.name, _coerce(f"{type(self).__name__}.{f.name}", hints[f.name],
+                                                      getattr(self, f.name)))
+
+    def __post_init__(self) -> None:
+        self._coerce_fields()
+
+    @classmethod
+    def help(cls) -> dict[str, str]:
+        """Config options and their descriptions."""
+        return {k: v for k, v in cls._help.items()}
+
+
+# --------------------------------------------------------------------------- nested configs
+
+
+@dataclass
+class KVCacheConfig(_ConfigBase):
+    """KV cache layout and memory settings."""
+
+    cache_strategy: KVCacheStrategy = KVCacheStrategy.MODEL_DEFAULT
+    kv_cache_page_size: int = 128
+    enable_prefix_caching: bool = False
+    enable_kvcache_swapping_to_host: bool = False
+    device_memory_utilization: float = 0.9
+    host_kvcache_swap_space_gb: float = 50.0
+    cache_dtype: Optional[DType] = None
+    """Override the KV cache dtype (default: from the encoding, see ``SupportedEncoding.cache_dtype``)."""
+
+    _help = {
+        "cache_strategy": "KV cache strategy: 'model_default' or 'paged'.",
+        "kv_cache_page_size": "Tokens per KV cache page (paged strategy).",
+        "enable_prefix_caching": "Reuse KV cache pages of identical prompt prefixes.",
+        "enable_kvcache_swapping_to_host": "Swap evicted prefix-cache pages to host memory.",
+        "device_memory_utilization": "Fraction of free device memory the KV cache may use (0, 1].",
+        "host_kvcache_swap_space_gb": "Host swap space for KV cache pages, in GiB.",
+        "cache_dtype": "Override the KV cache dtype.",
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.kv_cache_page_size < 1:
+            raise ValueError(f"kv_cache_page_size must be >= 1, got {self.kv_cache_page_size}")
+        if not 0.0 < self.device_memory_utilization <= 1.0:
+            raise ValueError(f"device_memory_utilization must be in (0, 1], got {self.device_memory_utilization}")
+        if self.enable_kvcache_swapping_to_host and not self.enable_prefix_caching:
+            raise ValueError("enable_kvcache_swapping_to_host requires enable_prefix_caching")
+
+
+@dataclass
+class SamplingConfig(_ConfigBase):
+    """Graph-level sampling options (per-request values live in ``SamplingParams``)."""
+
+    in_dtype: DType = DType.float32
+    out_dtype: DType = DType.float32
+    enable_structured_output: bool = False
+    enable_variable_logits: bool = False
+    enable_penalties: bool = False
+    enable_min_tokens: bool = False
+
+    _help = {
+        "in_dtype": "dtype of the logits given to the sampler.",
+        "out_dtype": "dtype of the logits returned by the sampler.",
+        "enable_structured_output": "Enable constrained decoding (JSON schemas).",
+        "enable_variable_logits": "Allow several logits per sequence (echo / speculative decoding).",
+        "enable_penalties": "Apply frequency/presence/repetition penalties.",
+        "enable_min_tokens": "Mask EOS until min_new_tokens have been generated.",
+    }
+
+
+@dataclass
+class ProfilingConfig(_ConfigBase):
+    gpu_profiling: str = "off"
+
+    _help = {"gpu_profiling": "GPU profiling mode: off, on or detailed."}
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.gpu_profiling not in ("off", "on", "detailed"):
+            raise ValueError(f"gpu_profiling must be 'off', 'on' or 'detailed', got {self.gpu_profiling!r}")
+
+
+@dataclass
+class LoRAConfig(_ConfigBase):
+    enable_lora: bool = False
+    lora_paths: list[str] = field(default_factory=list)
+    max_lora_rank: int = 16
+    max_num_loras: int = 1
+
+    _help = {
+        "enable_lora": "Enable LoRA adapters.",
+        "lora_paths": "LoRA adapter paths to load at start-up.",
+        "max_lora_rank": "Largest LoRA rank supported.",
+        "max_num_loras": "Number of LoRA adapters resident at once.",
+    }
+
+
+# --------------------------------------------------------------------------- model config
+
+_FLOAT_ENCODINGS = (SupportedEncoding.float32, SupportedEncoding.bfloat16)
+
+
+@dataclass
+class MAXModelConfig(_ConfigBase):
+    """Where the model is and how its weights are stored."""
+
+    model_path: str = ""
+    """A local model folder (``config.json`` + weights), a GGUF file, or a repo id present
+    in the local Hugging Face cache."""
+    served_model_name: Optional[str] = None
+    weight_path: list[Path] = field(default_factory=list)
+    """Weight files; relative paths are resolved against the model folder."""
+    quantization_encoding: Optional[SupportedEncoding] = None
+    allow_safetensors_weights_fp32_bf6_bidirectional_cast: bool = False
+    """Allow running float32 safetensors weights as bfloat16 and vice versa."""
+    huggingface_model_revision: str = "main"
+    huggingface_weight_revision: str = "main"
+    trust_remote_code: bool = False
+    device_specs: list[DeviceSpec] = field(default_factory=lambda: parse_device_specs("default"))
+    force_download: bool = False
+    rope_type: Optional[str] = None
+    use_subgraphs: bool = True
+    data_parallel_degree: int = 1
+    _kv_cache_config: KVCacheConfig = field(default_factory=KVCacheConfig)
+    _resolved: bool = False
+
+    _help = {
+        "model_path": "Local model folder, GGUF file, or Hugging Face repo id already in the local cache.",
+        "served_model_name": "Name the server reports for the model (defaults to model_path).",
+        "weight_path": "Weight files to load (relative to the model folder, or absolute).",
+        "quantization_encoding": "Weight encoding: float32, bfloat16, float16, q4_0, q4_1, q5_0, q5_1, q8_0, "
+                                 "q4_k, q5_k, q6_k, gptq. Must be contained in the weight files.",
+        "allow_safetensors_weights_fp32_bf6_bidirectional_cast": "Allow float32<->bfloat16 casts of safetensors.",
+        "huggingface_model_revision": "Revision of the model repo (cached repos only).",
+        "huggingface_weight_revision": "Revision of the weights repo (cached repos only).",
+        "trust_remote_code": "Allow custom modelling code from the repo.",
+        "device_specs": "Devices: 'cpu', 'gpu', 'gpu:0,1' or 'default'.",
+        "force_download": "Unsupported offline; must stay False.",
+        "rope_type": "Override the RoPE type.",
+        "use_subgraphs": "Build repeated layers as subgraphs.",
+        "data_parallel_degree": "Number of data-parallel replicas.",
+    }
+
+    def __post_init__(self) -> None:
+        if isinstance(self.device_specs, (str, DeviceSpec)) or (
+            isinstance(self.device_specs, (list, tuple)) and any(isinstance(d, str) for d in self.device_specs)
+        ):
+            self.device_specs = parse_device_specs(self.device_specs)
+        super().__post_init__()
+        if isinstance(self.weight_path, (str, Path)):
+            self.weight_path = [Path(self.weight_path)]
+        if self.data_parallel_degree < 1:
+            raise ValueError(f"data_parallel_degree must be >= 1, got {self.data_parallel_degree}")
+
+    @property
+    def kv_cache_config(self) -> KVCacheConfig:
+        return self._kv_cache_config
+
+    # -- resolution
+    def resolve(self) -> None:
+        """Locate the model, its weights and encoding; raise ValueError/FileNotFoundError
+        with what is wrong and what was found."""
+        if self.force_download:
+            raise ValueError("force_download=True needs network access; libremax works offline only")
+        mp = os.path.expanduser(self.model_path) if self.model_path else ""
+        if not mp:
+            if len(self.weight_path) == 1 and is_gguf_file(self.weight_path[0]):
+                mp = str(self.weight_path[0])
+            else:
+                raise ValueError("model_path is required (a model folder, a GGUF file, or a cached repo id)")
+        if os.path.isfile(mp):
+            if not is_gguf_file(mp):
+                raise ValueError(
+                    f"model_path {mp!r} is a file but not a GGUF file; pass a model folder (config.json + weights) "
+                    "or a .gguf file")
+            self.model_path = os.path.abspath(mp)
+            if not self.weight_path:
+                self.weight_path = [Path(self.model_path)]
+        elif os.path.isdir(mp):
+            self.model_path = os.path.abspath(mp)
+        elif mp.endswith(".gguf") or mp.startswith(("/", ".", "~")) or mp.count("/") != 1:
+            # Not an 'org/model' repo id: a path that does not exist.
+            raise FileNotFoundError(f"model_path {mp!r} does not exist")
+        else:
+            self.model_path = mp  # a repo id; HuggingFaceRepo validates it is in the local cache
+
+        repo = self.huggingface_weight_repo
+        base = repo.local_path
+        if self.weight_path:
+            paths = []
+            for w in self.weight_path:
+                p = Path(w).expanduser()
+                if not p.is_absolute():
+                    p = base / p
+                if not p.is_file():
+                    raise FileNotFoundError(f"weight file {str(w)!r} not found (looked at {p})")
+                paths.append(p.resolve())
+            self.weight_path = paths
+            encs = {p: repo.encoding_for_file(p) for p in paths}
+            fmts = {_format_of(p) for p in paths}
+            if len(fmts) > 1:
+                raise ValueError(f"weight files mix formats {sorted(f.value for f in fmts)}: {[str(p) for p in paths]}")
+            available = list(dict.fromkeys(encs.values()))
+        else:
+            if repo.single_file is None and not (base / "config.json").is_file():
+                raise FileNotFoundError(
+                    f"{base}: not a model folder: no config.json found (expected config.json and weights such as "
+                    "model.safetensors, or pass a .gguf file)")
+            if not repo.weight_files:
+                raise FileNotFoundError(
+                    f"{base}: no weight files found (*.safetensors, *.bin/*.pt/*.pth or *.gguf); "
+                    f"files present: {sorted(os.listdir(base))[:20]}")
+            available = repo.supported_encodings
+        if not available:
+            raise ValueError(f"{base}: could not determine the encoding of the weights")
+
+        requested = self.quantization_encoding
+        if requested is None:
+            chosen = available[0]
+        elif requested in available:
+            chosen = requested
+        elif (self.allow_safetensors_weights_fp32_bf6_bidirectional_cast and requested in _FLOAT_ENCODINGS
+              and any(a in _FLOAT_ENCODINGS for a in available)
+              and WeightsFormat.gguf not in {_format_of(Path(f)) for f in self._candidate_files(repo)}):
+            chosen = requested
+        else:
+            hint = ""
+            if requested in _FLOAT_ENCODINGS and any(a in _FLOAT_ENCODINGS for a in available):
+                hint = " (set allow_safetensors_weights_fp32_bf6_bidirectional_cast=True to cast float32<->bfloat16)"
+            raise ValueError(
+                f"quantization_encoding {requested.value!r} is not contained in the weights of {self.model_path!r}; "
+                f"they contain: {[a.value for a in available]}{hint}")
+        self.quantization_encoding = chosen
+
+        if not self.weight_path:
+            by_fmt = repo.files_for_encoding(chosen)
+            if not by_fmt and chosen in _FLOAT_ENCODINGS:  # cast case
+                src = next(a for a in available if a in _FLOAT_ENCODINGS)
+                by_fmt = repo.files_for_encoding(src)
+            # prefer safetensors, then GGUF, then PyTorch
+            for fmt in (WeightsFormat.safetensors, WeightsFormat.gguf, WeightsFormat.pytorch):
+                if fmt in by_fmt:
+                    files = by_fmt[fmt]
+                    if fmt is WeightsFormat.gguf and len(files) > 1:
+                        # several GGUF variants of one encoding: take the first, deterministically
+                        files = files[:1]
+                    self.weight_path = [Path(p) for p in files]
+                    break
+        self._resolved = True
+
+    @staticmethod
+    def _candidate_files(repo: HuggingFaceRepo) -> list[str]:
+        return [f for files in repo.weight_files.values() for f in files]
+
+    # -- derived
+    @cached_property
+    def huggingface_model_repo(self) -> HuggingFaceRepo:
+        return HuggingFaceRepo(self.model_path, revision=self.huggingface_model_revision,
+                               trust_remote_code=self.trust_remote_code)
+
+    @cached_property
+    def huggingface_weight_repo(self) -> HuggingFaceRepo:
+        return HuggingFaceRepo(self.model_path, revision=self.huggingface_weight_revision,
+                               trust_remote_code=self.trust_remote_code)
+
+    @property
+    def model_dir(self) -> Path:
+        """The folder that holds the model's files."""
+        return self.huggingface_model_repo.local_path
+
+    @property
+    def weights_format(self) -> WeightsFormat:
+        if not self.weight_path:
+            raise ValueError("no weight files resolved")
+        return _format_of(Path(self.weight_path[0]))
+
+    @property
+    def gguf_file(self) -> Optional[Path]:
+        """The GGUF weights file, if the weights are GGUF."""
+        if self.weight_path and _format_of(Path(self.weight_path[0])) is WeightsFormat.gguf:
+            return Path(self.weight_path[0])
+        return None
+
+    @cached_property
+    def gguf_metadata(self) -> Optional[GGUFMetadata]:
+        f = self.gguf_file
+        return read_gguf_metadata(f) if f is not None else None
+
+    @cached_property
+    def huggingface_config(self) -> Any:
+        """The ``transformers`` config: ``config.json`` of the model folder, or one built
+        from the GGUF metadata when the folder has no ``config.json``."""
+        repo = self.huggingface_model_repo
+        if repo.single_file is None and (repo.local_path / "config.json").is_file():
+            return load_huggingface_config(repo.local_path, trust_remote_code=self.trust_remote_code)
+        if self.gguf_file is not None:
+            return load_huggingface_config(self.gguf_file, trust_remote_code=self.trust_remote_code)
+        raise FileNotFoundError(f"{repo.local_path}: no config.json and no GGUF weights to read a config from")
+
+    @cached_property
+    def generation_config(self) -> Any:
+        if self.huggingface_model_repo.single_file is not None:
+            return None
+        return load_generation_config(self.model_dir)
+
+    @property
+    def architectures(self) -> list[str]:
+        """Model class names (``config.json`` ``architectures``; GGUF architectures mapped)."""
+        return list(getattr(self.huggingface_config, "architectures", None) or [])
+
+    @property
+    def rope_parameters(self) -> dict[str, Any]:
+        """RoPE parameters from ``rope_theta``/``rope_scaling`` or ``rope_parameters``."""
+        return get_rope_parameters(_text_config(self.huggingface_config))
+
+    @property
+    def rope_theta(self) -> float:
+        return self.rope_parameters["rope_theta"]
+
+    @property
+    def max_position_embeddings(self) -> Optional[int]:
+        return getattr(_text_config(self.huggingface_config), "max_position_embeddings", None)
+
+    @property
+    def graph_quantization_encoding(self) -> Any:
+        return self.quantization_encoding.quantization_encoding if self.quantization_encoding else None
+
+    @property
+    def default_device_spec(self) -> DeviceSpec:
+        return self.device_specs[0]
+
+    def weights_size(self) -> int:
+        """Total size in bytes of the weight files."""
+        return sum(os.path.getsize(p) for p in self.weight_path)
+
+
+def _text_config(cfg: Any) -> Any:
+    return getattr(cfg, "text_config", None) or cfg
+
+
+def _format_of(p: Path) -> WeightsFormat:
+    s = p.name.lower()
+    if s.endswith(".gguf"):
+        return WeightsFormat.gguf
+    if s.endswith(".safetensors"):
+        return WeightsFormat.safetensors
+    if s.endswith((".bin", ".pt", ".pth")):
+        return WeightsFormat.pytorch
+    raise ValueError(f"{p}: unknown weights format (expected .safetensors, .gguf, .bin/.pt/.pth)")
+
+
+# --------------------------------------------------------------------------- pipeline config
+
+
+@dataclass
+class _PipelineFields(_ConfigBase):
+    ce_delay_ms: float = 0.0
+    chat_template: Optional[Path] = None
+    custom_architectures: list[str] = field(default_factory=list)
+    enable_chunked_prefill: bool = True
+    enable_echo: bool = False
+    enable_in_flight_batching: bool = False
+    enable_prioritize_first_decode: bool = False
+    max_batch_size: Optional[int] = None
+    max_ce_batch_size: int = 192
+    max_length: Optional[int] = None
+    max_num_steps: int = -1
+    max_queue_size_tg: Optional[int] = None
+    min_batch_size_tg: Optional[int] = None
+    pdl_level: str = "0"
+    pipeline_role: PipelineRole = PipelineRole.PrefillAndDecode
+    pool_embeddings: bool = True
+    prefill_chunk_size: int = 8192
+    use_experimental_kernels: str = "false"
+
+
+_PIPELINE_HELP = {
+    "ce_delay_ms": "Scheduler sleep before a prefill batch (TTS only, experimental).",
+    "chat_template": "File with a chat template overriding the model's.",
+    "custom_architectures": "Modules ('module' or 'path:module') exposing ARCHITECTURES to register.",
+    "enable_chunked_prefill": "Split context encoding into chunks of prefill_chunk_size tokens.",
+    "enable_echo": "Build the model with echo (prompt log-probabilities) support.",
+    "enable_in_flight_batching": "Batch token generation together with context encoding.",
+    "enable_prioritize_first_decode": "Run a decode batch right after each prefill batch (TTS only).",
+    "max_batch_size": "Maximum batch size (None: decided from memory).",
+    "max_ce_batch_size": "Maximum context-encoding batch size (capped by max_batch_size).",
+    "max_length": "Maximum sequence length (default: the model's max_position_embeddings).",
+    "max_num_steps": "Steps per multi-step decode (-1: platform default).",
+    "max_queue_size_tg": "Maximum requests in the decode queue (default: max_batch_size).",
+    "min_batch_size_tg": "Soft floor of the decode batch size (TTS only).",
+    "pdl_level": "Programmatic dependent launch level.",
+    "pipeline_role": "prefill_and_decode, prefill_only or decode_only.",
+    "pool_embeddings": "Pool embedding outputs.",
+    "prefill_chunk_size": "Target number of un-encoded tokens per batch (chunked prefill).",
+    "use_experimental_kernels": "Use experimental kernels ('true'/'false').",
+}
+
+_PIPELINE_FIELD_NAMES = _public_fields(_PipelineFields)
+_NESTED = {
+    "model_config": MAXModelConfig,
+    "kv_cache_config": KVCacheConfig,
+    "sampling_config": SamplingConfig,
+    "profiling_config": ProfilingConfig,
+    "lora_config": LoRAConfig,
+}
+_KWARG_ALIASES = {
+    "devices": "device_specs",
+    "max_seq_len": "max_length",
+    "weight_paths": "weight_path",
+    "encoding": "quantization_encoding",
+    "revision": "huggingface_model_revision",
+    "page_size": "kv_cache_page_size",
+    "max_new_tokens": None,  # a per-request setting, not a config field
+}
+
+
+class PipelineConfig(_PipelineFields):
+    """Configuration for a pipeline; ``PipelineConfig(**kwargs)``.
+
+    Own fields (the reference's): ``ce_delay_ms``, ``chat_template``,
+    ``custom_architectures``, ``enable_chunked_prefill``, ``enable_echo``,
+    ``enable_in_flight_batching``, ``enable_prioritize_first_decode``,
+    ``max_batch_size``, ``max_ce_batch_size``, ``max_length``, ``max_num_steps``,
+    ``max_queue_size_tg``, ``min_batch_size_tg``, ``pdl_level``, ``pipeline_role``,
+    ``pool_embeddings``, ``prefill_chunk_size``, ``use_experimental_kernels``.
+    Nested: ``model_config`` (:class:`MAXModelConfig`), ``kv_cache_config``,
+    ``sampling_config``, ``profiling_config``, ``lora_config``; their fields may be
+    passed flat (``model_path=..., quantization_encoding="q4_k", kv_cache_page_size=64,
+    devices="cpu"``).  ``devices`` is an alias of ``device_specs``, ``max_seq_len`` of
+    ``max_length``.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        own: dict[str, Any] = {}
+        nested: dict[str, dict[str, Any]] = {k: {} for k in _NESTED}
+        given: dict[str, Any] = {}
+        for raw_key, value in kwargs.items():
+            key = raw_key.replace("-", "_")
+            if key in _KWARG_ALIASES:
+                if _KWARG_ALIASES[key] is None:
+                    raise ValueError(f"PipelineConfig: {raw_key!r} is a per-request setting (SamplingParams), "
+                                     "not a pipeline option")
+                key = _KWARG_ALIASES[key]
+            if key in _NESTED:
+                if not isinstance(value, _NESTED[key]):
+                    raise TypeError(f"PipelineConfig: {key} must be a {_NESTED[key].__name__}, got "
+                                    f"{type(value).__name__}")
+                given[key] = value
+                continue
+            if key in _PIPELINE_FIELD_NAMES:
+                own[key] = value
+                continue
+            for nk, ncls in _NESTED.items():
+                if key in _public_fields(ncls):
+                    nested[nk][key] = value
+                    break
+            else:
+                raise ValueError(
+                    f"PipelineConfig: unknown option {raw_key!r}. Valid options: {sorted(self.help())}")
+        _PipelineFields.__init__(self, **own)
+        kv = given.get("kv_cache_config") or KVCacheConfig(**nested["kv_cache_config"])
+        if "model_config" in given:
+            mc = given["model_config"]
+            for k, v in nested["model_config"].items():
+                setattr(mc, k, v)
+            mc.__post_init__()
+        else:
+            mc = MAXModelConfig(**nested["model_config"])
+        mc._kv_cache_config = kv
+        self._model_config = mc
+        self._sampling_config = given.get("sampling_config") or SamplingConfig(**nested["sampling_config"])
+        self._profiling_config = given.get("profiling_config") or ProfilingConfig(**nested["profiling_config"])
+        self._lora_config = given.get("lora_config") or LoRAConfig(**nested["lora_config"])
+        self._draft_model_config: Optional[MAXModelConfig] = None
+        self._chat_template_str: Optional[str] = None
+        self.resolve()
+
+    # -- nested configs
+    @property
+    def model_config(self) -> MAXModelConfig:
+        return self._model_config
+
+    @property
+    def draft_model_config(self) -> Optional[MAXModelConfig]:
+        return self._draft_model_config
+
+    @property
+    def sampling_config(self) -> SamplingConfig:
+        return self._sampling_config
+
+    @property
+    def profiling_config(self) -> ProfilingConfig:
+        return self._profiling_config
+
+    @property
+    def lora_config(self) -> Optional[LoRAConfig]:
+        return self._lora_config if self._lora_config.enable_lora else None
+
+    @property
+    def kv_cache_config(self) -> KVCacheConfig:
+        return self._model_config.kv_cache_config
+
+    @property
+    def graph_quantization_encoding(self) -> Any:
+        """The CLI encoding as a ``max.graph.quantization.QuantizationEncoding`` (None for floats)."""
+        return self._model_config.graph_quantization_encoding
+
+    def __getattr__(self, name: str) -> Any:
+        # Flat read access to nested fields (``config.model_path``, ``config.kv_cache_page_size``).
+        if name.startswith("_"):
+            raise AttributeError(name)
+        for attr in ("_model_config", "_sampling_config", "_profiling_config", "_lora_config"):
+            obj = self.__dict__.get(attr)
+            if obj is not None and name in _public_fields(type(obj)):
+                return getattr(obj, name)
+        kv = self.__dict__.get("_model_config")
+        if kv is not None and name in _public_fields(KVCacheConfig):
+            return getattr(kv.kv_cache_config, name)
+        raise AttributeError(f"'PipelineConfig' object has no attribute {name!r}")
+
+    # -- resolution
+    def resolve(self) -> None:
+        """Validate every field and resolve the model (paths, weights, encoding, chat template)."""
+        for name in ("max_batch_size", "max_length", "max_queue_size_tg", "min_batch_size_tg"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"PipelineConfig: {name} must be >= 1 (or None), got {v}")
+        if self.max_ce_batch_size < 1:
+            raise ValueError(f"PipelineConfig: max_ce_batch_size must be >= 1, got {self.max_ce_batch_size}")
+        if self.prefill_chunk_size < 1:
+            raise ValueError(f"PipelineConfig: prefill_chunk_size must be >= 1, got {self.prefill_chunk_size}")
+        if self.max_num_steps == 0 or self.max_num_steps < -1:
+            raise ValueError(f"PipelineConfig: max_num_steps must be -1 or >= 1, got {self.max_num_steps}")
+        if self.enable_echo and self.enable_chunked_prefill:
+            # Echo needs the logits of every prompt token in one pass.
+            logger.info("enable_echo: chunked prefill still allowed; echo log-probs are computed per chunk")
+        self._load_custom_architectures()
+        self._model_config.resolve()
+        mpe = self._model_config.max_position_embeddings
+        if self.max_length is not None and mpe is not None and self.max_length > mpe:
+            raise ValueError(
+                f"PipelineConfig: max_length ({self.max_length}) exceeds the model's max_position_embeddings ({mpe})")
+        if self.chat_template is not None:
+            p = Path(self.chat_template)
+            if not p.is_file():
+                raise FileNotFoundError(f"chat_template file not found: {p}")
+            self._chat_template_str = p.read_text(encoding="utf-8")
+
+    def _load_custom_architectures(self) -> None:
+        if not self.custom_architectures:
+            return
+        from max.pipelines.lib.registry import PIPELINE_REGISTRY
+
+        for spec in self.custom_architectures:
+            if ":" in spec:
+                path, module = spec.rsplit(":", 1)
+                if path not in sys.path:
+                    sys.path.insert(0, path)
+            else:
+                module = spec
+            mod = importlib.import_module(module)
+            archs = getattr(mod, "ARCHITECTURES", None)
+            if archs is None:
+                raise ValueError(f"custom architecture module {module!r} has no ARCHITECTURES list")
+            for arch in archs:
+                PIPELINE_REGISTRY.register(arch, allow_override=True)
+
+    def retrieve_chat_template(self) -> Optional[str]:
+        """The custom chat template read from ``chat_template`` (None when not set)."""
+        return self._chat_template_str
+
+    @property
+    def resolved_max_length(self) -> int:
+        """``max_length``, or the model's ``max_position_embeddings`` when unset."""
+        if self.max_length is not None:
+            return self.max_length
+        mpe = self._model_config.max_position_embeddings
+        if mpe is None:
+            raise ValueError("max_length is not set and the model config has no max_position_embeddings")
+        return int(mpe)
+
+    @staticmethod
+    def help() -> dict[str, str]:
+        """Every option PipelineConfig accepts and its description."""
+        out = dict(_PIPELINE_HELP)
+        for ncls in _NESTED.values():
+            out.update(ncls.help())
+        return out
+
+    def log_basic_config(self) -> None:
+        mc = self._model_config
+        logger.info(
+            "Pipeline: model=%s weights=%s encoding=%s devices=%s max_batch_size=%s max_length=%s "
+            "kv_page_size=%d device_memory_utilization=%.2f",
+            mc.model_path, [str(p) for p in mc.weight_path],
+            mc.quantization_encoding.value if mc.quantization_encoding else None,
+            [f"{d.device_type}:{d.id}" for d in mc.device_specs], self.max_batch_size, self.max_length,
+            self.kv_cache_config.kv_cache_page_size, self.kv_cache_config.device_memory_utilization)
+
+    def log_pipeline_info(self) -> None:
+        from max.pipelines.lib.registry import PIPELINE_REGISTRY
+
+        arch = PIPELINE_REGISTRY.retrieve_architecture(self._model_config.huggingface_weight_repo)
+        if arch is None:
+            raise ValueError(f"no registered architecture for {self._model_config.model_path!r}")
+        self.log_basic_config()
+        logger.info("Architecture: %s task=%s cache_strategy=%s prefill_chunk_size=%d", arch.name,
+                    arch.task.value, self.kv_cache_config.cache_strategy.value, self.prefill_chunk_size)
+
+    def __repr__(self) -> str:
+        own = ", ".join(f"{k}={getattr(self, k)!r}" for k in _PIPELINE_FIELD_NAMES)
+        return f"PipelineConfig({own}, model_config={self._model_config!r})"
+
+
+@dataclass
+class AudioGenerationConfig(_ConfigBase):
+    """Text-to-speech settings (the audio decoder); other keywords go to ``PipelineConfig``
+    (available as ``pipeline_config``)."""
+
+    audio_decoder: str = ""
+    audio_decoder_weights: str = ""
+    chunk_size: Optional[list[int]] = None
+    buffer: int = 0
+    block_causal: bool = False
+    prepend_prompt_speech_tokens: PrependPromptSpeechTokens = PrependPromptSpeechTokens.NEVER
+    prepend_prompt_speech_tokens_causal: bool = False
+    run_model_test_mode: bool = False
+    prometheus_metrics_mode: PrometheusMetricsMode = PrometheusMetricsMode.INSTRUMENT_ONLY
+    audio_decoder_config: dict[str, Any] = field(default_factory=dict)
+
+    _help = {
+        "audio_decoder": "The name of the audio decoder model architecture.",
+        "audio_decoder_weights": "The path to the audio decoder weights file.",
+        "chunk_size": "Chunk sizes for streaming.",
+        "buffer": "Previous speech tokens passed to the audio decoder each step.",
+        "block_causal": "Whether prior buffered tokens attend to the current block.",
+        "prepend_prompt_speech_tokens": "never, once or rolling.",
+        "prepend_prompt_speech_tokens_causal": "Whether prompt speech tokens attend to the current block.",
+        "prometheus_metrics_mode": "instrument_only, launch_server or launch_multiproc_server.",
+    }
+
+    def __init__(self, audio_decoder: str, audio_decoder_weights: str = "", chunk_size: Optional[list[int]] = None,
+                 buffer: int = 0, block_causal: bool = False,
+                 prepend_prompt_speech_tokens: PrependPromptSpeechTokens = PrependPromptSpeechTokens.NEVER,
+                 prepend_prompt_speech_tokens_causal: bool = False, run_model_test_mode: bool = False,
+                 prometheus_metrics_mode: PrometheusMetricsMode = PrometheusMetricsMode.INSTRUMENT_ONLY,
+                 **kwargs: Any) -> None:
+        self.audio_decoder = audio_decoder
+        self.audio_decoder_weights = audio_decoder_weights
+        self.chunk_size = chunk_size
+        self.buffer = buffer
+        self.block_causal = block_causal
+        self.prepend_prompt_speech_tokens = prepend_prompt_speech_tokens
+        self.prepend_prompt_speech_tokens_causal = prepend_prompt_speech_tokens_causal
+        self.run_model_test_mode = run_model_test_mode
+        self.prometheus_metrics_mode = prometheus_metrics_mode
+        self.audio_decoder_config = {}
+        self._coerce_fields()
+        if isinstance(self.chunk_size, int):
+            self.chunk_size = [self.chunk_size]
+        if self.buffer < 0:
+            raise ValueError(f"buffer must be >= 0, got {self.buffer}")
+        self.pipeline_config = PipelineConfig(**kwargs) if kwargs else None
+
+    @classmethod
+    def from_flags(cls, audio_flags: dict[str, str], **config_flags: Any) -> "AudioGenerationConfig":
+        flags = dict(audio_flags)
+        decoder = flags.pop("audio_decoder", "")
+        if not decoder:
+            raise ValueError("audio_decoder is required")
+        chunk = flags.pop("chunk_size", None)
+        if isinstance(chunk, str):
+            chunk = [int(x) for x in chunk.split(",") if x.strip()]
+        known = {f for f in _public_fields(cls)} - {"audio_decoder", "chunk_size"}
+        audio_kw = {k: v for k, v in flags.items() if k in known}
+        extra = {k: v for k, v in flags.items() if k not in known}
+        cfg = cls(decoder, chunk_size=chunk, **audio_kw, **config_flags)
+        cfg.audio_decoder_config = extra
+        return cfg

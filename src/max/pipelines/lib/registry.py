@@ -1,0 +1,272 @@
+"""Model registry: ``SupportedArchitecture``, ``PipelineRegistry`` and ``PIPELINE_REGISTRY``.
+
+An architecture is looked up by the model's Hugging Face class name: the first entry
+of ``config.json``'s ``architectures`` or, for GGUF files, ``general.architecture``
+mapped to the class name (``llama`` -> ``LlamaForCausalLM``, ``qwen2`` ->
+``Qwen2ForCausalLM``, ...; see ``hf_utils.GGUF_ARCHITECTURES``).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import importlib.util
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+from max.graph.weights import WeightsFormat
+from max.interfaces import PipelineTask
+from max.nn.kv_cache import KVCacheStrategy
+from max.pipelines.lib.hf_utils import GGUF_ARCHITECTURES, HuggingFaceRepo, SupportedEncoding, load_huggingface_config
+
+if TYPE_CHECKING:  # pragma: no cover
+    from max.pipelines.lib.config import PipelineConfig
+
+logger = logging.getLogger("max.pipelines")
+
+WeightsAdapter = Callable[..., dict[str, Any]]
+"""Converts a checkpoint's state dict (``dict[str, WeightData]``) to the names/layout the
+``pipeline_model`` expects."""
+
+
+class RopeType(str, enum.Enum):
+    none = "none"
+    normal = "normal"
+    neox = "neox"
+    longrope = "longrope"
+    yarn = "yarn"
+
+
+@dataclass
+class SupportedArchitecture:
+    """A model architecture the pipelines can run.
+
+    ``name`` must equal the Hugging Face model class name (``LlamaForCausalLM``).
+    ``supported_encodings`` maps each encoding to the KV cache strategies it works
+    with; ``tokenizer`` is a callable (usually a class) returning a
+    ``PipelineTokenizer``.
+    """
+
+    name: str
+    example_repo_ids: list[str]
+    default_encoding: SupportedEncoding
+    supported_encodings: dict[SupportedEncoding, list[KVCacheStrategy]]
+    pipeline_model: type
+    task: PipelineTask
+    tokenizer: Callable[..., Any]
+    default_weights_format: WeightsFormat
+    rope_type: RopeType = RopeType.none
+    weight_adapters: Optional[dict[WeightsFormat, WeightsAdapter]] = None
+    multi_gpu_supported: bool = False
+    prefix_caching_supported: bool = True
+    gguf_architectures: list[str] = field(default_factory=list)
+    """libremax extension: extra GGUF ``general.architecture`` names served by this
+    architecture (beyond the built-in map, e.g. ``["llama"]``)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError("SupportedArchitecture: name must be a non-empty str (the HF model class name)")
+        self.default_encoding = SupportedEncoding.parse(self.default_encoding)
+        self.supported_encodings = {SupportedEncoding.parse(k): [KVCacheStrategy(s) for s in v]
+                                    for k, v in self.supported_encodings.items()}
+        if self.default_encoding not in self.supported_encodings:
+            raise ValueError(f"SupportedArchitecture {self.name}: default_encoding {self.default_encoding.value!r} "
+                             f"is not in supported_encodings {[e.value for e in self.supported_encodings]}")
+        self.task = PipelineTask(self.task)
+        self.default_weights_format = WeightsFormat(self.default_weights_format)
+        self.rope_type = RopeType(self.rope_type)
+
+    @property
+    def tokenizer_cls(self) -> type:
+        if isinstance(self.tokenizer, type):
+            return self.tokenizer
+        return type(self.tokenizer)
+
+
+class PipelineRegistry:
+    """Registered architectures, looked up by the model's HF class name."""
+
+    def __init__(self, architectures: list[SupportedArchitecture]) -> None:
+        self.architectures: dict[str, SupportedArchitecture] = {}
+        self._cached_huggingface_configs: dict[HuggingFaceRepo, Any] = {}
+        self._cached_huggingface_tokenizers: dict[HuggingFaceRepo, Any] = {}
+        for arch in architectures:
+            self.register(arch)
+
+    def register(self, architecture: SupportedArchitecture, *, allow_override: bool = False) -> None:
+        """Add an architecture; ValueError if its name is taken (unless ``allow_override``)."""
+        if not isinstance(architecture, SupportedArchitecture):
+            raise TypeError(f"register: expected a SupportedArchitecture, got {type(architecture).__name__}")
+        if architecture.name in self.architectures and not allow_override:
+            raise ValueError(f"architecture {architecture.name!r} is already registered "
+                             "(pass allow_override=True to replace it)")
+        self.architectures[architecture.name] = architecture
+
+    def reset(self) -> None:
+        self.architectures.clear()
+        self._cached_huggingface_configs.clear()
+        self._cached_huggingface_tokenizers.clear()
+
+    # -- HF artefacts (cached)
+    def get_active_huggingface_config(self, huggingface_repo: HuggingFaceRepo) -> Any:
+        """Cached ``transformers`` config of the repo (``config.json`` or GGUF metadata)."""
+        if huggingface_repo not in self._cached_huggingface_configs:
+            src = huggingface_repo.single_file or huggingface_repo.local_path
+            if huggingface_repo.single_file is None and not (huggingface_repo.local_path / "config.json").is_file():
+                gguf = huggingface_repo.weight_files.get(WeightsFormat.gguf)
+                if gguf:
+                    src = huggingface_repo.local_path / gguf[0]
+            self._cached_huggingface_configs[huggingface_repo] = load_huggingface_config(
+                src, trust_remote_code=huggingface_repo.trust_remote_code)
+        return self._cached_huggingface_configs[huggingface_repo]
+
+    def get_active_tokenizer(self, huggingface_repo: HuggingFaceRepo) -> Any:
+        """Cached ``transformers`` tokenizer of the repo (fast GGUF path for GGUF files)."""
+        if huggingface_repo not in self._cached_huggingface_tokenizers:
+            from max.pipelines.lib.tokenizer import load_hf_tokenizer
+
+            src = huggingface_repo.single_file or huggingface_repo.local_path
+            self._cached_huggingface_tokenizers[huggingface_repo] = load_hf_tokenizer(
+                src, trust_remote_code=huggingface_repo.trust_remote_code)
+        return self._cached_huggingface_tokenizers[huggingface_repo]
+
+    # -- lookup
+    def _names_for(self, huggingface_repo: HuggingFaceRepo) -> list[str]:
+        names: list[str] = []
+        gguf_archs: list[str] = []
+        single = huggingface_repo.single_file
+        if single is not None or not (huggingface_repo.local_path / "config.json").is_file():
+            from max.pipelines.lib.gguf_utils import read_gguf_metadata
+
+            files = [single] if single is not None else [
+                huggingface_repo.local_path / f for f in huggingface_repo.weight_files.get(WeightsFormat.gguf, [])]
+            for f in files[:1]:
+                a = read_gguf_metadata(f).architecture
+                if a:
+                    gguf_archs.append(a)
+                    if a in GGUF_ARCHITECTURES:
+                        names.append(GGUF_ARCHITECTURES[a][0])
+            for a in gguf_archs:
+                names.extend(arch.name for arch in self.architectures.values() if a in arch.gguf_architectures)
+        else:
+            cfg = self.get_active_huggingface_config(huggingface_repo)
+            names.extend(getattr(cfg, "architectures", None) or [])
+        return names
+
+    def retrieve_architecture(self, huggingface_repo: HuggingFaceRepo) -> Optional[SupportedArchitecture]:
+        """The registered architecture for the repo, or None."""
+        for n in self._names_for(huggingface_repo):
+            if n in self.architectures:
+                return self.architectures[n]
+        return None
+
+    def _require(self, pipeline_config: "PipelineConfig", override_architecture: Optional[str] = None
+                 ) -> SupportedArchitecture:
+        if override_architecture is not None:
+            if override_architecture not in self.architectures:
+                raise ValueError(f"architecture {override_architecture!r} is not registered; supported: "
+                                 f"{sorted(self.architectures)}")
+            return self.architectures[override_architecture]
+        repo = pipeline_config.model_config.huggingface_weight_repo
+        arch = self.retrieve_architecture(repo)
+        if arch is None:
+            names = self._names_for(repo)
+            raise ValueError(
+                f"No supported architecture for {pipeline_config.model_config.model_path!r} (model declares "
+                f"{names or 'no architecture'}); supported architectures: {sorted(self.architectures) or 'none'}"
+                + ("" if self.architectures else " (call register_all_models() to register the built-in ones)"))
+        return arch
+
+    def retrieve_pipeline_task(self, pipeline_config: "PipelineConfig") -> PipelineTask:
+        """The task of the model's architecture; ValueError if none matches."""
+        return self._require(pipeline_config).task
+
+    def retrieve_tokenizer(self, pipeline_config: "PipelineConfig", override_architecture: Optional[str] = None
+                           ) -> Any:
+        """A ``PipelineTokenizer`` for the config; ValueError if no architecture matches."""
+        arch = self._require(pipeline_config, override_architecture)
+        mc = pipeline_config.model_config
+        source = mc.gguf_file if (mc.gguf_file is not None and not (mc.model_dir / "tokenizer.json").is_file()
+                                  and not (mc.model_dir / "tokenizer_config.json").is_file()) else mc.model_dir
+        return arch.tokenizer(
+            str(source),
+            revision=mc.huggingface_model_revision,
+            max_length=pipeline_config.max_length,
+            trust_remote_code=mc.trust_remote_code,
+            pipeline_config=pipeline_config,
+            chat_template=pipeline_config.retrieve_chat_template(),
+        )
+
+    def retrieve_factory(self, pipeline_config: "PipelineConfig", task: PipelineTask = PipelineTask.TEXT_GENERATION,
+                         override_architecture: Optional[str] = None) -> tuple[Any, Callable[[], Any]]:
+        """``(tokenizer, factory)``; ``factory()`` builds the pipeline for ``task``."""
+        arch = self._require(pipeline_config, override_architecture)
+        if arch.task != PipelineTask(task):
+            raise ValueError(f"architecture {arch.name} serves task {arch.task.value!r}, not {PipelineTask(task).value!r}")
+        tokenizer = self.retrieve_tokenizer(pipeline_config, override_architecture=arch.name)
+        pipeline_cls = get_pipeline_for_task(arch.task, pipeline_config)
+
+        def factory() -> Any:
+            return pipeline_cls(
+                pipeline_config=pipeline_config,
+                pipeline_model=arch.pipeline_model,
+                eos_token_id=tokenizer.eos,
+                weight_adapters=arch.weight_adapters or {},
+                tokenizer=tokenizer,
+            )
+
+        return tokenizer, factory
+
+    def retrieve(self, pipeline_config: "PipelineConfig", task: PipelineTask = PipelineTask.TEXT_GENERATION,
+                 override_architecture: Optional[str] = None) -> tuple[Any, Any]:
+        """``(tokenizer, pipeline)`` for the config."""
+        tokenizer, factory = self.retrieve_factory(pipeline_config, task, override_architecture)
+        return tokenizer, factory()
+
+
+def get_pipeline_for_task(task: PipelineTask, pipeline_config: "PipelineConfig") -> type:
+    """The pipeline class for ``task`` (imported lazily from ``max.pipelines.lib``)."""
+    task = PipelineTask(task)
+    targets = {
+        PipelineTask.TEXT_GENERATION: ("max.pipelines.lib.pipeline", "TextGenerationPipeline"),
+        PipelineTask.EMBEDDINGS_GENERATION: ("max.pipelines.lib.embeddings_pipeline", "EmbeddingsPipeline"),
+    }
+    if task not in targets:
+        raise ValueError(f"no pipeline implementation for task {task.value!r}")
+    module, name = targets[task]
+    if pipeline_config.draft_model_config is not None and task is PipelineTask.TEXT_GENERATION:
+        module, name = "max.pipelines.lib.speculative_decoding", "SpeculativeDecodingTextGenerationPipeline"
+    return getattr(importlib.import_module(module), name)
+
+
+PIPELINE_REGISTRY = PipelineRegistry([])
+"""The shared registry the built-in architectures register into."""
+
+ARCHITECTURES_PACKAGE = "max.pipelines.architectures"
+
+
+def register_all_models() -> bool:
+    """Import ``max.pipelines.architectures`` so the built-in architectures register in
+    :data:`PIPELINE_REGISTRY`, calling its ``register_all_models()`` when it has one.
+
+    The package is optional while it is being written: this returns False (and
+    registers nothing) when ``importlib.util.find_spec`` does not find it.  Import
+    errors *inside* an existing package propagate.
+    """
+    global _ALL_REGISTERED
+    if _ALL_REGISTERED:
+        return True
+    if importlib.util.find_spec(ARCHITECTURES_PACKAGE) is None:
+        logger.debug("%s not found; no built-in architectures registered", ARCHITECTURES_PACKAGE)
+        return False
+    mod = importlib.import_module(ARCHITECTURES_PACKAGE)
+    fn = getattr(mod, "register_all_models", None)
+    if callable(fn) and fn is not register_all_models:
+        fn()
+    _ALL_REGISTERED = True
+    return True
+
+
+_ALL_REGISTERED = False

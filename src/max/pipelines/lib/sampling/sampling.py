@@ -1,0 +1,301 @@
+"""Batched token sampling in torch, one set of parameters per request.
+
+:func:`sample_tokens` applies, per row of a ``(batch, vocab)`` logits tensor and in
+this order:
+
+1. repetition penalty (tokens of prompt + output: positive logits divided by the
+   penalty, negative ones multiplied), then frequency / presence penalties (output
+   tokens: ``logit -= frequency * count + presence * (count > 0)``, OpenAI);
+2. banned tokens (e.g. EOS before ``min_new_tokens``) set to ``-inf``;
+3. greedy rows (``temperature == 0`` or ``top_k == 1``): argmax;
+4. other rows: ``logits / temperature``, top-k (``-1`` = the top 255 tokens, as the
+   reference's ``SamplingParams`` documents), top-p (nucleus, over the top-k), min-p
+   (relative to the most likely token), then one categorical draw with the row's own
+   ``torch.Generator`` (seeded from ``SamplingParams.seed``).
+
+A :class:`GeneratorCache` keeps one generator per request across steps, so a seeded
+request gives the same tokens every time it is run, whatever else is in its batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from max.interfaces import SamplingParams
+
+TOP_K_DEFAULT = 255
+
+
+def validate_sampling_params(params: SamplingParams, vocab_size: Optional[int] = None) -> None:
+    """Raise ValueError/TypeError for parameters the sampler cannot use."""
+    if not isinstance(params, SamplingParams):
+        raise TypeError(f"expected SamplingParams, got {type(params).__name__}")
+    if params.temperature < 0 or math.isnan(params.temperature) or math.isinf(params.temperature):
+        raise ValueError(f"temperature must be a finite value >= 0, got {params.temperature}")
+    if params.top_k != -1 and params.top_k < 1:
+        raise ValueError(f"top_k must be -1 or >= 1, got {params.top_k}")
+    if vocab_size is not None and params.top_k > vocab_size:
+        raise ValueError(f"top_k ({params.top_k}) exceeds the vocabulary size ({vocab_size})")
+    if not 0.0 < params.top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
+    if not 0.0 <= params.min_p <= 1.0:
+        raise ValueError(f"min_p must be in [0, 1], got {params.min_p}")
+    if params.repetition_penalty <= 0:
+        raise ValueError(f"repetition_penalty must be > 0, got {params.repetition_penalty}")
+
+
+class GeneratorCache:
+    """One ``torch.Generator`` per request id, seeded from the request's seed on first use."""
+
+    def __init__(self) -> None:
+        self._gens: dict[str, torch.Generator] = {}
+
+    def get(self, request_id: str, seed: int, device: torch.device | str = "cpu") -> torch.Generator:
+        g = self._gens.get(request_id)
+        if g is None or g.device != torch.device(device):
+            g = torch.Generator(device=device)
+            g.manual_seed(int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
+            self._gens[request_id] = g
+        return g
+
+    def release(self, request_id: str) -> None:
+        self._gens.pop(request_id, None)
+
+    def __len__(self) -> int:
+        return len(self._gens)
+
+
+@dataclass
+class SamplingBatch:
+    """Per-row sampling parameters as tensors (built by :meth:`from_params`)."""
+
+    temperature: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    min_p: torch.Tensor
+    frequency_penalty: torch.Tensor
+    presence_penalty: torch.Tensor
+    repetition_penalty: torch.Tensor
+    greedy: torch.Tensor
+
+    @classmethod
+    def from_params(cls, params: Sequence[SamplingParams], vocab_size: int, device: Any = "cpu") -> "SamplingBatch":
+        for p in params:
+            validate_sampling_params(p)
+
+        def t(vals: list, dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor(vals, dtype=dtype, device=device)
+
+        top_k = [min(TOP_K_DEFAULT if p.top_k == -1 else p.top_k, vocab_size) for p in params]
+        return cls(
+            temperature=t([p.temperature for p in params], torch.float32),
+            top_k=t(top_k, torch.int64),
+            top_p=t([p.top_p for p in params], torch.float32),
+            min_p=t([p.min_p for p in params], torch.float32),
+            frequency_penalty=t([p.frequency_penalty for p in params], torch.float32),
+            presence_penalty=t([p.presence_penalty for p in params], torch.float32),
+            repetition_penalty=t([p.repetition_penalty for p in params], torch.float32),
+            greedy=t([p.temperature == 0.0 or p.top_k == 1 for p in params], torch.bool),
+        )
+
+
+def _counts(histories: Sequence[Any], batch: int, vocab: int, device: Any) -> torch.Tensor:
+    counts = torch.zeros(batch, vocab, dtype=torch.float32, device=device)
+    for i, h in enumerate(histories):
+        if h is None or len(h) == 0:
+            continue
+        idx = torch.as_tensor(np.asarray(h, dtype=np.int64), device=device)
+        if int(idx.min()) < 0 or int(idx.max()) >= vocab:
+            raise ValueError(f"row {i}: token ids out of range [0, {vocab}) in the token history")
+        counts[i].index_add_(0, idx, torch.ones_like(idx, dtype=torch.float32))
+    return counts
+
+
+def apply_penalties(logits: torch.Tensor, batch: SamplingBatch, output_tokens: Optional[Sequence[Any]],
+                    prompt_tokens: Optional[Sequence[Any]]) -> torch.Tensor:
+    """Repetition penalty (prompt + output tokens), then frequency/presence (output tokens)."""
+    B, V = logits.shape
+    out_counts = _counts(output_tokens, B, V, logits.device) if output_tokens is not None else None
+    if bool((batch.repetition_penalty != 1.0).any()):
+        seen = out_counts.clone() if out_counts is not None else torch.zeros(B, V, device=logits.device)
+        if prompt_tokens is not None:
+            seen += _counts(prompt_tokens, B, V, logits.device)
+        rp = batch.repetition_penalty[:, None]
+        penalized = torch.where(logits > 0, logits / rp, logits * rp)
+        logits = torch.where(seen > 0, penalized, logits)
+    if out_counts is not None and bool(((batch.frequency_penalty != 0) | (batch.presence_penalty != 0)).any()):
+        logits = logits - batch.frequency_penalty[:, None] * out_counts \
+            - batch.presence_penalty[:, None] * (out_counts > 0).to(logits.dtype)
+    return logits
+
+
+def sample_tokens(
+    logits: torch.Tensor,
+    sampling_params: Sequence[SamplingParams],
+    *,
+    output_tokens: Optional[Sequence[Any]] = None,
+    prompt_tokens: Optional[Sequence[Any]] = None,
+    banned_tokens: Optional[Sequence[Any]] = None,
+    generators: Optional[Sequence[Optional[torch.Generator]]] = None,
+    return_logits: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row of ``logits`` (``(batch, vocab)``).
+
+    Args:
+        logits: raw next-token logits, one row per request.
+        sampling_params: one ``SamplingParams`` per row.
+        output_tokens: per row, the tokens generated so far (frequency / presence /
+            repetition penalties); None skips those penalties.
+        prompt_tokens: per row, the prompt tokens (repetition penalty only).
+        banned_tokens: per row, token ids to exclude (e.g. EOS before min_new_tokens).
+        generators: per row, a ``torch.Generator`` (see :class:`GeneratorCache`); a row
+            without one uses a fresh generator seeded with its ``seed``.
+        return_logits: also return the processed logits (after penalties and bans,
+            before temperature), e.g. for log probabilities.
+
+    Returns:
+        int64 tensor ``(batch,)`` of token ids (and the processed logits).
+    """
+    if logits.ndim != 2:
+        raise ValueError(f"sample_tokens: logits must be (batch, vocab), got shape {tuple(logits.shape)}")
+    B, V = logits.shape
+    if len(sampling_params) != B:
+        raise ValueError(f"sample_tokens: {len(sampling_params)} SamplingParams for {B} rows of logits")
+    for name, seq in (("output_tokens", output_tokens), ("prompt_tokens", prompt_tokens),
+                      ("banned_tokens", banned_tokens), ("generators", generators)):
+        if seq is not None and len(seq) != B:
+            raise ValueError(f"sample_tokens: {name} has {len(seq)} entries for {B} rows")
+    device = logits.device
+    batch = SamplingBatch.from_params(sampling_params, V, device)
+    logits = logits.float()
+    logits = apply_penalties(logits, batch, output_tokens, prompt_tokens)
+    if banned_tokens is not None:
+        logits = logits.clone()
+        for i, ban in enumerate(banned_tokens):
+            if ban is not None and len(ban):
+                logits[i, torch.as_tensor(np.asarray(ban, dtype=np.int64), device=device)] = -math.inf
+    processed = logits
+    out = torch.argmax(logits, dim=-1)
+    rows = (~batch.greedy).nonzero().flatten().tolist()
+    if rows:
+        sub = logits[rows] / batch.temperature[rows, None]
+        kmax = int(batch.top_k[rows].max())
+        vals, idx = torch.topk(sub, kmax, dim=-1)  # sorted descending
+        pos = torch.arange(kmax, device=device)[None, :]
+        keep = pos < batch.top_k[rows, None]
+        vals = vals.masked_fill(~keep, -math.inf)
+        probs = torch.softmax(vals, dim=-1)
+        # top-p: keep the smallest prefix whose mass reaches top_p (the first token always).
+        before = torch.cumsum(probs, dim=-1) - probs
+        keep &= before < batch.top_p[rows, None]
+        # min-p: relative to the most likely token.
+        keep &= probs >= batch.min_p[rows, None] * probs[:, :1]
+        keep[:, 0] = True
+        probs = torch.where(keep, probs, torch.zeros_like(probs))
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+        for j, r in enumerate(rows):
+            g = generators[r] if generators is not None else None
+            if g is None:
+                g = torch.Generator(device=device)
+                g.manual_seed(int(sampling_params[r].seed) & 0xFFFF_FFFF_FFFF_FFFF)
+            choice = torch.multinomial(probs[j], 1, generator=g)
+            out[r] = idx[j, choice[0]]
+    out = out.to(torch.int64)
+    return (out, processed) if return_logits else out
+
+
+def sample_for_contexts(logits: torch.Tensor, contexts: Sequence[Any], generators: Optional[GeneratorCache] = None,
+                        *, apply_penalties_: bool = True, return_logits: bool = False) -> Any:
+    """:func:`sample_tokens` for ``TextContext`` rows: parameters, token histories, EOS
+    bans before ``min_new_tokens`` (from ``get_min_token_logit_mask``) and per-request
+    generators come from the contexts (and ``generators``)."""
+    params = [c.sampling_params for c in contexts]
+    needs_hist = apply_penalties_ and any(
+        p.frequency_penalty or p.presence_penalty or p.repetition_penalty != 1.0 for p in params)
+    outs = [c.generated_tokens for c in contexts] if needs_hist else None
+    prompts = [c.prompt_tokens for c in contexts] if needs_hist else None
+    bans = []
+    for c in contexts:
+        m = c.get_min_token_logit_mask(1)[0]
+        bans.append(m[:, 1] if len(m) else None)
+    gens = None
+    if generators is not None:
+        gens = [generators.get(c.request_id, c.sampling_params.seed, logits.device) for c in contexts]
+    return sample_tokens(logits, params, output_tokens=outs, prompt_tokens=prompts,
+                         banned_tokens=bans if any(b is not None for b in bans) else None,
+                         generators=gens, return_logits=return_logits)
+
+
+def rejection_sample(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
+                     generator: Optional[torch.Generator] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Speculative-decoding acceptance (Leviathan et al.).
+
+    ``draft_tokens`` ``(B, K)``, ``draft_probs`` ``(B, K, V)`` and ``target_probs``
+    ``(B, K + 1, V)``.  Draft token k is accepted with probability
+    ``min(1, p_target / p_draft)``; at the first rejection a token is drawn from
+    ``normalize(max(0, p_target - p_draft))``; if all K are accepted, a bonus token is
+    drawn from ``target_probs[:, K]``.  Returns ``(num_accepted (B,), next_token (B,))``.
+    """
+    B, K = draft_tokens.shape
+    u = torch.rand(B, K, generator=generator, device=draft_tokens.device)
+    pt = target_probs[:, :K].gather(-1, draft_tokens[..., None])[..., 0]
+    pd = draft_probs.gather(-1, draft_tokens[..., None])[..., 0]
+    accept = u < torch.clamp(pt / pd.clamp_min(1e-20), max=1.0)
+    rejected = ~accept
+    first_rej = torch.where(rejected.any(-1), rejected.float().argmax(-1), torch.full((B,), K, device=u.device))
+    nxt = torch.empty(B, dtype=torch.int64, device=u.device)
+    for b in range(B):
+        k = int(first_rej[b])
+        if k < K:
+            resid = (target_probs[b, k] - draft_probs[b, k]).clamp_min(0)
+            dist = resid if float(resid.sum()) > 0 else target_probs[b, k]
+        else:
+            dist = target_probs[b, K]
+        nxt[b] = torch.multinomial(dist / dist.sum(), 1, generator=generator)[0]
+    return first_rej.to(torch.int64), nxt
+
+
+# --------------------------------------------------------------------------- graph builders
+
+
+def token_sampler(sampling_config: Any, device: Any, return_logits: bool = False) -> Any:
+    """A ``max.graph.Graph`` ``"token_sampler"``: input ``logits`` ``(batch, vocab)`` in
+    ``sampling_config.in_dtype``; output the greedy (argmax) tokens ``(batch, 1)`` int64,
+    plus the logits cast to ``out_dtype`` when ``return_logits``.
+
+    Stochastic sampling (temperature, top-k/p, min-p, penalties, seeds) needs random
+    numbers, for which ``max.graph`` has no op yet; pipelines use :func:`sample_tokens`.
+    """
+    from max.dtype import DType
+    from max.graph import DeviceRef, Graph, TensorType, ops
+
+    in_dtype = getattr(sampling_config, "in_dtype", DType.float32)
+    out_dtype = getattr(sampling_config, "out_dtype", DType.float32)
+    dev = device if isinstance(device, DeviceRef) else DeviceRef.CPU()
+    with Graph("token_sampler", input_types=[TensorType(in_dtype, ["batch", "vocab_size"], device=dev)]) as g:
+        logits = g.inputs[0].tensor
+        tokens = ops.argmax(logits, axis=-1)
+        if return_logits:
+            g.output(tokens, ops.cast(logits, out_dtype))
+        else:
+            g.output(tokens)
+    return g
+
+
+def rejection_sampler(device: Any, *, seed: int = 0) -> Any:
+    """Not available as a graph (``max.graph`` has no random op yet); use
+    :func:`rejection_sample` (torch) instead."""
+    raise NotImplementedError("rejection_sampler graphs need a random op; use "
+                              "max.pipelines.lib.sampling.rejection_sample (torch) instead")
+
+
+def rejection_sampler_with_residuals(device: Any, *, seed: int = 0, debug: bool = False) -> Any:
+    """Not available as a graph; :func:`rejection_sample` does residual sampling in torch."""
+    raise NotImplementedError("rejection_sampler_with_residuals graphs need a random op; use "
+                              "max.pipelines.lib.sampling.rejection_sample (torch) instead")

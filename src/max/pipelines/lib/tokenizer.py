@@ -1,0 +1,370 @@
+"""Pipeline tokenizers over Hugging Face tokenizers.
+
+* :func:`load_hf_tokenizer` loads a ``transformers`` tokenizer from a model folder, a
+  repo id in the local HF cache, or a GGUF file (byte-level BPE vocabularies are built
+  directly from the GGUF metadata in well under a second, see ``gguf_tokenizer``).
+* :class:`TextTokenizer` is the ``PipelineTokenizer`` text pipelines use: encode /
+  decode, chat templates, and ``new_context(request) -> TextContext``.
+* :class:`PreTrainedPipelineTokenizer` wraps an existing HF tokenizer;
+  :class:`IdentityPipelineTokenizer` passes strings through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from max.interfaces import TextGenerationRequest, TextGenerationRequestMessage, TextGenerationRequestTool
+from max.pipelines.core import TextAndVisionContext, TextContext
+from max.pipelines.lib.gguf_utils import is_gguf_file
+from max.pipelines.lib.hf_utils import eos_token_ids_from_configs, generate_local_model_path, load_generation_config
+
+if TYPE_CHECKING:  # pragma: no cover
+    from max.pipelines.lib.config import PipelineConfig
+
+logger = logging.getLogger("max.pipelines")
+
+_R = TypeVar("_R")
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+async def run_with_default_executor(fn: Callable[..., _R], *args: Any, **kwargs: Any) -> _R:
+    """Run the blocking ``fn(*args, **kwargs)`` in the event loop's default executor."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, functools.partial(fn, *args, **kwargs))
+
+
+def max_tokens_to_generate(prompt_size: int, max_length: Optional[int], max_new_tokens: Optional[int] = None
+                           ) -> Optional[int]:
+    """How many new tokens a request may generate: ``max_length - prompt_size`` capped by
+    ``max_new_tokens``; None when neither bound is known."""
+    if max_length is None:
+        return max_new_tokens
+    room = max_length - prompt_size
+    if max_new_tokens is None or max_new_tokens < 0:
+        return room
+    return min(max_new_tokens, room)
+
+
+def _find_gguf(folder: Path) -> Optional[Path]:
+    ggufs = sorted(folder.glob("*.gguf"))
+    return ggufs[0] if ggufs else None
+
+
+def load_hf_tokenizer(source: str | os.PathLike, *, revision: Optional[str] = None,
+                      trust_remote_code: bool = False) -> Any:
+    """A ``transformers`` tokenizer for a GGUF file, a model folder (tokenizer files, or
+    else a GGUF file in it), or a repo id in the local HF cache.  Offline only."""
+    from transformers import AutoTokenizer
+
+    from max.pipelines.lib.gguf_tokenizer import hf_tokenizer_from_gguf
+
+    p = os.path.expanduser(os.fspath(source))
+    if os.path.isfile(p):
+        if is_gguf_file(p):
+            return hf_tokenizer_from_gguf(p)
+        p = os.path.dirname(os.path.abspath(p))
+    if not os.path.isdir(p):
+        p = generate_local_model_path(p, revision or "main")
+    folder = Path(p)
+    if any((folder / f).is_file() for f in _TOKENIZER_FILES):
+        return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+    gguf = _find_gguf(folder)
+    if gguf is not None:
+        return hf_tokenizer_from_gguf(gguf)
+    raise FileNotFoundError(f"{folder}: no tokenizer files ({', '.join(_TOKENIZER_FILES)}) and no GGUF file")
+
+
+def _flatten_content(messages: Sequence[TextGenerationRequestMessage]) -> list[dict[str, Any]]:
+    """OpenAI content-part lists -> plain strings (text parts joined by newlines)."""
+    out = []
+    for m in messages:
+        m = dict(m)
+        c = m.get("content")
+        if isinstance(c, list):
+            texts = []
+            for part in c:
+                if part.get("type") == "text":
+                    texts.append(part.get("text", part.get("content", "")))
+                elif part.get("type") in ("image", "image_url"):
+                    raise ValueError("this model's tokenizer takes text only; the message has an image part")
+            m["content"] = "\n".join(texts)
+        elif c is None:
+            m["content"] = ""
+        out.append(m)
+    return out
+
+
+class _HFTokenizerMixin:
+    """Encode/decode/chat-template logic shared by the HF-backed tokenizers."""
+
+    delegate: Any
+    max_length: Optional[int]
+
+    @property
+    def eos(self) -> int:
+        """The end of sequence token for this tokenizer."""
+        eos = self.delegate.eos_token_id
+        if eos is None:
+            raise ValueError("the tokenizer has no EOS token")
+        return int(eos)
+
+    @property
+    def expects_content_wrapping(self) -> bool:
+        """False: messages use OpenAI content parts (or plain strings)."""
+        return False
+
+    def _check_length(self, n: int) -> None:
+        if self.max_length is not None and n > self.max_length:
+            raise ValueError(f"the prompt has {n} tokens, more than the maximum length {self.max_length}")
+
+    def encode_sync(self, prompt: str | Sequence[int], add_special_tokens: bool = True) -> npt.NDArray[np.int64]:
+        """Token ids of ``prompt`` (a sequence of ids is passed through); ValueError when
+        longer than ``max_length``."""
+        if isinstance(prompt, str):
+            ids = self.delegate.encode(prompt, add_special_tokens=add_special_tokens)
+        else:
+            ids = [int(t) for t in prompt]
+        self._check_length(len(ids))
+        return np.asarray(ids, dtype=np.int64)
+
+    def decode_sync(self, encoded: npt.ArrayLike | int, **kwargs: Any) -> str:
+        ids = np.atleast_1d(np.asarray(encoded)).astype(np.int64).tolist()
+        return self.delegate.decode(ids, **kwargs)
+
+    async def encode(self, prompt: str | Sequence[int], add_special_tokens: bool = True) -> npt.NDArray[np.int64]:
+        """Transform the prompt into a token array (ValueError if it exceeds max_length)."""
+        return self.encode_sync(prompt, add_special_tokens)
+
+    async def decode(self, encoded: npt.ArrayLike, **kwargs: Any) -> str:
+        """Token ids back to text (keyword arguments go to the HF ``decode``, e.g.
+        ``skip_special_tokens=True``)."""
+        return self.decode_sync(encoded, **kwargs)
+
+
+class TextTokenizer(_HFTokenizerMixin):
+    """Creates ``TextContext`` objects and encodes/decodes text with a HF tokenizer.
+
+    ``model_path`` is a model folder, a GGUF file, or a repo id in the local HF cache.
+    ``max_length`` bounds prompt + generated tokens (None: ``pipeline_config``'s
+    ``max_length``, else the model's ``max_position_embeddings`` when known).
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        revision: Optional[str] = None,
+        max_length: Optional[int] = None,
+        trust_remote_code: bool = False,
+        enable_llama_whitespace_fix: bool = False,
+        pipeline_config: Optional["PipelineConfig"] = None,
+        chat_template: Optional[str] = None,
+        **unused_kwargs: Any,
+    ) -> None:
+        self.model_path = os.fspath(model_path)
+        self.revision = revision
+        self.trust_remote_code = trust_remote_code
+        self.pipeline_config = pipeline_config
+        self.delegate = load_hf_tokenizer(self.model_path, revision=revision, trust_remote_code=trust_remote_code)
+        if max_length is None and pipeline_config is not None:
+            try:
+                max_length = pipeline_config.resolved_max_length
+            except ValueError:
+                max_length = None
+        self.max_length = max_length
+        self._custom_template = chat_template
+        if chat_template is not None:
+            self.delegate.chat_template = chat_template
+        self._enable_llama_whitespace_fix = enable_llama_whitespace_fix
+        self._default_eos_token_ids = self._collect_eos_ids()
+
+    def _collect_eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        if self.delegate.eos_token_id is not None:
+            ids.add(int(self.delegate.eos_token_id))
+        cfgs: list[Any] = []
+        if self.pipeline_config is not None:
+            mc = self.pipeline_config.model_config
+            cfgs.append(getattr(mc.huggingface_config, "text_config", None) or mc.huggingface_config)
+            cfgs.append(mc.generation_config)
+        else:
+            folder = Path(self.model_path)
+            if folder.is_dir():
+                cfgs.append(load_generation_config(folder))
+                cj = folder / "config.json"
+                if cj.is_file():
+                    cfgs.append(json.loads(cj.read_text()))
+        return ids | eos_token_ids_from_configs(*cfgs)
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        """Every token id that ends generation (tokenizer, config and generation config)."""
+        return set(self._default_eos_token_ids)
+
+    def apply_chat_template(
+        self,
+        messages: list[TextGenerationRequestMessage],
+        tools: Optional[list[TextGenerationRequestTool]] = None,
+        chat_template_options: Optional[dict[str, Any]] = None,
+    ) -> str:
+        """The prompt text for chat ``messages`` (with the generation prompt appended)."""
+        if not getattr(self.delegate, "chat_template", None):
+            raise ValueError(f"{self.model_path}: the tokenizer has no chat template; pass chat_template= or send "
+                             "a plain prompt")
+        opts = dict(chat_template_options or {})
+        opts.setdefault("add_generation_prompt", True)
+        return self.delegate.apply_chat_template(_flatten_content(messages), tools=tools, tokenize=False, **opts)
+
+    def decode_sync(self, encoded: npt.ArrayLike | int, **kwargs: Any) -> str:
+        ids = np.atleast_1d(np.asarray(encoded)).astype(np.int64).tolist()
+        if self._enable_llama_whitespace_fix and len(ids) == 1:
+            # SentencePiece drops the leading space of a lone piece; decode it after a
+            # dummy token and cut the dummy's text off.
+            dummy = ids[0] if self.delegate.bos_token_id is None else int(self.delegate.bos_token_id)
+            lead = self.delegate.decode([dummy], **kwargs)
+            both = self.delegate.decode([dummy, ids[0]], **kwargs)
+            return both[len(lead):]
+        return self.delegate.decode(ids, **kwargs)
+
+    async def new_context(self, request: TextGenerationRequest) -> TextContext:
+        """A ``TextContext`` for the request: chat messages go through the chat template
+        (without adding special tokens again), prompt strings are encoded with special
+        tokens, token-id prompts are used as they are."""
+        return self._new_context(request, TextContext)
+
+    def _prompt_ids(self, request: TextGenerationRequest) -> npt.NDArray[np.int64]:
+        if request.messages:
+            text = self.apply_chat_template(request.messages, request.tools, request.chat_template_options)
+            return self.encode_sync(text, add_special_tokens=False)
+        if request.prompt is None:
+            raise ValueError(f"request {request.request_id}: no prompt and no messages")
+        return self.encode_sync(request.prompt, add_special_tokens=True)
+
+    def _new_context(self, request: TextGenerationRequest, cls: type, **extra: Any) -> Any:
+        ids = self._prompt_ids(request)
+        if len(ids) == 0:
+            raise ValueError(f"request {request.request_id}: the prompt encodes to no tokens")
+        sp = request.sampling_params
+        max_new = max_tokens_to_generate(len(ids), self.max_length, sp.max_new_tokens)
+        if max_new is not None and max_new <= 0 and self.max_length is not None:
+            raise ValueError(f"request {request.request_id}: the prompt ({len(ids)} tokens) leaves no room to "
+                             f"generate within the maximum length {self.max_length}")
+        if max_new is None:
+            raise ValueError(f"request {request.request_id}: no maximum length: set max_length on the tokenizer "
+                             "or max_new_tokens on the request")
+        eos = set(self._default_eos_token_ids)
+        if sp.stop_token_ids:
+            eos.update(sp.stop_token_ids)
+        json_schema = None
+        rf = request.response_format
+        if rf is not None and rf.get("json_schema") is not None:
+            json_schema = json.dumps(rf["json_schema"].get("schema", rf["json_schema"]))
+        return cls(
+            request_id=request.request_id,
+            max_length=len(ids) + max_new,
+            tokens=ids,
+            eos_token_ids=eos,
+            log_probabilities=request.logprobs,
+            log_probabilities_echo=request.echo,
+            ignore_eos=sp.ignore_eos,
+            json_schema=json_schema,
+            sampling_params=sp,
+            model_name=request.model_name,
+            target_endpoint=request.target_endpoint,
+            **extra,
+        )
+
+
+class TextAndVisionTokenizer(TextTokenizer):
+    """Text tokenizer that builds ``TextAndVisionContext`` objects.
+
+    Image inputs need a model-specific processor, which libremax does not provide yet:
+    requests with images raise ValueError; text requests work as with
+    :class:`TextTokenizer`.
+    """
+
+    def __init__(self, model_path: str, *, revision: Optional[str] = None, max_length: Optional[int] = None,
+                 trust_remote_code: bool = False, **unused_kwargs: Any) -> None:
+        super().__init__(model_path, revision=revision, max_length=max_length, trust_remote_code=trust_remote_code,
+                         **unused_kwargs)
+
+    @property
+    def expects_content_wrapping(self) -> bool:
+        return True
+
+    def apply_chat_template(self, messages: list[TextGenerationRequestMessage],  # type: ignore[override]
+                            tools: Optional[list[TextGenerationRequestTool]] = None,
+                            chat_template_options: Optional[dict[str, Any]] = None) -> str:
+        return super().apply_chat_template(messages, tools, chat_template_options)
+
+    async def new_context(self, request: TextGenerationRequest) -> TextAndVisionContext:  # type: ignore[override]
+        if request.images:
+            raise ValueError("TextAndVisionTokenizer: image inputs are not supported yet (no image processor)")
+        return self._new_context(request, TextAndVisionContext)
+
+
+class PreTrainedPipelineTokenizer(_HFTokenizerMixin):
+    """A ``PipelineTokenizer`` over an existing HF tokenizer (``delegate``)."""
+
+    def __init__(self, delegate: Any, max_length: Optional[int] = None) -> None:
+        self.delegate = delegate
+        self.max_length = max_length
+
+    def apply_chat_template(self, messages: list[TextGenerationRequestMessage]) -> str:
+        return self.delegate.apply_chat_template(_flatten_content(messages), tokenize=False,
+                                                 add_generation_prompt=True)
+
+    async def encode(self, prompt: str | Sequence[int], add_special_tokens: bool = False) -> npt.NDArray[np.int64]:
+        return self.encode_sync(prompt, add_special_tokens)
+
+    async def new_context(self, request: TextGenerationRequest) -> TextContext:
+        if request.messages:
+            ids = self.encode_sync(self.apply_chat_template(request.messages), add_special_tokens=False)
+        else:
+            ids = self.encode_sync(request.prompt, add_special_tokens=True)  # type: ignore[arg-type]
+        max_new = max_tokens_to_generate(len(ids), self.max_length, request.sampling_params.max_new_tokens)
+        if max_new is None or max_new <= 0:
+            raise ValueError(f"request {request.request_id}: no room to generate (prompt {len(ids)} tokens, "
+                             f"max_length {self.max_length})")
+        return TextContext(request_id=request.request_id, max_length=len(ids) + max_new, tokens=ids,
+                           eos_token_ids={self.eos}, sampling_params=request.sampling_params,
+                           log_probabilities=request.logprobs, log_probabilities_echo=request.echo,
+                           ignore_eos=request.sampling_params.ignore_eos, model_name=request.model_name)
+
+
+class IdentityPipelineTokenizer:
+    """Passes strings through unchanged (for models that take text directly)."""
+
+    def __init__(self, *args: Any, max_length: Optional[int] = None, **kwargs: Any) -> None:
+        self.max_length = max_length
+
+    @property
+    def eos(self) -> int:
+        return 0
+
+    @property
+    def expects_content_wrapping(self) -> bool:
+        return False
+
+    async def encode(self, prompt: str, add_special_tokens: bool = False) -> str:
+        if self.max_length is not None and len(prompt) > self.max_length:
+            raise ValueError(f"the prompt has {len(prompt)} characters, more than the maximum length "
+                             f"{self.max_length}")
+        return prompt
+
+    async def decode(self, encoded: str, **kwargs: Any) -> str:
+        return encoded if isinstance(encoded, str) else str(encoded)
+
+    async def new_context(self, request: Any) -> Any:
+        raise NotImplementedError("IdentityPipelineTokenizer does not create contexts")
