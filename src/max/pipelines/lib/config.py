@@ -524,7 +524,13 @@ class MAXModelConfig(_ConfigBase):
     @property
     def architectures(self) -> list[str]:
         """Model class names (``config.json`` ``architectures``; GGUF architectures mapped)."""
-        return list(getattr(self.huggingface_config, "architectures", None) or [])
+        names = list(getattr(self.huggingface_config, "architectures", None) or [])
+        if not names:
+            from max.pipelines.lib.hf_utils import GGUF_ARCHITECTURES
+
+            mt = getattr(self.huggingface_config, "model_type", None)
+            names = [cls for cls, t in GGUF_ARCHITECTURES.values() if t == mt]
+        return names
 
     @property
     def rope_parameters(self) -> dict[str, Any]:

@@ -153,6 +153,9 @@ class PipelineRegistry:
         else:
             cfg = self.get_active_huggingface_config(huggingface_repo)
             names.extend(getattr(cfg, "architectures", None) or [])
+            if not names:  # configs saved without ``architectures``: use the model_type's causal-LM class
+                names.extend(cls for cls, mt in GGUF_ARCHITECTURES.values()
+                             if mt == getattr(cfg, "model_type", None))
         return names
 
     def retrieve_architecture(self, huggingface_repo: HuggingFaceRepo) -> Optional[SupportedArchitecture]:
