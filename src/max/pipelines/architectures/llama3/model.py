@@ -79,3 +79,99 @@ def build_graph(model: Transformer, kv_input_symbols: Any, device: DeviceRef, na
         (logits,) = model(tokens.tensor, kv_vals, n_logits, offsets.tensor)
         g.output(logits)
     return g
+
+
+# --------------------------------------------------------------------------- pipeline model
+import time as _time  # noqa: E402
+
+import numpy as _np  # noqa: E402
+import torch as _torch  # noqa: E402
+
+from max.driver import Buffer as _Buffer  # noqa: E402
+from max.pipelines.lib.pipeline import ModelInputs, ModelOutputs, PipelineModel, upper_bounded_default  # noqa: E402
+
+
+def decoder_config_for(pipeline_config: Any) -> DecoderConfig:
+    """The decoder config from the model folder's config.json or the GGUF metadata."""
+    mc = pipeline_config.model_config
+    meta = mc.gguf_metadata
+    if meta is not None:
+        return DecoderConfig.from_gguf(meta.fields, {t.name for t in meta.tensors})
+    hf = mc.huggingface_config
+    return DecoderConfig.from_hf(hf.to_dict() if hasattr(hf, "to_dict") else dict(hf))
+
+
+class Llama3Model(PipelineModel):
+    """Llama/SmolLM/Mistral/Qwen2/Qwen3 decoder: weights loaded, graph compiled, paged KV cache sized."""
+
+    def __init__(self, pipeline_config: Any, session: Any, huggingface_config: Any, encoding: Any, devices: list,
+                 kv_cache_config: Any, weights: Any, adapter: Any, return_logits: ReturnLogits) -> None:
+        super().__init__(pipeline_config, session, huggingface_config, encoding, devices, kv_cache_config, weights,
+                         adapter, return_logits)
+        from max.nn.kv_cache import PagedKVCacheManager
+
+        t0 = _time.perf_counter()
+        cfg = decoder_config_for(pipeline_config)
+        self.config = cfg
+        dev_ref = DeviceRef.from_device(devices[0])
+        # Quantised GGUF weights are dequantised to float32 on the CPU (bfloat16 on accelerators):
+        # the engine's fastest matmuls are dense.
+        dt = encoding.dtype if not encoding.is_quantized else (DType.float32 if dev_ref.is_cpu() else DType.bfloat16)
+        if dev_ref.is_cpu() and dt is DType.float16:
+            dt = DType.float32
+        self.compute_dtype = dt
+        self.max_seq_len = self.calculate_max_seq_len(pipeline_config, huggingface_config)
+        kvc = kv_cache_config
+        kv_params = kv_params_for(cfg, kvc.cache_dtype or dt, page_size=kvc.kv_cache_page_size,
+                                  enable_prefix_caching=kvc.enable_prefix_caching)
+        self.kv_params = kv_params
+        max_batch = pipeline_config.max_batch_size or 16
+        self.kv_manager = PagedKVCacheManager(
+            kv_params, max_batch_size=max_batch, max_seq_len=self.max_seq_len, num_layers=cfg.num_hidden_layers,
+            devices=devices, session=session, available_cache_memory=_cache_budget(kv_params, cfg, max_batch,
+                                                                                      self.max_seq_len))
+        self.module = build_transformer(cfg, kv_params, dt, dev_ref, self.max_seq_len)
+        fmt = pipeline_config.model_config.weights_format.value
+        from max.pipelines.architectures.llama3.weight_adapters import state_dict_from_weights
+
+        state = state_dict_from_weights(weights, cfg, dt, fmt)
+        self.module.load_state_dict(state, strict=True)
+        self.weights_seconds = _time.perf_counter() - t0
+        t1 = _time.perf_counter()
+        graph = build_graph(self.module, self.kv_manager.input_symbols()[0], dev_ref, name=cfg.architecture)
+        self.model = session.load(graph, weights_registry=self.module.state_dict())
+        self.compile_seconds = _time.perf_counter() - t1
+        self._n_logits = _Buffer.from_numpy(_np.array([1], _np.int64))
+
+    @classmethod
+    def calculate_max_seq_len(cls, pipeline_config: Any, huggingface_config: Any) -> int:
+        cfg = decoder_config_for(pipeline_config)
+        return upper_bounded_default(cfg.max_position_embeddings, pipeline_config.max_length)
+
+    def prepare_initial_token_inputs(self, context_batch: Sequence[Any], kv_cache_inputs: Any = None,
+                                     return_n_logits: int = 1) -> ModelInputs:
+        toks = [c.next_tokens for c in context_batch]
+        lens = [len(t) for t in toks]
+        offsets = _np.zeros(len(toks) + 1, _np.uint32)
+        _np.cumsum(lens, out=offsets[1:])
+        flat = _np.concatenate(toks).astype(_np.int64) if toks else _np.zeros(0, _np.int64)
+        kv = kv_cache_inputs[0] if isinstance(kv_cache_inputs, (list, tuple)) else kv_cache_inputs
+        return ModelInputs(tokens=_Buffer.from_numpy(flat), input_row_offsets=_Buffer.from_numpy(offsets),
+                           kv_cache_inputs=kv, return_n_logits=self._n_logits)
+
+    def execute(self, model_inputs: ModelInputs) -> ModelOutputs:
+        (logits,) = self.model.execute(model_inputs.tokens, model_inputs.input_row_offsets,
+                                       model_inputs.return_n_logits, *model_inputs.kv_cache_inputs)
+        return ModelOutputs(logits=logits._torch())
+
+
+def _cache_budget(kv_params: KVCacheParams, cfg: DecoderConfig, max_batch: int, max_seq_len: int) -> int:
+    """Enough pages for a full batch at max length, plus room for the prefix cache, within 4 GiB."""
+    page = kv_params.page_size or 128
+    per_page = 2 * cfg.num_hidden_layers * page * kv_params.n_kv_heads_per_device * kv_params.head_dim * \
+        kv_params.dtype.size_in_bytes
+    pages = max_batch * (-(-max_seq_len // page)) + 8
+    return int(min(pages * per_page, 4 << 30))
+
+
+_ = _torch

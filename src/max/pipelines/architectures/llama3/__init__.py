@@ -1,0 +1,1 @@
+"""Llama 2/3 and SmolLM: config translation, weight adapters, graph builder, registration."""

@@ -1,0 +1,234 @@
+"""``TextGenerationPipeline`` and the per-architecture ``PipelineModel`` contract.
+
+One ``execute(inputs)`` call runs up to ``num_steps`` model steps for a batch
+of requests (ragged: prefill chunks and decode tokens of different requests
+share a step), samples the next token of each request, and returns each
+request's new tokens.  The paged KV cache keeps every request's keys and
+values between calls; ``release(request_id)`` frees its pages.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+
+from max.driver import Buffer, load_devices
+from max.engine import InferenceSession
+from max.interfaces import GenerationStatus, Pipeline, TextGenerationInputs, TextGenerationOutput
+from max.nn.transformer import ReturnLogits
+
+logger = logging.getLogger("max.pipelines")
+
+__all__ = ["ModelInputs", "ModelOutputs", "PipelineModel", "TextGenerationPipeline", "upper_bounded_default"]
+
+
+class ModelInputs:
+    """The tensors of one model step; iterating yields them in graph-input order."""
+
+    kv_cache_inputs: Any = None
+    lora_ids: Any = None
+    lora_ranks: Any = None
+
+    def __init__(self, tokens: Any = None, input_row_offsets: Any = None, kv_cache_inputs: Any = None,
+                 return_n_logits: Any = None, **extra: Any) -> None:
+        self.tokens = tokens
+        self.input_row_offsets = input_row_offsets
+        self.return_n_logits = return_n_logits
+        self.kv_cache_inputs = kv_cache_inputs
+        for k, v in extra.items():
+            setattr(self, k, v)
+
+    def __iter__(self) -> Iterator[Any]:
+        for name in ("tokens", "input_row_offsets", "return_n_logits"):
+            v = getattr(self, name, None)
+            if v is not None:
+                yield v
+
+    def update(self, **kwargs: Any) -> None:
+        for k, v in kwargs.items():
+            setattr(self, k, v)
+
+
+@dataclass
+class ModelOutputs:
+    logits: Any
+    next_token_logits: Any = None
+    logit_offsets: Any = None
+
+
+def upper_bounded_default(upper_bound: int, default: Optional[int]) -> int:
+    """``default`` (or ``upper_bound`` when None); ValueError when ``default`` exceeds ``upper_bound``."""
+    if default is None:
+        return upper_bound
+    if default > upper_bound:
+        raise ValueError(f"default {default} is larger than the upper bound {upper_bound}")
+    return default
+
+
+class PipelineModel(abc.ABC):
+    """A compiled model of one architecture plus its KV cache manager."""
+
+    def __init__(self, pipeline_config: Any, session: InferenceSession, huggingface_config: Any, encoding: Any,
+                 devices: list[Any], kv_cache_config: Any, weights: Any, adapter: Any,
+                 return_logits: ReturnLogits) -> None:
+        self.pipeline_config = pipeline_config
+        self.session = session
+        self.huggingface_config = huggingface_config
+        self.encoding = encoding
+        self.devices = devices
+        self.kv_cache_config = kv_cache_config
+        self.weights = weights
+        self.adapter = adapter
+        self.return_logits = return_logits
+        self.kv_manager: Any = None
+
+    @classmethod
+    @abc.abstractmethod
+    def calculate_max_seq_len(cls, pipeline_config: Any, huggingface_config: Any) -> int: ...
+
+    @property
+    def dtype(self) -> Any:
+        return self.encoding.dtype
+
+    @property
+    def lora_manager(self) -> None:
+        return None
+
+    @abc.abstractmethod
+    def execute(self, model_inputs: ModelInputs) -> ModelOutputs: ...
+
+    @abc.abstractmethod
+    def prepare_initial_token_inputs(self, context_batch: Sequence[Any], kv_cache_inputs: Any = None,
+                                     return_n_logits: int = 1) -> ModelInputs: ...
+
+    def prepare_next_token_inputs(self, next_tokens: Any, prev_model_inputs: ModelInputs) -> ModelInputs:
+        raise NotImplementedError
+
+    def compute_log_probabilities(self, *a: Any, **k: Any) -> Any:
+        return None
+
+    @classmethod
+    def estimate_weights_size(cls, pipeline_config: Any) -> int:
+        return int(pipeline_config.model_config.weights_size())
+
+    @classmethod
+    def estimate_activation_memory(cls, pipeline_config: Any, huggingface_config: Any) -> int:
+        return 0
+
+
+class TextGenerationPipeline(Pipeline):
+    """Generates text for batches of ``TextContext`` with one ``PipelineModel``."""
+
+    def __init__(self, pipeline_config: Any, pipeline_model: type, eos_token_id: int, weight_adapters: Any,
+                 tokenizer: Any) -> None:
+        from max.graph.weights import load_weights
+
+        t0 = time.perf_counter()
+        self._pipeline_config = pipeline_config
+        self._tokenizer = tokenizer
+        self._eos_token_id = eos_token_id
+        mc = pipeline_config.model_config
+        self._devices = load_devices(mc.device_specs)
+        session = InferenceSession(devices=self._devices)
+        weights = load_weights(list(mc.weight_path)) if mc.weight_path else None
+        self._pipeline_model = pipeline_model(
+            pipeline_config=pipeline_config, session=session, huggingface_config=mc.huggingface_config,
+            encoding=mc.quantization_encoding, devices=self._devices, kv_cache_config=mc.kv_cache_config,
+            weights=weights, adapter=(weight_adapters or {}).get(mc.weights_format), return_logits=ReturnLogits.LAST_TOKEN)
+        from max.pipelines.lib.sampling.sampling import GeneratorCache
+
+        self._generators = GeneratorCache()
+        self._chunk = max(1, int(pipeline_config.prefill_chunk_size)) if pipeline_config.enable_chunked_prefill else None
+        self.load_seconds = time.perf_counter() - t0
+
+    # ---------------------------------------------------------------- API
+    @property
+    def pipeline_config(self) -> Any:
+        return self._pipeline_config
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    @property
+    def kv_managers(self) -> list[Any]:
+        return [self._pipeline_model.kv_manager]
+
+    @property
+    def pipeline_model(self) -> PipelineModel:
+        return self._pipeline_model
+
+    def calculate_num_steps(self, num_steps: int, context: Any) -> int:
+        """``num_steps`` capped by what the request's ``max_length`` leaves."""
+        left = context.max_length - context.current_length
+        if left <= 0:
+            raise ValueError(f"request {context.request_id}: already at max_length {context.max_length}")
+        return max(1, min(num_steps, left))
+
+    def release(self, request_id: str) -> None:
+        mgr = self._pipeline_model.kv_manager
+        if mgr.contains(request_id):
+            mgr.release(request_id)
+        self._generators.release(request_id)
+
+    def prepare_batch(self, batches: list[dict[str, Any]], num_steps: int) -> tuple[ModelInputs, int, Any]:
+        ctxs = [c for b in batches for c in b.values()]
+        kv = self._pipeline_model.kv_manager.fetch(ctxs, num_steps)
+        return self._pipeline_model.prepare_initial_token_inputs(ctxs, kv), num_steps, None
+
+    def execute(self, inputs: TextGenerationInputs) -> dict[str, TextGenerationOutput]:
+        batch = inputs.batch
+        mgr = self._pipeline_model.kv_manager
+        for rid in batch:
+            if not mgr.contains(rid):
+                mgr.external_claim(rid)
+        active = [c for c in batch.values() if not c.is_done]
+        steps = inputs.num_steps
+        for _ in range(steps):
+            if not active:
+                break
+            self._step(active)
+            active = [c for c in active if not c.is_done]
+        return {rid: ctx.to_generation_output() for rid, ctx in batch.items()}
+
+    # ---------------------------------------------------------------- one step
+    def _step(self, ctxs: list[Any]) -> None:
+        """One model call: prompt chunks and decode tokens together, then sample."""
+        mgr = self._pipeline_model.kv_manager
+        chunked: dict[int, int] = {}
+        if self._chunk is not None:
+            for i, c in enumerate(ctxs):
+                if c.active_length > self._chunk:
+                    chunked[i] = c.active_idx
+                    c.set_token_indices(active_idx=c.start_idx + self._chunk)
+        kv = mgr.fetch(ctxs, 1)
+        # the prefix cache may have advanced start_idx; a chunk boundary keeps its end
+        model_inputs = self._pipeline_model.prepare_initial_token_inputs(ctxs, kv)
+        out = self._pipeline_model.execute(model_inputs)
+        logits = out.logits
+        sample_rows = [i for i in range(len(ctxs)) if i not in chunked]
+        if sample_rows:
+            from max.pipelines.lib.sampling.sampling import sample_for_contexts
+
+            rows = [ctxs[i] for i in sample_rows]
+            lg = logits if len(sample_rows) == len(ctxs) else logits[torch.tensor(sample_rows)]
+            toks = sample_for_contexts(lg, rows, self._generators)
+            for c, t in zip(rows, toks.tolist()):
+                c.update(int(t))
+        for i, end in chunked.items():
+            c = ctxs[i]
+            c.set_token_indices(start_idx=c.active_idx, active_idx=end)
+        mgr.step(ctxs)
+
+
+def logits_to_torch(buf: Any) -> torch.Tensor:
+    return buf._torch() if hasattr(buf, "_torch") else torch.as_tensor(np.asarray(buf))
+
+
+_ = (Buffer, GenerationStatus)
