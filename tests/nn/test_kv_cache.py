@@ -101,7 +101,7 @@ def test_pool_layout_and_default_size():
     assert m.total_num_pages == 3 * math.ceil(10 / P) == m.num_free_pages
     (buf,) = m.device_buffers
     assert buf.shape == (9, 2, 5, P, 2, 3) and buf.dtype == DType.bfloat16
-    assert not buf.to_numpy().astype(np.float32).any()
+    # the pool is left uninitialised: attention zeroes the padding it gathers
 
 
 def test_memory_sizing_helpers():

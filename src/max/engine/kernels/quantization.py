@@ -414,7 +414,7 @@ def _cached(t: torch.Tensor) -> PreparedQWeight | None:
 def _remember(t: torch.Tensor, w: PreparedQWeight) -> None:
     key = id(t)
     try:
-        ref = weakref.ref(t, lambda _r, key=key: _PREPARED.pop(key, None))
+        ref = weakref.ref(t, lambda _r, key=key, d=_PREPARED: d.pop(key, None))
     except TypeError:  # pragma: no cover - tensors support weak references
         return
     _PREPARED[key] = (ref, w)

@@ -116,6 +116,11 @@ def flash_attention_ragged(q: torch.Tensor, blocks: torch.Tensor, q_index: torch
         return q.clone()
     k = blocks[read_page, 0, layer, read_off]  # [B, L, Hkv, D]
     v = blocks[read_page, 1, layer, read_off]
+    if not bool(key_valid.all()):
+        # padding slots may hold stale or uninitialised (even NaN) memory: zero them
+        kv_ok = key_valid[:, :, None, None]
+        k = torch.where(kv_ok, k, torch.zeros((), dtype=k.dtype, device=k.device))
+        v = torch.where(kv_ok, v, torch.zeros((), dtype=v.dtype, device=v.device))
     qp = q3[q_index.clamp(min=0)]  # [B, qmax, H, D]
     mask = key_valid[:, None, :].expand(B, qmax, -1)
     if causal:

@@ -139,6 +139,9 @@ class _GGUFStore(WeightStore):
 
     def __init__(self, source: Any) -> None:
         super().__init__()
+        if not isinstance(source, _gguf.GGUFReader):
+            self._init_fast(os.fspath(source))
+            return
         if isinstance(source, _gguf.GGUFReader):
             reader = source
             path = os.fspath(getattr(reader.data, "filename", "") or "<GGUFReader>")
@@ -156,7 +159,8 @@ class _GGUFStore(WeightStore):
             except Exception as e:  # noqa: BLE001 - any reader failure becomes one clear error
                 raise ValueError(f"GGUF file {path}: {_diagnose(path, e)}") from None
         self.path = path
-        self.reader = reader
+        self._reader = reader
+        self._mm = None
         self.raw_tensors: dict[str, Any] = {}
         self.unsupported: dict[str, str] = {}
         size = int(reader.data.shape[0])
@@ -197,7 +201,96 @@ class _GGUFStore(WeightStore):
         # keep the file's tensor order
         self.infos = {t.name: infos[t.name] for t in reader.tensors}
 
+    def _init_fast(self, path: str) -> None:
+        """Index the file with the fast metadata parser and memory-map tensor data (no GGUFReader)."""
+        from max.graph.weights.gguf_meta import GGUFFormatError, read_gguf_metadata
+
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"GGUF file {path} does not exist")
+        size = os.path.getsize(path)
+        if size < 24:
+            raise ValueError(f"GGUF file {path}: truncated ({size} bytes; the header alone is 24)")
+        try:
+            meta = read_gguf_metadata(path)
+        except GGUFFormatError as e:
+            raise ValueError(f"GGUF file {path}: {e}") from None
+        self.path = path
+        self.meta = meta
+        self._reader = None
+        self.raw_tensors = {}
+        self.unsupported = {}
+        mm = np.memmap(path, dtype=np.uint8, mode="c")
+        self._mm = mm
+        infos: dict[str, TensorInfo] = {}
+        spans = []
+        for t in meta.tensors:
+            where = f"GGUF file {path}: tensor {t.name!r}"
+            try:
+                qt = _T(t.ggml_type)
+            except ValueError:
+                qt = None
+            logical = tuple(int(d) for d in t.shape)
+            n_el = int(np.prod(logical)) if logical else 1
+            start = meta.data_offset + int(t.offset)
+            if qt in _PLAIN:
+                dt, enc = _PLAIN[qt], None
+                nbytes = n_el * dt.size_in_bytes
+                stored, logical_shape = logical, None
+            elif qt in _QUANT:
+                dt, enc = DType.uint8, _QUANT[qt]
+                epb, bs = enc.elements_per_block, enc.block_size
+                last = logical[-1] if logical else 1
+                if last % epb:
+                    raise ValueError(f"{where}: {qt.name} rows of {last} elements are not whole {epb}-element blocks")
+                row_bytes = last // epb * bs
+                stored = tuple(logical[:-1]) + (row_bytes,)
+                nbytes = n_el // epb * bs
+                logical_shape = logical
+            else:
+                name = qt.name if qt is not None else f"type{t.ggml_type}"
+                bs_te = _gguf.GGML_QUANT_SIZES.get(qt) if qt is not None else None
+                if bs_te is None:
+                    raise ValueError(f"{where}: unknown GGML type {name}")
+                epb, bs = bs_te
+                nbytes = n_el // epb * bs
+                dt, enc, logical_shape = DType.uint8, None, logical
+                stored = (nbytes,)
+                self.unsupported[t.name] = name
+            if start + nbytes > size:
+                raise ValueError(f"{where}: data ends at byte {start + nbytes} but the file has {size} bytes "
+                                 "(file truncated?)")
+            spans.append((start, start + nbytes, t.name, (qt.name if qt is not None else "?"),
+                          logical))
+            infos[t.name] = TensorInfo(t.name, dt, stored, path, enc, logical_shape)
+            self.raw_tensors[t.name] = (start, nbytes)
+        spans.sort()
+        for (s0, e0, n0, ty0, sh0), (s1, _, n1, _, _) in zip(spans, spans[1:]):
+            if e0 > s1:
+                raise ValueError(f"GGUF file {path}: tensor {n0!r}: type {ty0} x shape {list(sh0)} needs "
+                                 f"{e0 - s0} bytes, but tensor {n1!r} starts {s1 - s0} bytes after it "
+                                 "(type/shape disagree with the data)")
+        self.infos = infos
+
+    @property
+    def reader(self) -> Any:
+        if getattr(self, "_reader", None) is None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self._reader = _gguf.GGUFReader(self.path, mode="c")
+        return self._reader
+
     def tensor(self, name: str) -> torch.Tensor:
+        info = self.infos[name]
+        if getattr(self, "_mm", None) is not None and name not in self.unsupported:
+            start, nbytes = self.raw_tensors[name]
+            raw = self._mm[start:start + nbytes]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                t = torch.from_numpy(raw)
+            tdt = info.dtype.to_torch()
+            if tdt != torch.uint8:
+                t = t.view(tdt)
+            return t.reshape(info.shape)
         info = self.infos[name]
         if name in self.unsupported:
             raise ValueError(
@@ -214,6 +307,8 @@ class _GGUFStore(WeightStore):
         return t.reshape(info.shape)
 
     def raw(self, name: str) -> Any:
+        if getattr(self, "_mm", None) is not None:
+            return next(t for t in self.reader.tensors if t.name == name)
         return self.raw_tensors[name]
 
 
@@ -232,3 +327,11 @@ class GGUFWeights(_WeightsBase):
     def reader(self) -> Any:
         """The underlying ``gguf.GGUFReader`` (metadata fields live there)."""
         return self._store.reader  # type: ignore[attr-defined]
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The file's key/value metadata (fast path; no GGUFReader)."""
+        meta = getattr(self._store, "meta", None)
+        if meta is not None:
+            return meta.fields
+        return {f.name: f.contents() for f in self._store.reader.fields.values()}  # type: ignore[attr-defined]

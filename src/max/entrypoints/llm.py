@@ -1,0 +1,91 @@
+"""``LLM``: offline text generation over the shared continuous-batching scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import concurrent.futures
+import threading
+import uuid
+from typing import Any, Optional, Sequence
+
+from max.interfaces import SamplingParams, TextGenerationRequest
+from max.serve.scheduler import StepOutput, TokenGenerationScheduler
+
+
+def run_coro(coro: Any) -> Any:
+    """Run a coroutine to completion from sync code, even when an event loop is running."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        return ex.submit(asyncio.run, coro).result()
+
+
+class LLM:
+    """A high level interface for generating text with an LLM (thread safe)."""
+
+    def __init__(self, pipeline_config: Any) -> None:
+        from max.pipelines.lib.registry import PIPELINE_REGISTRY, register_all_models
+
+        register_all_models()
+        self.pipeline_config = pipeline_config
+        self.tokenizer, self.pipeline = PIPELINE_REGISTRY.retrieve(pipeline_config)
+        self.scheduler = TokenGenerationScheduler(
+            self.pipeline, self.tokenizer, max_batch_size=pipeline_config.max_batch_size or 16,
+            prefill_token_budget=pipeline_config.prefill_chunk_size)
+        self._lock = threading.Lock()
+
+    def make_context(self, prompt: str, sampling_params: SamplingParams, *, request_id: Optional[str] = None,
+                     chat: bool = False) -> Any:
+        req = TextGenerationRequest(
+            request_id=request_id or uuid.uuid4().hex, model_name=str(self.pipeline_config.model_config.model_path),
+            prompt=None if chat else prompt, messages=[{"role": "user", "content": prompt}] if chat else None,
+            sampling_params=sampling_params)
+        return run_coro(self.tokenizer.new_context(req))
+
+    def generate(self, prompts: str | Sequence[str], max_new_tokens: int | None = 100, use_tqdm: bool = True,
+                 sampling_params: Optional[SamplingParams] = None) -> Sequence[str]:
+        """One completion per prompt (the continuation text only).
+
+        Raises ValueError for empty or invalid prompts (before any work), RuntimeError
+        when generation fails.
+        """
+        single = isinstance(prompts, str)
+        plist = [prompts] if single else list(prompts)
+        if not plist:
+            raise ValueError("LLM.generate: prompts is empty")
+        for i, p in enumerate(plist):
+            if not isinstance(p, str) or not p:
+                raise ValueError(f"LLM.generate: prompt {i} must be a non-empty str, got {p!r}")
+        base = sampling_params or SamplingParams(top_k=1)
+        if max_new_tokens is not None:
+            base = dataclasses.replace(base, max_new_tokens=int(max_new_tokens))
+        ctxs = [self.make_context(p, base) for p in plist]  # validates lengths before any work
+        results: dict[str, list[str]] = {c.request_id: [] for c in ctxs}
+        errors: dict[str, str] = {}
+        bar = None
+        if use_tqdm:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(ctxs), desc="Generating", unit="req")
+
+        def on_output(out: StepOutput) -> None:
+            results[out.request_id].append(out.text)
+            if out.done:
+                if out.error:
+                    errors[out.request_id] = out.error
+                if bar is not None:
+                    bar.update(1)
+
+        with self._lock:
+            for c in ctxs:
+                self.scheduler.submit(c, on_output, stop=list(base.stop or []))
+            self.scheduler.run_until_idle()
+        if bar is not None:
+            bar.close()
+        if errors:
+            raise RuntimeError(f"LLM.generate: generation failed: {errors}")
+        out = ["".join(results[c.request_id]) for c in ctxs]
+        return out

@@ -1,0 +1,249 @@
+"""The one scheduler behind ``LLM.generate`` and ``max serve``: continuous batching.
+
+Requests arrive as ``TextContext`` objects with a callback.  Every step the
+scheduler batches all running requests (decode: one token each) with new
+prompts that fit the step's prompt-token budget, runs one
+``TextGenerationPipeline.execute`` step, hands each request its new tokens
+and text, and releases requests that finished (EOS, max tokens, a stop
+string, or cancellation) so their KV pages are free for the next step.  A
+failing request is finished with an error instead of failing its batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from max.interfaces import GenerationStatus, TextGenerationInputs
+
+logger = logging.getLogger("max.serve")
+
+
+@dataclass
+class StepOutput:
+    """What a request gets after each step."""
+
+    request_id: str
+    tokens: list[int]
+    text: str  # new text since the previous output
+    done: bool
+    finish_reason: Optional[str] = None  # "stop" | "length" | "cancelled" | "error"
+    error: Optional[str] = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    log_probabilities: Any = None
+
+
+@dataclass
+class _Entry:
+    ctx: Any
+    callback: Callable[[StepOutput], None]
+    stop: list[str] = field(default_factory=list)
+    text: str = ""
+    emitted: int = 0  # chars of text already emitted
+    generated: list[int] = field(default_factory=list)
+    cancelled: bool = False
+    t_submit: float = field(default_factory=time.perf_counter)
+    t_first: Optional[float] = None
+
+
+class QueueFull(RuntimeError):
+    """The scheduler's waiting queue is at its bound."""
+
+
+class TokenGenerationScheduler:
+    """Continuous batching over one ``TextGenerationPipeline``."""
+
+    def __init__(self, pipeline: Any, tokenizer: Any, *, max_batch_size: int = 16,
+                 max_queue_size: Optional[int] = None, prefill_token_budget: Optional[int] = None,
+                 metrics: Any = None) -> None:
+        self.pipeline = pipeline
+        self.tokenizer = tokenizer
+        self.max_batch_size = max(1, int(max_batch_size))
+        self.max_queue_size = max_queue_size
+        self.prefill_token_budget = prefill_token_budget or 4096
+        self.metrics = metrics
+        self._waiting: "queue.Queue[_Entry]" = queue.Queue()
+        self._running: dict[str, _Entry] = {}
+        self._cancel: set[str] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._stop = False
+        self._step_lock = threading.Lock()
+
+    # ---------------------------------------------------------------- submission
+    def submit(self, ctx: Any, callback: Callable[[StepOutput], None], stop: Optional[list[str]] = None) -> None:
+        """Queue a request; ``callback`` runs on the scheduler thread after each step."""
+        if self.max_queue_size is not None and self._waiting.qsize() >= self.max_queue_size:
+            raise QueueFull(f"the request queue is full ({self.max_queue_size} waiting)")
+        self._waiting.put(_Entry(ctx, callback, [s for s in (stop or []) if s]))
+        self._wake.set()
+
+    def cancel(self, request_id: str) -> None:
+        """Stop generating for ``request_id`` and free its KV pages at the next step."""
+        with self._lock:
+            self._cancel.add(request_id)
+        self._wake.set()
+
+    @property
+    def queue_depth(self) -> int:
+        return self._waiting.qsize()
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    # ---------------------------------------------------------------- driving
+    def start(self) -> None:
+        """Run steps on a background thread until :meth:`shutdown`."""
+        if self._thread is not None:
+            return
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="max-scheduler", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop:
+            if not self._running and self._waiting.empty():
+                self._wake.wait(0.05)
+                self._wake.clear()
+                continue
+            self.step()
+
+    def run_until_idle(self) -> None:
+        """Step on the calling thread until no request is waiting or running."""
+        while self._running or not self._waiting.empty():
+            self.step()
+
+    def step(self) -> None:
+        with self._step_lock:
+            self._step()
+
+    def _admit(self) -> None:
+        budget = self.prefill_token_budget
+        while len(self._running) < self.max_batch_size:
+            try:
+                e = self._waiting.get_nowait()
+            except queue.Empty:
+                return
+            if e.ctx.request_id in self._cancel:
+                self._finish(e, "cancelled")
+                continue
+            n = int(e.ctx.active_length)
+            self._running[e.ctx.request_id] = e
+            budget -= n
+            if budget <= 0:
+                return
+
+    def _step(self) -> None:
+        with self._lock:
+            cancelled, self._cancel = self._cancel, set()
+        for rid in cancelled:
+            e = self._running.pop(rid, None)
+            if e is not None:
+                self._finish(e, "cancelled")
+        self._admit()
+        if not self._running:
+            return
+        batch = {rid: e.ctx for rid, e in self._running.items()}
+        if self.metrics is not None:
+            self.metrics.batch_size(len(batch), self._waiting.qsize())
+        t0 = time.perf_counter()
+        try:
+            outputs = self.pipeline.execute(TextGenerationInputs([batch], num_steps=1))
+        except Exception as err:  # noqa: BLE001 - isolate the failure to the offending request(s)
+            self._recover(batch, err)
+            return
+        now = time.perf_counter()
+        for rid, out in outputs.items():
+            e = self._running.get(rid)
+            if e is None:
+                continue
+            self._emit(e, out.tokens, out.final_status, now, out.log_probabilities)
+        if self.metrics is not None:
+            self.metrics.step_seconds(now - t0)
+
+    def _recover(self, batch: dict, err: Exception) -> None:
+        """A step failed: retry each request alone so one bad request cannot poison the batch."""
+        logger.warning("batch step failed (%s); retrying requests one at a time", err)
+        for rid, ctx in batch.items():
+            e = self._running.get(rid)
+            if e is None:
+                continue
+            try:
+                outs = self.pipeline.execute(TextGenerationInputs([{rid: ctx}], num_steps=1))
+            except Exception as one:  # noqa: BLE001
+                self._running.pop(rid, None)
+                self._finish(e, "error", f"{type(one).__name__}: {one}")
+                continue
+            out = outs[rid]
+            self._emit(e, out.tokens, out.final_status, time.perf_counter(), out.log_probabilities)
+
+    def _emit(self, e: _Entry, tokens: list[int], status: GenerationStatus, now: float, logprobs: Any) -> None:
+        ctx = e.ctx
+        if tokens and e.t_first is None:
+            e.t_first = now
+            if self.metrics is not None:
+                self.metrics.first_token(now - e.t_submit)
+        e.generated.extend(tokens)
+        text = self.tokenizer.decode_sync(e.generated, skip_special_tokens=True) if e.generated else ""
+        done = status.is_done
+        reason = None
+        if done:
+            reason = "length" if status == GenerationStatus.MAXIMUM_LENGTH else "stop"
+        if e.stop:
+            hits = [(text.find(s, max(0, e.emitted - len(s))), s) for s in e.stop]
+            hits = [(i, s) for i, s in hits if i >= 0]
+            if hits:
+                i, _ = min(hits)
+                text = text[:i]
+                done, reason = True, "stop"
+        # hold back a possibly partial multi-byte character or stop-string prefix
+        safe = len(text)
+        if not done:
+            if text.endswith("\ufffd"):
+                safe = len(text.rstrip("\ufffd"))
+            for s in e.stop:
+                for k in range(min(len(s) - 1, safe), 0, -1):
+                    if text[:safe].endswith(s[:k]):
+                        safe -= k
+                        break
+        new_text = text[e.emitted:safe]
+        e.emitted = max(e.emitted, safe)
+        e.text = text
+        out = StepOutput(ctx.request_id, list(tokens), new_text, done, reason,
+                         prompt_tokens=int(getattr(ctx, "prompt_len", 0)), completion_tokens=len(e.generated),
+                         log_probabilities=logprobs)
+        if self.metrics is not None and tokens:
+            self.metrics.tokens_generated(len(tokens))
+        if done:
+            self._running.pop(ctx.request_id, None)
+            self.pipeline.release(ctx.request_id)
+        try:
+            e.callback(out)
+        except Exception:  # noqa: BLE001 - a broken consumer must not stop the scheduler
+            logger.exception("output callback for %s failed", ctx.request_id)
+
+    def _finish(self, e: _Entry, reason: str, error: Optional[str] = None) -> None:
+        try:
+            self.pipeline.release(e.ctx.request_id)
+        except Exception:  # noqa: BLE001
+            logger.exception("release of %s failed", e.ctx.request_id)
+        try:
+            e.callback(StepOutput(e.ctx.request_id, [], "", True, reason, error,
+                                  prompt_tokens=int(getattr(e.ctx, "prompt_len", 0)),
+                                  completion_tokens=len(e.generated)))
+        except Exception:  # noqa: BLE001
+            logger.exception("output callback for %s failed", e.ctx.request_id)
