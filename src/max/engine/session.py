@@ -244,7 +244,11 @@ def compile_program(prog: Program, registry: Mapping[str, Any], prefix: str, sta
         for k, c in fuse(prog).items():
             stats.setdefault("fused", {})[k] = stats.get("fused", {}).get(k, 0) + c
     stats["dce"] = stats.get("dce", 0) + passes.dce(prog)
-    missing = sorted({n.op for n in prog.nodes} - set(kernels) - {"constant", "weight", "chain", "merge_chains"})
+    if opt_level >= 1 and registry:
+        stats["weight_folded"] = stats.get("weight_folded", 0) + _fold_weights(prog, registry, prefix)
+        passes.dce(prog)
+    missing = sorted({n.op for n in prog.nodes} - set(kernels)
+                     - {"constant", "weight", "bound", "chain", "merge_chains"})
     if missing:
         where = {n.op: n.loc for n in prog.nodes}
         raise NotImplementedError(
@@ -254,6 +258,56 @@ def compile_program(prog: Program, registry: Mapping[str, Any], prefix: str, sta
     lowered = lower(prog)
     consts = _bind_consts(materialize_slots(prog, lowered.recipes), registry, prog, prefix, stats)
     return lowered, consts
+
+
+_FOLD_MAX_BYTES = 1 << 31
+
+
+def _fold_weights(prog: Program, registry: Mapping[str, Any], prefix: str) -> int:
+    """Load-time folding: pure ops whose operands are all weights or constants (a transpose,
+    cast or concat of weights...) run once now; their results are bound like weights
+    (contiguous, so e.g. a matmul reads a transposed weight in its fast layout)."""
+    from max.engine.compiler.program import PNode
+    from max.engine.kernels import KERNELS
+
+    known: dict[int, torch.Tensor] = {}
+    out = []
+    folded = 0
+    for n in prog.nodes:
+        if n.op == "weight":
+            try:
+                known[n.outs[0]] = _bind_weight(n.attrs["name"], n.types[0], registry, prog, prefix)
+            except ValueError:
+                pass  # reported when the weight is bound for real
+            out.append(n)
+            continue
+        if n.op == "constant":
+            out.append(n)
+            known[n.outs[0]] = _np_to_torch(n.attrs["value"]).to(torch_device(n.types[0].device))
+            continue
+        spec = KERNELS.get(n.op)
+        if (spec is None or not spec.pure or not spec.foldable or n.side_effects or n.regions or not n.inputs
+                or not all(i in known for i in n.inputs)
+                or not all(isinstance(t, TensorType) and all(hasattr(d, "dim") for d in t.shape) for t in n.types)):
+            out.append(n)
+            continue
+        nbytes = sum(int(np.prod([int(d) for d in t.shape])) * t.dtype.size_in_bytes for t in n.types)
+        if nbytes > _FOLD_MAX_BYTES:
+            out.append(n)
+            continue
+        try:
+            res = spec.fn(*[known[i] for i in n.inputs], **resolve_attrs_now(n.attrs, None))
+        except Exception:  # noqa: BLE001 - leave it to run (and report) at execution time
+            out.append(n)
+            continue
+        results = res if isinstance(res, (tuple, list)) else (res,)
+        for o, t, r in zip(n.outs, n.types, results):
+            r = r.contiguous()
+            known[o] = r
+            out.append(PNode("bound", (), {"_tensor": r}, (t,), (o,), n.loc))
+        folded += 1
+    prog.nodes = out
+    return folded
 
 
 class RegionRunner:
@@ -294,6 +348,8 @@ def _bind_consts(entries: list, registry: Mapping[str, Any], prog: Program, pref
     for kind, payload, typ in entries:
         if kind == "constant":
             out.append(_np_to_torch(payload).to(torch_device(typ.device)))
+        elif kind == "bound":
+            out.append(payload)
         elif kind == "weight":
             out.append(_bind_weight(payload, typ, registry, prog, prefix))
         elif kind == "region":

@@ -137,6 +137,8 @@ def materialize_slots(prog: Program, recipes: list[tuple]) -> list[tuple[str, An
             out.append(("constant", n.attrs["value"], n.types[0]))
         elif kind == "weight":
             out.append(("weight", n.attrs["name"], n.types[0]))
+        elif kind == "bound":
+            out.append(("bound", n.attrs["_tensor"], n.types[0]))
         elif kind == "attr":
             out.append(("attr", n.attrs[k], None))
         elif kind == "region":
@@ -157,6 +159,8 @@ def structural_key(prog: Program) -> Any:
         if n.op == "constant":
             a = attr_key(n.attrs["value"])
             parts.append(("constant", n.outs, a if a[0] == "nd" else ("nd-shape", str(n.types[0]))))
+        elif n.op == "bound":
+            parts.append(("bound", n.outs, str(n.types[0])))
         else:
             parts.append((n.op, n.inputs, attr_key(n.attrs), tuple(map(str, n.types)), n.outs, bool(n.regions)))
     return tuple(parts)
@@ -208,6 +212,9 @@ def _lower(prog: Program) -> Lowered:
             continue
         if n.op == "weight":
             vals[n.outs[0]] = const_ref(("weight", j, None))
+            continue
+        if n.op == "bound":
+            vals[n.outs[0]] = const_ref(("bound", j, None))
             continue
         if n.op in ("chain", "merge_chains"):
             for o in n.outs:

@@ -141,6 +141,9 @@ class Llama3Model(PipelineModel):
         graph = build_graph(self.module, self.kv_manager.input_symbols()[0], dev_ref, name=cfg.architecture)
         self.model = session.load(graph, weights_registry=self.module.state_dict())
         self.compile_seconds = _time.perf_counter() - t1
+        # the compiled model holds what it needs (some weights folded into new layouts at load)
+        self.module = None
+        state = None
         self._n_logits = _Buffer.from_numpy(_np.array([1], _np.int64))
 
     @classmethod
