@@ -46,6 +46,8 @@ class _Entry:
     text: str = ""
     emitted: int = 0  # chars of text already emitted
     generated: list[int] = field(default_factory=list)
+    prefix_off: int = 0  # incremental detokenisation window over ``generated``
+    read_off: int = 0
     cancelled: bool = False
     t_submit: float = field(default_factory=time.perf_counter)
     t_first: Optional[float] = None
@@ -198,7 +200,7 @@ class TokenGenerationScheduler:
             if self.metrics is not None:
                 self.metrics.first_token(now - e.t_submit)
         e.generated.extend(tokens)
-        text = self.tokenizer.decode_sync(e.generated, skip_special_tokens=True) if e.generated else ""
+        text = e.text + self._detokenize(e)
         done = status.is_done
         reason = None
         if done:
@@ -235,6 +237,20 @@ class TokenGenerationScheduler:
             e.callback(out)
         except Exception:  # noqa: BLE001 - a broken consumer must not stop the scheduler
             logger.exception("output callback for %s failed", ctx.request_id)
+
+    def _detokenize(self, e: _Entry) -> str:
+        """Text added by the newest tokens: decodes only a short window (``prefix_off..``), so a step
+        costs O(new tokens), and waits while the window ends in an incomplete UTF-8 sequence."""
+        gen = e.generated
+        if len(gen) == e.read_off:
+            return ""
+        dec = self.tokenizer.decode_sync
+        before = dec(gen[e.prefix_off:e.read_off], skip_special_tokens=True) if e.read_off > e.prefix_off else ""
+        now = dec(gen[e.prefix_off:], skip_special_tokens=True)
+        if len(now) > len(before) and not now.endswith("\ufffd"):
+            e.prefix_off, e.read_off = e.read_off, len(gen)
+            return now[len(before):]
+        return ""
 
     def _finish(self, e: _Entry, reason: str, error: Optional[str] = None) -> None:
         try:
