@@ -210,3 +210,21 @@ def test_capture_replay_contract_on_cpu():
         m.capture(-1, x, w)
     with pytest.raises(ValueError):
         m.capture(1)
+
+
+@pytest.mark.gpu
+def test_capture_replay_uses_cuda_graphs_on_gpu():
+    gpu = driver.Accelerator()
+    with Graph("g", input_types=[TensorType(DType.float32, (4, 4), DeviceRef.GPU())]) as g:
+        x = g.inputs[0]
+        g.output(ops.relu(x @ x) + 1)
+    m = InferenceSession(devices=[driver.CPU(), gpu]).load(g)
+    a = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((4, 4)).astype(np.float32)
+    buf_a = driver.Buffer.from_numpy(a).to(gpu)
+    buf_b = driver.Buffer.from_numpy(b).to(gpu)
+    m.capture(3, buf_a)
+    assert m._captured[3][1] is not None  # a CUDA graph was recorded
+    out = m.replay(3, buf_b)[0].to_numpy()
+    np.testing.assert_allclose(out, np.maximum(b @ b, 0) + 1, rtol=1e-4, atol=1e-4)
+    m.debug_verify_replay(3, buf_a)

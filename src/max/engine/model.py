@@ -57,6 +57,7 @@ class Model:
         self._n_chain_inputs = sum(isinstance(t, _ChainType) for t in prog.input_types)
         self._checks = [_make_check(t, n) for t, n in zip(self._in_types, input_names)]
         self._captured: dict[int, Any] = {}
+        self._nvtx = str(getattr(getattr(session, "_profiling", None), "value", "off")) != "off"
         self._const_ptrs = frozenset(
             c.untyped_storage().data_ptr() for c in self._consts if isinstance(c, torch.Tensor)
         )
@@ -106,7 +107,14 @@ class Model:
         if self._n_chain_inputs:
             tensors.extend([None] * self._n_chain_inputs)
         try:
-            outs = self._fn(env, self._consts, *tensors)
+            if self._nvtx and torch.cuda.is_available():
+                torch.cuda.nvtx.range_push(f"max:{self._prog.name}")
+                try:
+                    outs = self._fn(env, self._consts, *tensors)
+                finally:
+                    torch.cuda.nvtx.range_pop()
+            else:
+                outs = self._fn(env, self._consts, *tensors)
         except Exception as e:
             node = locate_error(self._lowered, self._prog, e.__traceback__)
             if node is not None:
@@ -130,29 +138,69 @@ class Model:
 
     # ---------------------------------------------------------------- capture
     def capture(self, graph_key: int, *inputs: Any) -> list:
-        """Record the execution for ``graph_key`` (a CUDA graph on GPUs; plain execution on CPU)."""
+        """Record the execution for ``graph_key``: a CUDA graph when the inputs live on a GPU
+        (replayed with one launch), plain execution on CPU with the same contract."""
         _check_key(graph_key, inputs)
+        sig = tuple(_sig(a) for a in inputs)
+        tensors = [to_torch_input(a, None, f"input {i}") if not isinstance(a, (int, float, bool)) else a
+                   for i, a in enumerate(inputs)]
+        if any(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors):
+            static = [t.clone() if isinstance(t, torch.Tensor) else t for t in tensors]
+            env: dict[str, Any] = {}
+            checked = [check(a, env) for check, a in zip(self._checks, static)]
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):  # warm up allocator and lazy initialisation outside the graph
+                    self._fn(env, self._consts, *checked)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                outs = self._fn(env, self._consts, *checked)
+            self._captured[graph_key] = (sig, graph, static, outs)
+            graph.replay()
+            from max.driver import Buffer
+
+            return [Buffer._from_torch(o.clone()) for o in outs]
         out = self.execute(*inputs)
-        self._captured[graph_key] = tuple(_sig(a) for a in inputs)
+        self._captured[graph_key] = (sig, None, None, None)
         return out
 
-    def replay(self, graph_key: int, *inputs: Any) -> list:
+    def _entry(self, graph_key: int, inputs: Sequence[Any], who: str) -> tuple:
         _check_key(graph_key, inputs)
-        if graph_key not in self._captured:
-            raise RuntimeError(f"Model.replay: nothing was captured for graph_key {graph_key}")
-        return self.execute(*inputs)
+        entry = self._captured.get(graph_key)
+        if entry is None:
+            raise RuntimeError(f"Model.{who}: nothing was captured for graph_key {graph_key}")
+        now = tuple(_sig(a) for a in inputs)
+        if now != entry[0]:
+            raise RuntimeError(
+                f"Model.{who}: inputs {now} do not match the capture for key {graph_key} ({entry[0]})"
+            )
+        return entry
+
+    def replay(self, graph_key: int, *inputs: Any) -> list:
+        """Run what :meth:`capture` recorded for ``graph_key`` on new inputs of the same shapes."""
+        sig, graph, static, outs = self._entry(graph_key, inputs, "replay")
+        if graph is None:
+            return self.execute(*inputs)
+        from max.driver import Buffer
+
+        for dst, a in zip(static, inputs):
+            if isinstance(dst, torch.Tensor):
+                dst.copy_(to_torch_input(a, None, "replay input"))
+        graph.replay()
+        return [Buffer._from_torch(o.clone()) for o in outs]
 
     def debug_verify_replay(self, graph_key: int, *inputs: Any) -> None:
-        _check_key(graph_key, inputs)
-        sig = self._captured.get(graph_key)
-        if sig is None:
-            raise RuntimeError(f"Model.debug_verify_replay: nothing was captured for graph_key {graph_key}")
-        now = tuple(_sig(a) for a in inputs)
-        if now != sig:
-            raise RuntimeError(
-                f"Model.debug_verify_replay: inputs {now} do not match the capture for key {graph_key} ({sig})"
-            )
-        self.execute(*inputs)
+        """Execute eagerly and check the recorded graph gives the same outputs (RuntimeError if not)."""
+        sig, graph, static, outs = self._entry(graph_key, inputs, "debug_verify_replay")
+        eager = self.execute(*inputs)
+        if graph is None:
+            return
+        replayed = self.replay(graph_key, *inputs)
+        for i, (a, b) in enumerate(zip(eager, replayed)):
+            if not torch.allclose(a._torch(), b._torch(), rtol=1e-5, atol=1e-6, equal_nan=True):
+                raise RuntimeError(f"Model.debug_verify_replay: output {i} of the replay differs from eager execution")
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{s.name}: {s.dtype} {s.shape}" for s in self.input_metadata)

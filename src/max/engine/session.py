@@ -128,7 +128,9 @@ class InferenceSession:
 
     # ------------------------------------------------------------------ settings
     def gpu_profiling(self, mode: GPUProfilingMode | str) -> None:
-        """Set GPU profiling ('off'/'on'/'detailed'); 'on' emits NVTX ranges when a CUDA device is used."""
+        """Set GPU profiling ('off'/'on'/'detailed') for models loaded afterwards: 'on' and 'detailed'
+        wrap every ``Model.execute`` in an NVTX range named after the graph (visible in Nsight
+        Systems); the default comes from ``MODULAR_ENABLE_PROFILING``."""
         try:
             self._profiling = GPUProfilingMode(mode if isinstance(mode, str) else mode.value)
         except ValueError:
