@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from max.engine.kernels import kernel
+from max.engine.kernels.linalg import half_matmul
 
 _ACT = {
     "relu": lambda t, a: F.relu(t, inplace=True),
@@ -17,15 +18,13 @@ _ACT = {
 
 
 def _mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    if x.dtype == torch.bfloat16 and x.device.type == "cpu":
-        return torch.matmul(x.float(), w.float()).to(torch.bfloat16)
-    return torch.matmul(x, w)
+    return half_matmul(x, w) if x.dtype in (torch.bfloat16, torch.float16) else torch.matmul(x, w)
 
 
 @kernel("fused_linear")
 def fused_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, act: str | None = None,
                  approximate: str = "none") -> torch.Tensor:
-    if x.dim() == 2 and x.dtype != torch.bfloat16:
+    if x.dim() == 2 and x.dtype not in (torch.bfloat16, torch.float16):
         y = torch.addmm(b, x, w)
     else:
         y = _mm(x, w).add_(b)

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from max.engine.kernels import kernel
+from max.engine.kernels.linalg import half_matmul
 
 
 @kernel("ragged_plan")
@@ -53,10 +54,7 @@ def fused_qkv_ragged_matmul(x: torch.Tensor, w: torch.Tensor, *rest: torch.Tenso
     else:
         b = None
         blocks, wp, wo = rest
-    if x.dtype == torch.bfloat16 and x.device.type == "cpu":
-        qkv = torch.matmul(x.float(), w.float().T).to(x.dtype)
-    else:
-        qkv = torch.matmul(x, w.T)
+    qkv = half_matmul(x, w.T) if x.dtype in (torch.bfloat16, torch.float16) else torch.matmul(x, w.T)
     if b is not None:
         qkv = qkv + b
     qd, kd = n_heads * head_dim, n_kv_heads * head_dim
