@@ -13,8 +13,9 @@ def register_all_models() -> None:
     from max.pipelines.architectures.mistral import mistral_arch
     from max.pipelines.architectures.qwen2 import qwen2_arch
     from max.pipelines.architectures.qwen3 import qwen3_arch
+    from max.pipelines.architectures.bert import bert_arch
     from max.pipelines.lib.registry import PIPELINE_REGISTRY
 
-    for arch in (llama_arch, mistral_arch, qwen2_arch, qwen3_arch):
+    for arch in (llama_arch, mistral_arch, qwen2_arch, qwen3_arch, bert_arch):
         PIPELINE_REGISTRY.register(arch, allow_override=True)
     _DONE = True

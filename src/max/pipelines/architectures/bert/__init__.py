@@ -1,0 +1,5 @@
+"""BERT encoders for embeddings: config translation, graph builder, pipeline model, registration."""
+
+from max.pipelines.architectures.bert.arch import bert_arch
+
+__all__ = ["bert_arch"]

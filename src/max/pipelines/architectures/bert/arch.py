@@ -1,0 +1,20 @@
+"""Registration of the BERT encoder architecture (embeddings: all-MiniLM, BGE, E5 ...)."""
+
+from max.graph.weights import WeightsFormat
+from max.interfaces import PipelineTask
+from max.nn.kv_cache import KVCacheStrategy
+from max.pipelines.architectures.bert.model import BertPipelineModel
+from max.pipelines.architectures.bert.tokenizer import EmbeddingsTokenizer
+from max.pipelines.lib.registry import SupportedArchitecture
+
+bert_arch = SupportedArchitecture(
+    name="BertModel",
+    example_repo_ids=["sentence-transformers/all-MiniLM-L6-v2", "BAAI/bge-small-en-v1.5"],
+    default_encoding="float32",
+    supported_encodings={e: [KVCacheStrategy.MODEL_DEFAULT] for e in ("float32", "bfloat16", "float16")},
+    pipeline_model=BertPipelineModel,
+    task=PipelineTask.EMBEDDINGS_GENERATION,
+    tokenizer=EmbeddingsTokenizer,
+    default_weights_format=WeightsFormat.safetensors,
+    prefix_caching_supported=False,
+)
