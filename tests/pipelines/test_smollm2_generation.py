@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 N_TOKENS = 32
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
-           "The three primary colors are"]
+           "The three primary colors are", "Water boils at", "My favourite programming language is",
+           "In 1969, the first person to walk on the Moon was", "A haiku about autumn:\n"]  # 8 lengths
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,7 @@ def test_greedy_tokens_identical_to_transformers_alone_and_batched(llm, hf_token
     alone = [_generate(llm, [p])[0] for p in PROMPTS]
     for p, got in zip(PROMPTS, alone):
         assert got == hf_tokens[p], f"{p!r}: ours {got} vs transformers {hf_tokens[p]}"
-    batched = _generate(llm, PROMPTS)  # 4 prompts of different lengths in one ragged batch
+    batched = _generate(llm, PROMPTS)  # 8 prompts of different lengths in one ragged batch
     assert batched == alone
     mgr = llm.pipeline.kv_managers[0]
     assert mgr.num_free_pages == mgr.total_num_pages  # every page is free after every request ended
