@@ -67,13 +67,22 @@ def _to_torch(wd: Any, dtype: DType) -> torch.Tensor:
 
 def state_dict_from_weights(weights: Any, cfg: DecoderConfig, dtype: DType, fmt: str) -> dict[str, torch.Tensor]:
     """All of the architecture's tensors, named as the module names them."""
+    from max.graph.weights.protocol import progress
+
     rename = gguf_to_module_name if fmt == "gguf" else hf_to_module_name
     out: dict[str, torch.Tensor] = {}
-    for name, w in weights.items():
-        new = rename(name)
-        if new is None:
-            continue
-        out[new] = _to_torch(w.data(), dtype)
+    items = [(rename(name), w) for name, w in weights.items()]
+    items = [(n, w) for n, w in items if n is not None]
+    total = sum(int(np.prod(w.data().shape)) * dtype.size_in_bytes for _, w in items)
+    bar = progress(total, "Loading weights", len(items))
+    try:
+        for new, w in items:
+            out[new] = _to_torch(w.data(), dtype)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
     if "lm_head.weight" not in out and cfg.tie_word_embeddings:
         out["lm_head.weight"] = out["embed_tokens.weight"]
     return out
