@@ -205,7 +205,9 @@ class KernelOp:
             ctx = unset_fake_temporarily() if unset_fake_temporarily else _null()
             with ctx:
                 metas = [torch.empty(tuple(int(d) for d in t.shape), dtype=t.dtype, device="meta") for t in ins]
-                res = self.kernel.fn(*metas, **params)
+                # the engine hands DType parameters to kernels as torch dtypes
+                kw = {k: v.to_torch() if isinstance(v, DType) else v for k, v in params.items()}
+                res = self.kernel.fn(*metas, **kw)
             res = (res,) if isinstance(res, torch.Tensor) else tuple(res)
             spec = [(tuple(r.shape), r.dtype) for r in res]
         except Exception:  # noqa: BLE001 - a kernel that needs data (item(), numpy, Triton): check after running
