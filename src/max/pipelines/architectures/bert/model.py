@@ -270,8 +270,12 @@ class BertPipelineModel(PipelineModel):
         for i, r in enumerate(rows):
             ids[i, : len(r)] = r
             mask[i, : len(r)] = 1
-        return ModelInputs(input_ids=Buffer.from_numpy(ids), attention_mask=Buffer.from_numpy(mask),
-                           lengths=[len(r) for r in rows])
+        dev = self.devices[0]
+        on_host = DeviceRef.from_device(dev).is_cpu()
+        ids_b, mask_b = Buffer.from_numpy(ids), Buffer.from_numpy(mask)
+        if not on_host:
+            ids_b, mask_b = ids_b.to(dev), mask_b.to(dev)
+        return ModelInputs(input_ids=ids_b, attention_mask=mask_b, lengths=[len(r) for r in rows])
 
     def execute(self, model_inputs: ModelInputs) -> ModelOutputs:
         (out,) = self.model.execute(model_inputs.input_ids, model_inputs.attention_mask)
