@@ -19,6 +19,10 @@ outputs and passes them first; the op writes them in place.
   symbolic ``input_types`` a symbolic dim is not part of the key, so one
   compiled graph serves every size.  ``op.cache_info()`` reports hits and
   compiles; ``op.cache_clear()`` empties it.
+
+Weights of ``max.nn`` modules called inside ``fn`` are bound from their
+loaded values (``load_state_dict``) when a signature is first compiled.
+Autograd is not supported (no backward formula is registered).
 """
 
 from __future__ import annotations
@@ -209,7 +213,7 @@ class _GraphOp:
         env = self._bind(ins, e.in_types)
         self._check_outputs(e, outs, env)
         model = self._model(e)
-        results = model.execute(*ins)
+        results = model.execute(*[t if t.is_contiguous() else t.contiguous() for t in ins])
         for o, r, n in zip(outs, results, self.out_names):
             r = r._torch()
             if r.shape != o.shape:  # only dims unknowable before running (data-dependent) get here
