@@ -29,7 +29,7 @@ from __future__ import annotations
 import inspect
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -371,5 +371,3 @@ class _null:
     def __exit__(self, *a: Any) -> None:
         return None
 
-
-_ = Callable
