@@ -209,6 +209,13 @@ def test_execute_api(tiny_pipe, tiny_hf):
         np.testing.assert_allclose(out[rid].embeddings, ref[i], atol=2e-6)
         tiny_pipe.release(rid)
     assert tiny_pipe.execute(EmbeddingsGenerationInputs([{}])) == {}
+    # the tokenizer rejects prompts over the limit and chat messages
+    with pytest.raises(ValueError, match="62 tokens, more than the maximum length 40"):
+        asyncio.run(tok.new_context(TextGenerationRequest(request_id="x", model_name="tiny",
+                                                          prompt=" ".join(["cat"] * 60))))
+    with pytest.raises(ValueError, match="takes a prompt, not chat messages"):
+        asyncio.run(tok.new_context(TextGenerationRequest(request_id="y", model_name="tiny",
+                                                          messages=[{"role": "user", "content": "hi"}])))
 
 
 def test_pool_embeddings_false_returns_token_states(tiny_dir, tiny_hf):
