@@ -207,5 +207,78 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
     click.echo(f"Prompt tokens: {n_tokens}  load + compile: {t_load:.2f} s  encode: {t_enc * 1e3:.1f} ms", err=True)
 
 
+@main.command()
+@_model_options
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (127.0.0.1: this machine only).")
+@click.option("--port", type=int, default=8000, show_default=True, help="HTTP port.")
+@click.option("--api-key", default=None, envvar="MAX_SERVE_API_KEY",
+              help="Require 'Authorization: Bearer KEY' on /v1/* (also from $MAX_SERVE_API_KEY).")
+@click.option("--max-queue-size", type=int, default=None,
+              help="Bound on requests waiting for a batch slot; beyond it the server answers 503 + Retry-After.")
+@click.option("--metrics-port", type=int, default=None,
+              help="Also serve Prometheus /metrics on this port (it is always on the main port too).")
+@click.option("--served-model-name", default=None, help="Model id clients send and /v1/models lists "
+                                                        "(default: the model path).")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
+          prefill_chunk_size: Any, enable_prefix_caching: bool, host: str, port: int, api_key: Any,
+          max_queue_size: Any, metrics_port: Any, served_model_name: Any, log_level: str) -> None:
+    """Serve the model over an OpenAI-compatible HTTP API (chat, completions, embeddings, metrics)."""
+    import logging
+
+    from max.serve.server import build_app
+    from max.serve.server import serve as run_server
+
+    logging.basicConfig(level=getattr(logging, log_level.upper()), format="%(levelname)s %(name)s: %(message)s")
+    if max_queue_size is not None and max_queue_size < 0:
+        raise click.BadParameter("must be >= 0", param_hint="--max-queue-size")
+    t0 = time.perf_counter()
+    try:
+        cfg = build_config(model_path, quantization_encoding, devices, max_length, max_batch_size,
+                           prefill_chunk_size, enable_prefix_caching)
+        click.echo(f"Loading {cfg.model_config.model_path} ...", err=True)
+        app = build_app(cfg, served_model_name=served_model_name, api_key=api_key, max_queue_size=max_queue_size)
+    except (ValueError, FileNotFoundError, TypeError) as e:
+        raise click.ClickException(str(e)) from None
+    name = app.state.serve.model_name
+    click.echo(f"Loaded in {time.perf_counter() - t0:.1f} s; serving '{name}' on http://{host}:{port}/v1"
+               + (f" (metrics on :{metrics_port})" if metrics_port else ""), err=True)
+    run_server(app, host, port, metrics_port=metrics_port, log_level=log_level)
+
+
+@main.command()
+@click.option("--base-url", default="http://127.0.0.1:8000", show_default=True, help="The server to benchmark.")
+@click.option("--model", default=None, help="Model id to request (default: the first of /v1/models).")
+@click.option("--endpoint", type=click.Choice(["chat", "completions"]), default="chat", show_default=True)
+@click.option("--num-prompts", type=int, default=64, show_default=True, help="Requests to send.")
+@click.option("--concurrency", type=int, default=8, show_default=True, help="Requests in flight at once.")
+@click.option("--prompt-len", type=int, default=32, show_default=True, help="Words per synthetic prompt.")
+@click.option("--output-len", type=int, default=64, show_default=True, help="Tokens to generate per request.")
+@click.option("--api-key", default=None, envvar="MAX_SERVE_API_KEY")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic prompts.")
+@click.option("--json", "json_path", default=None, help="Also write the results as JSON to this path.")
+def benchmark(base_url: str, model: Any, endpoint: str, num_prompts: int, concurrency: int, prompt_len: int,
+              output_len: int, api_key: Any, seed: int, json_path: Any) -> None:
+    """Benchmark a running server: request throughput, output tokens/s, TTFT and TPOT percentiles."""
+    from max.serve.benchmark import format_table, run_benchmark, write_json
+
+    for name, v in (("--num-prompts", num_prompts), ("--concurrency", concurrency), ("--prompt-len", prompt_len),
+                    ("--output-len", output_len)):
+        if v < 1:
+            raise click.BadParameter("must be >= 1", param_hint=name)
+    try:
+        res = run_benchmark(base_url, num_prompts=num_prompts, concurrency=concurrency, prompt_len=prompt_len,
+                            output_len=output_len, model=model, endpoint=endpoint, api_key=api_key, seed=seed)
+    except Exception as e:  # noqa: BLE001 - e.g. no server listening
+        raise click.ClickException(f"benchmark against {base_url} failed: {type(e).__name__}: {e}") from None
+    click.echo(format_table(res))
+    if json_path:
+        write_json(res, json_path)
+        click.echo(f"wrote {json_path}", err=True)
+    if res["completed"] == 0:
+        raise click.ClickException("no request completed")
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,98 @@
+"""Prometheus metrics of ``max serve``.
+
+One :class:`ServeMetrics` per server, on its own ``CollectorRegistry`` (so several
+servers can live in one process, e.g. in tests).  It is also the scheduler's
+``metrics`` hook object (``batch_size``, ``step_seconds``, ``first_token``,
+``inter_token``, ``tokens_generated``); gauges that describe the current state
+(queue depth, running requests, KV-cache pages) are read at scrape time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+PREFIX = "maxserve"
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0,
+                    10.0, 30.0, 60.0)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class ServeMetrics:
+    """The server's counters, gauges and histograms (``render()`` gives the text exposition)."""
+
+    def __init__(self, registry: Optional[CollectorRegistry] = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(f"{PREFIX}_requests", "HTTP requests by endpoint and status code",
+                                ["endpoint", "status"], registry=r)
+        self.finished = Counter(f"{PREFIX}_request_finish", "Generation requests by finish reason",
+                                ["reason"], registry=r)
+        self.prompt_tokens = Counter(f"{PREFIX}_prompt_tokens", "Prompt tokens of admitted requests", registry=r)
+        self.generation_tokens = Counter(f"{PREFIX}_generation_tokens", "Tokens generated", registry=r)
+        self.ttft = Histogram(f"{PREFIX}_time_to_first_token_seconds",
+                              "Time from scheduling a request to its first token", buckets=_LATENCY_BUCKETS,
+                              registry=r)
+        self.itl = Histogram(f"{PREFIX}_inter_token_latency_seconds",
+                             "Time per token between consecutive outputs of a request", buckets=_LATENCY_BUCKETS,
+                             registry=r)
+        self.e2e = Histogram(f"{PREFIX}_request_latency_seconds", "End-to-end request latency",
+                             buckets=_LATENCY_BUCKETS, registry=r)
+        self.step = Histogram(f"{PREFIX}_step_seconds", "Duration of one scheduler step (one batched model call)",
+                              buckets=_LATENCY_BUCKETS, registry=r)
+        self.batch = Histogram(f"{PREFIX}_batch_size", "Requests in a scheduler step", buckets=_BATCH_BUCKETS,
+                               registry=r)
+        self.queue_depth = Gauge(f"{PREFIX}_queue_depth", "Requests waiting to be scheduled", registry=r)
+        self.running = Gauge(f"{PREFIX}_running_requests", "Requests in the running batch", registry=r)
+        self.kv_used = Gauge(f"{PREFIX}_kv_cache_pages_used", "KV-cache pages in use", registry=r)
+        self.kv_total = Gauge(f"{PREFIX}_kv_cache_pages_total", "KV-cache pages in the pool", registry=r)
+        self.kv_usage = Gauge(f"{PREFIX}_kv_cache_usage_ratio", "Fraction of KV-cache pages in use", registry=r)
+
+    # ------------------------------------------------------------ live sources
+    def bind(self, scheduler: Any = None, kv_manager: Any = None) -> None:
+        """Read queue depth / running requests from ``scheduler`` and KV page use from ``kv_manager``
+        whenever the metrics are scraped."""
+        if scheduler is not None:
+            self.queue_depth.set_function(_safe(lambda: scheduler.queue_depth))
+            self.running.set_function(_safe(lambda: scheduler.running))
+        if kv_manager is not None:
+            total = _safe(lambda: kv_manager.total_num_pages)
+            used = _safe(lambda: kv_manager.total_num_pages - kv_manager.num_free_pages)
+            self.kv_total.set_function(total)
+            self.kv_used.set_function(used)
+            self.kv_usage.set_function(lambda: (used() / total()) if total() else 0.0)
+
+    # ------------------------------------------------------------ scheduler hooks
+    def batch_size(self, n: int, queue_depth: int) -> None:
+        self.batch.observe(n)
+
+    def step_seconds(self, s: float) -> None:
+        self.step.observe(s)
+
+    def first_token(self, s: float) -> None:
+        self.ttft.observe(s)
+
+    def inter_token(self, s: float) -> None:
+        self.itl.observe(s)
+
+    def tokens_generated(self, n: int) -> None:
+        self.generation_tokens.inc(n)
+
+    # ------------------------------------------------------------ server side
+    def request_done(self, endpoint: str, status: int) -> None:
+        self.requests.labels(endpoint=endpoint, status=str(status)).inc()
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def _safe(fn: Callable[[], float]) -> Callable[[], float]:
+    def get() -> float:
+        try:
+            return float(fn())
+        except Exception:  # noqa: BLE001 - a scrape must not fail
+            return float("nan")
+
+    return get

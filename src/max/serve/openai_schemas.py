@@ -1,0 +1,166 @@
+"""Request bodies of the OpenAI-compatible endpoints (pydantic, strict types) and the error shape.
+
+Fields follow the OpenAI API; a few vLLM-style extensions are accepted too
+(``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``, ``ignore_eos``,
+``stop_token_ids``).  Unknown fields are ignored.  Types are strict (``"5"`` is not
+an integer); ranges the server knows are checked here, the rest by
+``SamplingParams``.  Every failure becomes :class:`APIError`, rendered as
+``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class APIError(Exception):
+    """An error answered in OpenAI's shape with HTTP ``status``."""
+
+    def __init__(self, status: int, message: str, *, type: Optional[str] = None, param: Optional[str] = None,
+                 code: Optional[str] = None, headers: Optional[dict[str, str]] = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type or _default_type(status)
+        self.param = param
+        self.code = code
+        self.headers = headers
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def _default_type(status: int) -> str:
+    if status == 401:
+        return "authentication_error"
+    if status == 404:
+        return "invalid_request_error"
+    if status == 429 or status == 503:
+        return "server_overloaded" if status == 503 else "rate_limit_error"
+    if status >= 500:
+        return "server_error"
+    return "invalid_request_error"
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class _SamplingFields(_Body):
+    model: Optional[str] = None
+    max_tokens: Optional[int] = Field(default=None, ge=1)
+    temperature: Optional[float] = Field(default=None, ge=0.0, le=2.0)
+    top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
+    top_k: Optional[int] = None
+    min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
+    seed: Optional[int] = None
+    stop: Union[str, list[str], None] = None
+    presence_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
+    repetition_penalty: Optional[float] = Field(default=None, gt=0.0)
+    n: int = Field(default=1, ge=1, le=128)
+    stream: bool = False
+    stream_options: Optional[StreamOptions] = None
+    min_tokens: int = Field(default=0, ge=0)
+    ignore_eos: bool = False
+    stop_token_ids: Optional[list[int]] = None
+    user: Optional[str] = None
+
+    @property
+    def stop_list(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: Union[str, list[dict[str, Any]], None] = None
+    name: Optional[str] = None
+
+
+class ChatCompletionRequest(_SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: Optional[int] = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: Optional[int] = Field(default=None, ge=0, le=20)
+    tools: Optional[list[dict[str, Any]]] = None
+    tool_choice: Any = None
+    response_format: Optional[dict[str, Any]] = None
+    chat_template_kwargs: Optional[dict[str, Any]] = None
+
+    @property
+    def max_new_tokens(self) -> Optional[int]:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+class CompletionRequest(_SamplingFields):
+    prompt: Union[str, list[str], list[int], list[list[int]]]
+    echo: bool = False
+    logprobs: Optional[int] = Field(default=None, ge=0, le=20)
+    suffix: Optional[str] = None
+    best_of: Optional[int] = None
+
+    @property
+    def max_new_tokens(self) -> Optional[int]:
+        return 16 if self.max_tokens is None else self.max_tokens  # the OpenAI default for completions
+
+    def prompts(self) -> list[Union[str, list[int]]]:
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if not p:
+            raise APIError(400, "prompt must not be empty", param="prompt")
+        if all(isinstance(x, int) for x in p):
+            return [list(p)]  # one prompt of token ids
+        return list(p)  # type: ignore[arg-type]
+
+
+class EmbeddingRequest(_Body):
+    input: Union[str, list[str], list[int], list[list[int]]]
+    model: Optional[str] = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Optional[int] = Field(default=None, ge=1)
+    user: Optional[str] = None
+
+
+def parse(model: type[BaseModel], body: Any) -> Any:
+    """``model`` validated from the decoded JSON ``body``; :class:`APIError` 400 naming the field otherwise."""
+    if not isinstance(body, dict):
+        raise APIError(400, f"the request body must be a JSON object, got {type(body).__name__}")
+    try:
+        return model.model_validate(body)
+    except ValidationError as e:
+        err = e.errors()[0]
+        # pydantic reports union members as extra loc parts (str, list[str], ...): keep the field path
+        param = _param_path(err.get("loc", ()))
+        msg = err.get("msg", "invalid value")
+        if err.get("type") == "missing":
+            msg = f"'{param}' is a required property"
+        else:
+            msg = f"invalid value for '{param}': {msg} (got {_short(err.get('input'))})"
+        raise APIError(400, msg, param=param, code="missing_required_parameter" if err.get("type") == "missing"
+                       else "invalid_value") from None
+
+
+def _param_path(loc: tuple) -> str:
+    out = ""
+    for x in loc:
+        if isinstance(x, int):
+            out += f"[{x}]"
+        elif isinstance(x, str) and (x in {"str", "int", "float", "bool", "list", "dict", "none"} or "[" in x):
+            break  # a union member's name, not a field
+        else:
+            out += ("." if out else "") + str(x)
+    return out or "body"
+
+
+def _short(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."

@@ -1,0 +1,119 @@
+"""Building and running the ``max serve`` server.
+
+:func:`build_app` loads the model once (``LLM`` for text generation, the
+registry's ``EmbeddingsPipeline`` for embeddings models) and wraps it in the
+FastAPI app; :func:`serve` runs it under uvicorn (blocking);
+:class:`ServerThread` runs one in a background thread (tests, benchmarks).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any, Optional
+
+logger = logging.getLogger("max.serve")
+
+
+def model_task(pipeline_config: Any) -> Any:
+    """The ``PipelineTask`` of the configured model."""
+    from max.pipelines.lib.registry import PIPELINE_REGISTRY, register_all_models
+
+    register_all_models()
+    return PIPELINE_REGISTRY.retrieve_pipeline_task(pipeline_config)
+
+
+def build_app(pipeline_config: Any, *, served_model_name: Optional[str] = None, api_key: Optional[str] = None,
+              max_queue_size: Optional[int] = None, metrics: Any = None) -> Any:
+    """Load the model of ``pipeline_config`` and return the FastAPI app serving it."""
+    from max.interfaces import PipelineTask
+    from max.serve.app import EmbeddingsEngine, GenerationEngine, create_app
+    from max.serve.metrics import ServeMetrics
+    from max.serve.scheduler import TokenGenerationScheduler
+
+    metrics = metrics or ServeMetrics()
+    path = str(pipeline_config.model_config.model_path)
+    name = served_model_name or path
+    aliases = {path, os.path.basename(path.rstrip("/")), os.path.splitext(os.path.basename(path))[0]}
+    task = model_task(pipeline_config)
+    if task == PipelineTask.EMBEDDINGS_GENERATION:
+        from max.pipelines.lib.registry import PIPELINE_REGISTRY
+
+        tokenizer, pipeline = PIPELINE_REGISTRY.retrieve(pipeline_config, task=PipelineTask.EMBEDDINGS_GENERATION)
+        engine = EmbeddingsEngine(pipeline, max_length=getattr(tokenizer, "max_length", None))
+        return create_app(name, embedder=engine, api_key=api_key, metrics=metrics, aliases=aliases)
+    if task != PipelineTask.TEXT_GENERATION:
+        raise ValueError(f"max serve: models of task {task.value!r} are not served (text generation and "
+                         "embeddings are)")
+    from max.entrypoints.llm import LLM
+
+    llm = LLM(pipeline_config)
+    llm.scheduler = TokenGenerationScheduler(
+        llm.pipeline, llm.tokenizer, max_batch_size=pipeline_config.max_batch_size or 16,
+        max_queue_size=max_queue_size, prefill_token_budget=pipeline_config.prefill_chunk_size, metrics=metrics)
+    app = create_app(name, generator=GenerationEngine.from_llm(llm), api_key=api_key, metrics=metrics,
+                     aliases=aliases)
+    app.state.llm = llm
+    return app
+
+
+def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, *, metrics_port: Optional[int] = None,
+          log_level: str = "info") -> None:
+    """Run ``app`` under uvicorn until interrupted; Prometheus metrics also on ``metrics_port`` when given."""
+    import uvicorn
+
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr=host, registry=app.state.serve.metrics.registry)
+        logger.info("metrics on http://%s:%d/metrics", host, metrics_port)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class ServerThread:
+    """``app`` under uvicorn on a background thread (``with ServerThread(app) as srv: srv.url``)."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: Optional[int] = None, log_level: str = "warning"
+                 ) -> None:
+        import uvicorn
+
+        self.app = app
+        self.host = host
+        self.port = port or free_port(host)
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=self.port, log_level=log_level,
+                                                    timeout_graceful_shutdown=2))
+        self.thread = threading.Thread(target=self.server.run, name="max-serve-uvicorn", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> "ServerThread":
+        self.thread.start()
+        t0 = time.monotonic()
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("the server thread exited during start-up")
+            if time.monotonic() - t0 > timeout:
+                raise TimeoutError("the server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+    def __enter__(self) -> "ServerThread":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
