@@ -119,12 +119,11 @@ def _ops():
     return ops
 
 
-class TensorValue(Value[TensorType]):
-    """A symbolic tensor with value semantics."""
+class _Shaped:
+    """dtype/shape/device/rank read from the value's tensor or buffer type."""
 
     __slots__ = ()
 
-    # -- type accessors --------------------------------------------------
     @property
     def dtype(self) -> DType:
         return self.type.dtype
@@ -140,6 +139,12 @@ class TensorValue(Value[TensorType]):
     @property
     def rank(self) -> int:
         return len(self.type.shape)
+
+
+class TensorValue(_Shaped, Value[TensorType]):
+    """A symbolic tensor with value semantics."""
+
+    __slots__ = ()
 
     # -- methods (each is the op of the same name) -----------------------
     def reshape(self, shape: Any) -> "TensorValue":
@@ -322,26 +327,10 @@ def _raise_len(d: Any) -> int:
     raise TypeError(f"len() of a TensorValue whose first dim is symbolic ({d})")
 
 
-class BufferValue(Value[BufferType]):
+class BufferValue(_Shaped, Value[BufferType]):
     """A mutable tensor reference inside a graph; read and written through chained ops."""
 
     __slots__ = ()
-
-    @property
-    def dtype(self) -> DType:
-        return self.type.dtype
-
-    @property
-    def shape(self) -> Shape:
-        return self.type.shape
-
-    @property
-    def device(self) -> DeviceRef:
-        return self.type.device
-
-    @property
-    def rank(self) -> int:
-        return len(self.type.shape)
 
     def print(self, label: str = "debug_buffer") -> None:
         _ops().print(_ops().buffer_load(self), label)

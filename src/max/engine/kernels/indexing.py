@@ -111,25 +111,3 @@ def scatter_nd(x: torch.Tensor, updates: torch.Tensor, idx: torch.Tensor) -> tor
     out = x.clone()
     out[_nd_index(idx)] = updates
     return out
-
-
-def substitute_index(index: tuple, subs: tuple, ts: tuple, adv_ints: tuple, device: torch.device) -> tuple:
-    """The concrete index for a normalised ``slice_tensor`` index without negative steps.
-
-    Puts the tensor operands ``ts`` into ``index`` as ``subs`` says (used by
-    ``buffer_store_slice``, which shares slice_tensor's index normalisation).
-    """
-    idx = list(index)
-    for (p, f), t in zip(subs, ts):
-        if f < 0:
-            idx[p] = t
-        else:
-            s = idx[p]
-            parts = [s.start, s.stop, s.step]
-            parts[f] = int(t)
-            idx[p] = slice(*parts)
-    if adv_ints:
-        shape = torch.broadcast_shapes(*(t.shape for (p, f), t in zip(subs, ts) if f < 0))
-        for p in adv_ints:
-            idx[p] = torch.full(shape, idx[p], dtype=torch.int64, device=device)
-    return tuple(idx)
