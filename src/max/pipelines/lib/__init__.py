@@ -68,7 +68,7 @@ from max.pipelines.lib.tokenizer import (
     run_with_default_executor,
 )
 
-_LAZY_MODULES = ("max.pipelines.lib.pipeline",)
+_LAZY_MODULES = ("max.pipelines.lib.pipeline", "max.pipelines.lib.embeddings_pipeline")
 
 
 def __getattr__(name: str) -> Any:

@@ -31,8 +31,6 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from max.driver import load_devices
-from max.engine import InferenceSession
 from max.interfaces import EmbeddingsGenerationInputs, EmbeddingsGenerationOutput, Pipeline, PipelineTask
 
 __all__ = ["EmbeddingsPipeline", "load_embeddings_pipeline"]
@@ -53,8 +51,6 @@ class EmbeddingsPipeline(Pipeline):
 
     def __init__(self, pipeline_config: Any, pipeline_model: type, eos_token_id: int, weight_adapters: Any,
                  tokenizer: Any) -> None:
-        from max.graph.weights import load_weights
-
         if not _is_embeddings_model(pipeline_model):
             name = getattr(pipeline_model, "__name__", type(pipeline_model).__name__)
             raise ValueError(
@@ -65,16 +61,13 @@ class EmbeddingsPipeline(Pipeline):
         self._pipeline_config = pipeline_config
         self._tokenizer = tokenizer
         self._eos_token_id = eos_token_id
-        mc = pipeline_config.model_config
-        self._devices = load_devices(mc.device_specs)
-        session = InferenceSession(devices=self._devices)
-        if not mc.weight_path:
-            raise ValueError(f"EmbeddingsPipeline: no weight files found for {mc.model_path!r}")
-        weights = load_weights(list(mc.weight_path))
-        self._pipeline_model = pipeline_model(
-            pipeline_config=pipeline_config, session=session, huggingface_config=mc.huggingface_config,
-            encoding=mc.quantization_encoding, devices=self._devices, kv_cache_config=mc.kv_cache_config,
-            weights=weights, adapter=(weight_adapters or {}).get(mc.weights_format), return_logits=None)
+        from max.pipelines.lib.pipeline import build_pipeline_model
+
+        try:
+            self._devices, self._pipeline_model = build_pipeline_model(pipeline_config, pipeline_model,
+                                                                       weight_adapters, None)
+        except ValueError as e:
+            raise ValueError(f"EmbeddingsPipeline: {e}") from None
         self._max_rows = int(pipeline_config.max_batch_size or DEFAULT_MAX_BATCH)
         self._lock = threading.Lock()
         self.load_seconds = time.perf_counter() - t0

@@ -122,25 +122,36 @@ class PipelineModel(abc.ABC):
         return 0
 
 
+def build_pipeline_model(pipeline_config: Any, pipeline_model: type, weight_adapters: Any,
+                         return_logits: Any) -> tuple[list[Any], PipelineModel]:
+    """The devices and the ``PipelineModel`` for a resolved config: one session on its devices,
+    its weight files opened (memory-mapped), the model class built on them."""
+    from max.graph.weights import load_weights
+
+    mc = pipeline_config.model_config
+    if not mc.weight_path:
+        raise ValueError(f"no weight files found for {mc.model_path!r}")
+    devices = load_devices(mc.device_specs)
+    session = InferenceSession(devices=devices)
+    weights = load_weights(list(mc.weight_path))
+    model = pipeline_model(
+        pipeline_config=pipeline_config, session=session, huggingface_config=mc.huggingface_config,
+        encoding=mc.quantization_encoding, devices=devices, kv_cache_config=mc.kv_cache_config,
+        weights=weights, adapter=(weight_adapters or {}).get(mc.weights_format), return_logits=return_logits)
+    return devices, model
+
+
 class TextGenerationPipeline(Pipeline):
     """Generates text for batches of ``TextContext`` with one ``PipelineModel``."""
 
     def __init__(self, pipeline_config: Any, pipeline_model: type, eos_token_id: int, weight_adapters: Any,
                  tokenizer: Any) -> None:
-        from max.graph.weights import load_weights
-
         t0 = time.perf_counter()
         self._pipeline_config = pipeline_config
         self._tokenizer = tokenizer
         self._eos_token_id = eos_token_id
-        mc = pipeline_config.model_config
-        self._devices = load_devices(mc.device_specs)
-        session = InferenceSession(devices=self._devices)
-        weights = load_weights(list(mc.weight_path)) if mc.weight_path else None
-        self._pipeline_model = pipeline_model(
-            pipeline_config=pipeline_config, session=session, huggingface_config=mc.huggingface_config,
-            encoding=mc.quantization_encoding, devices=self._devices, kv_cache_config=mc.kv_cache_config,
-            weights=weights, adapter=(weight_adapters or {}).get(mc.weights_format), return_logits=ReturnLogits.LAST_TOKEN)
+        self._devices, self._pipeline_model = build_pipeline_model(pipeline_config, pipeline_model, weight_adapters,
+                                                                   ReturnLogits.LAST_TOKEN)
         from max.pipelines.lib.sampling.sampling import GeneratorCache
 
         self._generators = GeneratorCache()
