@@ -366,6 +366,7 @@ class _Job:
             if not c.done:
                 self.scheduler.cancel(c.ctx.request_id)
                 c.done = True
+                c.finish_reason = "cancelled"
 
     async def next(self) -> tuple[int, StepOutput]:
         """The next output of any choice; cancels everything when the client has gone away."""

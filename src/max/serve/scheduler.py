@@ -82,6 +82,7 @@ class TokenGenerationScheduler:
         self._waiting: "queue.Queue[_Entry]" = queue.Queue()
         self._running: dict[str, _Entry] = {}
         self._cancel: set[str] = set()
+        self._cancel_waiting: set[str] = set()  # cancelled while still in the waiting queue
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -150,7 +151,8 @@ class TokenGenerationScheduler:
                 e = self._waiting.get_nowait()
             except queue.Empty:
                 return
-            if e.ctx.request_id in self._cancel:
+            if e.ctx.request_id in self._cancel_waiting:
+                self._cancel_waiting.discard(e.ctx.request_id)
                 self._finish(e, "cancelled")
                 continue
             n = int(e.ctx.active_length)
@@ -162,10 +164,17 @@ class TokenGenerationScheduler:
     def _step(self) -> None:
         with self._lock:
             cancelled, self._cancel = self._cancel, set()
+        missing = set()
         for rid in cancelled:
             e = self._running.pop(rid, None)
             if e is not None:
                 self._finish(e, "cancelled")
+            else:
+                missing.add(rid)
+        if missing:  # still waiting (remembered until admitted), or already finished (forgotten)
+            with self._waiting.mutex:
+                waiting = {w.ctx.request_id for w in self._waiting.queue}
+            self._cancel_waiting |= missing & waiting
         self._admit()
         if not self._running:
             return
