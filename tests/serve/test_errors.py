@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import MAX_LENGTH, wait_idle
+from serve_support import MAX_LENGTH, wait_idle
 
 MSG = [{"role": "user", "content": "hi"}]
 

@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from conftest import wait_idle
+from serve_support import wait_idle
 
 MSG = [{"role": "user", "content": "Write a function"}]
 

@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from conftest import MAX_LENGTH, kv_pages_in_use, wait_idle
+from serve_support import MAX_LENGTH, kv_pages_in_use, wait_idle
 
 MSG = [{"role": "user", "content": "Tell me a long story"}]
 

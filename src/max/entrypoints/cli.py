@@ -238,6 +238,8 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
         cfg = build_config(model_path, quantization_encoding, devices, max_length, max_batch_size,
                            prefill_chunk_size, enable_prefix_caching)
         click.echo(f"Loading {cfg.model_config.model_path} ...", err=True)
+        if served_model_name is None and model_path is None:  # the bundled model: a short id
+            served_model_name = os.path.splitext(os.path.basename(str(cfg.model_config.model_path)))[0]
         app = build_app(cfg, served_model_name=served_model_name, api_key=api_key, max_queue_size=max_queue_size)
     except (ValueError, FileNotFoundError, TypeError) as e:
         raise click.ClickException(str(e)) from None

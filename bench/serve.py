@@ -1,0 +1,106 @@
+"""Serving throughput of ``max serve`` at concurrency 1, 4 and 16, as ratios to concurrency 1.
+
+Starts ``max serve`` (a subprocess, 127.0.0.1, free port) on the bundled SmolLM2-135M-Instruct
+(or ``--model-path``), waits for /health, runs the ``max benchmark`` client at each concurrency
+(synthetic prompts, streaming chat, ``ignore_eos`` so every request generates exactly
+``--output-len`` tokens) and prints request throughput, output tokens/s, TTFT and TPOT
+percentiles, and the throughput ratio to concurrency 1 (what continuous batching buys).
+
+Run: .venv/bin/python bench/serve.py [--model-path PATH] [--devices cpu] [--output-len 32] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import table  # noqa: E402
+
+
+def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str, float]:
+    import httpx
+
+    from max.serve.server import free_port
+
+    port = free_port()
+    exe = os.path.join(os.path.dirname(sys.executable), "max")
+    cmd = [exe, "serve", "--port", str(port), "--devices", args.devices, "--max-batch-size",
+           str(max(args.concurrency)), "--log-level", "warning"]
+    if args.model_path:
+        cmd += ["--model-path", args.model_path]
+    if args.max_length:
+        cmd += ["--max-length", str(args.max_length)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    while True:
+        if proc.poll() is not None:
+            raise SystemExit(f"max serve exited:\n{proc.stderr.read()[-3000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url, time.perf_counter() - t0
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model-path", default=None, help="default: the bundled SmolLM2-135M-Instruct")
+    ap.add_argument("--devices", default="default")
+    ap.add_argument("--max-length", type=int, default=1024)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    ap.add_argument("--requests-per-slot", type=int, default=3,
+                    help="requests sent = max(8, this x concurrency)")
+    ap.add_argument("--prompt-len", type=int, default=32, help="words per synthetic prompt")
+    ap.add_argument("--output-len", type=int, default=32, help="tokens generated per request")
+    ap.add_argument("--json", default=None, help="write all results as JSON here")
+    args = ap.parse_args()
+
+    from max.serve.benchmark import run_benchmark
+
+    proc, url, t_up = start_server(args)
+    try:
+        model = None
+        run_benchmark(url, num_prompts=2, concurrency=2, prompt_len=args.prompt_len, output_len=4)  # warm-up
+        results = []
+        for c in args.concurrency:
+            n = max(8, args.requests_per_slot * c)
+            res = run_benchmark(url, num_prompts=n, concurrency=c, prompt_len=args.prompt_len,
+                                output_len=args.output_len)
+            model = res["model"]
+            if res["failed"]:
+                print(f"concurrency {c}: {res['failed']} failed: {res['errors']}", file=sys.stderr)
+            results.append(res)
+            print(f"concurrency {c:>3}: {res['output_throughput']:.1f} tok/s", file=sys.stderr)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    base = results[0]
+    rows = []
+    for r in results:
+        rows.append((r["concurrency"], r["num_prompts"], f"{r['request_throughput']:.2f}",
+                     f"{r['output_throughput']:.1f}", f"{r['output_throughput'] / base['output_throughput']:.2f}x",
+                     f"{r['ttft_ms']['p50']:.0f} / {r['ttft_ms']['p90']:.0f} / {r['ttft_ms']['p99']:.0f}",
+                     f"{r['tpot_ms']['p50']:.1f} / {r['tpot_ms']['p90']:.1f} / {r['tpot_ms']['p99']:.1f}"))
+    table(f"max serve on {model} ({args.devices}; prompt {args.prompt_len} words, {args.output_len} output "
+          f"tokens, streaming chat; server up in {t_up:.1f} s)", rows,
+          ("concurrency", "requests", "req/s", "out tok/s", f"vs c={base['concurrency']}", "TTFT p50/p90/p99 ms",
+           "TPOT p50/p90/p99 ms"))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
