@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from serve_support import MAX_LENGTH, make_tiny_llama
+from serve_support import MAX_LENGTH, make_tiny_bert, make_tiny_llama
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -21,6 +21,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> str:
     return make_tiny_llama(str(tmp_path_factory.mktemp("tiny_llama")))
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> str:
+    return make_tiny_bert(str(tmp_path_factory.mktemp("tiny_bert")))
 
 
 @pytest.fixture(scope="session")

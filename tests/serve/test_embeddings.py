@@ -23,9 +23,10 @@ class FakeEmbeddingsPipeline:
         self.calls.append(list(texts))
         rows = []
         for t in texts:
-            v = np.random.default_rng(sum(map(ord, t))).standard_normal(DIM).astype(np.float32)
+            seed = sum(map(ord, t)) if isinstance(t, str) else sum(t)
+            v = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
             rows.append(v / np.linalg.norm(v))
-        return np.stack(rows), sum(len(t.split()) for t in texts)
+        return np.stack(rows), sum(len(t.split()) if isinstance(t, str) else len(t) for t in texts)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,7 @@ def test_embeddings_raw_shapes(emb_server):
     ({"input": 3}, 400, "input"),
     ({"input": []}, 400, "input"),
     ({"input": [""]}, 400, "input"),
-    ({"input": [[1, 2, 3]]}, 400, "input"),
+    ({"input": [[1, 2], []]}, 400, "input"),
     ({"input": "x", "encoding_format": "int8"}, 400, "encoding_format"),
     ({"input": "x", "dimensions": 99}, 400, "dimensions"),
     ({"input": "x", "model": "other"}, 404, "model"),
@@ -75,6 +76,14 @@ def test_embeddings_raw_shapes(emb_server):
 def test_embeddings_errors(emb_server, body, status, param):
     r = httpx.post(emb_server.url + "/v1/embeddings", json=body)
     assert r.status_code == status and r.json()["error"]["param"] == param
+
+
+def test_token_id_inputs(emb_server):
+    r = httpx.post(emb_server.url + "/v1/embeddings", json={"input": [5, 6, 7]})
+    assert r.status_code == 200 and len(r.json()["data"]) == 1 and r.json()["usage"]["prompt_tokens"] == 3
+    r = httpx.post(emb_server.url + "/v1/embeddings", json={"input": [[5, 6], [7]]})
+    assert r.status_code == 200 and len(r.json()["data"]) == 2
+    assert emb_server.fake.calls[-1] == [[5, 6], [7]]
 
 
 def test_generation_routes_on_an_embeddings_model_are_400(emb_server):
@@ -107,3 +116,25 @@ def test_build_app_serves_embeddings_for_an_embeddings_task(tiny_model, monkeypa
     with ServerThread(app) as srv:
         r = httpx.post(srv.url + "/v1/embeddings", json={"input": "hello"})
         assert r.status_code == 200 and len(r.json()["data"][0]["embedding"]) == DIM
+
+
+def test_real_embeddings_pipeline_tiny_bert(tiny_bert):
+    """The registry's EmbeddingsPipeline (a tiny random BERT) served end to end."""
+    from max.entrypoints.cli import build_config
+    from max.serve.server import ServerThread, build_app
+
+    app = build_app(build_config(tiny_bert, None, "cpu", None, 4), served_model_name="bert")
+    pipe = app.state.serve.embedder.pipeline
+    texts = ["the cat sat on the mat", "a dog", "hello world"]
+    want, n_tokens = pipe.encode_texts(texts)
+    with ServerThread(app) as srv:
+        c = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0)
+        r = c.embeddings.create(model="bert", input=texts)
+        got = np.array([d.embedding for d in r.data], dtype=np.float32)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        assert r.usage.prompt_tokens == n_tokens
+        assert np.allclose(np.linalg.norm(got, axis=1), 1, atol=1e-4)
+        r = httpx.post(srv.url + "/v1/embeddings", json={"input": "word " * 200})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "input"  # longer than the model's input
+        r = httpx.post(srv.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "model_not_supported"

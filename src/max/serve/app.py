@@ -78,14 +78,15 @@ class GenerationEngine:
 
 
 class EmbeddingsEngine:
-    """Runs ``pipeline.encode_texts(texts) -> (float32 (n, dim), prompt_tokens)`` on one worker thread."""
+    """Runs ``pipeline.encode_texts(texts) -> (float32 (n, dim), prompt_tokens)`` on one worker thread
+    (``texts``: strings and/or token-id lists, as ``EmbeddingsPipeline.encode_texts`` takes them)."""
 
     def __init__(self, pipeline: Any, max_length: Optional[int] = None) -> None:
         self.pipeline = pipeline
         self.max_length = max_length
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="max-embeddings")
 
-    async def embed(self, texts: list[str]) -> tuple[np.ndarray, int]:
+    async def embed(self, texts: list[Any]) -> tuple[np.ndarray, int]:
         loop = asyncio.get_running_loop()
         arr, n_tokens = await loop.run_in_executor(self._pool, self.pipeline.encode_texts, texts)
         return np.asarray(arr, dtype=np.float32), int(n_tokens)
@@ -242,16 +243,19 @@ def create_app(model_name: str, *, generator: Optional[GenerationEngine] = None,
                            "embeddings; use /v1/chat/completions or /v1/completions", param="model",
                            code="model_not_supported")
         inp = req.input
-        texts = [inp] if isinstance(inp, str) else list(inp)
+        if isinstance(inp, str):
+            texts: list[Any] = [inp]
+        elif inp and all(isinstance(t, int) for t in inp):
+            texts = [list(inp)]  # one input given as token ids
+        else:
+            texts = list(inp)
         if not texts:
             raise APIError(400, "input must not be empty", param="input")
-        if not all(isinstance(t, str) for t in texts):
-            raise APIError(400, "token-id input is not supported; send strings", param="input")
-        if any(t == "" for t in texts):
-            raise APIError(400, "input strings must not be empty", param="input")
+        if any(len(t) == 0 for t in texts):
+            raise APIError(400, "input strings / token lists must not be empty", param="input")
         try:
             arr, n_tokens = await embedder.embed(texts)
-        except ValueError as e:
+        except (ValueError, TypeError) as e:
             raise APIError(400, str(e), param="input") from None
         if arr.ndim != 2 or arr.shape[0] != len(texts):
             raise APIError(500, f"the embeddings pipeline returned shape {arr.shape} for {len(texts)} inputs")
