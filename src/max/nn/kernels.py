@@ -86,7 +86,7 @@ def _plan(op: str, offsets: TensorValue, coll: PagedKVCacheCollection) -> list[T
     """Per-step index tensors shared by every layer (CSE merges repeats):
 
     tok_pos [T], write_page [T], write_off [T], q_index [B, Qmax], read_page [B, Lmax],
-    read_off [B, Lmax], key_valid [B, Lmax] (bool), q_pos [B, Qmax].
+    read_off [B, Lmax], key_valid [B, Lmax] (bool), q_pos [B, Qmax], causal_mask [B, Qmax, Lmax] (bool).
     """
     g = current_graph(op)
     key = ("ragged_plan", id(offsets._node), offsets._index, id(coll.blocks._node))
@@ -103,6 +103,7 @@ def _plan(op: str, offsets: TensorValue, coll: PagedKVCacheCollection) -> list[T
         TensorType(i64, [tq], dev), TensorType(i64, [tq], dev), TensorType(i64, [tq], dev),
         TensorType(i64, [bsz, qmax], dev), TensorType(i64, [bsz, lmax], dev), TensorType(i64, [bsz, lmax], dev),
         TensorType(DType.bool, [bsz, lmax], dev), TensorType(i64, [bsz, qmax], dev),
+        TensorType(DType.bool, [bsz, qmax, lmax], dev),
     ]
     res = stage("ragged_plan", [offsets, coll.cache_lengths, coll.lookup_table], types,
                 {"page_size": coll.page_size, "_multi": True})
@@ -165,7 +166,12 @@ def fused_qk_ragged_rope(kv_params: KVCacheParams, input: Any, input_row_offsets
     if f.rank != 2 or f.shape[1] != kv_params.head_dim:
         fail(op, f"freqs_cis must be [positions, head_dim={kv_params.head_dim}], got {f.shape}")
     plan = _plan(op, offs, coll)
-    (out,) = _chained(op, [q, f, coll.blocks, plan[0], plan[1], plan[2]], [q.type],
+    # cos/sin of this step's positions: one pure node, shared by every layer through CSE
+    half = kv_params.head_dim // 2
+    tok = plan[0].shape[0]
+    cos, sin = stage("ragged_rope_tables", [f, plan[0]],
+                     [TensorType(DType.float32, [tok, 1, half], q.device)] * 2, {"_multi": True})
+    (out,) = _chained(op, [q, cos, sin, coll.blocks, plan[1], plan[2]], [q.type],
                       {"layer": layer, "interleaved": bool(interleaved)})
     return out
 
@@ -214,7 +220,7 @@ def flash_attention_ragged(kv_params: KVCacheParams, input: Any, input_row_offse
         raise NotImplementedError(f"{op}: sink_weights are not supported yet")
     window = int(local_window_size) if mv is MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK else -1
     plan = _plan(op, offs, coll)
-    (out,) = _chained(op, [q, coll.blocks] + plan[3:8], [q.type],
+    (out,) = _chained(op, [q, coll.blocks] + plan[3:9], [q.type],
                       {"layer": layer, "scale": float(scale), "causal": mv is not MHAMaskVariant.NULL_MASK,
                        "window": window, "head_dim": D})
     return out

@@ -43,7 +43,10 @@ def ragged_plan(offsets: torch.Tensor, cache_lengths: torch.Tensor, lookup: torc
     read_page = torch.gather(lk, 1, (kj // page_size)[None, :].expand(B, lmax).clamp(max=lk.shape[1] - 1))
     read_page = torch.where(key_valid, read_page, torch.zeros_like(read_page))
     read_off = (kj % page_size)[None, :].expand(B, lmax).contiguous()
-    return tok_pos, write_page, write_off, q_index, read_page, read_off, key_valid, q_pos
+    # causal mask shared by every layer; padded query rows attend anywhere (their output is dropped)
+    causal = key_valid[:, None, :] & (kj[None, None, :] <= q_pos[:, :, None])
+    causal = causal | (q_pos[:, :, None] < 0)
+    return tok_pos, write_page, write_off, q_index, read_page, read_off, key_valid, q_pos, causal
 
 
 @kernel("fused_qkv_ragged_matmul", pure=False)
@@ -79,12 +82,15 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: 
     return out.to(x.dtype)
 
 
-@kernel("fused_qk_ragged_rope", pure=False)
-def fused_qk_ragged_rope(q: torch.Tensor, freqs: torch.Tensor, blocks: torch.Tensor, tok_pos: torch.Tensor,
-                         wp: torch.Tensor, wo: torch.Tensor, layer: int, interleaved: bool) -> torch.Tensor:
+@kernel("ragged_rope_tables")
+def ragged_rope_tables(freqs: torch.Tensor, tok_pos: torch.Tensor) -> tuple:
     f = freqs[tok_pos].float()  # [T, D]: (cos, sin) pairs interleaved
-    cos = f[:, 0::2].unsqueeze(1)
-    sin = f[:, 1::2].unsqueeze(1)
+    return f[:, 0::2].unsqueeze(1).contiguous(), f[:, 1::2].unsqueeze(1).contiguous()
+
+
+@kernel("fused_qk_ragged_rope", pure=False)
+def fused_qk_ragged_rope(q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, blocks: torch.Tensor,
+                         wp: torch.Tensor, wo: torch.Tensor, layer: int, interleaved: bool) -> torch.Tensor:
     k = blocks[wp, 0, layer, wo]
     blocks[wp, 0, layer, wo] = _rotate(k, cos, sin, interleaved)
     return _rotate(q, cos, sin, interleaved)
@@ -104,29 +110,28 @@ def rms_norm_key_cache(gamma: torch.Tensor, blocks: torch.Tensor, wp: torch.Tens
 
 @kernel("flash_attention_ragged", pure=False)
 def flash_attention_ragged(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tensor, read_page: torch.Tensor,
-                           read_off: torch.Tensor, key_valid: torch.Tensor, q_pos: torch.Tensor, layer: int,
-                           scale: float, causal: bool, window: int, head_dim: int) -> torch.Tensor:
+                           read_off: torch.Tensor, key_valid: torch.Tensor, q_pos: torch.Tensor,
+                           causal_mask: torch.Tensor, layer: int, scale: float, causal: bool, window: int,
+                           head_dim: int) -> torch.Tensor:
     shape = q.shape
     T = shape[0]
     q3 = q.reshape(T, -1, head_dim)
     B, qmax = q_index.shape
     if B == 0 or T == 0:
         return q.clone()
-    k = blocks[read_page, 0, layer, read_off]  # [B, L, Hkv, D]
-    v = blocks[read_page, 1, layer, read_off]
+    kv = blocks[read_page, :, layer, read_off]  # [B, L, 2, Hkv, D]: one gather for K and V
     if not bool(key_valid.all()):
         # padding slots may hold stale or uninitialised (even NaN) memory: zero them
-        kv_ok = key_valid[:, :, None, None]
-        k = torch.where(kv_ok, k, torch.zeros((), dtype=k.dtype, device=k.device))
-        v = torch.where(kv_ok, v, torch.zeros((), dtype=v.dtype, device=v.device))
+        kv.masked_fill_(~key_valid[:, :, None, None, None], 0)
+    k, v = kv[:, :, 0], kv[:, :, 1]
     qp = q3[q_index.clamp(min=0)]  # [B, qmax, H, D]
-    mask = key_valid[:, None, :].expand(B, qmax, -1)
     if causal:
-        kj = torch.arange(k.shape[1], device=q.device)
-        mask = mask & (kj[None, None, :] <= q_pos[:, :, None])
+        mask = causal_mask
         if window > 0:
-            mask = mask & (kj[None, None, :] > q_pos[:, :, None] - window)
-    mask = mask | (q_pos[:, :, None] < 0)  # padded query rows: attend anywhere (discarded)
+            kj = torch.arange(k.shape[1], device=q.device)
+            mask = mask & ((kj[None, None, :] > q_pos[:, :, None] - window) | (q_pos[:, :, None] < 0))
+    else:
+        mask = key_valid[:, None, :].expand(B, qmax, -1) | (q_pos[:, :, None] < 0)
     dt = q.dtype
     if dt in (torch.bfloat16, torch.float16) and q.device.type == "cpu":
         qp, k, v = qp.float(), k.float(), v.float()
