@@ -18,7 +18,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 pipq() { "$VPY" -m pip install -q "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
 if ! "$VPY" -c "import torch" 2>/dev/null; then
     echo "[setup] installing torch==2.13.0 (CPU wheel)"
-    pipq torch==2.13.0
+    pipq torch==2.13.0 numpy
 fi
 "$VPY" -c "import torch" || { echo "[setup] torch failed to install" >&2; exit 1; }
 stamp=.venv/.libremax-setup
