@@ -1,5 +1,5 @@
 """A transformer block graph (RMSNorm -> attention -> residual -> RMSNorm -> SwiGLU MLP -> residual),
-hidden 1024, 16 heads, seq 128, batch 1 and 8, float32: libremax with and without fusion vs torch eager.
+hidden 1024, 16 heads, seq 128 (``--seq``), batch 1 and 8, float32: libremax with and without fusion vs torch eager.
 
 Run: .venv/bin/python bench/transformer_block.py
 """
@@ -21,7 +21,8 @@ from max.dtype import DType  # noqa: E402
 from max.engine import InferenceSession  # noqa: E402
 from max.graph import DeviceRef, Graph, TensorType, Weight, ops  # noqa: E402
 
-H, NH, I, S = 1024, 16, 2816, 128
+H, NH, I = 1024, 16, 2816
+S = 128  # --seq N changes it (fusion matters more for longer sequences: try --seq 512)
 HD = H // NH
 EPS = 1e-5
 
@@ -53,6 +54,12 @@ def build() -> Graph:
 
 
 def main() -> None:
+    global S
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--seq", type=int, default=128, help="sequence length (default 128)")
+    S = ap.parse_args().seq
     rng = np.random.default_rng(0)
     shapes = {"wq": (H, H), "wk": (H, H), "wv": (H, H), "wo": (H, H), "w1": (H, I), "w3": (H, I), "w2": (I, H)}
     wts = {n: (rng.standard_normal(s) / math.sqrt(s[0])).astype(np.float32) for n, s in shapes.items()}
