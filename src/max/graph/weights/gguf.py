@@ -1,4 +1,7 @@
-"""``GGUFWeights``: tensors of a GGUF file, read with ``gguf.GGUFReader``.
+"""``GGUFWeights``: tensors of a GGUF file.
+
+A path is indexed with the fast metadata parser (``gguf_meta``) and one
+copy-on-write memory map; a caller-supplied ``gguf.GGUFReader`` is used as is.
 
 Shapes: GGUF stores dims innermost-first (``ReaderTensor.shape`` is
 ``[ne0, ne1, ...]``); here, as in the reference, a tensor's shape is the
@@ -6,7 +9,7 @@ row-major (numpy) order, i.e. the reverse.  Float/integer tensors keep their
 dtype (F32, F16, BF16, F64, I8..I64).  Quantized tensors are raw ``uint8``
 blocks of shape ``(*rows, bytes_per_row)`` carrying their
 :class:`QuantizationEncoding`; ``TensorInfo.logical_shape`` keeps the element
-shape.  Data are views of the reader's copy-on-write memory map.
+shape.  Data are views of the copy-on-write memory map.
 
 Every tensor's byte range is checked against the file size and the next
 tensor's offset, so truncated files and type/shape/size disagreements fail at
@@ -16,7 +19,6 @@ construction, naming the file and tensor.
 from __future__ import annotations
 
 import os
-import struct
 import warnings
 from typing import Any
 
@@ -47,93 +49,6 @@ _QUANT: dict[Any, QuantizationEncoding] = {
 }
 
 
-def _diagnose(path: str, err: Exception) -> str:
-    """Re-read the GGUF header to say *which* tensor or field is broken."""
-    size = os.path.getsize(path)
-    try:
-        with open(path, "rb") as f:
-            buf = f.read(min(size, 64 * 1024 * 1024))
-    except OSError as e:  # pragma: no cover
-        return f"cannot read ({e})"
-    pos = 0
-
-    def take(n: int) -> bytes:
-        nonlocal pos
-        if pos + n > len(buf):
-            raise EOFError
-        b = buf[pos:pos + n]
-        pos += n
-        return b
-
-    def u32() -> int:
-        return struct.unpack("<I", take(4))[0]
-
-    def u64() -> int:
-        return struct.unpack("<Q", take(8))[0]
-
-    def string() -> str:
-        n = u64()
-        if n > len(buf):
-            raise EOFError
-        return take(n).decode("utf-8", "replace")
-
-    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-
-    def value(t: int) -> Any:
-        if t in sizes:
-            return take(sizes[t])
-        if t == 8:
-            return string()
-        if t == 9:
-            it, n = u32(), u64()
-            for _ in range(n):
-                value(it)
-            return None
-        raise ValueError(f"unknown metadata value type {t}")
-
-    try:
-        if take(4) != b"GGUF":
-            return f"bad magic {buf[:4]!r} (expected b'GGUF'): not a GGUF file"
-        version = u32()
-        if version not in (2, 3):
-            return f"unsupported GGUF version {version} (supported: 2, 3)"
-        n_tensors, n_kv = u64(), u64()
-        align = 32
-        for _ in range(n_kv):
-            key = string()
-            t = u32()
-            v = value(t)
-            if key == "general.alignment" and t == 4:
-                align = struct.unpack("<I", v)[0]
-        tinfos = []
-        for _ in range(n_tensors):
-            name = string()
-            nd = u32()
-            dims = [u64() for _ in range(nd)]
-            ttype, off = u32(), u64()
-            tinfos.append((name, dims, ttype, off))
-        start = (pos + align - 1) // align * align
-        for name, dims, ttype, off in tinfos:
-            try:
-                qt = _T(ttype)
-            except ValueError:
-                return f"tensor {name!r}: unknown GGML type {ttype}"
-            epb, bs = _gguf.GGML_QUANT_SIZES[qt]
-            if dims and dims[0] % epb:
-                return f"tensor {name!r}: row length {dims[0]} is not a multiple of the {qt.name} block ({epb})"
-            nbytes = int(np.prod(dims, dtype=np.int64)) // epb * bs
-            if start + off + nbytes > size:
-                return (
-                    f"tensor {name!r} ({qt.name}, shape {list(reversed(dims))}) needs bytes "
-                    f"[{start + off}, {start + off + nbytes}) but the file has {size} bytes (file truncated?)"
-                )
-    except EOFError:
-        return f"header is truncated ({size} bytes)"
-    except Exception as e:  # noqa: BLE001 - diagnosis only
-        return f"{err} ({e})"
-    return str(err)
-
-
 class _GGUFStore(WeightStore):
     format_name = "GGUF"
 
@@ -142,22 +57,9 @@ class _GGUFStore(WeightStore):
         if not isinstance(source, _gguf.GGUFReader):
             self._init_fast(os.fspath(source))
             return
-        if isinstance(source, _gguf.GGUFReader):
-            reader = source
-            path = os.fspath(getattr(reader.data, "filename", "") or "<GGUFReader>")
-        else:
-            path = os.fspath(source)
-            if not os.path.exists(path):
-                raise FileNotFoundError(f"GGUF file {path} does not exist")
-            size = os.path.getsize(path)
-            if size < 24:
-                raise ValueError(f"GGUF file {path}: truncated ({size} bytes; the header alone is 24)")
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    reader = _gguf.GGUFReader(path, mode="c")
-            except Exception as e:  # noqa: BLE001 - any reader failure becomes one clear error
-                raise ValueError(f"GGUF file {path}: {_diagnose(path, e)}") from None
+        # a caller-supplied GGUFReader: index its tensors (paths take the fast route above)
+        reader = source
+        path = os.fspath(getattr(reader.data, "filename", "") or "<GGUFReader>")
         self.path = path
         self._reader = reader
         self._mm = None
