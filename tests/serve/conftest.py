@@ -37,7 +37,7 @@ def server(tiny_model):
     app = build_app(build_config(tiny_model, None, "cpu", MAX_LENGTH, 16), served_model_name="tiny")
     with ServerThread(app) as srv:
         srv.state = app.state.serve
-        srv.llm = app.state.llm
+        srv.engine = app.state.serve.generator
         yield srv
 
 

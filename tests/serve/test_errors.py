@@ -124,7 +124,7 @@ def test_api_key(server):
 
 
 def test_full_queue_is_503_with_retry_after(server):
-    sched = server.llm.scheduler
+    sched = server.engine.scheduler
     sched.max_queue_size = 0
     try:
         r = post(server, "/v1/chat/completions", json={"messages": MSG, "max_tokens": 2})

@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from serve_support import MAX_LENGTH, kv_pages_in_use, wait_idle
+from serve_support import MAX_LENGTH, kv_pages_in_use, make_context, wait_idle
 
 MSG = [{"role": "user", "content": "Tell me a long story"}]
 
@@ -35,11 +35,11 @@ def test_disconnect_mid_stream_cancels_and_frees_pages(server):
             if seen >= 4:
                 break
         assert kv_pages_in_use(server) > 0  # the request holds pages while it runs
-        server.llm.scheduler._step_lock.acquire()  # pause the model so the request cannot finish first
+        server.engine.scheduler._step_lock.acquire()  # pause the model so the request cannot finish first
     try:
         time.sleep(0.3)  # the client has hung up; the server notices and cancels
     finally:
-        server.llm.scheduler._step_lock.release()
+        server.engine.scheduler._step_lock.release()
     wait_idle(server)  # running 0, queue 0 and every KV page free again
     assert _cancelled(server) == before + 1
     assert server.state.metrics.generation_tokens._value.get() > 0
@@ -48,7 +48,7 @@ def test_disconnect_mid_stream_cancels_and_frees_pages(server):
 def test_disconnect_of_a_non_streaming_request_cancels_it(server):
     before = _cancelled(server)
     body = {"model": "tiny", "messages": MSG, "max_tokens": 200, "ignore_eos": True}
-    sched = server.llm.scheduler
+    sched = server.engine.scheduler
     sched._step_lock.acquire()  # pause the model: the request waits in the queue when the client gives up
     try:
         with pytest.raises(httpx.TimeoutException):
@@ -61,7 +61,7 @@ def test_disconnect_of_a_non_streaming_request_cancels_it(server):
 
 
 def test_concurrent_requests_are_batched_continuously(server):
-    sched = server.llm.scheduler
+    sched = server.engine.scheduler
     seen = []
     stop = threading.Event()
 
@@ -203,7 +203,7 @@ def test_soak_against_max_serve_process(serve_process):
 def test_cancel_while_waiting_never_runs_the_request(server):
     from max.interfaces import SamplingParams
 
-    sched = server.llm.scheduler
+    sched = server.engine.scheduler
     params = SamplingParams(top_k=1, max_new_tokens=3, ignore_eos=True)
     outs: dict = {}
     done = threading.Event()
@@ -213,8 +213,8 @@ def test_cancel_while_waiting_never_runs_the_request(server):
         if len([k for k, v in outs.items() if v[-1].done]) == 2:
             done.set()
 
-    a = server.llm.make_context("x = 1", params)
-    b = server.llm.make_context("y = 2", params)
+    a = make_context(server, "x = 1", params)
+    b = make_context(server, "y = 2", params)
     with sched._step_lock:  # both wait in the queue when the cancel arrives
         sched.submit(a, cb)
         sched.submit(b, cb)

@@ -10,7 +10,7 @@ import uuid
 from typing import Any, Optional, Sequence
 
 from max.interfaces import SamplingParams, TextGenerationRequest
-from max.serve.scheduler import StepOutput, TokenGenerationScheduler
+from max.pipelines.lib.scheduler import StepOutput, TokenGenerationScheduler
 
 
 def run_coro(coro: Any) -> Any:

@@ -1,1 +1,1 @@
-"""Serving: the continuous-batching scheduler (shared with ``LLM``) and the OpenAI-compatible server."""
+"""Serving: the OpenAI-compatible server over the pipelines' continuous-batching scheduler."""

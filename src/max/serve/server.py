@@ -1,8 +1,8 @@
 """Building and running the ``max serve`` server.
 
-:func:`build_app` loads the model once (``LLM`` for text generation, the
-registry's ``EmbeddingsPipeline`` for embeddings models) and wraps it in the
-FastAPI app; :func:`serve` runs it under uvicorn (blocking);
+:func:`build_app` loads the model once through the pipeline registry (a
+``TextGenerationPipeline`` driven by the shared ``TokenGenerationScheduler``, or an
+``EmbeddingsPipeline``) and wraps it in the FastAPI app; :func:`serve` runs it under uvicorn (blocking);
 :class:`ServerThread` runs one in a background thread (tests, benchmarks).
 """
 
@@ -30,9 +30,9 @@ def build_app(pipeline_config: Any, *, served_model_name: Optional[str] = None, 
               max_queue_size: Optional[int] = None, metrics: Any = None) -> Any:
     """Load the model of ``pipeline_config`` and return the FastAPI app serving it."""
     from max.interfaces import PipelineTask
+    from max.pipelines.lib.registry import PIPELINE_REGISTRY
     from max.serve.app import EmbeddingsEngine, GenerationEngine, create_app
     from max.serve.metrics import ServeMetrics
-    from max.serve.scheduler import TokenGenerationScheduler
 
     metrics = metrics or ServeMetrics()
     path = str(pipeline_config.model_config.model_path)
@@ -40,24 +40,20 @@ def build_app(pipeline_config: Any, *, served_model_name: Optional[str] = None, 
     aliases = {path, os.path.basename(path.rstrip("/")), os.path.splitext(os.path.basename(path))[0]}
     task = model_task(pipeline_config)
     if task == PipelineTask.EMBEDDINGS_GENERATION:
-        from max.pipelines.lib.registry import PIPELINE_REGISTRY
-
         tokenizer, pipeline = PIPELINE_REGISTRY.retrieve(pipeline_config, task=PipelineTask.EMBEDDINGS_GENERATION)
         engine = EmbeddingsEngine(pipeline, max_length=getattr(tokenizer, "max_length", None))
         return create_app(name, embedder=engine, api_key=api_key, metrics=metrics, aliases=aliases)
     if task != PipelineTask.TEXT_GENERATION:
         raise ValueError(f"max serve: models of task {task.value!r} are not served (text generation and "
                          "embeddings are)")
-    from max.entrypoints.llm import LLM
+    from max.pipelines.lib.scheduler import TokenGenerationScheduler
 
-    llm = LLM(pipeline_config)
-    llm.scheduler = TokenGenerationScheduler(
-        llm.pipeline, llm.tokenizer, max_batch_size=pipeline_config.max_batch_size or 16,
-        max_queue_size=max_queue_size, prefill_token_budget=pipeline_config.prefill_chunk_size, metrics=metrics)
-    app = create_app(name, generator=GenerationEngine.from_llm(llm), api_key=api_key, metrics=metrics,
-                     aliases=aliases)
-    app.state.llm = llm
-    return app
+    tokenizer, pipeline = PIPELINE_REGISTRY.retrieve(pipeline_config)
+    scheduler = TokenGenerationScheduler(
+        pipeline, tokenizer, max_batch_size=pipeline_config.max_batch_size or 16, max_queue_size=max_queue_size,
+        prefill_token_budget=pipeline_config.prefill_chunk_size, metrics=metrics)
+    return create_app(name, generator=GenerationEngine.from_pipeline(tokenizer, pipeline, scheduler),
+                      api_key=api_key, metrics=metrics, aliases=aliases)
 
 
 def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, *, metrics_port: Optional[int] = None,

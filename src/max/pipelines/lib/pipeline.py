@@ -230,12 +230,28 @@ class TextGenerationPipeline(Pipeline):
             rows = [ctxs[i] for i in sample_rows]
             lg = logits if len(sample_rows) == len(ctxs) else logits[torch.tensor(sample_rows)]
             toks = sample_for_contexts(lg, rows, self._generators)
-            for c, t in zip(rows, toks.tolist()):
-                c.update(int(t))
+            logprobs = _sampled_log_probabilities(lg, toks, rows)
+            for c, t, lp in zip(rows, toks.tolist(), logprobs):
+                c.update(int(t), lp)
         for i, end in chunked.items():
             c = ctxs[i]
             c.set_token_indices(start_idx=c.active_idx, active_idx=end)
         mgr.step(ctxs)
+
+
+def _sampled_log_probabilities(logits: torch.Tensor, tokens: torch.Tensor, ctxs: list[Any]) -> list[Any]:
+    """Per context, the ``LogProbabilities`` of its sampled token (raw model logits: before
+    penalties and temperature, as OpenAI and vLLM report them), or None when not asked for."""
+    want = [int(getattr(c, "log_probabilities", 0) or 0) for c in ctxs]
+    if not any(want):
+        return [None] * len(ctxs)
+    from max.pipelines.lib.log_probabilities import compute_log_probabilities_ragged
+
+    n = len(ctxs)
+    return compute_log_probabilities_ragged(
+        None, None, input_row_offsets=np.arange(n + 1), logits=None, next_token_logits=logits,
+        tokens=np.zeros(n, np.int64), sampled_tokens=tokens.cpu().numpy(), batch_top_n=want,
+        batch_echo=[False] * n)
 
 
 def logits_to_torch(buf: Any) -> torch.Tensor:

@@ -8,10 +8,8 @@ and text, and releases requests that finished (EOS, max tokens, a stop
 string, or cancellation) so their KV pages are free for the next step.  A
 failing request is finished with an error instead of failing its batch.
 
-Log probabilities: when a request asks for them (``ctx.log_probabilities > 0``)
-and the pipeline's outputs carry none, the scheduler taps the pipeline model's
-last-token logits for that step and computes them itself (log-softmax of the raw
-logits: the sampled token's log probability plus the top ``n`` candidates).
+Log probabilities (and every other per-token result) come from the pipeline's
+outputs: the scheduler decides what runs, the pipeline computes.
 
 The ``metrics`` hook object may define any of ``batch_size(n, queue_depth)``,
 ``step_seconds(s)``, ``first_token(s)``, ``inter_token(s)`` (seconds per token
@@ -29,7 +27,7 @@ from typing import Any, Callable, Optional
 
 from max.interfaces import GenerationStatus, TextGenerationInputs
 
-logger = logging.getLogger("max.serve")
+logger = logging.getLogger("max.pipelines")
 
 
 @dataclass
@@ -182,7 +180,7 @@ class TokenGenerationScheduler:
         self._hook("batch_size", len(batch), self._waiting.qsize())
         t0 = time.perf_counter()
         try:
-            outputs, tapped = self._execute(batch)
+            outputs = self._execute(batch)
         except Exception as err:  # noqa: BLE001 - isolate the failure to the offending request(s)
             self._recover(batch, err)
             return
@@ -191,7 +189,7 @@ class TokenGenerationScheduler:
             e = self._running.get(rid)
             if e is None:
                 continue
-            self._emit(e, out.tokens, out.final_status, now, out.log_probabilities or tapped.get(rid))
+            self._emit(e, out.tokens, out.final_status, now, out.log_probabilities)
         self._hook("step_seconds", now - t0)
 
     def _hook(self, name: str, *args: Any) -> None:
@@ -202,40 +200,9 @@ class TokenGenerationScheduler:
             except Exception:  # noqa: BLE001 - metrics must never stop generation
                 logger.exception("metrics hook %s failed", name)
 
-    def _execute(self, batch: dict) -> tuple[dict, dict]:
-        """One pipeline step; returns its outputs and the log probabilities computed from tapped logits
-        (``{request_id: [LogProbabilities]}``) for requests that asked for them."""
-        want = {rid: int(getattr(c, "log_probabilities", 0) or 0) for rid, c in batch.items()}
-        model = getattr(self.pipeline, "pipeline_model", None)
-        if not any(want.values()) or model is None or not hasattr(model, "execute"):
-            return self.pipeline.execute(TextGenerationInputs([batch], num_steps=1)), {}
-        # rows of the step's logits follow the pipeline's active list (requests not yet done)
-        active = [(rid, c, len(c.generated_tokens)) for rid, c in batch.items() if not c.is_done]
-        seen: list[Any] = []
-        orig = model.execute
-        own = "execute" in vars(model)
-
-        def tap(model_inputs: Any) -> Any:
-            out = orig(model_inputs)
-            seen.append(out.logits)
-            return out
-
-        model.execute = tap
-        try:
-            outputs = self.pipeline.execute(TextGenerationInputs([batch], num_steps=1))
-        finally:
-            if own:
-                model.execute = orig
-            else:
-                del model.execute  # back to the class method
-        tapped: dict[str, list] = {}
-        if len(seen) != 1:
-            return outputs, tapped
-        try:
-            tapped = _log_probs_from_logits(seen[0], active, want)
-        except Exception:  # noqa: BLE001 - log probabilities are best effort, never fail the step
-            logger.exception("computing log probabilities failed")
-        return outputs, tapped
+    def _execute(self, batch: dict) -> dict:
+        """One pipeline step over ``batch`` (``{request_id: context}``)."""
+        return self.pipeline.execute(TextGenerationInputs([batch], num_steps=1))
 
     def _recover(self, batch: dict, err: Exception) -> None:
         """A step failed: retry each request alone so one bad request cannot poison the batch."""
@@ -245,13 +212,13 @@ class TokenGenerationScheduler:
             if e is None:
                 continue
             try:
-                outs, tapped = self._execute({rid: ctx})
+                outs = self._execute({rid: ctx})
             except Exception as one:  # noqa: BLE001
                 self._running.pop(rid, None)
                 self._finish(e, "error", f"{type(one).__name__}: {one}")
                 continue
             out = outs[rid]
-            self._emit(e, out.tokens, out.final_status, time.perf_counter(), out.log_probabilities or tapped.get(rid))
+            self._emit(e, out.tokens, out.final_status, time.perf_counter(), out.log_probabilities)
 
     def _emit(self, e: _Entry, tokens: list[int], status: GenerationStatus, now: float, logprobs: Any) -> None:
         ctx = e.ctx
@@ -327,35 +294,3 @@ class TokenGenerationScheduler:
         except Exception:  # noqa: BLE001
             logger.exception("output callback for %s failed", e.ctx.request_id)
 
-
-def _log_probs_from_logits(logits: Any, active: list, want: dict) -> dict:
-    """``{request_id: [LogProbabilities]}`` for the requests of ``active`` (``(rid, ctx, generated
-    before the step)``, in logits-row order) that asked for log probabilities and got a token."""
-    import torch
-
-    from max.interfaces import LogProbabilities
-
-    lg = logits if isinstance(logits, torch.Tensor) else torch.as_tensor(logits)
-    if lg.ndim != 2 or lg.shape[0] != len(active):
-        return {}
-    rows, picks, tops = [], [], []
-    for i, (rid, ctx, before) in enumerate(active):
-        gen = ctx.generated_tokens
-        if want.get(rid, 0) > 0 and len(gen) == before + 1:
-            rows.append(i)
-            picks.append(int(gen[-1]))
-            tops.append(want[rid])
-    if not rows:
-        return {}
-    logp = torch.log_softmax(lg[torch.tensor(rows)].float(), dim=-1)
-    chosen = logp.gather(-1, torch.tensor(picks)[:, None])[:, 0].tolist()
-    k = min(max(tops), logp.shape[-1])
-    vals, idx = torch.topk(logp, k, dim=-1)
-    vals, idx = vals.tolist(), idx.tolist()
-    out = {}
-    for j, i in enumerate(rows):
-        n = tops[j]
-        top = {int(t): float(v) for t, v in zip(idx[j][:n], vals[j][:n])}
-        top.setdefault(picks[j], float(chosen[j]))
-        out[active[i][0]] = [LogProbabilities(token_log_probabilities=[float(chosen[j])], top_log_probabilities=[top])]
-    return out

@@ -1,0 +1,68 @@
+"""What the app serves: a text-generation engine (tokenizer + scheduler) or an embeddings engine."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any, Optional
+
+import numpy as np
+
+
+class GenerationEngine:
+    """What the app needs to generate: a tokenizer (``new_context``, ``decode_sync``, ``max_length``)
+    and a :class:`~max.pipelines.lib.scheduler.TokenGenerationScheduler` the app starts and stops;
+    ``kv_manager`` feeds the page metrics, ``pipeline`` is the pipeline the scheduler drives."""
+
+    def __init__(self, tokenizer: Any, scheduler: Any, kv_manager: Any = None, max_length: Optional[int] = None,
+                 pipeline: Any = None) -> None:
+        self.tokenizer = tokenizer
+        self.scheduler = scheduler
+        self.kv_manager = kv_manager
+        self.pipeline = pipeline
+        self.max_length = max_length if max_length is not None else getattr(tokenizer, "max_length", None)
+
+    @classmethod
+    def from_pipeline(cls, tokenizer: Any, pipeline: Any, scheduler: Any) -> "GenerationEngine":
+        kv = None
+        try:
+            kv = pipeline.kv_managers[0]
+        except Exception:  # noqa: BLE001 - a pipeline without a paged cache has no page metrics
+            pass
+        return cls(tokenizer, scheduler, kv, pipeline=pipeline)
+
+    def start(self) -> None:
+        self.scheduler.start()
+
+    def stop(self) -> None:
+        self.scheduler.shutdown()
+
+    @property
+    def alive(self) -> bool:
+        t = getattr(self.scheduler, "_thread", None)
+        return t is None or t.is_alive()
+
+
+class EmbeddingsEngine:
+    """Runs ``pipeline.encode_texts(texts) -> (float32 (n, dim), prompt_tokens)`` on one worker thread
+    (``texts``: strings and/or token-id lists, as ``EmbeddingsPipeline.encode_texts`` takes them)."""
+
+    def __init__(self, pipeline: Any, max_length: Optional[int] = None) -> None:
+        self.pipeline = pipeline
+        self.max_length = max_length
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="max-embeddings")
+
+    async def embed(self, texts: list[Any]) -> tuple[np.ndarray, int]:
+        loop = asyncio.get_running_loop()
+        arr, n_tokens = await loop.run_in_executor(self._pool, self.pipeline.encode_texts, texts)
+        return np.asarray(arr, dtype=np.float32), int(n_tokens)
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def alive(self) -> bool:
+        return True

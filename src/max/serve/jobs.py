@@ -1,0 +1,247 @@
+"""One HTTP generation request as a job: its choices (prompt x ``n``) submitted to the scheduler,
+their outputs collected (or streamed) on the event loop.
+
+Tokenisation and chat templates run in the default executor; the scheduler's per-step callbacks
+hand each output to the waiting handler with ``loop.call_soon_threadsafe`` into an
+``asyncio.Queue``.  A client that goes away (streaming or not) cancels the job's requests, which
+frees their KV pages at the next step; a full waiting queue answers 503 with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Optional
+
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+
+from max.interfaces import SamplingParams, TextGenerationRequest
+from max.pipelines.lib.scheduler import QueueFull, StepOutput
+from max.serve.engines import GenerationEngine
+from max.serve.openai_schemas import APIError
+from max.serve.state import AppState
+
+RETRY_AFTER_SECONDS = 1
+DISCONNECT_POLL_S = 0.25
+
+
+@dataclass
+class Choice:
+    index: int
+    ctx: Any
+    prompt_index: int
+    text: list[str] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[Any] = field(default_factory=list)
+    finish_reason: Optional[str] = None
+    error: Optional[str] = None
+    completion_tokens: int = 0
+    done: bool = False
+
+
+class ClientGone(Exception):
+    pass
+
+
+@dataclass
+class Job:
+    id: str
+    created: int
+    choices: list[Choice]
+    queue: "asyncio.Queue[tuple[int, StepOutput]]"
+    request: Request
+    scheduler: Any
+    prompt_tokens: int = 0
+    t0: float = field(default_factory=time.perf_counter)
+
+    def cancel_unfinished(self) -> None:
+        for c in self.choices:
+            if not c.done:
+                self.scheduler.cancel(c.ctx.request_id)
+                c.done = True
+                c.finish_reason = "cancelled"
+
+    async def next(self) -> tuple[int, StepOutput]:
+        """The next output of any choice; cancels everything when the client has gone away."""
+        while True:
+            try:
+                return await asyncio.wait_for(self.queue.get(), DISCONNECT_POLL_S)
+            except asyncio.TimeoutError:
+                if await self.request.is_disconnected():
+                    self.cancel_unfinished()
+                    raise ClientGone() from None
+
+    @property
+    def all_done(self) -> bool:
+        return all(c.done for c in self.choices)
+
+    def usage(self) -> dict[str, int]:
+        comp = sum(c.completion_tokens for c in self.choices)
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": comp,
+                "total_tokens": self.prompt_tokens + comp}
+
+
+_PARAM_NAMES = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens"}
+
+
+def sampling_params(req: Any, max_new: Optional[int], seed: Optional[int]) -> SamplingParams:
+    """The request body's sampling fields as ``SamplingParams`` (400 naming the field when invalid)."""
+    kw: dict[str, Any] = {}
+    for name in ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+                 "repetition_penalty", "stop_token_ids"):
+        v = getattr(req, name, None)
+        if v is not None:
+            kw[name] = v
+    if req.stop_list:
+        kw["stop"] = req.stop_list
+    kw["min_new_tokens"] = req.min_tokens
+    kw["ignore_eos"] = req.ignore_eos
+    if max_new is not None:
+        kw["max_new_tokens"] = max_new
+    if seed is not None:
+        kw["seed"] = seed
+    try:
+        return SamplingParams(**kw)
+    except (ValueError, TypeError) as e:
+        m = re.match(r"SamplingParams: (\w+)", str(e))
+        param = _PARAM_NAMES.get(m.group(1), m.group(1)) if m else None
+        raise APIError(400, str(e).replace("SamplingParams: ", ""), param=param, code="invalid_value") from None
+
+
+def _new_context(tokenizer: Any, treq: TextGenerationRequest) -> Any:
+    return asyncio.run(tokenizer.new_context(treq))
+
+
+async def start_job(state: AppState, gen: GenerationEngine, request: Request, rid: str, inputs: list[dict],
+                    req: Any, max_new: Optional[int], *, logprobs: int, echo: bool, chat_extra: dict,
+                    explicit_max: bool = True) -> Job:
+    """Tokenise every (input, choice) pair, check lengths, and submit them to the scheduler."""
+    loop = asyncio.get_running_loop()
+    tok = gen.tokenizer
+    max_len = gen.max_length
+    is_chat = "messages" in inputs[0]
+    job = Job(rid, int(time.time()), [], asyncio.Queue(), request, gen.scheduler)
+    for p_i, inp in enumerate(inputs):
+        for j in range(req.n):
+            seed = None if req.seed is None else req.seed + j
+            params = sampling_params(req, max_new, seed)
+            try:
+                treq = TextGenerationRequest(request_id=f"{rid}-{p_i}-{j}", model_name=state.model_name,
+                                             sampling_params=params, logprobs=logprobs, echo=echo,
+                                             **inp, **{k: v for k, v in chat_extra.items() if v is not None})
+                ctx = await loop.run_in_executor(None, _new_context, tok, treq)
+            except (ValueError, TypeError) as e:
+                msg = str(e).replace("TextGenerationRequest: ", "")
+                param = "messages" if is_chat else "prompt"
+                code = "context_length_exceeded" if "maximum length" in msg else "invalid_value"
+                if "leaves no room" in msg or "more than the maximum length" in msg:
+                    code = "context_length_exceeded"
+                raise APIError(400, msg, param=param, code=code) from None
+            n_prompt = int(ctx.prompt_len)
+            if max_new is not None and explicit_max and max_len is not None and n_prompt + max_new > max_len:
+                raise APIError(400, f"max_tokens ({max_new}) plus the prompt ({n_prompt} tokens) exceeds the "
+                               f"model's context length ({max_len} tokens); request at most {max_len - n_prompt} "
+                               "new tokens", param="max_completion_tokens" if getattr(
+                                   req, "max_completion_tokens", None) is not None else "max_tokens",
+                               code="context_length_exceeded")
+            if j == 0:
+                job.prompt_tokens += n_prompt
+            job.choices.append(Choice(len(job.choices), ctx, p_i))
+
+    def make_cb(i: int) -> Any:
+        def cb(out: StepOutput) -> None:
+            try:
+                loop.call_soon_threadsafe(job.queue.put_nowait, (i, out))
+            except RuntimeError:  # the loop is closed (server shutting down)
+                pass
+
+        return cb
+
+    stop = req.stop_list
+    submitted: list[Choice] = []
+    try:
+        for c in job.choices:
+            gen.scheduler.submit(c.ctx, make_cb(c.index), stop=stop)
+            submitted.append(c)
+    except QueueFull as e:
+        for c in submitted:
+            gen.scheduler.cancel(c.ctx.request_id)
+        raise APIError(503, f"the server is overloaded: {e}; retry later", code="queue_full",
+                       headers={"Retry-After": str(RETRY_AFTER_SECONDS)}) from None
+    state.metrics.prompt_tokens.inc(job.prompt_tokens)
+    return job
+
+
+def apply_output(job: Job, i: int, out: StepOutput) -> Choice:
+    c = job.choices[i]
+    c.tokens.extend(out.tokens)
+    if out.text:
+        c.text.append(out.text)
+    if out.log_probabilities:
+        c.logprobs.extend(out.log_probabilities)
+    c.completion_tokens = out.completion_tokens
+    if out.done:
+        c.done = True
+        c.finish_reason = out.finish_reason
+        c.error = out.error
+    return c
+
+
+def finish_job(state: AppState, job: Job) -> None:
+    state.metrics.e2e.observe(time.perf_counter() - job.t0)
+    for c in job.choices:
+        state.metrics.finished.labels(reason=c.finish_reason or "unknown").inc()
+
+
+def _raise_errors(job: Job) -> None:
+    errs = [c.error or "generation failed" for c in job.choices if c.finish_reason == "error"]
+    if errs:
+        raise APIError(500, f"generation failed: {errs[0]}", code="generation_error")
+
+
+async def collect(state: AppState, job: Job) -> None:
+    """Wait for every choice to finish (non-streaming responses)."""
+    try:
+        while not job.all_done:
+            i, out = await job.next()
+            apply_output(job, i, out)
+    except asyncio.CancelledError:
+        job.cancel_unfinished()
+        raise
+    except ClientGone:
+        finish_job(state, job)
+        raise APIError(499, "client closed the request") from None
+    finish_job(state, job)
+    _raise_errors(job)
+
+
+async def stream_outputs(state: AppState, job: Job) -> AsyncIterator[tuple[Choice, StepOutput]]:
+    """Each output as it arrives; cancels the unfinished requests when the consumer stops early
+    (the client disconnected: Starlette cancels the streaming task)."""
+    try:
+        while not job.all_done:
+            i, out = await job.next()
+            yield apply_output(job, i, out), out
+    except ClientGone:
+        return
+    finally:
+        if not job.all_done:
+            job.cancel_unfinished()
+        finish_job(state, job)
+
+
+def sse(gen: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(gen, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def sse_data(obj: Any) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+def error_event(msg: str) -> str:
+    return sse_data(APIError(500, msg, code="generation_error").body())

@@ -1,0 +1,7 @@
+"""The routes of ``max serve``, one module per family; each defines ``router`` (a FastAPI ``APIRouter``)."""
+
+from max.serve.routes import chat, completions, embeddings, health, models
+
+ROUTERS = [health.router, models.router, chat.router, completions.router, embeddings.router]
+
+__all__ = ["ROUTERS"]

@@ -1,0 +1,59 @@
+"""The server's shared state (``app.state.serve``) and small request helpers every route uses."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from fastapi import Request
+
+from max.serve.engines import EmbeddingsEngine, GenerationEngine
+from max.serve.metrics import ServeMetrics
+from max.serve.openai_schemas import APIError, parse
+
+
+@dataclass
+class AppState:
+    model_name: str
+    generator: Optional[GenerationEngine] = None
+    embedder: Optional[EmbeddingsEngine] = None
+    api_key: Optional[str] = None
+    metrics: ServeMetrics = field(default_factory=ServeMetrics)
+    aliases: set[str] = field(default_factory=set)
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def check_model(self, name: Optional[str]) -> None:
+        if name is None or name == self.model_name or name in self.aliases:
+            return
+        raise APIError(404, f"The model '{name}' does not exist; this server serves '{self.model_name}'",
+                       param="model", code="model_not_found")
+
+    def need_generator(self, path: str) -> GenerationEngine:
+        if self.generator is None:
+            raise APIError(400, f"the model '{self.model_name}' is an embeddings model; {path} is not available "
+                           "(use /v1/embeddings)", param="model", code="model_not_supported")
+        return self.generator
+
+
+def serve_state(request: Request) -> AppState:
+    return request.app.state.serve
+
+
+async def read_json(request: Request) -> Any:
+    """The decoded JSON body; 400 ``invalid_json`` when it does not parse."""
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise APIError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
+
+
+async def parse_body(request: Request, model: type) -> tuple[AppState, Any]:
+    """The server state and the request body validated as ``model`` (400 naming the field otherwise),
+    after checking the body's ``model`` id (404 when this server does not serve it)."""
+    state = serve_state(request)
+    req = parse(model, await read_json(request))
+    state.check_model(req.model)
+    return state, req

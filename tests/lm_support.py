@@ -1,0 +1,61 @@
+"""Tiny random Llama checkpoints with a locally trained byte-level BPE tokenizer (MODELS.md §6.2),
+shared by the pipeline and serving tests (a unique module name: no clash with any conftest)."""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+from typing import Any
+
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<s>", "</s>", "<pad>")
+
+
+@functools.lru_cache(maxsize=None)
+def _bpe_json(vocab_size: int, extra_special: tuple[str, ...]) -> str:
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    files = sorted(glob.glob(os.path.join(os.path.dirname(transformers.__file__), "models", "llama", "*.py")))
+    files += sorted(glob.glob(os.path.join(os.path.dirname(os.__file__), "*.py")))[:30]
+    text = [open(f, encoding="utf-8", errors="ignore").read() for f in files]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.post_processor = processors.ByteLevel(trim_offsets=False)
+    special = [*SPECIAL_TOKENS, *extra_special]
+    bpe.train_from_iterator(text, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special,
+                                                      show_progress=False,
+                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return bpe.to_str()
+
+
+def make_tokenizer(vocab_size: int = 1024, chat_template: str = CHAT_TEMPLATE,
+                   extra_special: tuple[str, ...] = ()) -> Any:
+    """A ``PreTrainedTokenizerFast``: byte-level BPE (every byte spells), ChatML specials, ``</s>`` EOS."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer.from_str(_bpe_json(vocab_size, tuple(extra_special)))
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                   chat_template=chat_template)
+
+
+def make_tiny_llama(out: str, *, tokenizer: Any = None, seed: int = 0, **config: Any) -> str:
+    """Save a random ``LlamaForCausalLM`` (64 wide, 2 layers unless ``config`` says otherwise) and its
+    tokenizer to ``out``; returns ``out``."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    tok = tokenizer if tokenizer is not None else make_tokenizer()
+    kw = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+              bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+              rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.2)
+    kw.update(config)
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(LlamaConfig(**kw)).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
