@@ -48,7 +48,11 @@ def post(server, path, **kw):
     ({"messages": MSG, "logprobs": True, "top_logprobs": 50}, "top_logprobs"),
     ({"messages": MSG, "top_logprobs": 2}, "top_logprobs"),
     ({"messages": MSG, "seed": 1.5}, "seed"),
-    ({"messages": MSG, "response_format": {"type": "json_object"}}, "response_format"),
+    ({"messages": MSG, "logit_bias": {"5": 101}}, "logit_bias"),
+    ({"messages": MSG, "logit_bias": {"five": 1}}, "logit_bias"),
+    ({"messages": MSG, "logit_bias": {"99999999": 1}}, "logit_bias"),
+    ({"messages": MSG, "response_format": {"type": "xml"}}, "response_format.type"),
+    ({"messages": MSG, "response_format": {"type": "json_schema"}}, "response_format"),
 ])
 def test_chat_bad_fields_are_400(server, body, param):
     _err(post(server, "/v1/chat/completions", json=body), 400, param)

@@ -75,14 +75,21 @@ def main() -> None:
 @click.option("--presence-penalty", type=float, default=0.0, show_default=True)
 @click.option("--repetition-penalty", type=float, default=1.0, show_default=True)
 @click.option("--seed", type=int, default=None, help="Sampling seed (reproducible output).")
+@click.option("--json-schema", default=None, help="Constrain the output to JSON valid for this schema "
+              "(JSON text or a .json file).")
+@click.option("--json-object", is_flag=True, help="Constrain the output to a JSON object.")
+@click.option("--regex", default=None, help="Constrain the output to match this regular expression.")
+@click.option("--grammar", default=None, help="Constrain the output with a Lark or GBNF grammar (text or file).")
 def generate(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
              prefill_chunk_size: Any, enable_prefix_caching: bool, prompt: str, chat: bool, max_new_tokens: int,
              temperature: float, top_k: int, top_p: float, min_p: float, frequency_penalty: float,
-             presence_penalty: float, repetition_penalty: float, seed: Any) -> None:
+             presence_penalty: float, repetition_penalty: float, seed: Any, json_schema: Any, json_object: bool,
+             regex: Any, grammar: Any) -> None:
     """Generate text for PROMPT and print it, then prompt size, TTFT, TPOT and throughput."""
     from max.interfaces import SamplingParams
 
     t0 = time.perf_counter()
+    response_format = _response_format(json_schema, json_object, regex, grammar)
     try:
         params = SamplingParams(top_k=top_k, top_p=top_p, min_p=min_p, temperature=temperature,
                                 frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
@@ -97,7 +104,10 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
     except (ValueError, FileNotFoundError, TypeError) as e:
         raise click.ClickException(str(e)) from None
     t_load = time.perf_counter() - t0
-    ctx = llm.make_context(prompt, params, chat=chat)
+    try:
+        ctx = llm.make_context(prompt, params, chat=chat, response_format=response_format)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
     n_prompt = int(ctx.active_length)
     times: list[float] = []
     pieces: list[str] = []
@@ -129,6 +139,33 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
     click.echo(f"Time to first token:   {ttft * 1e3:.1f} ms", err=True)
     click.echo(f"Time per output token: {tpot * 1e3:.1f} ms", err=True)
     click.echo(f"Throughput:            {n / total if n else 0:.1f} tokens/s", err=True)
+
+
+def _text_or_file(value: str) -> str:
+    return open(value, encoding="utf-8").read() if os.path.isfile(value) else value
+
+
+def _response_format(json_schema: Any, json_object: bool, regex: Any, grammar: Any) -> Any:
+    """The ``response_format`` of ``max generate``'s constraint options (None without one)."""
+    import json
+
+    given = [n for n, v in (("--json-schema", json_schema), ("--json-object", json_object), ("--regex", regex),
+                            ("--grammar", grammar)) if v]
+    if len(given) > 1:
+        raise click.UsageError(f"give one output constraint, not {' and '.join(given)}")
+    if json_schema:
+        try:
+            schema = json.loads(_text_or_file(json_schema))
+        except json.JSONDecodeError as e:
+            raise click.BadParameter(f"not valid JSON: {e}", param_hint="--json-schema") from None
+        return {"type": "json_schema", "json_schema": {"name": "cli", "schema": schema}}
+    if json_object:
+        return {"type": "json_object"}
+    if regex:
+        return {"type": "regex", "regex": regex}
+    if grammar:
+        return {"type": "grammar", "grammar": _text_or_file(grammar)}
+    return None
 
 
 @main.command(name="list")

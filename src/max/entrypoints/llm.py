@@ -38,19 +38,27 @@ class LLM:
         self._lock = threading.Lock()
 
     def make_context(self, prompt: str, sampling_params: SamplingParams, *, request_id: Optional[str] = None,
-                     chat: bool = False) -> Any:
+                     chat: bool = False, response_format: Optional[dict] = None) -> Any:
+        """A ``TextContext`` for ``prompt`` (a user turn through the chat template when ``chat``);
+        ``response_format`` constrains the output (see :meth:`generate`)."""
         req = TextGenerationRequest(
             request_id=request_id or uuid.uuid4().hex, model_name=str(self.pipeline_config.model_config.model_path),
             prompt=None if chat else prompt, messages=[{"role": "user", "content": prompt}] if chat else None,
-            sampling_params=sampling_params)
+            sampling_params=sampling_params, response_format=response_format)
         return run_coro(self.tokenizer.new_context(req))
 
     def generate(self, prompts: str | Sequence[str], max_new_tokens: int | None = 100, use_tqdm: bool = True,
-                 sampling_params: Optional[SamplingParams] = None) -> Sequence[str]:
+                 sampling_params: Optional[SamplingParams] = None, *, response_format: Optional[dict] = None
+                 ) -> Sequence[str]:
         """One completion per prompt (the continuation text only).
 
-        Raises ValueError for empty or invalid prompts (before any work), RuntimeError
-        when generation fails.
+        ``response_format`` (as ``TextGenerationRequest.response_format``) constrains every output:
+        ``{"type": "json_object"}``, ``{"type": "json_schema", "json_schema": {"name": ..., "schema":
+        {...}}}``, or the extensions ``{"type": "regex", "regex": ...}``, ``{"type": "grammar",
+        "grammar": <Lark or GBNF>}``, ``{"type": "choice", "choice": [...]}``.
+
+        Raises ValueError for empty or invalid prompts and constraints (before any work),
+        RuntimeError when generation fails.
         """
         single = isinstance(prompts, str)
         plist = [prompts] if single else list(prompts)
@@ -62,7 +70,7 @@ class LLM:
         base = sampling_params or SamplingParams(top_k=1)
         if max_new_tokens is not None:
             base = dataclasses.replace(base, max_new_tokens=int(max_new_tokens))
-        ctxs = [self.make_context(p, base) for p in plist]  # validates lengths before any work
+        ctxs = [self.make_context(p, base, response_format=response_format) for p in plist]  # validates first
         results: dict[str, list[str]] = {c.request_id: [] for c in ctxs}
         errors: dict[str, str] = {}
         bar = None

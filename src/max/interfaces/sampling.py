@@ -19,6 +19,8 @@ them; the rest follow vLLM / the OpenAI API):
 ``stop``               ``None`` or a list of strings (a single string becomes a list)
 ``stop_token_ids``     ``None`` or a list of non-negative ints
 ``seed``               an int; the default is drawn from ``secrets`` (32 bits)
+``logit_bias``         None or ``{token_id: bias}`` with biases in ``[-100, 100]``
+                       (OpenAI), added to the logits before sampling
 =====================  ============================================================
 """
 
@@ -98,6 +100,23 @@ def _need_bool(name: str, v: Any) -> bool:
     return v
 
 
+def _check_logit_bias(bias: Any) -> dict[int, float]:
+    if not isinstance(bias, dict):
+        raise TypeError(f"SamplingParams: logit_bias must be a dict of token id -> bias, got {type(bias).__name__}")
+    out: dict[int, float] = {}
+    for k, v in bias.items():
+        if isinstance(k, str) and k.strip().lstrip("-").isdigit():
+            k = int(k)  # JSON object keys are strings
+        t = _need_int("logit_bias", k)
+        if t < 0:
+            raise ValueError(f"SamplingParams: logit_bias token ids must be non-negative, got {t}")
+        b = _need_float("logit_bias", v)
+        if not -100.0 <= b <= 100.0:
+            raise ValueError(f"SamplingParams: logit_bias values must be in [-100, 100], got {b} for token {t}")
+        out[t] = b
+    return out
+
+
 @dataclass
 class SamplingParams:
     """Request specific sampling parameters that are only known at run time."""
@@ -134,7 +153,11 @@ class SamplingParams:
     seed: int = field(default_factory=_random_seed)
     """Seed of the random number generator; defaults to a cryptographically secure random value."""
     logits_processors: Optional[Sequence[Callable[[ProcessorInputs], None]]] = None
-    """Callables to post-process the model logits."""
+    """Callables to post-process the model logits: each is called on every step with the request's
+    logits row (``ProcessorInputs.logits``, ``(1, vocab)`` float32, edit it in place) and context."""
+    logit_bias: Optional[dict[int, float]] = None
+    """Per token id, a value added to its logit before sampling (OpenAI ``logit_bias``; -100 bans a
+    token, 100 all but forces it)."""
 
     def __post_init__(self) -> None:
         self.top_k = _need_int("top_k", self.top_k)
@@ -201,6 +224,8 @@ class SamplingParams:
                 callable(p) for p in self.logits_processors
             ):
                 raise TypeError("SamplingParams: logits_processors must be None or a sequence of callables")
+        if self.logit_bias is not None:
+            self.logit_bias = _check_logit_bias(self.logit_bias)
 
     @property
     def is_greedy(self) -> bool:
@@ -267,3 +292,4 @@ class SamplingParamsInput:
     detokenize: Optional[bool] = None
     seed: Optional[int] = None
     logits_processors: Optional[Sequence[Callable[[ProcessorInputs], None]]] = None
+    logit_bias: Optional[dict[int, float]] = None

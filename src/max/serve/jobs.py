@@ -21,6 +21,7 @@ from fastapi.responses import StreamingResponse
 
 from max.interfaces import SamplingParams, TextGenerationRequest
 from max.pipelines.lib.scheduler import QueueFull, StepOutput
+from max.pipelines.lib.structured_output import GrammarError
 from max.serve.engines import GenerationEngine
 from max.serve.openai_schemas import APIError
 from max.serve.state import AppState
@@ -92,7 +93,7 @@ def sampling_params(req: Any, max_new: Optional[int], seed: Optional[int]) -> Sa
     """The request body's sampling fields as ``SamplingParams`` (400 naming the field when invalid)."""
     kw: dict[str, Any] = {}
     for name in ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
-                 "repetition_penalty", "stop_token_ids"):
+                 "repetition_penalty", "stop_token_ids", "logit_bias"):
         v = getattr(req, name, None)
         if v is not None:
             kw[name] = v
@@ -119,7 +120,9 @@ def _new_context(tokenizer: Any, treq: TextGenerationRequest) -> Any:
 async def start_job(state: AppState, gen: GenerationEngine, request: Request, rid: str, inputs: list[dict],
                     req: Any, max_new: Optional[int], *, logprobs: int, echo: bool, chat_extra: dict,
                     explicit_max: bool = True) -> Job:
-    """Tokenise every (input, choice) pair, check lengths, and submit them to the scheduler."""
+    """Tokenise every (input, choice) pair, check lengths and output constraints (compiled per
+    choice: each gets its own grammar state), and submit them to the scheduler."""
+    response_format, constraint_field = req.constraint()
     loop = asyncio.get_running_loop()
     tok = gen.tokenizer
     max_len = gen.max_length
@@ -132,11 +135,19 @@ async def start_job(state: AppState, gen: GenerationEngine, request: Request, ri
             try:
                 treq = TextGenerationRequest(request_id=f"{rid}-{p_i}-{j}", model_name=state.model_name,
                                              sampling_params=params, logprobs=logprobs, echo=echo,
+                                             response_format=response_format,
                                              **inp, **{k: v for k, v in chat_extra.items() if v is not None})
                 ctx = await loop.run_in_executor(None, _new_context, tok, treq)
+            except GrammarError as e:
+                param = e.param if constraint_field == "response_format" else constraint_field
+                raise APIError(400, str(e), param=param, code="invalid_response_format") from None
             except (ValueError, TypeError) as e:
                 msg = str(e).replace("TextGenerationRequest: ", "")
                 param = "messages" if is_chat else "prompt"
+                if "response_format" in msg:
+                    param = constraint_field
+                elif msg.startswith("logit_bias"):
+                    param = "logit_bias"
                 code = "context_length_exceeded" if "maximum length" in msg else "invalid_value"
                 if "leaves no room" in msg or "more than the maximum length" in msg:
                     code = "context_length_exceeded"

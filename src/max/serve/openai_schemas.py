@@ -2,7 +2,8 @@
 
 Fields follow the OpenAI API; a few vLLM-style extensions are accepted too
 (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``, ``ignore_eos``,
-``stop_token_ids``).  Unknown fields are ignored.  Types are strict (``"5"`` is not
+``stop_token_ids``; structured output through ``guided_json`` / ``guided_regex`` /
+``guided_choice`` / ``guided_grammar`` or ``structured_outputs``).  Unknown fields are ignored.  Types are strict (``"5"`` is not
 an integer); ranges the server knows are checked here, the rest by
 ``SamplingParams``.  Every failure becomes :class:`APIError`, rendered as
 ``{"error": {"message", "type", "param", "code"}}``.
@@ -10,6 +11,7 @@ an integer); ranges the server knows are checked here, the rest by
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -70,11 +72,70 @@ class _SamplingFields(_Body):
     min_tokens: int = Field(default=0, ge=0)
     ignore_eos: bool = False
     stop_token_ids: Optional[list[int]] = None
+    logit_bias: Optional[dict[str, Union[int, float]]] = None
     user: Optional[str] = None
 
     @property
     def stop_list(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+
+class _StructuredFields(_Body):
+    """Structured output: OpenAI's ``response_format`` and vLLM's extension fields."""
+
+    response_format: Optional[dict[str, Any]] = None
+    guided_json: Union[dict[str, Any], str, None] = None
+    guided_regex: Optional[str] = None
+    guided_choice: Optional[list[str]] = None
+    guided_grammar: Optional[str] = None
+    structured_outputs: Optional[dict[str, Any]] = None
+
+    def constraint(self) -> tuple[Optional[dict[str, Any]], str]:
+        """``(response_format for the pipeline, the body field it came from)``; at most one field may
+        constrain the output (400 otherwise)."""
+        given = []
+        if self.response_format is not None and self.response_format.get("type") not in (None, "text"):
+            given.append(("response_format", dict(self.response_format)))
+        if self.guided_json is not None:
+            schema = self.guided_json
+            if isinstance(schema, str):
+                try:
+                    schema = json.loads(schema)
+                except json.JSONDecodeError as e:
+                    raise APIError(400, f"guided_json is not valid JSON: {e}", param="guided_json") from None
+            given.append(("guided_json", {"type": "json_schema", "json_schema": {"name": "guided_json",
+                                                                                 "schema": schema}}))
+        for field, kind in (("guided_regex", "regex"), ("guided_choice", "choice"), ("guided_grammar", "grammar")):
+            v = getattr(self, field)
+            if v is not None:
+                given.append((field, {"type": kind, kind: v}))
+        so = self.structured_outputs
+        if so:
+            found = [k for k in ("json", "regex", "choice", "grammar", "json_object") if so.get(k) not in (None, False)]
+            if len(found) != 1:
+                raise APIError(400, "structured_outputs must set exactly one of json, regex, choice, grammar, "
+                               f"json_object (got {found or 'none'})", param="structured_outputs")
+            k = found[0]
+            if k == "json_object":
+                rf: dict[str, Any] = {"type": "json_object"}
+            elif k == "json":
+                v = so["json"]
+                if isinstance(v, str):
+                    try:
+                        v = json.loads(v)
+                    except json.JSONDecodeError as e:
+                        raise APIError(400, f"structured_outputs.json is not valid JSON: {e}",
+                                       param="structured_outputs.json") from None
+                rf = {"type": "json_schema", "json_schema": {"name": "structured_outputs", "schema": v}}
+            else:
+                rf = {"type": k, k: so[k]}
+            if so.get("whitespace_flexible") is not None or so.get("disable_any_whitespace") is not None:
+                rf["whitespace_flexible"] = bool(so.get("whitespace_flexible", not so.get("disable_any_whitespace")))
+            given.append(("structured_outputs", rf))
+        if len(given) > 1:
+            raise APIError(400, f"give one output constraint, not {len(given)} ({', '.join(f for f, _ in given)})",
+                           param=given[1][0])
+        return (given[0][1], given[0][0]) if given else (None, "response_format")
 
 
 class ChatMessage(BaseModel):
@@ -85,14 +146,13 @@ class ChatMessage(BaseModel):
     name: Optional[str] = None
 
 
-class ChatCompletionRequest(_SamplingFields):
+class ChatCompletionRequest(_SamplingFields, _StructuredFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: Optional[int] = Field(default=None, ge=1)
     logprobs: bool = False
     top_logprobs: Optional[int] = Field(default=None, ge=0, le=20)
     tools: Optional[list[dict[str, Any]]] = None
     tool_choice: Any = None
-    response_format: Optional[dict[str, Any]] = None
     chat_template_kwargs: Optional[dict[str, Any]] = None
 
     @property
@@ -100,7 +160,7 @@ class ChatCompletionRequest(_SamplingFields):
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
 
-class CompletionRequest(_SamplingFields):
+class CompletionRequest(_SamplingFields, _StructuredFields):
     prompt: Union[str, list[str], list[int], list[list[int]]]
     echo: bool = False
     logprobs: Optional[int] = Field(default=None, ge=0, le=20)

@@ -164,6 +164,7 @@ class _Request:
     pages: list[int] = field(default_factory=list)
     hashes: list[bytes] = field(default_factory=list)  # one per committed (leading, full) page
     cached_tokens_hit: int = 0
+    queried_to: int = 0  # prompt positions below this were already counted as prefix-cache queries
 
     @property
     def num_committed(self) -> int:
@@ -513,20 +514,47 @@ class PagedKVCacheManager(KVCacheManager[Any]):
                 del req.pages[keep:]
                 del req.hashes[keep:]
                 ctx.set_token_indices(start_idx=pl.rewind_to)
-            if self.params.enable_prefix_caching and req.num_committed * P == ctx.start_idx:
-                self.prefix_cache_queried_tokens += ctx.active_idx - ctx.start_idx
-            for page, h in pl.matched:
-                self.pool.acquire(page)
-                req.pages.append(page)
-                req.hashes.append(h)
-            if pl.matched:
-                n = len(pl.matched) * P
-                ctx.bump_token_indices(start_idx=n)
-                req.cached_tokens_hit += n
-                self.prefix_cache_hit_tokens += n
+            self._take_matches(pl)
             for _ in range(pl.new_pages):
                 req.pages.append(self.pool.alloc())
         return self._build_inputs(batch, num_steps)
+
+    def _take_matches(self, pl: _Plan) -> None:
+        """Acquire a plan's prefix-cache hits and move its context's ``start_idx`` past them."""
+        req, ctx = pl.req, pl.ctx
+        if self.params.enable_prefix_caching and req.num_committed * self.page_size == ctx.start_idx:
+            lo = max(int(ctx.start_idx), req.queried_to)
+            self.prefix_cache_queried_tokens += max(0, int(ctx.active_idx) - lo)
+            req.queried_to = max(req.queried_to, int(ctx.active_idx))
+        for page, h in pl.matched:
+            self.pool.acquire(page)
+            req.pages.append(page)
+            req.hashes.append(h)
+        if pl.matched:
+            n = len(pl.matched) * self.page_size
+            ctx.bump_token_indices(start_idx=n)
+            req.cached_tokens_hit += n
+            self.prefix_cache_hit_tokens += n
+
+    def reuse_cached_prefix(self, ctx: Any) -> int:
+        """Reuse prefix-cache pages for ``ctx``'s pending tokens (``start_idx .. active_idx``) without
+        reserving anything else; returns the tokens reused (``start_idx`` moves past them).
+
+        A pipeline that splits long prompts into chunks calls this on the whole pending prompt
+        *before* chunking, so hits beyond the first chunk are found too (``fetch`` only looks at the
+        tokens of the step it reserves).  A no-op without prefix caching or when the request must
+        first drop shared pages (``fetch`` handles that).
+        """
+        if not self.params.enable_prefix_caching:
+            return 0
+        pl = self._plan(ctx, 1)
+        if pl.rewind_to is not None or not pl.matched:
+            if pl.rewind_to is None:
+                self._take_matches(pl)  # counts the queried tokens
+            return 0
+        before = int(ctx.start_idx)
+        self._take_matches(pl)
+        return int(ctx.start_idx) - before
 
     def _build_inputs(self, batch: list[Any], num_steps: int) -> list[RaggedKVCacheInputs]:
         from max.driver import Buffer

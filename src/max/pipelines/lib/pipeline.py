@@ -214,7 +214,10 @@ class TextGenerationPipeline(Pipeline):
         mgr = self._pipeline_model.kv_manager
         chunked: dict[int, int] = {}
         if self._chunk is not None:
+            reuse = getattr(mgr, "reuse_cached_prefix", None)
             for i, c in enumerate(ctxs):
+                if c.active_length > self._chunk and reuse is not None:
+                    reuse(c)  # look the prefix cache up over the whole prompt before cutting it into chunks
                 if c.active_length > self._chunk:
                     chunked[i] = c.active_idx
                     c.set_token_indices(active_idx=c.start_idx + self._chunk)
@@ -231,12 +234,28 @@ class TextGenerationPipeline(Pipeline):
             lg = logits if len(sample_rows) == len(ctxs) else logits[torch.tensor(sample_rows)]
             toks = sample_for_contexts(lg, rows, self._generators)
             logprobs = _sampled_log_probabilities(lg, toks, rows)
-            for c, t, lp in zip(rows, toks.tolist(), logprobs):
+            toks = toks.tolist()
+            for c, t, lp in zip(rows, toks, logprobs):
                 c.update(int(t), lp)
+            _advance_grammars(rows, toks)
         for i, end in chunked.items():
             c = ctxs[i]
             c.set_token_indices(start_idx=c.active_idx, active_idx=end)
         mgr.step(ctxs)
+
+
+def _advance_grammars(ctxs: list[Any], tokens: list[int]) -> None:
+    """Advance the grammar matcher of each constrained context by its new token; a grammar that has
+    ended (or rejected the token: a logits processor forced it) ends the request."""
+    pairs = [(c, t) for c, t in zip(ctxs, tokens) if getattr(c, "matcher", None) is not None]
+    if not pairs:
+        return
+    from max.pipelines.lib.structured_output import advance_matchers
+
+    oks = advance_matchers([c.matcher for c, _ in pairs], [t for _, t in pairs])
+    for (c, _), ok in zip(pairs, oks):
+        if not c.is_done and (not ok or c.matcher.is_stopped()):
+            c.status = GenerationStatus.END_OF_SEQUENCE
 
 
 def _sampled_log_probabilities(logits: torch.Tensor, tokens: torch.Tensor, ctxs: list[Any]) -> list[Any]:

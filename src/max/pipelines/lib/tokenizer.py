@@ -255,6 +255,9 @@ class TextTokenizer(_HFTokenizerMixin):
         ids = self._prompt_ids(request)
         if len(ids) == 0:
             raise ValueError(f"request {request.request_id}: the prompt encodes to no tokens")
+        n_vocab = len(self.delegate)
+        if not isinstance(request.prompt, str) and request.prompt is not None and int(ids.max()) >= n_vocab:
+            raise ValueError(f"the prompt's token id {int(ids.max())} is outside the vocabulary ({n_vocab} tokens)")
         sp = request.sampling_params
         max_new = max_tokens_to_generate(len(ids), self.max_length, sp.max_new_tokens)
         if max_new is not None and max_new <= 0 and self.max_length is not None:
@@ -263,14 +266,15 @@ class TextTokenizer(_HFTokenizerMixin):
         if max_new is None:
             raise ValueError(f"request {request.request_id}: no maximum length: set max_length on the tokenizer "
                              "or max_new_tokens on the request")
+        if sp.logit_bias:
+            bad = sorted(t for t in sp.logit_bias if t >= n_vocab)
+            if bad:
+                raise ValueError(f"logit_bias: token id {bad[0]} is outside the vocabulary ({n_vocab} tokens)")
         eos = set(self._default_eos_token_ids)
         if sp.stop_token_ids:
             eos.update(sp.stop_token_ids)
-        json_schema = None
-        rf = request.response_format
-        if rf is not None and rf.get("json_schema") is not None:
-            json_schema = json.dumps(rf["json_schema"].get("schema", rf["json_schema"]))
-        return cls(
+        json_schema, matcher = self._constraint(request.response_format)
+        ctx = cls(
             request_id=request.request_id,
             max_length=len(ids) + max_new,
             tokens=ids,
@@ -284,6 +288,30 @@ class TextTokenizer(_HFTokenizerMixin):
             target_endpoint=request.target_endpoint,
             **extra,
         )
+        if matcher is not None:
+            ctx.set_matcher(matcher)
+        return ctx
+
+    @property
+    def grammar_compiler(self) -> Any:
+        """The :class:`~max.pipelines.lib.structured_output.GrammarCompiler` of this tokenizer (made on
+        first use)."""
+        gc = getattr(self, "_grammar_compiler", None)
+        if gc is None:
+            from max.pipelines.lib.structured_output import GrammarCompiler
+
+            gc = self._grammar_compiler = GrammarCompiler(self.delegate, self._default_eos_token_ids)
+        return gc
+
+    def _constraint(self, response_format: Optional[dict]) -> tuple[Optional[str], Any]:
+        """``(json_schema, matcher)`` of a request's ``response_format`` (both None without a constraint);
+        ``GrammarError`` (a ValueError naming the field) when it does not compile."""
+        from max.pipelines.lib.structured_output import constraint_kind, json_schema_of
+
+        if constraint_kind(response_format) is None:
+            return None, None
+        schema = json_schema_of(response_format)
+        return (json.dumps(schema) if schema is not None else None), self.grammar_compiler.matcher(response_format)
 
 
 class TextAndVisionTokenizer(TextTokenizer):

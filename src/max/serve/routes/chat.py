@@ -21,9 +21,6 @@ router = APIRouter()
 async def chat_completions(request: Request) -> Response:
     state, req = await parse_body(request, ChatCompletionRequest)
     gen = state.need_generator("/v1/chat/completions")
-    if req.response_format is not None and req.response_format.get("type") not in ("text", None):
-        raise APIError(400, f"response_format of type {req.response_format.get('type')!r} is not supported "
-                       "(no constrained decoding); use 'text'", param="response_format")
     if req.top_logprobs is not None and req.top_logprobs > 0 and not req.logprobs:
         raise APIError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
     n_top = (req.top_logprobs or 0) if req.logprobs else 0

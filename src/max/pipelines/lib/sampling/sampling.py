@@ -13,6 +13,9 @@ this order:
    (relative to the most likely token), then one categorical draw with the row's own
    ``torch.Generator`` (seeded from ``SamplingParams.seed``).
 
+:func:`sample_for_contexts` runs :func:`prepare_logits` first: each request's logits processors,
+``logit_bias`` and grammar token mask (structured output).
+
 A :class:`GeneratorCache` keeps one generator per request across steps, so a seeded
 request gives the same tokens every time it is run, whatever else is in its batch.
 """
@@ -176,10 +179,16 @@ def sample_tokens(
     logits = logits.float()
     logits = apply_penalties(logits, batch, output_tokens, prompt_tokens)
     if banned_tokens is not None:
+        before = logits
         logits = logits.clone()
         for i, ban in enumerate(banned_tokens):
             if ban is not None and len(ban):
                 logits[i, torch.as_tensor(np.asarray(ban, dtype=np.int64), device=device)] = -math.inf
+        # a ban that leaves nothing to sample (e.g. EOS before min_new_tokens when a grammar allows only
+        # EOS) gives way: the row samples from its logits before the ban
+        dead = torch.isneginf(logits).all(dim=-1)
+        if bool(dead.any()):
+            logits[dead] = before[dead]
     processed = logits
     out = torch.argmax(logits, dim=-1)
     rows = (~batch.greedy).nonzero().flatten().tolist()
@@ -210,11 +219,58 @@ def sample_tokens(
     return (out, processed) if return_logits else out
 
 
+def prepare_logits(logits: torch.Tensor, contexts: Sequence[Any]) -> torch.Tensor:
+    """The logits a batch samples from, before penalties: float32, with every request's
+    ``SamplingParams.logits_processors`` called on its row (in place, in order), its ``logit_bias``
+    added and, for requests with a grammar ``matcher``, the tokens the grammar forbids set to ``-inf``.
+    Returns ``logits`` itself (as float32) when no request needs any of this, else a new tensor."""
+    procs = [i for i, c in enumerate(contexts) if c.sampling_params.logits_processors]
+    biased = [i for i, c in enumerate(contexts) if c.sampling_params.logit_bias]
+    masked = [i for i, c in enumerate(contexts) if getattr(c, "matcher", None) is not None]
+    out = logits.float()
+    if not (procs or biased or masked):
+        return out
+    out = out.clone() if out is logits else out
+    if procs:
+        _run_logits_processors(out, contexts, procs)
+    if biased:
+        vocab = out.shape[-1]
+        rows, cols, vals = [], [], []
+        for i in biased:
+            for t, b in contexts[i].sampling_params.logit_bias.items():
+                if t >= vocab:
+                    raise ValueError(f"request {contexts[i].request_id}: logit_bias token id {t} is outside the "
+                                     f"vocabulary (size {vocab})")
+                rows.append(i)
+                cols.append(t)
+                vals.append(b)
+        out.index_put_((torch.tensor(rows, device=out.device), torch.tensor(cols, device=out.device)),
+                       torch.tensor(vals, dtype=out.dtype, device=out.device), accumulate=True)
+    if masked:
+        from max.pipelines.lib.structured_output import apply_token_bitmask, fill_token_bitmask
+
+        bitmask = fill_token_bitmask([contexts[i].matcher for i in masked], out.shape[-1])
+        apply_token_bitmask(out, bitmask, masked)
+    return out
+
+
+def _run_logits_processors(logits: torch.Tensor, contexts: Sequence[Any], rows: Sequence[int]) -> None:
+    from max.driver import Buffer
+    from max.interfaces import ProcessorInputs
+
+    for i in rows:
+        view = Buffer.from_dlpack(logits[i:i + 1])  # shares memory: in-place edits reach the batch
+        for proc in contexts[i].sampling_params.logits_processors:
+            proc(ProcessorInputs(logits=view, context=contexts[i]))
+
+
 def sample_for_contexts(logits: torch.Tensor, contexts: Sequence[Any], generators: Optional[GeneratorCache] = None,
                         *, apply_penalties_: bool = True, return_logits: bool = False) -> Any:
-    """:func:`sample_tokens` for ``TextContext`` rows: parameters, token histories, EOS
-    bans before ``min_new_tokens`` (from ``get_min_token_logit_mask``) and per-request
-    generators come from the contexts (and ``generators``)."""
+    """:func:`sample_tokens` for ``TextContext`` rows: logits prepared by :func:`prepare_logits`
+    (logits processors, ``logit_bias``, grammar masks); parameters, token histories, EOS bans before
+    ``min_new_tokens`` (from ``get_min_token_logit_mask``) and per-request generators come from the
+    contexts (and ``generators``).  Constrained and free requests share the batch."""
+    logits = prepare_logits(logits, contexts)
     params = [c.sampling_params for c in contexts]
     needs_hist = apply_penalties_ and any(
         p.frequency_penalty or p.presence_penalty or p.repetition_penalty != 1.0 for p in params)
