@@ -49,7 +49,8 @@ def chat_request() -> TextGenerationRequest:
         echo=True,
         stop=["a", "b"],
         chat_template_options={"enable_thinking": False},
-        sampling_params=SamplingParams(top_k=5, top_p=0.9, temperature=0.7, stop_token_ids=[2], seed=42),
+        sampling_params=SamplingParams(top_k=5, top_p=0.9, temperature=0.7, stop_token_ids=[2], seed=42,
+                                       logit_bias={7: -2.5}),
         target_endpoint="ep",
     )
 

@@ -25,7 +25,16 @@ FIELD_ORDER = [
     "detokenize",
     "seed",
     "logits_processors",
+    "logit_bias",  # extension (OpenAI / vLLM), after the documented fields
 ]
+
+
+def test_logit_bias():
+    assert SamplingParams(logit_bias={"12": 5, 3: -100.0}).logit_bias == {12: 5.0, 3: -100.0}  # JSON keys too
+    for bad, exc in (({5: 100.5}, ValueError), ({-1: 1.0}, ValueError), ({"x": 1}, TypeError), ([1], TypeError),
+                     ({5: "1"}, TypeError)):
+        with pytest.raises(exc, match="logit_bias"):
+            SamplingParams(logit_bias=bad)
 
 
 def test_documented_defaults():
