@@ -14,8 +14,9 @@ from max.dtype import DType  # noqa: E402
 from max.engine import InferenceSession  # noqa: E402
 from max.graph import DeviceRef  # noqa: E402
 from max.nn.kv_cache import PagedKVCacheManager  # noqa: E402
-from max.pipelines.architectures.llama3.config import DecoderConfig  # noqa: E402
-from max.pipelines.architectures.llama3.model import build_graph, build_transformer, kv_params_for  # noqa: E402
+from max.pipelines.architectures.common.layers import build_decoder  # noqa: E402
+from max.pipelines.architectures.common.model import build_graph, kv_params_for  # noqa: E402
+from max.pipelines.architectures.common.weights import WeightFactory  # noqa: E402
 from test_kv_cache_context import FakeContext  # noqa: E402
 
 VOCAB = 96
@@ -44,17 +45,21 @@ def _hf_model(kind: str):
 
 def _weights(hf) -> dict:
     sd = {k.removeprefix("model."): v.detach().float().numpy() for k, v in hf.state_dict().items()}
-    if "lm_head.weight" not in sd:
-        sd["lm_head.weight"] = sd["embed_tokens.weight"]
+    if hf.config.tie_word_embeddings:  # the lm_head shares the embedding's table
+        sd.pop("lm_head.weight", None)
     return sd
 
 
 class _Runner:
     def __init__(self, hf, page_size=16):
-        self.cfg = DecoderConfig.from_hf(hf.config.to_dict())
+        from max.pipelines import PIPELINE_REGISTRY, register_all_models
+
+        register_all_models()
+        arch = PIPELINE_REGISTRY.architectures[type(hf).__name__]
+        self.cfg = arch.pipeline_model.config_from_hf(hf.config.to_dict())
         dev = DeviceRef.CPU()
         kvp = kv_params_for(self.cfg, DType.float32, page_size=page_size, enable_prefix_caching=True)
-        model = build_transformer(self.cfg, kvp, DType.float32, dev, max_seq_len=256)
+        model = build_decoder(self.cfg, WeightFactory(DType.float32, dev), kvp, max_seq_len=256)
         self.mgr = PagedKVCacheManager(kvp, max_batch_size=8, max_seq_len=256, num_layers=self.cfg.num_hidden_layers,
                                        devices=[CPU()], total_num_pages=64)
         graph = build_graph(model, self.mgr.input_symbols()[0], dev)

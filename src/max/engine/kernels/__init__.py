@@ -30,6 +30,7 @@ _FAMILIES = (
     "fused",
     "quantized",
     "ragged",
+    "decoder",
     "conv", "pool", "signal", "distributed", "complex",
 )
 

@@ -1,6 +1,13 @@
-"""Built-in architectures, one folder each; ``register_all_models()`` registers them."""
+"""Built-in architectures, one folder each; ``register_all_models()`` registers them.
+
+Every sub-package that exports ``ARCHITECTURES`` (a list of ``SupportedArchitecture``) is
+registered: adding a family is adding its folder.  ``common`` holds the code families share.
+"""
 
 from __future__ import annotations
+
+import importlib
+import pkgutil
 
 _DONE = False
 
@@ -9,13 +16,12 @@ def register_all_models() -> None:
     global _DONE
     if _DONE:
         return
-    from max.pipelines.architectures.llama3.arch import llama_arch
-    from max.pipelines.architectures.mistral import mistral_arch
-    from max.pipelines.architectures.qwen2 import qwen2_arch
-    from max.pipelines.architectures.qwen3 import qwen3_arch
-    from max.pipelines.architectures.bert import bert_arch
     from max.pipelines.lib.registry import PIPELINE_REGISTRY
 
-    for arch in (llama_arch, mistral_arch, qwen2_arch, qwen3_arch, bert_arch):
-        PIPELINE_REGISTRY.register(arch, allow_override=True)
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if not info.ispkg or info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        for arch in getattr(mod, "ARCHITECTURES", ()):
+            PIPELINE_REGISTRY.register(arch, allow_override=True)
     _DONE = True

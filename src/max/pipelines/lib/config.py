@@ -526,10 +526,9 @@ class MAXModelConfig(_ConfigBase):
         """Model class names (``config.json`` ``architectures``; GGUF architectures mapped)."""
         names = list(getattr(self.huggingface_config, "architectures", None) or [])
         if not names:
-            from max.pipelines.lib.hf_utils import GGUF_ARCHITECTURES
+            from max.pipelines.lib.registry import classes_for_model_type
 
-            mt = getattr(self.huggingface_config, "model_type", None)
-            names = [cls for cls, t in GGUF_ARCHITECTURES.values() if t == mt]
+            names = classes_for_model_type(getattr(self.huggingface_config, "model_type", None))[:1]
         return names
 
     @property

@@ -489,77 +489,23 @@ def get_rope_theta(config: Any) -> float:
     return get_rope_parameters(config)["rope_theta"]
 
 
-# GGUF architecture -> (HF model class, transformers model_type)
-GGUF_ARCHITECTURES: dict[str, tuple[str, str]] = {
-    "llama": ("LlamaForCausalLM", "llama"),
-    "mistral": ("MistralForCausalLM", "mistral"),
-    "qwen2": ("Qwen2ForCausalLM", "qwen2"),
-    "qwen3": ("Qwen3ForCausalLM", "qwen3"),
-    "gemma": ("GemmaForCausalLM", "gemma"),
-    "gemma2": ("Gemma2ForCausalLM", "gemma2"),
-    "gemma3": ("Gemma3ForCausalLM", "gemma3_text"),
-    "phi3": ("Phi3ForCausalLM", "phi3"),
-    "gpt2": ("GPT2LMHeadModel", "gpt2"),
-}
-_FAST_GGUF_CONFIG = ("llama", "mistral", "qwen2", "qwen3")
-
-
-def _gguf_config_dict(meta: GGUFMetadata) -> dict[str, Any]:
-    arch = meta.architecture
-    g = meta.arch_get
-    n_head = int(g("attention.head_count"))
-    hidden = int(g("embedding_length"))
-    tokens = meta.get("tokenizer.ggml.tokens")
-    vocab = g("vocab_size") or (len(tokens) if tokens is not None else None)
-    names = {t.name for t in meta.tensors}
-    head_dim = g("attention.key_length") or g("rope.dimension_count") or hidden // n_head
-    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": float(g("rope.freq_base", 10000.0))}
-    stype = g("rope.scaling.type")
-    if stype in ("linear", "yarn") and g("rope.scaling.factor"):
-        rope.update(rope_type=stype, factor=float(g("rope.scaling.factor")))
-        if g("rope.scaling.original_context_length"):
-            rope["original_max_position_embeddings"] = int(g("rope.scaling.original_context_length"))
-    d: dict[str, Any] = dict(
-        model_type=GGUF_ARCHITECTURES[arch][1],
-        architectures=[GGUF_ARCHITECTURES[arch][0]],
-        vocab_size=int(vocab) if vocab is not None else None,
-        hidden_size=hidden,
-        intermediate_size=int(g("feed_forward_length")),
-        num_hidden_layers=int(g("block_count")),
-        num_attention_heads=n_head,
-        num_key_value_heads=int(g("attention.head_count_kv", n_head)),
-        max_position_embeddings=int(g("context_length", 2048)),
-        rms_norm_eps=float(g("attention.layer_norm_rms_epsilon", 1e-6)),
-        head_dim=int(head_dim),
-        rope_parameters=rope,
-        tie_word_embeddings="output.weight" not in names,
-        bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
-        eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),
-        pad_token_id=meta.get("tokenizer.ggml.padding_token_id"),
-    )
-    if arch == "llama":
-        d["attention_bias"] = "blk.0.attn_q.bias" in names
-    if arch in ("mistral",) and g("attention.sliding_window"):
-        d["sliding_window"] = int(g("attention.sliding_window"))
-    return {k: v for k, v in d.items() if v is not None}
-
-
 def load_huggingface_config(path: str | os.PathLike, *, revision: Optional[str] = None,
                             trust_remote_code: bool = False) -> Any:
     """A ``transformers`` config for a model folder, cached repo id or GGUF file.
 
-    For GGUF files of the Llama / Mistral / Qwen2 / Qwen3 families the config is built
-    from the file's metadata directly (milliseconds); other architectures go through
+    For a GGUF file of an architecture with a native folder the config is built from the file's
+    metadata by that folder's translation (milliseconds; see
+    ``registry.hf_config_dict_from_gguf``); other architectures go through
     ``AutoConfig.from_pretrained(dir, gguf_file=...)`` (seconds).
     """
     from transformers import AutoConfig
 
     p = os.fspath(path)
     if os.path.isfile(p) and is_gguf_file(p):
-        meta = read_gguf_metadata(p)
-        arch = meta.architecture
-        if arch in _FAST_GGUF_CONFIG:
-            d = _gguf_config_dict(meta)
+        from max.pipelines.lib.registry import hf_config_dict_from_gguf
+
+        d = hf_config_dict_from_gguf(read_gguf_metadata(p))
+        if d is not None:
             return AutoConfig.for_model(d.pop("model_type"), **d)
         return AutoConfig.from_pretrained(os.path.dirname(os.path.abspath(p)), gguf_file=os.path.basename(p),
                                           trust_remote_code=trust_remote_code)

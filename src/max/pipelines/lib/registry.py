@@ -1,9 +1,10 @@
 """Model registry: ``SupportedArchitecture``, ``PipelineRegistry`` and ``PIPELINE_REGISTRY``.
 
 An architecture is looked up by the model's Hugging Face class name: the first entry
-of ``config.json``'s ``architectures`` or, for GGUF files, ``general.architecture``
-mapped to the class name (``llama`` -> ``LlamaForCausalLM``, ``qwen2`` ->
-``Qwen2ForCausalLM``, ...; see ``hf_utils.GGUF_ARCHITECTURES``).
+of ``config.json``'s ``architectures`` or, for GGUF files, the class of the config that the
+registered architecture for its ``general.architecture`` translates from the file's metadata
+(:func:`gguf_architectures` is the one GGUF-name map; :func:`hf_config_dict_from_gguf` the
+translation).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from max.graph.weights import WeightsFormat
 from max.interfaces import PipelineTask
 from max.nn.kv_cache import KVCacheStrategy
-from max.pipelines.lib.hf_utils import GGUF_ARCHITECTURES, HuggingFaceRepo, SupportedEncoding, load_huggingface_config
+from max.pipelines.lib.hf_utils import HuggingFaceRepo, SupportedEncoding, load_huggingface_config
 
 if TYPE_CHECKING:  # pragma: no cover
     from max.pipelines.lib.config import PipelineConfig
@@ -62,8 +63,12 @@ class SupportedArchitecture:
     multi_gpu_supported: bool = False
     prefix_caching_supported: bool = True
     gguf_architectures: list[str] = field(default_factory=list)
-    """libremax extension: extra GGUF ``general.architecture`` names served by this
-    architecture (beyond the built-in map, e.g. ``["llama"]``)."""
+    """libremax extension: the GGUF ``general.architecture`` names this architecture loads
+    (e.g. ``["llama"]``)."""
+    config_from_gguf: Optional[Callable[[Any], Optional[dict]]] = None
+    """libremax extension: GGUF metadata -> the Hugging Face config dict (with ``model_type`` and
+    ``architectures``), or None when the file is not this architecture's (e.g. a ``llama`` file
+    with experts is Mixtral's)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -135,7 +140,6 @@ class PipelineRegistry:
     # -- lookup
     def _names_for(self, huggingface_repo: HuggingFaceRepo) -> list[str]:
         names: list[str] = []
-        gguf_archs: list[str] = []
         single = huggingface_repo.single_file
         if single is not None or not (huggingface_repo.local_path / "config.json").is_file():
             from max.pipelines.lib.gguf_utils import read_gguf_metadata
@@ -143,19 +147,23 @@ class PipelineRegistry:
             files = [single] if single is not None else [
                 huggingface_repo.local_path / f for f in huggingface_repo.weight_files.get(WeightsFormat.gguf, [])]
             for f in files[:1]:
-                a = read_gguf_metadata(f).architecture
-                if a:
-                    gguf_archs.append(a)
-                    if a in GGUF_ARCHITECTURES:
-                        names.append(GGUF_ARCHITECTURES[a][0])
-            for a in gguf_archs:
-                names.extend(arch.name for arch in self.architectures.values() if a in arch.gguf_architectures)
+                meta = read_gguf_metadata(f)
+                d = hf_config_dict_from_gguf(meta)
+                if d is not None:
+                    names.extend(d.get("architectures") or [])
+                names.extend(arch.name for arch in self.architectures.values()
+                             if meta.architecture in arch.gguf_architectures and arch.name not in names)
+                if not names:  # no native translation: ask transformers (fallback architectures)
+                    try:
+                        names.extend(getattr(self.get_active_huggingface_config(huggingface_repo), "architectures",
+                                             None) or [])
+                    except Exception:  # noqa: BLE001 - transformers does not know it either
+                        names.append(f"GGUF architecture {meta.architecture!r}")
         else:
             cfg = self.get_active_huggingface_config(huggingface_repo)
             names.extend(getattr(cfg, "architectures", None) or [])
-            if not names:  # configs saved without ``architectures``: use the model_type's causal-LM class
-                names.extend(cls for cls, mt in GGUF_ARCHITECTURES.values()
-                             if mt == getattr(cfg, "model_type", None))
+            if not names:  # configs saved without ``architectures``: the model_type's classes
+                names.extend(classes_for_model_type(getattr(cfg, "model_type", None), self))
         return names
 
     def retrieve_architecture(self, huggingface_repo: HuggingFaceRepo) -> Optional[SupportedArchitecture]:
@@ -242,6 +250,44 @@ def get_pipeline_for_task(task: PipelineTask, pipeline_config: "PipelineConfig")
     if pipeline_config.draft_model_config is not None and task is PipelineTask.TEXT_GENERATION:
         module, name = "max.pipelines.lib.speculative_decoding", "SpeculativeDecodingTextGenerationPipeline"
     return getattr(importlib.import_module(module), name)
+
+
+def gguf_architectures() -> dict[str, list[SupportedArchitecture]]:
+    """The one GGUF-name map: ``general.architecture`` -> the built-in (and other registered)
+    architectures that load it (several when the name is shared, e.g. ``llama`` for Llama and
+    Mixtral files)."""
+    register_all_models()
+    out: dict[str, list[SupportedArchitecture]] = {}
+    for arch in PIPELINE_REGISTRY.architectures.values():
+        for name in arch.gguf_architectures:
+            out.setdefault(name, []).append(arch)
+    return out
+
+
+def hf_config_dict_from_gguf(meta: Any) -> Optional[dict]:
+    """The Hugging Face config dict of a GGUF file, from the registered architecture whose
+    ``config_from_gguf`` accepts it; None when no architecture translates this file."""
+    for arch in gguf_architectures().get(meta.architecture or "", []):
+        if arch.config_from_gguf is not None:
+            d = arch.config_from_gguf(meta)
+            if d is not None:
+                return dict(d)
+    return None
+
+
+def classes_for_model_type(model_type: Optional[str], registry: Optional["PipelineRegistry"] = None) -> list[str]:
+    """Model class names for a ``model_type`` (configs saved without ``architectures``): its causal-LM
+    and base-model classes from transformers' auto maps, the ones registered in ``registry``
+    (default: the built-in registry) first."""
+    if not model_type:
+        return []
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
+
+    cands = [c for c in (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type), MODEL_MAPPING_NAMES.get(model_type)) if c]
+    if registry is None:
+        register_all_models()
+        registry = PIPELINE_REGISTRY
+    return sorted(cands, key=lambda c: c not in registry.architectures)
 
 
 PIPELINE_REGISTRY = PipelineRegistry([])

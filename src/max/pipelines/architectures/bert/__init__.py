@@ -2,4 +2,6 @@
 
 from max.pipelines.architectures.bert.arch import bert_arch
 
-__all__ = ["bert_arch"]
+ARCHITECTURES = [bert_arch]
+
+__all__ = ["ARCHITECTURES", "bert_arch"]

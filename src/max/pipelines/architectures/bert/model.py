@@ -24,28 +24,29 @@ import time
 from typing import Any, Sequence
 
 import numpy as np
-import torch
 
 from max.driver import Buffer
 from max.dtype import DType
 from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
-from max.nn import Embedding, LayerList, Linear, Module
+from max.nn import LayerList, Module
 from max.nn import LayerNorm as _LayerNorm
 from max.pipelines.architectures.bert.config import ACTIVATIONS, BertConfig
+from max.pipelines.architectures.common.weights import WeightFactory, compute_dtype, load_weights_into
 from max.pipelines.lib.pipeline import ModelInputs, ModelOutputs, PipelineModel, upper_bounded_default
 
-__all__ = ["BertEmbeddings", "BertLayer", "BertModel", "BertPipelineModel", "build_graph", "state_dict_from_weights"]
+__all__ = ["BertEmbeddings", "BertLayer", "BertModel", "BertPipelineModel", "build_graph", "convert_state_dict"]
 
 
 class BertEmbeddings(Module):
     """word + absolute position + token type (always type 0) embeddings, then LayerNorm."""
 
-    def __init__(self, cfg: BertConfig, dtype: DType, device: DeviceRef) -> None:
+    def __init__(self, cfg: BertConfig, f: WeightFactory, p: str = "embeddings") -> None:
         super().__init__()
-        self.word_embeddings = Embedding(cfg.vocab_size, cfg.hidden_size, dtype, device)
-        self.position_embeddings = Embedding(cfg.max_position_embeddings, cfg.hidden_size, dtype, device)
-        self.token_type_embeddings = Embedding(cfg.type_vocab_size, cfg.hidden_size, dtype, device)
-        self.LayerNorm = _LayerNorm(cfg.hidden_size, device, dtype, eps=cfg.layer_norm_eps)
+        self.word_embeddings = f.embedding(f"{p}.word_embeddings", cfg.vocab_size, cfg.hidden_size)
+        self.position_embeddings = f.embedding(f"{p}.position_embeddings", cfg.max_position_embeddings,
+                                               cfg.hidden_size)
+        self.token_type_embeddings = f.embedding(f"{p}.token_type_embeddings", cfg.type_vocab_size, cfg.hidden_size)
+        self.LayerNorm = _LayerNorm(cfg.hidden_size, f.device, f.dtype, eps=cfg.layer_norm_eps)
 
     def __call__(self, input_ids: TensorValue) -> TensorValue:
         seq = input_ids.shape[1]
@@ -56,14 +57,14 @@ class BertEmbeddings(Module):
 
 
 class BertSelfAttention(Module):
-    def __init__(self, cfg: BertConfig, dtype: DType, device: DeviceRef) -> None:
+    def __init__(self, cfg: BertConfig, f: WeightFactory, p: str) -> None:
         super().__init__()
         h = cfg.hidden_size
         self.n_heads = cfg.num_attention_heads
         self.head_dim = cfg.head_dim
-        self.query = Linear(h, h, dtype, device, has_bias=True)
-        self.key = Linear(h, h, dtype, device, has_bias=True)
-        self.value = Linear(h, h, dtype, device, has_bias=True)
+        self.query = f.linear(f"{p}.query", h, h, has_bias=True)
+        self.key = f.linear(f"{p}.key", h, h, has_bias=True)
+        self.value = f.linear(f"{p}.value", h, h, has_bias=True)
 
     def _heads(self, x: TensorValue) -> TensorValue:
         b, s = x.shape[0], x.shape[1]
@@ -80,30 +81,30 @@ class BertSelfAttention(Module):
 class BertSelfOutput(Module):
     """``LayerNorm(dense(x) + residual)`` (also BERT's ``output`` block after the MLP)."""
 
-    def __init__(self, in_dim: int, cfg: BertConfig, dtype: DType, device: DeviceRef) -> None:
+    def __init__(self, in_dim: int, cfg: BertConfig, f: WeightFactory, p: str) -> None:
         super().__init__()
-        self.dense = Linear(in_dim, cfg.hidden_size, dtype, device, has_bias=True)
-        self.LayerNorm = _LayerNorm(cfg.hidden_size, device, dtype, eps=cfg.layer_norm_eps)
+        self.dense = f.linear(f"{p}.dense", in_dim, cfg.hidden_size, has_bias=True)
+        self.LayerNorm = _LayerNorm(cfg.hidden_size, f.device, f.dtype, eps=cfg.layer_norm_eps)
 
     def __call__(self, x: TensorValue, residual: TensorValue) -> TensorValue:
         return self.LayerNorm(self.dense(x) + residual)
 
 
 class BertAttention(Module):
-    def __init__(self, cfg: BertConfig, dtype: DType, device: DeviceRef) -> None:
+    def __init__(self, cfg: BertConfig, f: WeightFactory, p: str) -> None:
         super().__init__()
         # ``self`` is the Hugging Face name of this sub-module (attention.self.query ...)
-        setattr(self, "self", BertSelfAttention(cfg, dtype, device))
-        self.output = BertSelfOutput(cfg.hidden_size, cfg, dtype, device)
+        setattr(self, "self", BertSelfAttention(cfg, f, f"{p}.self"))
+        self.output = BertSelfOutput(cfg.hidden_size, cfg, f, f"{p}.output")
 
     def __call__(self, x: TensorValue, mask: TensorValue) -> TensorValue:
         return self.output(getattr(self, "self")(x, mask), x)
 
 
 class BertIntermediate(Module):
-    def __init__(self, cfg: BertConfig, dtype: DType, device: DeviceRef) -> None:
+    def __init__(self, cfg: BertConfig, f: WeightFactory, p: str) -> None:
         super().__init__()
-        self.dense = Linear(cfg.hidden_size, cfg.intermediate_size, dtype, device, has_bias=True)
+        self.dense = f.linear(f"{p}.dense", cfg.hidden_size, cfg.intermediate_size, has_bias=True)
         self.act, self.approximate = ACTIVATIONS[cfg.hidden_act]
 
     def __call__(self, x: TensorValue) -> TensorValue:
@@ -116,11 +117,11 @@ class BertIntermediate(Module):
 class BertLayer(Module):
     """Post-LN encoder layer: attention (+ residual, LN), GELU MLP (+ residual, LN)."""
 
-    def __init__(self, cfg: BertConfig, dtype: DType, device: DeviceRef) -> None:
+    def __init__(self, cfg: BertConfig, f: WeightFactory, p: str) -> None:
         super().__init__()
-        self.attention = BertAttention(cfg, dtype, device)
-        self.intermediate = BertIntermediate(cfg, dtype, device)
-        self.output = BertSelfOutput(cfg.intermediate_size, cfg, dtype, device)
+        self.attention = BertAttention(cfg, f, f"{p}.attention")
+        self.intermediate = BertIntermediate(cfg, f, f"{p}.intermediate")
+        self.output = BertSelfOutput(cfg.intermediate_size, cfg, f, f"{p}.output")
 
     def __call__(self, x: TensorValue, mask: TensorValue) -> TensorValue:
         a = self.attention(x, mask)
@@ -128,9 +129,9 @@ class BertLayer(Module):
 
 
 class BertEncoder(Module):
-    def __init__(self, cfg: BertConfig, dtype: DType, device: DeviceRef) -> None:
+    def __init__(self, cfg: BertConfig, f: WeightFactory, p: str = "encoder") -> None:
         super().__init__()
-        self.layer = LayerList([BertLayer(cfg, dtype, device) for _ in range(cfg.num_hidden_layers)])
+        self.layer = LayerList([BertLayer(cfg, f, f"{p}.layer.{i}") for i in range(cfg.num_hidden_layers)])
 
     def __call__(self, x: TensorValue, mask: TensorValue) -> TensorValue:
         for layer in self.layer:
@@ -139,15 +140,20 @@ class BertEncoder(Module):
 
 
 class BertModel(Module):
-    """The BERT encoder: ``(input_ids, attention_mask) -> last hidden states`` or pooled embeddings."""
+    """The BERT encoder: ``(input_ids, attention_mask) -> last hidden states`` or pooled embeddings.
 
-    def __init__(self, cfg: BertConfig, dtype: DType, device: DeviceRef, pool_embeddings: bool = True) -> None:
+    Its projections and tables come from ``factory`` (default: a plain float one in ``dtype``)."""
+
+    def __init__(self, cfg: BertConfig, dtype: DType, device: DeviceRef, pool_embeddings: bool = True,
+                 factory: WeightFactory | None = None) -> None:
         super().__init__()
+        f = factory or WeightFactory(dtype, device)
         self.config = cfg
         self.dtype = dtype
         self.pool_embeddings = pool_embeddings
-        self.embeddings = BertEmbeddings(cfg, dtype, device)
-        self.encoder = BertEncoder(cfg, dtype, device)
+        self.embeddings = BertEmbeddings(cfg, f)
+        self.encoder = BertEncoder(cfg, f)
+        f.check_paths(self)
 
     def __call__(self, input_ids: TensorValue, attention_mask: TensorValue) -> TensorValue:
         valid = ops.cast(attention_mask, self.dtype)  # [b, s], 1 = token
@@ -192,20 +198,13 @@ def hf_to_module_name(name: str) -> str | None:
     return name
 
 
-def _to_torch(wd: Any, dtype: DType) -> torch.Tensor:
-    t = wd.data if isinstance(wd.data, torch.Tensor) else torch.from_numpy(np.asarray(wd.data)) if isinstance(
-        wd.data, np.ndarray) or not hasattr(wd.data, "__dlpack__") else torch.from_dlpack(wd.data)
-    want = dtype.to_torch()
-    return t if t.dtype == want else t.to(want)
-
-
-def state_dict_from_weights(weights: Any, dtype: DType) -> dict[str, torch.Tensor]:
-    """The encoder's tensors from a ``load_weights`` result, named as the module names them."""
-    out: dict[str, torch.Tensor] = {}
-    for name, w in weights.items():
+def convert_state_dict(state_dict: dict[str, Any], **_: Any) -> dict[str, Any]:
+    """Checkpoint tensors -> the encoder's module names (unused ones, e.g. ``pooler.*``, left out)."""
+    out = {}
+    for name, w in state_dict.items():
         new = hf_to_module_name(name)
         if new is not None:
-            out[new] = _to_torch(w.data(), dtype)
+            out[new] = w
     return out
 
 
@@ -234,16 +233,16 @@ class BertPipelineModel(PipelineModel):
         cfg = bert_config_for(pipeline_config)
         self.config = cfg
         dev_ref = DeviceRef.from_device(devices[0])
-        dt = encoding.dtype if encoding is not None and not encoding.is_quantized else DType.float32
-        if dev_ref.is_cpu() and dt in (DType.float16, DType.bfloat16):
-            dt = DType.float32  # CPU half-precision matmuls are slower than float32 ones
+        dt = compute_dtype(encoding, dev_ref)
         self.compute_dtype = dt
         self.pool_embeddings = bool(getattr(pipeline_config, "pool_embeddings", True))
         self.max_seq_len = self.calculate_max_seq_len(pipeline_config, huggingface_config)
         self.pad_token_id = cfg.pad_token_id
-        module = BertModel(cfg, dt, dev_ref, pool_embeddings=self.pool_embeddings)
-        state = adapter(weights) if adapter is not None else state_dict_from_weights(weights, dt)
-        module.load_state_dict(state, strict=True)
+        checkpoint = (adapter or convert_state_dict)(dict(weights.items()), huggingface_config=huggingface_config,
+                                                     pipeline_config=pipeline_config)
+        module = BertModel(cfg, dt, dev_ref, pool_embeddings=self.pool_embeddings,
+                           factory=WeightFactory(dt, dev_ref, checkpoint))
+        load_weights_into(module, checkpoint, cfg.architecture)
         self.weights_seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
         graph = build_graph(module, dev_ref, name=cfg.architecture)

@@ -1,5 +1,5 @@
-"""Mistral: the Llama decoder with an optional sliding attention window."""
+"""Mistral: the Llama-shaped decoder with a sliding attention window."""
 
-from max.pipelines.architectures.llama3.arch import make
+from max.pipelines.architectures.mistral.arch import mistral_arch
 
-mistral_arch = make("MistralForCausalLM", "mistralai/Mistral-7B-Instruct-v0.3", ["mistral"])
+ARCHITECTURES = [mistral_arch]

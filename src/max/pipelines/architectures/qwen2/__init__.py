@@ -1,5 +1,5 @@
-"""Qwen2 / Qwen2.5: the Llama decoder with q/k/v projection biases (non-interleaved RoPE in GGUF too)."""
+"""Qwen2 / Qwen2.5: the Llama-shaped decoder with q/k/v projection biases."""
 
-from max.pipelines.architectures.llama3.arch import make
+from max.pipelines.architectures.qwen2.arch import qwen2_arch
 
-qwen2_arch = make("Qwen2ForCausalLM", "Qwen/Qwen2.5-0.5B-Instruct", ["qwen2"])
+ARCHITECTURES = [qwen2_arch]

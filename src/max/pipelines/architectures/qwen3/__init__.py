@@ -1,5 +1,5 @@
-"""Qwen3: the Llama decoder with per-head RMSNorm of queries and keys."""
+"""Qwen3: the Llama-shaped decoder with per-head RMSNorm of queries and keys."""
 
-from max.pipelines.architectures.llama3.arch import make
+from max.pipelines.architectures.qwen3.arch import qwen3_arch
 
-qwen3_arch = make("Qwen3ForCausalLM", "Qwen/Qwen3-0.6B", ["qwen3"])
+ARCHITECTURES = [qwen3_arch]

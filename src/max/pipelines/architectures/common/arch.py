@@ -1,0 +1,39 @@
+"""``decoder_architecture``: the ``SupportedArchitecture`` registration of a decoder family."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from max.graph.weights import WeightsFormat
+from max.interfaces import PipelineTask
+from max.nn.kv_cache import KVCacheStrategy
+from max.pipelines.lib.registry import SupportedArchitecture
+from max.pipelines.lib.tokenizer import TextTokenizer
+
+__all__ = ["DECODER_ENCODINGS", "decoder_architecture"]
+
+DECODER_ENCODINGS = ["float32", "bfloat16", "float16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k",
+                     "q6_k"]
+"""Weight encodings every decoder family loads (GGML block encodings from GGUF files)."""
+
+
+def decoder_architecture(name: str, example_repo_ids: list[str], pipeline_model: type,
+                         gguf_architectures: list[str] | None = None,
+                         config_from_gguf: Callable[[Any], dict] | None = None,
+                         encodings: list[str] | None = None, **kw: Any) -> SupportedArchitecture:
+    """A text-generation ``SupportedArchitecture`` over the paged KV cache; ``pipeline_model``'s
+    ``weight_adapters`` are registered as the architecture's."""
+    return SupportedArchitecture(
+        name=name,
+        example_repo_ids=example_repo_ids,
+        default_encoding="float32",
+        supported_encodings={e: [KVCacheStrategy.PAGED] for e in (encodings or DECODER_ENCODINGS)},
+        pipeline_model=pipeline_model,
+        task=PipelineTask.TEXT_GENERATION,
+        tokenizer=TextTokenizer,
+        default_weights_format=WeightsFormat.safetensors,
+        weight_adapters=dict(pipeline_model.weight_adapters),
+        gguf_architectures=list(gguf_architectures or []),
+        config_from_gguf=config_from_gguf,
+        **kw,
+    )

@@ -1,0 +1,187 @@
+"""The decoder configuration every family translates to, and the one GGUF -> config translation.
+
+A family's ``config.py`` turns a Hugging Face ``config.json`` (as a dict with the config class's
+defaults filled in) into a :class:`DecoderConfig`; GGUF files reach the same function through
+:func:`gguf_hf_config`, which turns GGUF metadata into the Hugging Face config dict of the
+family's ``model_type`` (only keys the file has: missing ones take the transformers config
+class's defaults, exactly as transformers does when it loads that GGUF file).  The shared decoder
+reads only the fields below -- never the family's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+__all__ = ["DecoderConfig", "NormPlan", "eos_ids", "gguf_hf_config", "hf_common"]
+
+
+@dataclass(frozen=True)
+class NormPlan:
+    """Module names of a decoder layer's norms (None: the layer has no such norm).
+
+    Llama: ``input_layernorm`` before attention, ``post_attention_layernorm`` before the MLP.
+    Gemma 2/3 add norms after attention and after the MLP; OLMo 2 has only the post norms.
+    """
+
+    pre_attention: str | None = "input_layernorm"
+    post_attention: str | None = None
+    pre_mlp: str | None = "post_attention_layernorm"
+    post_mlp: str | None = None
+
+
+@dataclass
+class DecoderConfig:
+    """What the shared decoder builds: sizes, norms, attention variants, scalings (see field docs)."""
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    rope_scaling: dict | None = None
+    """``rope_type`` (``default``/``llama3``/``linear``/``yarn``/``longrope``...) and its parameters."""
+    partial_rotary_factor: float = 1.0
+    """Fraction of each head's dims that are rotated (Phi-4-mini: 0.75)."""
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    """q/k/v projections have biases (Qwen2)."""
+    o_proj_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: str | None = None
+    """``"head"``: RMSNorm of each head of q and k (Qwen3, Gemma 3); ``"full"``: of the whole q and k
+    projections (OLMo 2); None: no q/k norm."""
+    fused_qkv: bool = False
+    """The checkpoint holds one ``self_attn.qkv_proj`` (Phi-3) instead of q/k/v projections."""
+    fused_gate_up: bool = False
+    """The checkpoint holds one ``mlp.gate_up_proj`` (Phi-3) instead of gate/up projections."""
+    hidden_act: str = "silu"
+    norms: NormPlan = field(default_factory=NormPlan)
+    norm_weight_offset: float = 0.0
+    """RMSNorm scales by ``weight + offset`` (Gemma: 1.0)."""
+    norm_multiply_before_cast: bool = False
+    sliding_window: int | None = None
+    layer_types: list[str] | None = None
+    """Per layer ``"sliding_attention"`` or ``"full_attention"``; None: every layer uses
+    ``sliding_window`` (None = full attention)."""
+    local_rope_theta: float | None = None
+    """RoPE base of sliding-window layers when it differs from ``rope_theta`` (Gemma 3); their
+    RoPE is unscaled."""
+    attention_scale: float | None = None
+    """Softmax scale; None = ``1 / sqrt(head_dim)``."""
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    logits_scaling: float = 1.0
+    """Logits are divided by it (Granite)."""
+    final_logit_softcapping: float | None = None
+    attn_logit_softcapping: float | None = None
+    interleaved_rope: bool = False
+    """q/k rows are in the interleaved-pair layout (llama.cpp's permuted GGUF q/k of Llama-family files)."""
+    bos_token_id: int | None = None
+    eos_token_ids: list[int] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+    """Family-specific values its own modules read (MoE, MLA ...)."""
+
+    def layer_window(self, i: int) -> int | None:
+        """The sliding window of layer ``i`` (None: full attention)."""
+        if self.layer_types is None:
+            return self.sliding_window
+        return self.sliding_window if self.layer_types[i] == "sliding_attention" else None
+
+
+def eos_ids(value: Any) -> list[int]:
+    """``eos_token_id`` (an int, a list or None) as a list."""
+    if value is None:
+        return []
+    return [int(value)] if isinstance(value, int) else [int(v) for v in value]
+
+
+def hf_common(hf: Mapping[str, Any], architecture: str) -> dict[str, Any]:
+    """The :class:`DecoderConfig` fields every Llama-like Hugging Face config spells the same way."""
+    from max.pipelines.lib.hf_utils import get_rope_parameters
+
+    n_heads = int(hf["num_attention_heads"])
+    hidden = int(hf["hidden_size"])
+    rope = get_rope_parameters(dict(hf))
+    scaling = None if rope.get("rope_type", "default") in ("default", None) else dict(rope)
+    return dict(
+        architecture=architecture,
+        vocab_size=int(hf["vocab_size"]),
+        hidden_size=hidden,
+        intermediate_size=int(hf["intermediate_size"]),
+        num_hidden_layers=int(hf["num_hidden_layers"]),
+        num_attention_heads=n_heads,
+        num_key_value_heads=int(hf.get("num_key_value_heads") or n_heads),
+        head_dim=int(hf.get("head_dim") or hidden // n_heads),
+        rms_norm_eps=float(hf["rms_norm_eps"]),
+        rope_theta=float(rope["rope_theta"]),
+        rope_scaling=scaling,
+        partial_rotary_factor=float(hf.get("partial_rotary_factor") or 1.0),
+        max_position_embeddings=int(hf["max_position_embeddings"]),
+        tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        attention_bias=bool(hf.get("attention_bias", False)),
+        mlp_bias=bool(hf.get("mlp_bias", False)),
+        hidden_act=str(hf.get("hidden_act") or hf.get("hidden_activation") or "silu"),
+        sliding_window=hf.get("sliding_window"),
+        layer_types=list(hf["layer_types"]) if hf.get("layer_types") else None,
+        bos_token_id=hf.get("bos_token_id"),
+        eos_token_ids=eos_ids(hf.get("eos_token_id")),
+    )
+
+
+def gguf_hf_config(meta: Any, model_type: str, architecture: str, rope_dim_is_head_dim: bool = True
+                   ) -> dict[str, Any]:
+    """The Hugging Face config dict (``model_type``, ``architectures`` and the keys the file has) of a
+    GGUF file from llama.cpp's common metadata keys (``{arch}.block_count`` ...).
+
+    Keys the file lacks are left out, so ``AutoConfig.for_model(model_type, **d)`` fills in the
+    config class's defaults (what transformers itself does for that file).  Family-specific keys
+    are added by the family's ``config.py``.  ``head_dim`` is ``attention.key_length``, else
+    ``rope.dimension_count`` when the family rotates whole heads (``rope_dim_is_head_dim``).
+    """
+    g = meta.arch_get
+    names = {t.name for t in meta.tensors}
+    tokens = meta.get("tokenizer.ggml.tokens")
+    vocab = g("vocab_size") or (len(tokens) if tokens is not None else None)
+    rope: dict[str, Any] = {"rope_type": "default"}
+    if g("rope.freq_base") is not None:
+        rope["rope_theta"] = float(g("rope.freq_base"))
+    stype = g("rope.scaling.type")
+    if stype in ("linear", "yarn") and g("rope.scaling.factor"):
+        rope.update(rope_type=stype, factor=float(g("rope.scaling.factor")))
+        if g("rope.scaling.original_context_length"):
+            rope["original_max_position_embeddings"] = int(g("rope.scaling.original_context_length"))
+    d: dict[str, Any] = dict(
+        model_type=model_type,
+        architectures=[architecture],
+        vocab_size=vocab,
+        hidden_size=g("embedding_length"),
+        intermediate_size=g("feed_forward_length"),
+        num_hidden_layers=g("block_count"),
+        num_attention_heads=g("attention.head_count"),
+        num_key_value_heads=g("attention.head_count_kv"),
+        head_dim=g("attention.key_length") or (g("rope.dimension_count") if rope_dim_is_head_dim else None),
+        max_position_embeddings=g("context_length"),
+        rms_norm_eps=g("attention.layer_norm_rms_epsilon"),
+        sliding_window=g("attention.sliding_window"),
+        tie_word_embeddings="output.weight" not in names,
+        bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
+        eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),
+        pad_token_id=meta.get("tokenizer.ggml.padding_token_id"),
+    )
+    if "rope_theta" in rope or rope["rope_type"] != "default":
+        d["rope_parameters"] = rope
+    return {k: _plain(v) for k, v in d.items() if v is not None}
+
+
+def _plain(v: Any) -> Any:
+    """numpy scalars from the GGUF reader as Python numbers (JSON-serialisable configs)."""
+    if isinstance(v, bool) or not hasattr(v, "item"):
+        return v
+    return v.item()

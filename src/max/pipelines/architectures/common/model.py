@@ -1,0 +1,162 @@
+"""The pipeline model every decoder family uses: config -> weights -> graph -> compiled model with
+a paged KV cache, and the KV-cache sizing policy (:func:`kv_cache_budget`).
+
+Graph inputs, in order: ``tokens`` int64 ``[total_seq_len]`` (ragged), ``input_row_offsets`` uint32
+``[batch + 1]``, ``return_n_logits`` int64 ``[1]``, then the KV cache's ``input_symbols()``
+(blocks, cache_lengths, lookup_table, max_lengths).  Output: float32 logits ``[batch, vocab]`` of
+each request's last token.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from max.driver import Buffer
+from max.dtype import DType
+from max.graph import DeviceRef, Graph, TensorType
+from max.graph.weights import WeightsFormat
+from max.nn.kv_cache import KVCacheParams
+from max.nn.layer import Module
+from max.nn.transformer import ReturnLogits
+from max.pipelines.architectures.common.config import DecoderConfig
+from max.pipelines.architectures.common.layers import build_decoder
+from max.pipelines.architectures.common.weights import (
+    WeightFactory,
+    compute_dtype,
+    load_weights_into,
+    rename_gguf,
+    rename_hf,
+)
+from max.pipelines.lib.pipeline import ModelInputs, ModelOutputs, PipelineModel, upper_bounded_default
+
+__all__ = ["DecoderPipelineModel", "build_graph", "kv_cache_budget", "kv_params_for"]
+
+
+def kv_params_for(cfg: DecoderConfig, dtype: DType, page_size: int = 128,
+                  enable_prefix_caching: bool = True) -> KVCacheParams:
+    """The paged cache's parameters for a decoder (one K and one V row of ``head_dim`` per KV head)."""
+    return KVCacheParams(dtype=dtype, n_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
+                         page_size=page_size, enable_prefix_caching=enable_prefix_caching)
+
+
+def kv_cache_budget(kv_params: KVCacheParams, num_layers: int, max_batch: int, max_seq_len: int) -> int:
+    """Bytes of KV cache to allocate: a full batch at ``max_seq_len`` plus 8 pages of room for the
+    prefix cache, capped at 4 GiB."""
+    page = kv_params.effective_page_size
+    pages = max_batch * (-(-max_seq_len // page)) + 8
+    return int(min(pages * kv_params.bytes_per_page(num_layers), 4 << 30))
+
+
+def build_graph(model: Module, kv_input_symbols: Any, device: DeviceRef, name: str = "decoder") -> Graph:
+    """The prefill/decode step graph (see the module docstring for its inputs)."""
+    tokens_t = TensorType(DType.int64, ["total_seq_len"], device)
+    offsets_t = TensorType(DType.uint32, ["input_row_offsets_len"], device)
+    n_logits_t = TensorType(DType.int64, [1], DeviceRef.CPU())
+    kv = list(kv_input_symbols)
+    with Graph(name, input_types=[tokens_t, offsets_t, n_logits_t, *kv]) as g:
+        tokens, offsets, n_logits, *kv_vals = g.inputs
+        (logits,) = model(tokens.tensor, kv_vals, n_logits, offsets.tensor)
+        g.output(logits)
+    return g
+
+
+Adapter = Callable[..., Mapping[str, Any]]
+
+
+class DecoderPipelineModel(PipelineModel):
+    """A decoder family's compiled model: weights loaded, graph compiled, paged KV cache sized.
+
+    A family subclasses it and sets:
+
+    - ``config_from_hf(hf: dict) -> DecoderConfig`` (its ``config.py``);
+    - ``weight_adapters``: ``{WeightsFormat: adapter}`` (its ``weight_adapters.py``); an adapter maps
+      the checkpoint's ``{name: tensor handle}`` to ``{module name: tensor handle}`` (default: Hugging
+      Face names minus ``model.``, llama.cpp's standard GGUF names);
+    - ``gguf_interleaved_rope``: whether llama.cpp stored this family's q/k rows permuted for
+      interleaved RoPE (Llama-style ``NORM`` rope);
+    - optionally ``build_module(cfg, factory, kv_params, max_seq_len) -> Module`` (default:
+      :func:`build_decoder`).
+    """
+
+    config_from_hf: Callable[[dict], DecoderConfig]
+    weight_adapters: dict[WeightsFormat, Adapter] = {WeightsFormat.safetensors: rename_hf, WeightsFormat.pytorch: rename_hf,
+                                                     WeightsFormat.gguf: rename_gguf}
+    gguf_interleaved_rope: bool = False
+
+    @classmethod
+    def build_module(cls, cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams,
+                     max_seq_len: int) -> Module:
+        return build_decoder(cfg, factory, kv_params, max_seq_len)
+
+    def __init__(self, pipeline_config: Any, session: Any, huggingface_config: Any, encoding: Any, devices: list,
+                 kv_cache_config: Any, weights: Any, adapter: Any, return_logits: ReturnLogits) -> None:
+        super().__init__(pipeline_config, session, huggingface_config, encoding, devices, kv_cache_config, weights,
+                         adapter, return_logits)
+        from max.nn.kv_cache import PagedKVCacheManager
+
+        t0 = time.perf_counter()
+        cfg = self.decoder_config(pipeline_config)
+        self.config = cfg
+        dev_ref = DeviceRef.from_device(devices[0])
+        dt = compute_dtype(encoding, dev_ref)
+        self.compute_dtype = dt
+        self.max_seq_len = self.calculate_max_seq_len(pipeline_config, huggingface_config)
+        kvc = kv_cache_config
+        kv_params = kv_params_for(cfg, kvc.cache_dtype or dt, page_size=kvc.kv_cache_page_size,
+                                  enable_prefix_caching=kvc.enable_prefix_caching)
+        self.kv_params = kv_params
+        max_batch = pipeline_config.max_batch_size or 16
+        self.kv_manager = PagedKVCacheManager(
+            kv_params, max_batch_size=max_batch, max_seq_len=self.max_seq_len, num_layers=cfg.num_hidden_layers,
+            devices=devices, session=session,
+            available_cache_memory=kv_cache_budget(kv_params, cfg.num_hidden_layers, max_batch, self.max_seq_len))
+        fmt = pipeline_config.model_config.weights_format
+        adapt = adapter or self.weight_adapters.get(fmt)
+        if adapt is None:
+            raise ValueError(f"{cfg.architecture}: no weight adapter for {fmt.value} checkpoints")
+        checkpoint = adapt(dict(weights.items()), huggingface_config=huggingface_config,
+                           pipeline_config=pipeline_config)
+        factory = WeightFactory(dt, dev_ref, checkpoint)
+        module = self.build_module(cfg, factory, kv_params, self.max_seq_len)
+        load_weights_into(module, checkpoint, cfg.architecture)
+        self.weights_seconds = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        graph = build_graph(module, self.kv_manager.input_symbols()[0], dev_ref, name=cfg.architecture)
+        self.model = session.load(graph, weights_registry=module.state_dict())
+        self.compile_seconds = time.perf_counter() - t1
+        self._n_logits = Buffer.from_numpy(np.array([1], np.int64))
+
+    @classmethod
+    def decoder_config(cls, pipeline_config: Any) -> DecoderConfig:
+        """The family's config from the model's Hugging Face config (``config.json``, or the one
+        translated from GGUF metadata), with the GGUF q/k layout where the weights are GGUF."""
+        mc = pipeline_config.model_config
+        hf = mc.huggingface_config
+        cfg = cls.config_from_hf(hf.to_dict() if hasattr(hf, "to_dict") else dict(hf))
+        if cls.gguf_interleaved_rope and mc.weight_path and mc.weights_format is WeightsFormat.gguf:
+            cfg.interleaved_rope = True
+        return cfg
+
+    @classmethod
+    def calculate_max_seq_len(cls, pipeline_config: Any, huggingface_config: Any) -> int:
+        cfg = cls.decoder_config(pipeline_config)
+        return upper_bounded_default(cfg.max_position_embeddings, pipeline_config.max_length)
+
+    def prepare_initial_token_inputs(self, context_batch: Sequence[Any], kv_cache_inputs: Any = None,
+                                     return_n_logits: int = 1) -> ModelInputs:
+        toks = [c.next_tokens for c in context_batch]
+        lens = [len(t) for t in toks]
+        offsets = np.zeros(len(toks) + 1, np.uint32)
+        np.cumsum(lens, out=offsets[1:])
+        flat = np.concatenate(toks).astype(np.int64) if toks else np.zeros(0, np.int64)
+        kv = kv_cache_inputs[0] if isinstance(kv_cache_inputs, (list, tuple)) else kv_cache_inputs
+        return ModelInputs(tokens=Buffer.from_numpy(flat), input_row_offsets=Buffer.from_numpy(offsets),
+                           kv_cache_inputs=kv, return_n_logits=self._n_logits)
+
+    def execute(self, model_inputs: ModelInputs) -> ModelOutputs:
+        (logits,) = self.model.execute(model_inputs.tokens, model_inputs.input_row_offsets,
+                                       model_inputs.return_n_logits, *model_inputs.kv_cache_inputs)
+        return ModelOutputs(logits=logits._torch())

@@ -1,0 +1,15 @@
+"""Qwen2 configuration from a Hugging Face ``config.json`` or GGUF metadata."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from max.pipelines.architectures.common import DecoderConfig, gguf_hf_config, hf_common
+
+
+def config_from_hf(hf: dict) -> DecoderConfig:
+    return DecoderConfig(**{**hf_common(hf, "Qwen2ForCausalLM"), "attention_bias": True})
+
+
+def config_from_gguf(meta: Any) -> dict:
+    return gguf_hf_config(meta, "qwen2", "Qwen2ForCausalLM")
