@@ -258,9 +258,12 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
                                                         "(default: the model path).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option("--tool-call-parser", type=click.Choice(["hermes", "llama3_json", "mistral"]), default=None,
+              help="How the model writes tool calls (default: chosen from its chat template).")
 def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
           prefill_chunk_size: Any, enable_prefix_caching: bool, host: str, port: int, api_key: Any,
-          max_queue_size: Any, metrics_port: Any, served_model_name: Any, log_level: str) -> None:
+          max_queue_size: Any, metrics_port: Any, served_model_name: Any, log_level: str,
+          tool_call_parser: Any) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (chat, completions, embeddings, metrics)."""
     import logging
 
@@ -277,7 +280,8 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
         click.echo(f"Loading {cfg.model_config.model_path} ...", err=True)
         if served_model_name is None and model_path is None:  # the bundled model: a short id
             served_model_name = os.path.splitext(os.path.basename(str(cfg.model_config.model_path)))[0]
-        app = build_app(cfg, served_model_name=served_model_name, api_key=api_key, max_queue_size=max_queue_size)
+        app = build_app(cfg, served_model_name=served_model_name, api_key=api_key, max_queue_size=max_queue_size,
+                        tool_parser=tool_call_parser)
     except (ValueError, FileNotFoundError, TypeError) as e:
         raise click.ClickException(str(e)) from None
     name = app.state.serve.model_name

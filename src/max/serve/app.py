@@ -31,18 +31,25 @@ __all__ = ["AppState", "EmbeddingsEngine", "GenerationEngine", "create_app"]
 
 def create_app(model_name: str, *, generator: Optional[GenerationEngine] = None,
                embedder: Optional[EmbeddingsEngine] = None, api_key: Optional[str] = None,
-               metrics: Optional[ServeMetrics] = None, aliases: Any = ()) -> FastAPI:
+               metrics: Optional[ServeMetrics] = None, aliases: Any = (), tool_parser: Optional[str] = None
+               ) -> FastAPI:
     """The FastAPI app serving ``generator`` (chat / completions) or ``embedder`` (embeddings).
 
     The app starts the engines on startup (the generator's scheduler thread) and stops them on
-    shutdown; its state is ``app.state.serve`` (:class:`AppState`).
+    shutdown; its state is ``app.state.serve`` (:class:`AppState`).  ``tool_parser`` names the
+    tool-call parser (``hermes``, ``llama3_json``, ``mistral``; None: chosen from the chat template).
     """
     if generator is None and embedder is None:
         raise ValueError("create_app: give a generator or an embedder")
     metrics = metrics or ServeMetrics()
     if generator is not None:
         metrics.bind(generator.scheduler, generator.kv_manager)
-    state = AppState(model_name, generator, embedder, api_key, metrics, set(aliases) - {None})
+    if tool_parser is not None:
+        from max.serve.tools import make_parser
+
+        make_parser(tool_parser)  # ValueError for an unknown name
+    state = AppState(model_name, generator, embedder, api_key, metrics, set(aliases) - {None},
+                     tool_parser=tool_parser)
     engines = [e for e in (generator, embedder) if e is not None]
 
     @asynccontextmanager

@@ -119,10 +119,13 @@ def _new_context(tokenizer: Any, treq: TextGenerationRequest) -> Any:
 
 async def start_job(state: AppState, gen: GenerationEngine, request: Request, rid: str, inputs: list[dict],
                     req: Any, max_new: Optional[int], *, logprobs: int, echo: bool, chat_extra: dict,
-                    explicit_max: bool = True) -> Job:
+                    explicit_max: bool = True, constraint: Optional[tuple[Optional[dict], str]] = None,
+                    raw_text: bool = False) -> Job:
     """Tokenise every (input, choice) pair, check lengths and output constraints (compiled per
-    choice: each gets its own grammar state), and submit them to the scheduler."""
-    response_format, constraint_field = req.constraint()
+    choice: each gets its own grammar state), and submit them to the scheduler.  ``constraint``
+    (``(response_format, field)``) replaces the body's own; ``raw_text`` keeps special tokens in the
+    outputs' text (tool-call parsing)."""
+    response_format, constraint_field = constraint if constraint is not None else req.constraint()
     loop = asyncio.get_running_loop()
     tok = gen.tokenizer
     max_len = gen.max_length
@@ -176,7 +179,7 @@ async def start_job(state: AppState, gen: GenerationEngine, request: Request, ri
     submitted: list[Choice] = []
     try:
         for c in job.choices:
-            gen.scheduler.submit(c.ctx, make_cb(c.index), stop=stop)
+            gen.scheduler.submit(c.ctx, make_cb(c.index), stop=stop, skip_special_tokens=not raw_text)
             submitted.append(c)
     except QueueFull as e:
         for c in submitted:

@@ -27,8 +27,9 @@ def model_task(pipeline_config: Any) -> Any:
 
 
 def build_app(pipeline_config: Any, *, served_model_name: Optional[str] = None, api_key: Optional[str] = None,
-              max_queue_size: Optional[int] = None, metrics: Any = None) -> Any:
-    """Load the model of ``pipeline_config`` and return the FastAPI app serving it."""
+              max_queue_size: Optional[int] = None, metrics: Any = None, tool_parser: Optional[str] = None) -> Any:
+    """Load the model of ``pipeline_config`` and return the FastAPI app serving it (``tool_parser``: see
+    :func:`~max.serve.app.create_app`)."""
     from max.interfaces import PipelineTask
     from max.pipelines.lib.registry import PIPELINE_REGISTRY
     from max.serve.app import EmbeddingsEngine, GenerationEngine, create_app
@@ -53,7 +54,7 @@ def build_app(pipeline_config: Any, *, served_model_name: Optional[str] = None, 
         pipeline, tokenizer, max_batch_size=pipeline_config.max_batch_size or 16, max_queue_size=max_queue_size,
         prefill_token_budget=pipeline_config.prefill_chunk_size, metrics=metrics)
     return create_app(name, generator=GenerationEngine.from_pipeline(tokenizer, pipeline, scheduler),
-                      api_key=api_key, metrics=metrics, aliases=aliases)
+                      api_key=api_key, metrics=metrics, aliases=aliases, tool_parser=tool_parser)
 
 
 def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, *, metrics_port: Optional[int] = None,

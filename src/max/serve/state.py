@@ -23,6 +23,7 @@ class AppState:
     metrics: ServeMetrics = field(default_factory=ServeMetrics)
     aliases: set[str] = field(default_factory=set)
     created: int = field(default_factory=lambda: int(time.time()))
+    tool_parser: Optional[str] = None  # None: chosen from the chat template
 
     def check_model(self, name: Optional[str]) -> None:
         if name is None or name == self.model_name or name in self.aliases:
@@ -38,6 +39,7 @@ class AppState:
 
 
 def serve_state(request: Request) -> AppState:
+    """The :class:`AppState` of the app serving ``request``."""
     return request.app.state.serve
 
 

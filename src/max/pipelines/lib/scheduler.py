@@ -59,6 +59,7 @@ class _Entry:
     t_submit: float = field(default_factory=time.perf_counter)
     t_first: Optional[float] = None
     t_last: Optional[float] = None
+    skip_special_tokens: bool = True
 
 
 class QueueFull(RuntimeError):
@@ -88,11 +89,14 @@ class TokenGenerationScheduler:
         self._step_lock = threading.Lock()
 
     # ---------------------------------------------------------------- submission
-    def submit(self, ctx: Any, callback: Callable[[StepOutput], None], stop: Optional[list[str]] = None) -> None:
-        """Queue a request; ``callback`` runs on the scheduler thread after each step."""
+    def submit(self, ctx: Any, callback: Callable[[StepOutput], None], stop: Optional[list[str]] = None, *,
+               skip_special_tokens: bool = True) -> None:
+        """Queue a request; ``callback`` runs on the scheduler thread after each step.  Its text leaves
+        special tokens out unless ``skip_special_tokens`` is False (e.g. to parse tool-call markers)."""
         if self.max_queue_size is not None and self._waiting.qsize() >= self.max_queue_size:
             raise QueueFull(f"the request queue is full ({self.max_queue_size} waiting)")
-        self._waiting.put(_Entry(ctx, callback, [s for s in (stop or []) if s]))
+        self._waiting.put(_Entry(ctx, callback, [s for s in (stop or []) if s],
+                                 skip_special_tokens=skip_special_tokens))
         self._wake.set()
 
     def cancel(self, request_id: str) -> None:
@@ -275,8 +279,9 @@ class TokenGenerationScheduler:
         if len(gen) == e.read_off:
             return ""
         dec = self.tokenizer.decode_sync
-        before = dec(gen[e.prefix_off:e.read_off], skip_special_tokens=True) if e.read_off > e.prefix_off else ""
-        now = dec(gen[e.prefix_off:], skip_special_tokens=True)
+        skip = e.skip_special_tokens
+        before = dec(gen[e.prefix_off:e.read_off], skip_special_tokens=skip) if e.read_off > e.prefix_off else ""
+        now = dec(gen[e.prefix_off:], skip_special_tokens=skip)
         if len(now) > len(before) and not now.endswith("\ufffd"):
             e.prefix_off, e.read_off = e.read_off, len(gen)
             return now[len(before):]
