@@ -139,14 +139,21 @@ def test_chat_logprobs(client):
         assert bytes(e.bytes).decode("utf-8", "replace") == e.token
 
 
-def test_completion_logprobs_and_echo(client):
+def test_completion_logprobs_and_echo(server, client):
     r = client.completions.create(model="tiny", prompt="import sys", max_tokens=4, temperature=0, logprobs=2,
-                                  echo=True, extra_body={"ignore_eos": True})
+                                  extra_body={"ignore_eos": True})
     lp = r.choices[0].logprobs
-    assert lp.token_logprobs[0] is None and all(v <= 0 for v in lp.token_logprobs[-4:])
+    assert all(v <= 0 for v in lp.token_logprobs) and len(lp.token_logprobs) == 4
     assert "".join(lp.tokens) == r.choices[0].text
     assert lp.text_offset == sorted(lp.text_offset)
-    assert all(len(t) >= 2 for t in lp.top_logprobs[-4:])
+    assert all(len(t) >= 2 for t in lp.top_logprobs)
+    # prompt log probabilities need a model served with --enable-echo (tests/serve/test_prompt_logprobs.py)
+    e = httpx.post(server.url + "/v1/completions", timeout=30, json={
+        "model": "tiny", "prompt": "import sys", "max_tokens": 2, "logprobs": 1, "echo": True})
+    assert e.status_code == 400 and e.json()["error"]["param"] == "echo"
+    assert "--enable-echo" in e.json()["error"]["message"]
+    echo_only = client.completions.create(model="tiny", prompt="import sys", max_tokens=2, echo=True)
+    assert echo_only.choices[0].text.startswith("import sys")
 
 
 def test_metrics_after_traffic(server, client):

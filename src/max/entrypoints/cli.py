@@ -40,7 +40,7 @@ def _model_options(f: Any) -> Any:
 
 
 def build_config(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
-                 prefill_chunk_size: Any = None, enable_prefix_caching: bool = True) -> Any:
+                 prefill_chunk_size: Any = None, enable_prefix_caching: bool = True, **extra: Any) -> Any:
     from max.entrypoints.default_model import default_model_path
     from max.pipelines import PipelineConfig
 
@@ -54,6 +54,7 @@ def build_config(model_path: Any, quantization_encoding: Any, devices: str, max_
         kw["max_batch_size"] = max_batch_size
     if prefill_chunk_size:
         kw["prefill_chunk_size"] = prefill_chunk_size
+    kw.update({k: v for k, v in extra.items() if v is not None})
     return PipelineConfig(**kw)
 
 
@@ -260,10 +261,12 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @click.option("--tool-call-parser", type=click.Choice(["hermes", "llama3_json", "mistral"]), default=None,
               help="How the model writes tool calls (default: chosen from its chat template).")
+@click.option("--enable-echo", is_flag=True, help="Compute prompt log probabilities (echo with logprobs, "
+              "prompt_logprobs); the model then returns the logits of every prompt position.")
 def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
           prefill_chunk_size: Any, enable_prefix_caching: bool, host: str, port: int, api_key: Any,
           max_queue_size: Any, metrics_port: Any, served_model_name: Any, log_level: str,
-          tool_call_parser: Any) -> None:
+          tool_call_parser: Any, enable_echo: bool) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (chat, completions, embeddings, metrics)."""
     import logging
 
@@ -276,7 +279,7 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
     t0 = time.perf_counter()
     try:
         cfg = build_config(model_path, quantization_encoding, devices, max_length, max_batch_size,
-                           prefill_chunk_size, enable_prefix_caching)
+                           prefill_chunk_size, enable_prefix_caching, enable_echo=enable_echo or None)
         click.echo(f"Loading {cfg.model_config.model_path} ...", err=True)
         if served_model_name is None and model_path is None:  # the bundled model: a short id
             served_model_name = os.path.splitext(os.path.basename(str(cfg.model_config.model_path)))[0]

@@ -31,6 +31,11 @@ class GenerationEngine:
             pass
         return cls(tokenizer, scheduler, kv, pipeline=pipeline)
 
+    @property
+    def echo_enabled(self) -> bool:
+        """Whether the pipeline computes prompt log probabilities (``PipelineConfig.enable_echo``)."""
+        return bool(getattr(self.pipeline, "echo_enabled", False))
+
     def start(self) -> None:
         self.scheduler.start()
 

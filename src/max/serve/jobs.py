@@ -126,13 +126,19 @@ async def start_job(state: AppState, gen: GenerationEngine, request: Request, ri
     (``(response_format, field)``) replaces the body's own; ``raw_text`` keeps special tokens in the
     outputs' text (tool-call parsing)."""
     response_format, constraint_field = constraint if constraint is not None else req.constraint()
+    prompt_lp = getattr(req, "prompt_logprobs", None)
+    if (prompt_lp is not None or (echo and logprobs)) and not gen.echo_enabled:
+        raise APIError(400, "prompt log probabilities (echo with logprobs, prompt_logprobs) need the model served "
+                       "with --enable-echo", param="prompt_logprobs" if prompt_lp is not None else "echo")
+    if prompt_lp is not None:  # the pipeline computes the prompt's entries when the request echoes
+        echo, logprobs = True, max(logprobs, prompt_lp, 1)
     loop = asyncio.get_running_loop()
     tok = gen.tokenizer
     max_len = gen.max_length
     is_chat = "messages" in inputs[0]
     job = Job(rid, int(time.time()), [], asyncio.Queue(), request, gen.scheduler)
     for p_i, inp in enumerate(inputs):
-        for j in range(req.n):
+        for j in range(max(req.n, getattr(req, "best_of", None) or 0)):  # best_of: candidates to rank
             seed = None if req.seed is None else req.seed + j
             params = sampling_params(req, max_new, seed)
             try:

@@ -79,3 +79,37 @@ def completion_logprobs(entries: list[Any], tokens: list[int], n_top: int, text:
             offs.append(pos)
             pos += len(s)
     return {"tokens": toks, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offs}
+
+
+def split_prompt_entries(entries: list[Any], n_prompt: int) -> tuple[Optional[Any], list[Any]]:
+    """Echo: the first entry covers prompt tokens 1..n_prompt-1 and then the first sampled token;
+    returns ``(the prompt's entry, the entries of the sampled tokens)``."""
+    if not entries or n_prompt <= 1:
+        return None, list(entries)
+    from max.interfaces import LogProbabilities
+
+    first, k = entries[0], n_prompt - 1
+    if len(first.token_log_probabilities) <= k:
+        return None, list(entries)
+    prompt = LogProbabilities(first.token_log_probabilities[:k], first.top_log_probabilities[:k])
+    rest = LogProbabilities(first.token_log_probabilities[k:], first.top_log_probabilities[k:])
+    return prompt, [rest, *entries[1:]]
+
+
+def vllm_prompt_logprobs(prompt_tokens: list[int], entry: Any, n_top: int, text: TokenText) -> list[Any]:
+    """vLLM's ``prompt_logprobs``: None for the first token, then per token ``{token_id: {"logprob",
+    "rank", "decoded_token"}}`` for the token itself and the ``n_top`` most likely ones."""
+    out: list[Any] = [None]
+    for i, t in enumerate(prompt_tokens[1:]):
+        if entry is None or i >= len(entry.token_log_probabilities):
+            out.append(None)
+            continue
+        top = entry.top_log_probabilities[i]
+        ranked = sorted(top.items(), key=lambda kv: -kv[1])
+        d = {str(k): {"logprob": float(v), "rank": r + 1, "decoded_token": text(k)}
+             for r, (k, v) in enumerate(ranked[:n_top])}
+        chosen = float(entry.token_log_probabilities[i])
+        if str(t) not in d:  # outside the top n: its exact rank is not known
+            d[str(t)] = {"logprob": chosen, "rank": None, "decoded_token": text(t)}
+        out.append(d)
+    return out

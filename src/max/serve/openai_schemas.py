@@ -73,6 +73,7 @@ class _SamplingFields(_Body):
     ignore_eos: bool = False
     stop_token_ids: Optional[list[int]] = None
     logit_bias: Optional[dict[str, Union[int, float]]] = None
+    prompt_logprobs: Optional[int] = Field(default=None, ge=0, le=20)
     user: Optional[str] = None
 
     @property

@@ -440,10 +440,14 @@ class PagedKVCacheManager(KVCacheManager[Any]):
             kept_pages = num_committed
         matched: list[tuple[int, bytes]] = []
         eff_start = rewind_to if rewind_to is not None else start
+        # a request that wants its prompt's log probabilities (echo) computes the whole prompt
+        wants_prompt_logits = bool(getattr(ctx, "log_probabilities_echo", False)) and bool(
+            getattr(ctx, "log_probabilities", 0))
         if (
             self.params.enable_prefix_caching
             and kept_pages == num_committed
             and eff_start == num_committed * P
+            and not wants_prompt_logits
         ):
             tokens = ctx.tokens
             parent = req.hashes[num_committed - 1] if num_committed else _ROOT_HASH

@@ -35,6 +35,26 @@ def _entries(logp: torch.Tensor, targets: torch.Tensor, top_n: int) -> LogProbab
     return LogProbabilities(token_log_probabilities=[float(v) for v in chosen.tolist()], top_log_probabilities=tops)
 
 
+def _log_softmax(rows: torch.Tensor, model: Any) -> torch.Tensor:
+    """``log_softmax`` over the last axis: by ``model`` (a compiled :func:`log_probabilities_ragged_graph`)
+    when given, else in torch."""
+    rows = rows.float()
+    if model is None or not hasattr(model, "execute"):
+        return torch.log_softmax(rows, dim=-1)
+    from max.driver import Buffer
+
+    (out,) = model.execute(Buffer.from_dlpack(rows.contiguous()))
+    return out._torch() if hasattr(out, "_torch") else _to_torch(out)
+
+
+def log_probabilities_of(logits: Any, targets: Any, top_n: int, model: Any = None) -> LogProbabilities:
+    """The ``LogProbabilities`` of ``targets[i]`` under ``logits[i]`` (rows ``(n, vocab)``), with the
+    ``top_n`` most likely tokens of each row (plus the target)."""
+    rows = _to_torch(logits)
+    t = torch.as_tensor(np.asarray(targets, dtype=np.int64).reshape(-1), device=rows.device)
+    return _entries(_log_softmax(rows, model), t, top_n)
+
+
 def compute_log_probabilities_ragged(
     device: Any,
     model: Any,
@@ -55,8 +75,9 @@ def compute_log_probabilities_ragged(
     of its rows (row i's logits score token i+1) and then the sampled token (scored by
     the last row).  Each step lists the ``top_n`` most likely tokens plus the chosen
     one.  Items with ``top_n == 0`` get None.  ``logits`` may be None when no item
-    echoes.  The computation runs in torch (``device``/``model`` are accepted for
-    signature compatibility; ``model`` may be None).
+    echoes.  The log-softmax is computed by ``model``, a compiled
+    :func:`log_probabilities_ragged_graph`, when given (else in torch); top-k selection happens
+    on the host.
     """
     offsets = np.asarray(input_row_offsets, dtype=np.int64).reshape(-1)
     n_batch = len(offsets) - 1
@@ -79,9 +100,9 @@ def compute_log_probabilities_ragged(
             lo, hi = int(offsets[n]), int(offsets[n + 1])
             rows = full[lo:hi].float()
             targets = torch.cat([toks[lo + 1:hi], sampled[n:n + 1]])
-            out.append(_entries(torch.log_softmax(rows, dim=-1), targets, top_n))
+            out.append(_entries(_log_softmax(rows, model), targets.to(rows.device), top_n))
         else:
-            out.append(_entries(torch.log_softmax(ntl[n:n + 1], dim=-1), sampled[n:n + 1], top_n))
+            out.append(_entries(_log_softmax(ntl[n:n + 1], model), sampled[n:n + 1].to(ntl.device), top_n))
     return out
 
 

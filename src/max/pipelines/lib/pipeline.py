@@ -150,8 +150,11 @@ class TextGenerationPipeline(Pipeline):
         self._pipeline_config = pipeline_config
         self._tokenizer = tokenizer
         self._eos_token_id = eos_token_id
-        self._devices, self._pipeline_model = build_pipeline_model(pipeline_config, pipeline_model, weight_adapters,
-                                                                   ReturnLogits.LAST_TOKEN)
+        self._all_logits = bool(getattr(pipeline_config, "enable_echo", False))
+        self._devices, self._pipeline_model = build_pipeline_model(
+            pipeline_config, pipeline_model, weight_adapters,
+            ReturnLogits.ALL if self._all_logits else ReturnLogits.LAST_TOKEN)
+        self._log_softmax_model: Any = None
         from max.pipelines.lib.sampling.sampling import GeneratorCache
 
         self._generators = GeneratorCache()
@@ -170,6 +173,12 @@ class TextGenerationPipeline(Pipeline):
     @property
     def kv_managers(self) -> list[Any]:
         return [self._pipeline_model.kv_manager]
+
+    @property
+    def echo_enabled(self) -> bool:
+        """Whether the model returns every position's logits, so echoing requests get their prompt's
+        log probabilities (``PipelineConfig.enable_echo``)."""
+        return self._all_logits
 
     @property
     def pipeline_model(self) -> PipelineModel:
@@ -208,6 +217,38 @@ class TextGenerationPipeline(Pipeline):
             active = [c for c in active if not c.is_done]
         return {rid: ctx.to_generation_output() for rid, ctx in batch.items()}
 
+    # ---------------------------------------------------------------- log probabilities
+    def _log_softmax(self) -> Any:
+        """The compiled ``log_probabilities_ragged_graph`` (log-softmax over the vocabulary) on the
+        model's device, built on first use."""
+        if self._log_softmax_model is None:
+            from max.graph import DeviceRef
+            from max.pipelines.lib.log_probabilities import log_probabilities_ragged_graph
+
+            dev = DeviceRef.from_device(self._devices[0])
+            self._log_softmax_model = self._pipeline_model.session.load(
+                log_probabilities_ragged_graph(dev, levels=3))
+        return self._log_softmax_model
+
+    def _prompt_log_probabilities(self, ctxs: list[Any], logits: torch.Tensor, starts: Any, ends: Any) -> None:
+        """For contexts that echo with log probabilities, the log probabilities of the prompt tokens this
+        step's rows score (row i scores token i + 1; the prompt's last row scores the first new token,
+        which sampling handles), computed by the log-softmax graph and kept on the context until its
+        first token is sampled."""
+        from max.pipelines.lib.log_probabilities import log_probabilities_of
+
+        for i, c in enumerate(ctxs):
+            if not _prompt_lp_wanted(c) or c.start_idx >= c.prompt_len - 1:
+                continue
+            n = min(c.active_idx, c.prompt_len - 1) - c.start_idx
+            lo = int(starts[i])
+            lp = log_probabilities_of(logits[lo:lo + n], c.tokens[c.start_idx + 1:c.start_idx + 1 + n],
+                                      int(c.log_probabilities), self._log_softmax())
+            parts = getattr(c, "_prompt_lp_parts", None)
+            if parts is None:
+                parts = c._prompt_lp_parts = []
+            parts.append(lp)
+
     # ---------------------------------------------------------------- one step
     def _step(self, ctxs: list[Any]) -> None:
         """One model call: prompt chunks and decode tokens together, then sample."""
@@ -226,6 +267,11 @@ class TextGenerationPipeline(Pipeline):
         model_inputs = self._pipeline_model.prepare_initial_token_inputs(ctxs, kv)
         out = self._pipeline_model.execute(model_inputs)
         logits = out.logits
+        if self._all_logits:  # every position's logits: keep the prompts' for echo, sample from the last rows
+            lens = [c.active_length for c in ctxs]
+            ends = np.cumsum(lens)
+            self._prompt_log_probabilities(ctxs, logits, ends - np.asarray(lens), ends)
+            logits = logits[torch.as_tensor(ends - 1, device=logits.device)]
         sample_rows = [i for i in range(len(ctxs)) if i not in chunked]
         if sample_rows:
             from max.pipelines.lib.sampling.sampling import sample_for_contexts
@@ -233,7 +279,7 @@ class TextGenerationPipeline(Pipeline):
             rows = [ctxs[i] for i in sample_rows]
             lg = logits if len(sample_rows) == len(ctxs) else logits[torch.tensor(sample_rows)]
             toks = sample_for_contexts(lg, rows, self._generators)
-            logprobs = _sampled_log_probabilities(lg, toks, rows)
+            logprobs = _with_prompt_parts(rows, _sampled_log_probabilities(lg, toks, rows))
             toks = toks.tolist()
             for c, t, lp in zip(rows, toks, logprobs):
                 c.update(int(t), lp)
@@ -242,6 +288,27 @@ class TextGenerationPipeline(Pipeline):
             c = ctxs[i]
             c.set_token_indices(start_idx=c.active_idx, active_idx=end)
         mgr.step(ctxs)
+
+
+def _prompt_lp_wanted(c: Any) -> bool:
+    return bool(getattr(c, "log_probabilities_echo", False)) and int(getattr(c, "log_probabilities", 0) or 0) > 0
+
+
+def _with_prompt_parts(ctxs: list[Any], logprobs: list[Any]) -> list[Any]:
+    """Echo: the first sampled token's entry is preceded by the prompt tokens' (MAX's layout: one
+    ``LogProbabilities`` covering prompt tokens 1.. and then the sampled token)."""
+    from max.interfaces import LogProbabilities
+
+    out = list(logprobs)
+    for i, c in enumerate(ctxs):
+        parts = getattr(c, "_prompt_lp_parts", None)
+        if not parts or out[i] is None:
+            continue
+        allp = [*parts, out[i]]
+        out[i] = LogProbabilities(token_log_probabilities=[v for p in allp for v in p.token_log_probabilities],
+                                  top_log_probabilities=[d for p in allp for d in p.top_log_probabilities])
+        c._prompt_lp_parts = None
+    return out
 
 
 def _advance_grammars(ctxs: list[Any], tokens: list[int]) -> None:

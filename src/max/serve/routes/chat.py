@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 
 from max.serve.engines import GenerationEngine
 from max.serve.jobs import Choice, Job, collect, error_event, sse, sse_data, start_job, stream_outputs
-from max.serve.logprobs import TokenText, chat_logprobs
+from max.serve.logprobs import TokenText, chat_logprobs, split_prompt_entries, vllm_prompt_logprobs
 from max.serve.openai_schemas import APIError, ChatCompletionRequest
 from max.serve.state import AppState, parse_body
 from max.serve.tools import (
@@ -119,13 +119,23 @@ async def _chat_full(state: AppState, gen: GenerationEngine, job: Job, req: Chat
     await collect(state, job)
     text = TokenText(gen.tokenizer)
     choices = []
+    prompt_lp = None
     for c in job.choices:
         msg, reason = _message(c, plan)
+        entries = c.logprobs
+        if c.ctx.log_probabilities_echo:  # prompt_logprobs: the first entry starts with the prompt's
+            prompt_ids = [int(t) for t in c.ctx.prompt_tokens]
+            prompt_entry, entries = split_prompt_entries(c.logprobs, len(prompt_ids))
+            if prompt_lp is None:
+                prompt_lp = vllm_prompt_logprobs(prompt_ids, prompt_entry, req.prompt_logprobs or 0, text)
         choices.append({"index": c.index, "message": msg,
-                        "logprobs": chat_logprobs(c.logprobs, c.tokens, n_top, text) if req.logprobs else None,
+                        "logprobs": chat_logprobs(entries, c.tokens, n_top, text) if req.logprobs else None,
                         "finish_reason": reason})
-    return {"id": job.id, "object": "chat.completion", "created": job.created, "model": state.model_name,
+    body = {"id": job.id, "object": "chat.completion", "created": job.created, "model": state.model_name,
             "choices": choices, "usage": job.usage(), "system_fingerprint": None}
+    if req.prompt_logprobs is not None:
+        body["prompt_logprobs"] = prompt_lp
+    return body
 
 
 async def _chat_stream(state: AppState, gen: GenerationEngine, job: Job, req: ChatCompletionRequest, n_top: int,
@@ -136,6 +146,7 @@ async def _chat_stream(state: AppState, gen: GenerationEngine, job: Job, req: Ch
             "system_fingerprint": None}
     streams = {c.index: ToolStream(plan.parser, plan.special_tokens) for c in job.choices} if plan.parses else {}
     n_calls = {c.index: 0 for c in job.choices}
+    split: set[int] = set()
 
     def chunk(choices: list[dict]) -> str:
         d = dict(base, choices=choices)
@@ -158,9 +169,13 @@ async def _chat_stream(state: AppState, gen: GenerationEngine, job: Job, req: Ch
         if out.finish_reason == "error":
             yield error_event(out.error or "generation failed")
             continue
+        entries = out.log_probabilities or []
+        if entries and c.ctx.log_probabilities_echo and c.index not in split:  # drop the prompt's part
+            _, entries = split_prompt_entries(entries, int(c.ctx.prompt_len))
+            split.add(c.index)
         lp = None
-        if req.logprobs and out.log_probabilities:
-            lp = chat_logprobs(out.log_probabilities, out.tokens, n_top, text)
+        if req.logprobs and entries:
+            lp = chat_logprobs(entries, out.tokens, n_top, text)
         delta, calls = out.text, []
         if plan.constrained:
             delta = ""  # the whole answer is the call(s): sent when it is complete

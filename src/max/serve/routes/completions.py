@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 
 from max.serve.engines import GenerationEngine
 from max.serve.jobs import Choice, Job, collect, error_event, sse, sse_data, start_job, stream_outputs
-from max.serve.logprobs import TokenText, completion_logprobs
+from max.serve.logprobs import TokenText, completion_logprobs, split_prompt_entries, vllm_prompt_logprobs
 from max.serve.openai_schemas import APIError, CompletionRequest
 from max.serve.state import AppState, parse_body
 
@@ -22,18 +22,53 @@ router = APIRouter()
 async def completions(request: Request) -> Response:
     state, req = await parse_body(request, CompletionRequest)
     gen = state.need_generator("/v1/completions")
-    if req.suffix:
-        raise APIError(400, "suffix is not supported", param="suffix")
-    if req.best_of is not None and req.best_of != req.n:
-        raise APIError(400, "best_of is not supported (must equal n)", param="best_of")
-    rid = f"cmpl-{uuid.uuid4().hex}"
     prompts = req.prompts()
+    if req.suffix:
+        prompts = [_fim_prompt(gen, p, req.suffix) for p in prompts]
+    if req.best_of is not None:
+        if req.best_of < req.n:
+            raise APIError(400, f"best_of ({req.best_of}) must be >= n ({req.n})", param="best_of")
+        if req.stream and req.best_of > req.n:
+            raise APIError(400, "best_of > n cannot be streamed (the best candidates are known at the end)",
+                           param="best_of")
+    ranked = (req.best_of or req.n) > req.n
+    rid = f"cmpl-{uuid.uuid4().hex}"
+    want_lp = max(1, req.logprobs) if req.logprobs is not None else (1 if ranked else 0)
     job = await start_job(state, gen, request, rid, [dict(prompt=p) for p in prompts], req, req.max_new_tokens,
-                          logprobs=(max(1, req.logprobs) if req.logprobs is not None else 0), echo=req.echo,
-                          chat_extra={}, explicit_max=req.max_tokens is not None)
+                          logprobs=want_lp, echo=req.echo, chat_extra={}, explicit_max=req.max_tokens is not None)
     if req.stream:
         return sse(_completion_stream(state, gen, job, req))
     return JSONResponse(await _completion_full(state, gen, job, req))
+
+
+FIM_TOKENS = (("<fim_prefix>", "<fim_suffix>", "<fim_middle>"), ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"))
+
+
+def _fim_prompt(gen: GenerationEngine, prompt: Any, suffix: str) -> str:
+    """Fill-in-the-middle: ``prefix-suffix-middle`` with the model's FIM tokens; 400 when it has none."""
+    delegate = getattr(gen.tokenizer, "delegate", None)
+    vocab = delegate.get_vocab() if delegate is not None and hasattr(delegate, "get_vocab") else {}
+    for pre, suf, mid in FIM_TOKENS:
+        if pre in vocab and suf in vocab and mid in vocab:
+            if not isinstance(prompt, str):
+                raise APIError(400, "suffix needs a text prompt", param="prompt")
+            return f"{pre}{prompt}{suf}{suffix}{mid}"
+    raise APIError(400, "suffix (fill-in-the-middle) is not supported by this model: its vocabulary has no "
+                   "FIM tokens (<fim_prefix>/<fim_suffix>/<fim_middle>)", param="suffix",
+                   code="unsupported_parameter")
+
+
+def _best(job: Job, n: int) -> list[Choice]:
+    """best_of: per prompt, the ``n`` candidates with the highest total log probability, re-indexed."""
+    by_prompt: dict[int, list[Choice]] = {}
+    for c in job.choices:
+        by_prompt.setdefault(c.prompt_index, []).append(c)
+    out: list[Choice] = []
+    for p in sorted(by_prompt):
+        cands = sorted(by_prompt[p], key=lambda c: -sum(v for e in c.logprobs for v in e.token_log_probabilities))
+        for c in cands[:n]:
+            out.append(c)
+    return out
 
 
 def _prompt_text(gen: GenerationEngine, c: Choice) -> str:
@@ -50,16 +85,25 @@ async def _completion_full(state: AppState, gen: GenerationEngine, job: Job, req
     text = TokenText(gen.tokenizer)
     raw = _prompt_strings(req)
     choices = []
-    for c in job.choices:
+    picked = _best(job, req.n) if (req.best_of or req.n) > req.n else job.choices
+    for index, c in enumerate(picked):
+        c.index = index
         prefix = ""
         if req.echo:
             prefix = raw[c.prompt_index] if raw[c.prompt_index] is not None else _prompt_text(gen, c)
+        prompt_ids = [int(t) for t in c.ctx.prompt_tokens]
+        entries, prompt_entry = c.logprobs, None
+        if c.ctx.log_probabilities_echo:
+            prompt_entry, entries = split_prompt_entries(c.logprobs, len(prompt_ids))
         lp = None
         if req.logprobs is not None:
-            lp = completion_logprobs(c.logprobs, c.tokens, req.logprobs, text, len(prefix),
-                                     [int(t) for t in c.ctx.prompt_tokens] if req.echo else None)
-        choices.append({"index": c.index, "text": prefix + "".join(c.text), "logprobs": lp,
-                        "finish_reason": c.finish_reason})
+            lp = completion_logprobs(entries, c.tokens, req.logprobs, text, len(prefix),
+                                     prompt_ids if req.echo else None, prompt_entry)
+        choice = {"index": c.index, "text": prefix + "".join(c.text), "logprobs": lp,
+                  "finish_reason": c.finish_reason}
+        if req.prompt_logprobs is not None:
+            choice["prompt_logprobs"] = vllm_prompt_logprobs(prompt_ids, prompt_entry, req.prompt_logprobs, text)
+        choices.append(choice)
     return {"id": job.id, "object": "text_completion", "created": job.created, "model": state.model_name,
             "choices": choices, "usage": job.usage(), "system_fingerprint": None}
 
@@ -84,13 +128,27 @@ async def _completion_stream(state: AppState, gen: GenerationEngine, job: Job, r
             prefix = raw[c.prompt_index] if raw[c.prompt_index] is not None else _prompt_text(gen, c)
             offsets[c.index] = len(prefix)
             yield chunk({"index": c.index, "text": prefix, "logprobs": None, "finish_reason": None})
+    split = {c.index: not c.ctx.log_probabilities_echo for c in job.choices}  # echo: first entry has the prompt
     async for c, out in stream_outputs(state, job):
         if out.finish_reason == "error":
             yield error_event(out.error or "generation failed")
             continue
+        entries = out.log_probabilities or []
+        if entries and not split[c.index]:
+            prompt_ids = [int(t) for t in c.ctx.prompt_tokens]
+            prompt_entry, entries = split_prompt_entries(entries, len(prompt_ids))
+            split[c.index] = True
+            extra = {}
+            if req.logprobs is not None and req.echo:
+                extra["logprobs"] = completion_logprobs([], [], req.logprobs, text, 0, prompt_ids, prompt_entry)
+            if req.prompt_logprobs is not None:
+                extra["prompt_logprobs"] = vllm_prompt_logprobs(prompt_ids, prompt_entry, req.prompt_logprobs,
+                                                                text)
+            if extra:
+                yield chunk({"index": c.index, "text": "", **{"logprobs": None, **extra}, "finish_reason": None})
         lp = None
-        if req.logprobs is not None and out.log_probabilities:
-            lp = completion_logprobs(out.log_probabilities, out.tokens, req.logprobs, text, offsets[c.index])
+        if req.logprobs is not None and entries:
+            lp = completion_logprobs(entries, out.tokens, req.logprobs, text, offsets[c.index])
         offsets[c.index] += len(out.text)
         if out.text or lp is not None or out.done:
             yield chunk({"index": c.index, "text": out.text, "logprobs": lp,

@@ -4,7 +4,8 @@ a paged KV cache, and the KV-cache sizing policy (:func:`kv_cache_budget`).
 Graph inputs, in order: ``tokens`` int64 ``[total_seq_len]`` (ragged), ``input_row_offsets`` uint32
 ``[batch + 1]``, ``return_n_logits`` int64 ``[1]``, then the KV cache's ``input_symbols()``
 (blocks, cache_lengths, lookup_table, max_lengths).  Output: float32 logits ``[batch, vocab]`` of
-each request's last token.
+each request's last token (``[total_seq_len, vocab]``, every position, when the model is built with
+``ReturnLogits.ALL``: ``PipelineConfig.enable_echo``).
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ def build_graph(model: Module, kv_input_symbols: Any, device: DeviceRef, name: s
     kv = list(kv_input_symbols)
     with Graph(name, input_types=[tokens_t, offsets_t, n_logits_t, *kv]) as g:
         tokens, offsets, n_logits, *kv_vals = g.inputs
-        (logits,) = model(tokens.tensor, kv_vals, n_logits, offsets.tensor)
-        g.output(logits)
+        outs = model(tokens.tensor, kv_vals, n_logits, offsets.tensor)
+        g.output(outs[0])  # logits: [batch, vocab] (last token) or [total_seq_len, vocab] (ReturnLogits.ALL)
     return g
 
 
@@ -121,6 +122,8 @@ class DecoderPipelineModel(PipelineModel):
                            pipeline_config=pipeline_config)
         factory = WeightFactory(dt, dev_ref, checkpoint)
         module = self.build_module(cfg, factory, kv_params, self.max_seq_len)
+        if return_logits is not None:
+            module.return_logits = ReturnLogits(return_logits)  # ALL: logits of every position (echo)
         load_weights_into(module, checkpoint, cfg.architecture)
         self.weights_seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
