@@ -55,7 +55,7 @@ def test_metadata():
     "args,exc,msg",
     [
         ((np.zeros((2, 4), np.float32),), ValueError, "expected 2 inputs"),
-        ((np.zeros((2, 4), np.float64), np.zeros((4, 3), np.float32)), TypeError,
+        ((np.zeros((2, 4), np.float64), np.zeros((4, 3), np.float32)), ValueError,
          "input 'input0'.*got dtype DType.float64, expected DType.float32"),
         ((np.zeros((2, 4, 1), np.float32), np.zeros((4, 3), np.float32)), ValueError, "got rank 3"),
         ((np.zeros((2, 5), np.float32), np.zeros((4, 3), np.float32)), ValueError, "dim 1 is 5, expected 4"),

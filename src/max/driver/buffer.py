@@ -52,7 +52,8 @@ import torch
 
 from max.driver.device import CPU, Device, accelerator_count, device_from_torch
 from max.driver.stream import DeviceStream
-from max.dtype import DType
+from max.dtype import DType, torch_storage_dtype
+from max.dtype.dtype import BIT_STORED
 
 __all__ = ["Buffer", "Tensor", "MemMapTensor", "DLPackArray"]
 
@@ -67,7 +68,7 @@ class DLPackArray(Protocol):
 
 
 # torch dtype -> DType, built once (the hot path of ``_from_torch``).
-_TORCH2DT: dict = {dt.to_torch(): dt for dt in DType}
+_TORCH2DT: dict = {dt.to_torch(): dt for dt in DType if dt not in BIT_STORED}
 # DTypes numpy only knows through ml_dtypes: moved across by viewing the bits
 # as same-width unsigned integers.
 _BITS_DTYPES = {
@@ -76,6 +77,11 @@ _BITS_DTYPES = {
     DType.float8_e4m3fnuz: (np.uint8, torch.uint8),
     DType.float8_e5m2: (np.uint8, torch.uint8),
     DType.float8_e5m2fnuz: (np.uint8, torch.uint8),
+    DType.float8_e8m0fnu: (np.uint8, torch.uint8),
+    # no torch dtype at all: the torch tensor holds the uint8 bit patterns
+    DType.float4_e2m1fn: (np.uint8, torch.uint8),
+    DType.float6_e2m3fn: (np.uint8, torch.uint8),
+    DType.float6_e3m2fn: (np.uint8, torch.uint8),
 }
 
 # torch has no flip kernel for these; flip the bits through a same-width int view.
@@ -84,6 +90,7 @@ _FLIP_VIA = {
     torch.float8_e4m3fnuz: torch.uint8,
     torch.float8_e5m2: torch.uint8,
     torch.float8_e5m2fnuz: torch.uint8,
+    torch.float8_e8m0fnu: torch.uint8,
     torch.uint16: torch.int16,
     torch.uint32: torch.int32,
     torch.uint64: torch.int64,
@@ -194,7 +201,7 @@ def _share_numpy(arr: np.ndarray, dt: DType) -> tuple[torch.Tensor, Optional[tup
     ro = not arr.flags.writeable
     copied = False
     if arr.size == 0:
-        return torch.empty(arr.shape, dtype=dt.to_torch()), None, False, False
+        return torch.empty(arr.shape, dtype=torch_storage_dtype(dt)), None, False, False
     bits = _BITS_DTYPES.get(dt)
     if bits is not None:  # torch.from_numpy does not know ml_dtypes: move the bits
         arr = arr.view(bits[0])
@@ -214,7 +221,7 @@ def _share_numpy(arr: np.ndarray, dt: DType) -> tuple[torch.Tensor, Optional[tup
         warnings.simplefilter("ignore", UserWarning)  # non-writable arrays: we track read-only ourselves
         t = torch.from_numpy(arr)
     if bits is not None:
-        t = t.view(dt.to_torch())
+        t = t.view(torch_storage_dtype(dt))
     return t, flips, ro, copied
 
 
@@ -273,7 +280,7 @@ class Buffer:
         self._init_alloc(dtype, shape, device, stream, pinned, zero=False)
 
     def _init_alloc(self, dtype, shape, device, stream, pinned, zero: bool) -> None:
-        tdt = dtype.to_torch()
+        tdt = torch_storage_dtype(dtype)
         make = torch.zeros if zero else torch.empty
         if pinned:
             if _cuda_ok():
@@ -294,12 +301,16 @@ class Buffer:
 
     # ------------------------------------------------------------ engine hooks
     @classmethod
-    def _from_torch(cls, t: torch.Tensor) -> "Buffer":
-        """Wrap a torch tensor without copying (dtype from ``t.dtype``)."""
+    def _from_torch(cls, t: torch.Tensor, dtype: Optional[DType] = None) -> "Buffer":
+        """Wrap a torch tensor without copying (dtype from ``t.dtype`` unless given:
+        the bit-stored types float4/float6 are held as uint8 tensors)."""
         b = object.__new__(Buffer)
         b._t = t
-        dt = _TORCH2DT.get(t.dtype)
-        b._dtype = dt if dt is not None else DType.from_torch(t.dtype)
+        if dtype is not None and dtype in BIT_STORED:
+            b._dtype = dtype
+        else:
+            dt = _TORCH2DT.get(t.dtype)
+            b._dtype = dt if dt is not None else DType.from_torch(t.dtype)
         b._stream = None
         b._flip = None
         b._ro = False
@@ -396,7 +407,11 @@ class Buffer:
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"Buffer.scalar: {value!r} cannot be stored as {dtype}")
         try:
-            t = torch.tensor(value, dtype=dtype.to_torch(), device=device._torch_device)
+            if dtype in _BITS_DTYPES and dtype not in (DType.bfloat16,):
+                arr = np.array(value, dtype=np.float64).astype(dtype.to_numpy())
+                t = _share_numpy(arr.reshape(1), dtype)[0].reshape(()).to(device._torch_device)
+            else:
+                t = torch.tensor(value, dtype=dtype.to_torch(), device=device._torch_device)
         except (RuntimeError, OverflowError) as e:
             raise ValueError(f"Buffer.scalar: {value!r} does not fit in {dtype} ({e})") from None
         return _wrap(t, dtype=dtype)
@@ -524,6 +539,8 @@ class Buffer:
                 f"item() needs a rank-0 buffer, but this buffer has shape {self.shape}; "
                 "index it down to a single element first (e.g. buf[0, 0].item())"
             )
+        if self._dtype in BIT_STORED:
+            return self.to_numpy().astype(np.float64).item()
         return self._t.item()
 
     # ------------------------------------------------------------ copies and moves
@@ -639,7 +656,7 @@ class Buffer:
         """
         dtype = _check_dtype(dtype, "Buffer.view")
         old, new = self.element_size, dtype.size_in_bytes
-        tdt = dtype.to_torch()
+        tdt = torch_storage_dtype(dtype)
         if shape is not None:
             shape = _check_shape(shape, "Buffer.view")
         if not self.is_contiguous:
@@ -770,6 +787,9 @@ class Buffer:
         view, flips = self._resolve(key)
         if isinstance(value, np.generic):
             value = value.item()
+        if self._dtype in BIT_STORED and not isinstance(value, Buffer):
+            # no torch arithmetic for these types: convert on the host, assign the bit patterns
+            value = np.asarray(value).astype(self._dtype.to_numpy())
         if isinstance(value, (numbers.Number, bool)) and not isinstance(value, complex):
             try:
                 view.fill_(value)

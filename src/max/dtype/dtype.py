@@ -1,8 +1,11 @@
 """The ``DType`` enum: every element type a tensor can hold.
 
 Enum values follow the reference (they are serialised by some callers).
-Conversions to numpy use ``ml_dtypes`` for bfloat16 and the float8 kinds,
-which plain numpy lacks; conversions to torch cover every member.
+Conversions to numpy use ``ml_dtypes`` for bfloat16, the float8 kinds and the
+float4/float6 microscaling kinds, which plain numpy lacks.  torch has no dtype
+for float4_e2m1fn and the float6 kinds: tensors of those types are stored as
+their bit patterns in ``torch.uint8`` (:func:`torch_storage_dtype`), and
+``to_torch()`` raises for them.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ class DType(enum.Enum):
     """The tensor data type."""
 
     bool = 1
+    float4_e2m1fn = 64
+    float6_e2m3fn = 62
+    float6_e3m2fn = 63
+    float8_e8m0fnu = 65
     float8_e4m3fn = 66
     float8_e4m3fnuz = 67
     float8_e5m2 = 68
@@ -57,8 +64,12 @@ class DType(enum.Enum):
         return self in _FLOATS
 
     def is_float8(self) -> bool:
-        """True for the four 8-bit float kinds."""
+        """True for the 8-bit float kinds."""
         return self in _FLOAT8
+
+    def is_float4(self) -> bool:
+        """True for the 4-bit float kind (float4_e2m1fn)."""
+        return self is DType.float4_e2m1fn
 
     def is_half(self) -> bool:
         """True for float16 and bfloat16."""
@@ -105,8 +116,18 @@ class DType(enum.Enum):
 
     # ---------------------------------------------------------------- torch
     def to_torch(self) -> Any:
-        """The ``torch.dtype`` for this type."""
-        return _to_torch_table()[self]
+        """The ``torch.dtype`` for this type.
+
+        Raises ValueError for float4_e2m1fn and the float6 kinds, which torch
+        lacks (libremax stores them as ``torch.uint8`` bit patterns).
+        """
+        td = _to_torch_table().get(self)
+        if td is None:
+            raise ValueError(
+                f"DType.{self.name} has no torch dtype; libremax stores it as uint8 bit patterns "
+                "(see max.dtype.torch_storage_dtype)"
+            )
+        return td
 
     @staticmethod
     def from_torch(dtype: Any) -> "DType":
@@ -118,13 +139,19 @@ class DType(enum.Enum):
 
 
 _FLOAT8 = frozenset(
-    {DType.float8_e4m3fn, DType.float8_e4m3fnuz, DType.float8_e5m2, DType.float8_e5m2fnuz}
+    {DType.float8_e4m3fn, DType.float8_e4m3fnuz, DType.float8_e5m2, DType.float8_e5m2fnuz, DType.float8_e8m0fnu}
 )
-_FLOATS = _FLOAT8 | {DType.float16, DType.bfloat16, DType.float32, DType.float64}
+# Types torch has no dtype for: stored as one uint8 bit pattern per element.
+BIT_STORED = frozenset({DType.float4_e2m1fn, DType.float6_e2m3fn, DType.float6_e3m2fn})
+_FLOATS = _FLOAT8 | BIT_STORED | {DType.float16, DType.bfloat16, DType.float32, DType.float64}
 _SIGNED = frozenset({DType.int8, DType.int16, DType.int32, DType.int64})
 _UNSIGNED = frozenset({DType.uint8, DType.uint16, DType.uint32, DType.uint64})
 _SIZE = {
     DType.bool: 1,
+    DType.float4_e2m1fn: 1,
+    DType.float6_e2m3fn: 1,
+    DType.float6_e3m2fn: 1,
+    DType.float8_e8m0fnu: 1,
     DType.float8_e4m3fn: 1,
     DType.float8_e4m3fnuz: 1,
     DType.float8_e5m2: 1,
@@ -171,6 +198,10 @@ def _to_numpy_table() -> dict:
             DType.float8_e5m2: np.dtype(ml_dtypes.float8_e5m2),
             DType.float8_e5m2fnuz: np.dtype(ml_dtypes.float8_e5m2fnuz),
         }
+        for dt in (DType.float4_e2m1fn, DType.float6_e2m3fn, DType.float6_e3m2fn, DType.float8_e8m0fnu):
+            npt = getattr(ml_dtypes, dt.name, None)  # older ml_dtypes lack the microscaling types
+            if npt is not None:
+                table[dt] = np.dtype(npt)
         _NP_TABLE = table
     return _NP_TABLE
 
@@ -186,6 +217,7 @@ def _to_torch_table() -> dict:
             DType.float8_e4m3fnuz: torch.float8_e4m3fnuz,
             DType.float8_e5m2: torch.float8_e5m2,
             DType.float8_e5m2fnuz: torch.float8_e5m2fnuz,
+            DType.float8_e8m0fnu: getattr(torch, "float8_e8m0fnu", None),
             DType.float16: torch.float16,
             DType.bfloat16: torch.bfloat16,
             DType.float32: torch.float32,
@@ -199,4 +231,15 @@ def _to_torch_table() -> dict:
             DType.uint64: torch.uint64,
             DType.int64: torch.int64,
         }
+        _TORCH_TABLE = {k: v for k, v in _TORCH_TABLE.items() if v is not None}
     return _TORCH_TABLE
+
+
+def torch_storage_dtype(dtype: DType) -> Any:
+    """The ``torch.dtype`` a tensor of ``dtype`` is stored as (uint8 for the bit-stored types)."""
+    td = _to_torch_table().get(dtype)
+    if td is None:
+        import torch
+
+        return torch.uint8
+    return td

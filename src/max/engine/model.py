@@ -8,7 +8,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from max.dtype import DType
+from max.dtype import DType, torch_storage_dtype
+from max.dtype.dtype import BIT_STORED
 from max.engine.compiler.lower import Lowered, locate_error, materialize_slots, torch_device
 from max.engine.compiler.program import Program
 from max.graph.dim import StaticDim, SymbolicDim, solve_linear
@@ -57,6 +58,7 @@ class Model:
         self._n_chain_inputs = sum(isinstance(t, _ChainType) for t in prog.input_types)
         self._checks = [_make_check(t, n) for t, n in zip(self._in_types, input_names)]
         self._captured: dict[int, Any] = {}
+        self._out_dtypes = [getattr(t, "dtype", None) for t in prog.output_types]
         self._nvtx = str(getattr(getattr(session, "_profiling", None), "value", "off")) != "off"
         self._const_ptrs = frozenset(
             c.untyped_storage().data_ptr() for c in self._consts if isinstance(c, torch.Tensor)
@@ -123,7 +125,8 @@ class Model:
                     f"{self._prog.name!r}: {type(e).__name__}: {e}"
                 ) from e
             raise
-        return [Buffer._from_torch(self._owned(o, tensors)) if isinstance(o, torch.Tensor) else o for o in outs]
+        return [Buffer._from_torch(self._owned(o, tensors), dt) if isinstance(o, torch.Tensor) else o
+                for o, dt in zip(outs, self._out_dtypes)]
 
     def _owned(self, o: torch.Tensor, inputs: list) -> torch.Tensor:
         """Outputs are contiguous and never alias an input, weight or constant."""
@@ -249,7 +252,7 @@ def _make_check(t: Any, name: str):
         def passthrough(a: Any, env: dict) -> Any:
             return a
         return passthrough
-    want_dtype = t.dtype.to_torch()
+    want_dtype = torch_storage_dtype(t.dtype)
     rank = len(t.shape)
     dims = []
     for i, d in enumerate(t.shape):
@@ -261,6 +264,7 @@ def _make_check(t: Any, name: str):
             dims.append((i, "a", d))
     dev = torch_device(t.device)
     is_buffer = isinstance(t, BufferType)
+    bit_stored = t.dtype in BIT_STORED
     label = f"input {name!r} (expected {t})"
 
     def check(a: Any, env: dict) -> torch.Tensor:
@@ -268,8 +272,8 @@ def _make_check(t: Any, name: str):
             raise TypeError(f"{label}: a mutable buffer input needs a driver.Buffer or torch tensor, "
                             f"got {type(a).__name__}")
         x = to_torch_input(a, t.dtype, label)
-        if x.dtype != want_dtype:
-            raise TypeError(f"{label}: got dtype {DType.from_torch(x.dtype) if _known(x.dtype) else x.dtype}, "
+        if x.dtype != want_dtype or (bit_stored and getattr(a, "dtype", t.dtype) is not t.dtype):
+            raise ValueError(f"{label}: got dtype {DType.from_torch(x.dtype) if _known(x.dtype) else x.dtype}, "
                             f"expected {t.dtype}")
         if x.dim() != rank:
             raise ValueError(f"{label}: got rank {x.dim()} (shape {list(x.shape)}), expected rank {rank}")

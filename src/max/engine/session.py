@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from max.dtype import DType
+from max.dtype.dtype import BIT_STORED
 from max.engine.compiler import passes
 from max.engine.compiler.fusion import fuse
 from max.engine.compiler.lower import lower, materialize_slots, resolve_attrs_now, torch_device
@@ -392,4 +393,4 @@ def _bind_weight(name: str, typ: TensorType, registry: Mapping[str, Any], prog: 
     return t.to(torch_device(typ.device))
 
 
-_TORCH_OK = {d.to_torch() for d in DType}
+_TORCH_OK = {d.to_torch() for d in DType if d not in BIT_STORED}

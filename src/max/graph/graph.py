@@ -61,13 +61,20 @@ class Node:
         return f"Node({self.op}, loc={self.loc})"
 
 
+class NoGraphError(LookupError, RuntimeError):
+    """An op (or weight) was used while no graph is being built.
+
+    A LookupError, as MAX raises; also a RuntimeError, as libremax raised before.
+    """
+
+
 class _GraphMeta(type):
     @property
     def current(cls) -> "Graph":
         """The graph ops are staged into now (innermost ``with Graph(...)``)."""
         active = _ACTIVE.get()
         if not active:
-            raise RuntimeError(
+            raise NoGraphError(
                 "no graph is being built: call ops inside `with Graph(name, input_types=...) as g:` "
                 "or in the `forward` callable passed to Graph(...)"
             )
@@ -249,8 +256,9 @@ class Graph(metaclass=_GraphMeta):
 
     @property
     def output_types(self) -> list[Type]:
+        """The types of the graph's results; TypeError before :meth:`output` is called (as in MAX)."""
         if self._outputs is None:
-            return []
+            raise TypeError(f"Graph {self.name!r}: output_types is undefined until output(...) is called")
         outs = self._outputs[:-1] if self._parent is not None else self._outputs
         return [v.type for v in outs]
 

@@ -139,12 +139,12 @@ class Weight(TensorValue):
 
     def _bound(self) -> TensorValue:
         """The value of this weight in the current graph (adding it on first use)."""
-        from max.graph.graph import Graph
+        from max.graph.graph import Graph, NoGraphError
 
         try:
             g = Graph.current
-        except RuntimeError:
-            raise RuntimeError(
+        except NoGraphError:
+            raise NoGraphError(
                 f"Weight {self.name!r} was used with no graph being built; use it inside `with Graph(...)`"
             ) from None
         return g._root().add_weight(self)

@@ -23,6 +23,7 @@ import numpy as np
 
 from max.dtype import DType
 from max.graph import DeviceRef, Graph, TensorType, TensorValue, Type, Weight
+from max.graph.graph import NoGraphError
 from max.graph.weight import ShardingStrategy
 
 __all__ = [
@@ -294,8 +295,8 @@ class Module(Layer):
         """
         try:
             parent = Graph.current
-        except RuntimeError:
-            raise RuntimeError(
+        except NoGraphError:
+            raise NoGraphError(
                 f"{self._layer_name}.build_subgraph({name!r}): no graph is being built; "
                 "call it inside `with Graph(...)`"
             ) from None

@@ -24,6 +24,7 @@ import numpy as np
 
 from max.dtype import DType
 from max.graph import DeviceRef, Dim, Graph, TensorValue, ops
+from max.graph.graph import NoGraphError
 from max.nn.layer import Module, check_input
 
 __all__ = [
@@ -186,8 +187,8 @@ class RotaryEmbedding(Module):
             return as_tensor(self._freqs_cis, op=type(self).__name__, arg="_freqs_cis")
         try:
             g = Graph.current
-        except RuntimeError:
-            raise RuntimeError(f"{type(self).__name__}.freqs_cis: no graph is being built") from None
+        except NoGraphError:
+            raise NoGraphError(f"{type(self).__name__}.freqs_cis: no graph is being built") from None
         if self._max_nn_cache is not None and self._max_nn_cache[0] is g:
             return self._max_nn_cache[1]
         base = self.freqs_cis_base()

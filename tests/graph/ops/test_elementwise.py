@@ -213,12 +213,17 @@ def test_cast(src, dst):
 
 
 def test_promotion_and_scalars():
-    with Graph("g", input_types=[TensorType(DType.int32, (2,)), TensorType(DType.float16, (2,))]) as g:
-        i, h = g.inputs
-        assert (i + h).dtype is DType.float16
+    with Graph("g", input_types=[TensorType(DType.int32, (2,)), TensorType(DType.float16, (2,)),
+                                 TensorType(DType.int8, (2,))]) as g:
+        i, h, i8 = g.inputs
+        assert (i8 + h).dtype is DType.float16  # int8 values all fit float16
+        with pytest.raises(ValueError, match="add: cannot promote DType.int32 and DType.float16"):
+            i + h  # MAX never widens to a third type
         assert (i / i).dtype is DType.float32  # true division of ints
         assert (i * 2).dtype is DType.int32  # int scalar takes the tensor dtype
-        assert (i * 2.5).dtype is DType.float32  # float scalar with int tensor
+        assert (i * 2.0).dtype is DType.int32  # a whole float fits the int dtype
+        with pytest.raises(ValueError, match=r"mul: rhs=2\.5 \(float\) cannot be represented as DType\.int32"):
+            i * 2.5
         assert (h * 2.5).dtype is DType.float16
         assert (2 - i).dtype is DType.int32
     x = np.array([3, 4], np.int32)

@@ -30,7 +30,18 @@ def shapes(draw, min_rank=1, max_rank=4, min_side=0, max_side=5):
 
 
 def _bound(draw, n):
-    return draw(st.one_of(st.none(), st.integers(-n - 2, n + 2)))
+    # MAX raises for static bounds outside [-n, n] (see test_static_slice_bounds_are_checked)
+    return draw(st.one_of(st.none(), st.integers(-n, n)))
+
+
+def _slice(draw, n, step):
+    """A slice MAX accepts: in-bounds and not running against its step."""
+    start, stop = _bound(draw, n), _bound(draw, n)
+    if start is not None and stop is not None:
+        lo, hi = (start + n if start < 0 else start), (stop + n if stop < 0 else stop)
+        if (hi - lo) * (step or 1) < 0:
+            start, stop = stop, start
+    return slice(start, stop, step)
 
 
 @st.composite
@@ -47,7 +58,7 @@ def basic_index(draw):
             groups.append([draw(st.integers(-n, n - 1))])
         elif k == "slice":
             step = draw(st.one_of(st.none(), st.sampled_from([1, 2, 3, -1, -2, -3])))
-            groups.append([slice(_bound(draw, n), _bound(draw, n), step)])
+            groups.append([_slice(draw, n, step)])
         else:
             groups.append([None, slice(None)])
     i = draw(st.integers(0, rank))
@@ -102,6 +113,20 @@ def test_slice_basic_matches_numpy(case):
     got = run1(lambda x: x[idx], [tt(F32, shape)], a)
     assert got.shape == want.shape
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("index,msg", [
+    (np.s_[0:7], r"stop=7 is out of bounds for an axis of size 5 \(valid: -5\.\.5\)"),
+    (np.s_[-6:], r"start=-6 is out of bounds"),
+    (np.s_[3:1], r"runs backwards against its step 1"),
+    (np.s_[1:4:-1], r"runs forwards against its step -1"),
+    (np.s_[:, 0:4], r"index 1 \(axis 1\).*stop=4 is out of bounds for an axis of size 3"),
+])
+def test_static_slice_bounds_are_checked(index, msg):
+    with pytest.raises(ValueError, match="slice_tensor: .*" + msg):
+        Graph("g", lambda x: x[index], input_types=[TensorType(F32, [5, 3], DeviceRef.CPU())])
+    # the same slice is fine on a symbolic axis (checked, like NumPy, at run time) and empty slices are fine
+    Graph("g", lambda x: x[0:0, 1:1], input_types=[TensorType(F32, [5, 3], DeviceRef.CPU())])
 
 
 @given(basic_index())
@@ -406,7 +431,7 @@ def test_scatter_symbolic_and_errors():
     check(lambda x: ops.scatter(x, np.zeros((3, 5), np.float32), np.zeros((3, 5), np.int64), axis=0),
           ValueError, r"scatter: indices \[3, 5\] dim 1 \(5\) exceeds")
     check(lambda x: ops.scatter(x, ops.constant(np.zeros((3, 1)), DType.float64, DeviceRef.CPU()),
-                                np.zeros((3, 1), np.int64)), TypeError, "scatter: updates dtype .*float64 differs")
+                                np.zeros((3, 1), np.int64)), ValueError, "scatter: updates dtype .*float64 differs")
     check(lambda x: ops.scatter(x, np.zeros((3, 1)), np.zeros((3, 1), np.int64), axis=2), IndexError,
           "scatter: axis=2 is out of range")
 

@@ -148,7 +148,7 @@ def test_masked_scatter_types_and_errors():
     _err(lambda x, m, u: ops.masked_scatter(x, m, u, 5), A, ValueError,
          r"masked_scatter: out_dim=5 true positions but updates \[4\] holds only 4")
     _err(lambda x, m, u: ops.masked_scatter(x, u, u, 2), A, TypeError, r"masked_scatter: mask must be a bool tensor")
-    _err(lambda x, m, u: ops.masked_scatter(x, m, ops.cast(u, DType.float64), 2), A, TypeError,
+    _err(lambda x, m, u: ops.masked_scatter(x, m, ops.cast(u, DType.float64), 2), A, ValueError,
          r"masked_scatter: updates dtype .*float64 differs from input dtype .*float32")
     _err(lambda x, m, u: ops.masked_scatter(x, ops.reshape(m, [3, 2]), u, 2), A, ValueError,
          r"masked_scatter: input and mask shapes \[2, 3\] and \[3, 2\] cannot be broadcast")

@@ -31,7 +31,7 @@ _FAMILIES = (
     "quantized",
     "ragged",
     "decoder",
-    "conv", "pool", "signal", "distributed", "complex",
+    "conv", "pool", "signal", "distributed", "complex", "vision", "random",
 )
 
 

@@ -8,6 +8,11 @@ from max.engine.kernels import kernel
 from max.engine.kernels.indexing import substitute_index
 
 
+@kernel("buffer_create", pure=False)
+def buffer_create(*, shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.zeros(shape, dtype=dtype, device=device)
+
+
 @kernel("buffer_load", pure=False)
 def buffer_load(buf: torch.Tensor) -> torch.Tensor:
     return buf.clone()

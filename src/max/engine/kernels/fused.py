@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from max.engine.kernels import kernel
+from max.engine.kernels.norm import rms_norm
 from max.engine.kernels.linalg import half_matmul
 
 _ACT = {
@@ -38,9 +39,7 @@ def fused_swiglu(x: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor) -> torch.T
 
 @kernel("fused_rms_norm")
 def fused_rms_norm(x: torch.Tensor, w: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
-    if x.dtype in (torch.float16, torch.bfloat16) and x.device.type == "cpu":
-        return F.rms_norm(x.float(), (x.shape[-1],), None if w is None else w.float(), eps).to(x.dtype)
-    return F.rms_norm(x, (x.shape[-1],), w, eps)
+    return rms_norm(x, w, eps, multiply_before_cast=True)
 
 
 @kernel("fused_attention")

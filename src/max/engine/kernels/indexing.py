@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from max.engine.kernels import kernel
+from max.engine.kernels import kernel, register
 
 
 def substitute_index(index: tuple, subs: tuple, ts: tuple, adv_ints: tuple, device: torch.device) -> tuple:
@@ -111,3 +113,40 @@ def scatter_nd(x: torch.Tensor, updates: torch.Tensor, idx: torch.Tensor) -> tor
     out = x.clone()
     out[_nd_index(idx)] = updates
     return out
+
+
+_REDUCE = {"add": "sum", "max": "amax", "min": "amin", "mul": "prod"}
+
+
+def _scatter_reduce(kind: str):
+    how = _REDUCE[kind]
+
+    def fn(x: torch.Tensor, updates: torch.Tensor, idx: torch.Tensor, axis: int) -> torch.Tensor:
+        idx = torch.where(idx < 0, idx + x.shape[axis], idx)
+        return torch.scatter_reduce(x, axis, idx, updates, how, include_self=True)
+
+    return fn
+
+
+def _scatter_nd_reduce(kind: str):
+    how = _REDUCE[kind]
+
+    def fn(x: torch.Tensor, updates: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        k = idx.shape[-1]
+        lead = x.shape[:k]
+        rest = x.shape[k:]
+        # flat row index of each update in x viewed as [prod(lead), *rest]
+        idx = torch.where(idx < 0, idx + torch.tensor(lead, device=idx.device), idx).reshape(-1, k)
+        strides = torch.tensor([math.prod(lead[j + 1:]) for j in range(k)], device=idx.device)
+        rows = (idx * strides).sum(-1)
+        flat = x.reshape((-1,) + tuple(rest))
+        upd = updates.reshape((rows.shape[0],) + tuple(rest))
+        index = rows.reshape((-1,) + (1,) * len(rest)).expand_as(upd)
+        return torch.scatter_reduce(flat, 0, index, upd, how, include_self=True).reshape(x.shape)
+
+    return fn
+
+
+for _kind in _REDUCE:
+    register(f"scatter_{_kind}", _scatter_reduce(_kind))
+    register(f"scatter_nd_{_kind}", _scatter_nd_reduce(_kind))

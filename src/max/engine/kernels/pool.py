@@ -68,3 +68,65 @@ def resize(x, *, size, mode):
     if mode == "nearest":
         return F.interpolate(x, size=tuple(size), mode="nearest")
     return F.interpolate(x, size=tuple(size), mode=mode, align_corners=False)
+
+
+def _source_coords(n_in: int, n_out: int, mode: str, device: torch.device) -> torch.Tensor:
+    """Input coordinate (float64) of each output position along one axis."""
+    o = torch.arange(n_out, dtype=torch.float64, device=device)
+    scale = n_out / n_in
+    if mode == "align_corners":
+        return o * ((n_in - 1) / (n_out - 1)) if n_out > 1 else torch.zeros_like(o)
+    if mode == "asymmetric":
+        return o / scale
+    x = (o + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel" and n_out == 1:
+        return torch.zeros_like(o)
+    return x
+
+
+def _linear_weights(n_in: int, n_out: int, mode: str, antialias: bool, device: torch.device) -> torch.Tensor:
+    """``[n_out, n_in]`` interpolation matrix: a tent filter around each source coordinate,
+    widened by ``1 / scale`` when antialiasing a downsampled axis, rows normalised (which
+    clamps coordinates outside the input to the edge sample)."""
+    x = _source_coords(n_in, n_out, mode, device)
+    if antialias and n_out < n_in:
+        support = n_in / n_out
+    else:
+        support = 1.0
+        x = x.clamp(0, n_in - 1)
+    j = torch.arange(n_in, dtype=torch.float64, device=device)
+    w = (1.0 - ((j[None, :] - x[:, None]) / support).abs()).clamp_min(0.0)
+    return w / w.sum(dim=1, keepdim=True)
+
+
+def _along(x: torch.Tensor, axis: int, w: torch.Tensor) -> torch.Tensor:
+    return torch.movedim(torch.tensordot(x, w.to(x.dtype), dims=([axis], [1])), -1, axis)
+
+
+@kernel("resize_linear")
+def resize_linear(x: torch.Tensor, *, size: tuple, coordinate_transformation_mode: str,
+                  antialias: bool) -> torch.Tensor:
+    out_dtype = x.dtype
+    y = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+    for axis, (n_in, n_out) in enumerate(zip(x.shape, size)):
+        if n_in != n_out:
+            y = _along(y, axis, _linear_weights(n_in, n_out, coordinate_transformation_mode, antialias, x.device))
+    return y.to(out_dtype)
+
+
+_ROUND = {
+    "half_down": lambda v: torch.ceil(v - 0.5),
+    "half_up": lambda v: torch.floor(v + 0.5),
+    "floor": torch.floor,
+    "ceil": torch.ceil,
+}
+
+
+@kernel("resize_nearest")
+def resize_nearest(x: torch.Tensor, *, size: tuple, coordinate_transformation_mode: str,
+                   round_mode: str) -> torch.Tensor:
+    for axis, (n_in, n_out) in enumerate(zip(x.shape, size)):
+        if n_in != n_out:
+            src = _ROUND[round_mode](_source_coords(n_in, n_out, coordinate_transformation_mode, x.device))
+            x = x.index_select(axis, src.clamp(0, n_in - 1).to(torch.int64))
+    return x

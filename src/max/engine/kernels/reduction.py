@@ -41,6 +41,15 @@ def mean(x: torch.Tensor, axis: int) -> torch.Tensor:
     return torch.div(s, n if n > 0 else 1, rounding_mode="trunc").to(x.dtype)
 
 
+@kernel("prod")
+def prod(x: torch.Tensor, axis: int) -> torch.Tensor:
+    if x.dtype in _WIDEN:
+        return torch.prod(x.to(torch.int64), dim=axis, keepdim=True).to(x.dtype)
+    if _cpu_half(x):
+        return torch.prod(x.float(), dim=axis, keepdim=True).to(x.dtype)
+    return torch.prod(x, dim=axis, keepdim=True, dtype=x.dtype)
+
+
 @kernel("reduce_max")
 def reduce_max(x: torch.Tensor, axis: int) -> torch.Tensor:
     return torch.amax(_wide(x), dim=axis, keepdim=True).to(x.dtype)
@@ -99,6 +108,12 @@ def cumsum(x: torch.Tensor, axis: int, exclusive: bool = False, reverse: bool = 
 @kernel("top_k")
 def top_k(x: torch.Tensor, k: int, axis: int) -> tuple[torch.Tensor, torch.Tensor]:
     values, indices = torch.topk(_wide(x), k, dim=axis, largest=True, sorted=True)
+    return values.to(x.dtype), indices
+
+
+@kernel("bottom_k")
+def bottom_k(x: torch.Tensor, k: int, axis: int) -> tuple[torch.Tensor, torch.Tensor]:
+    values, indices = torch.topk(_wide(x), k, dim=axis, largest=False, sorted=True)
     return values.to(x.dtype), indices
 
 

@@ -96,11 +96,36 @@ def tile(x: torch.Tensor, repeats: tuple) -> torch.Tensor:
     return x.repeat(repeats)
 
 
+def _pad_index(n: int, before: int, after: int, mode: str, device: torch.device) -> torch.Tensor:
+    """Source positions of a padded axis: ``reflect`` mirrors without repeating the edge,
+    ``edge`` clamps."""
+    i = torch.arange(-before, n + after, device=device)
+    if mode == "edge":
+        return i.clamp(0, n - 1)
+    if n == 1:
+        return torch.zeros_like(i)
+    period = 2 * (n - 1)
+    i = torch.remainder(i, period)
+    return torch.where(i >= n, period - i, i)
+
+
 @kernel("pad")
 def pad(x: torch.Tensor, value_t: torch.Tensor | None = None, *, paddings: tuple,
-        value: Any = None) -> torch.Tensor:
+        value: Any = None, mode: str = "constant") -> torch.Tensor:
     # ours: (before_0, after_0, before_1, ...); torch: pairs from the last dim.
     n = len(paddings) // 2
+    if mode != "constant":
+        for axis in range(n):
+            before, after = paddings[2 * axis], paddings[2 * axis + 1]
+            if before or after:
+                size = x.shape[axis]
+                if mode == "reflect" and max(before, after) >= size:
+                    raise ValueError(f"pad: mode='reflect': paddings ({before}, {after}) of dim {axis} "
+                                     f"must be smaller than its size {size}")
+                if size == 0:
+                    raise ValueError(f"pad: mode={mode!r}: dim {axis} is empty")
+                x = x.index_select(axis, _pad_index(size, before, after, mode, x.device))
+        return x
     if value_t is None:
         tp = [p for i in reversed(range(n)) for p in (paddings[2 * i], paddings[2 * i + 1])]
         return F.pad(x, tp, mode="constant", value=value)

@@ -10,15 +10,18 @@ from max.graph.ops import _common
 from max.graph.ops.constant import constant, constant_external
 from max.graph.ops.elementwise import (
     abs,
+    acos,
     add,
     atanh,
     cast,
+    ceil,
     cos,
     div,
     equal,
     erf,
     exp,
     floor,
+    floor_div,
     gelu,
     greater,
     greater_equal,
@@ -68,11 +71,12 @@ from max.graph.ops.creation import *  # noqa: F401,F403,E402
 from max.graph.ops.device import *  # noqa: F401,F403,E402
 from max.graph.ops.debug import *  # noqa: F401,F403,E402
 from max.graph.ops.control_flow import call, cond, fence, while_loop  # noqa: E402
-from max.graph.ops.buffer import buffer_load, buffer_store, buffer_store_slice  # noqa: E402
+from max.graph.ops.buffer import buffer_create, buffer_load, buffer_store, buffer_store_slice  # noqa: E402
 from max.graph.ops.custom import custom, inplace_custom  # noqa: E402
 from max.graph.ops.conv import *  # noqa: F401,F403,E402
 from max.graph.ops.pool import *  # noqa: F401,F403,E402
 from max.graph.ops.signal import *  # noqa: F401,F403,E402
 from max.graph.ops.distributed import *  # noqa: F401,F403,E402
 from max.graph.ops.complex import *  # noqa: F401,F403,E402
+from max.graph.ops.vision import *  # noqa: F401,F403,E402
 from max.graph.ops.quantized import dequantize, qmatmul  # noqa: E402

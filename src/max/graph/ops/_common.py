@@ -1,5 +1,6 @@
-"""What every op's type rule shares: operand conversion, staging, broadcasting,
-dtype promotion and axis normalisation.  Errors raised here name the op."""
+"""What every op's type rule shares: operand conversion, staging, broadcasting
+and axis normalisation.  Errors raised here name the op.  Dtype promotion lives
+in :mod:`max.graph.dtype_promotion` (``promote`` is re-exported here)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from max.dtype import DType
 from max.graph.dim import Dim, StaticDim
+from max.graph.dtype_promotion import check_weak_scalar, promote
 from max.graph.shape import Shape
 from max.graph.type import DeviceRef, TensorType, Type, _as_device_ref
 from max.graph.value import BufferValue, TensorValue, Value
@@ -25,12 +27,12 @@ def fail(op: str, msg: str, exc: type = ValueError) -> None:
 
 
 def current_graph(op: str):
-    from max.graph.graph import Graph
+    from max.graph.graph import Graph, NoGraphError
 
     try:
         return Graph.current
-    except RuntimeError:
-        raise RuntimeError(
+    except NoGraphError:
+        raise NoGraphError(
             f"{op}: no graph is being built; call ops inside `with Graph(name, input_types=...)`"
         ) from None
 
@@ -141,27 +143,30 @@ def dim_to_tensor(d: Dim, device: DeviceRef | None = None) -> TensorValue:
 
 
 def scalar_operand(x: Any, like: TensorValue, op: str, arg: str) -> TensorValue:
-    """A Python/numpy scalar operand adopts the other operand's dtype and device.
+    """A weak Python/numpy scalar operand takes the other operand's dtype and device.
 
-    A float scalar against an integer/bool tensor is an error unless it is a
-    whole number (MAX keeps the tensor's dtype; we do not silently truncate).
+    ValueError (naming ``op`` and ``arg``) when the value does not fit that
+    dtype (``int_tensor + 1.5``, ``uint8_tensor + 300``); see
+    :mod:`max.graph.dtype_promotion`.
     """
-    dt = like.dtype
-    if isinstance(x, (float, np.floating)) and not dt.is_float():
-        dt = DType.float32
-    elif isinstance(x, (bool, np.bool_)):
-        x = bool(x) if dt is DType.bool else int(x)
-    elif dt is DType.bool:
-        dt = DType.int64
     from max.graph.ops.constant import constant
 
+    dt = like.dtype
+    check_weak_scalar(x, dt, op, arg)
+    if isinstance(x, (bool, np.bool_)) and dt is not DType.bool:
+        x = int(x)
+    elif isinstance(x, (float, np.floating)) and not dt.is_float():
+        x = int(x)
     return constant(x, dt, like.device)
 
 
+def _is_tensor_operand(x: Any) -> bool:
+    return isinstance(x, Value) or hasattr(x, "_bound") or hasattr(x, "__tensorvalue__")
+
+
 def binary_operands(lhs: Any, rhs: Any, op: str) -> tuple[TensorValue, TensorValue]:
-    """Convert the operands of a binary op; scalars take the tensor side's dtype."""
-    lt = isinstance(lhs, (Value,)) or hasattr(lhs, "_bound") or hasattr(lhs, "__tensorvalue__")
-    rt = isinstance(rhs, (Value,)) or hasattr(rhs, "_bound") or hasattr(rhs, "__tensorvalue__")
+    """Convert the operands of a binary op; weak scalars take the tensor side's dtype."""
+    lt, rt = _is_tensor_operand(lhs), _is_tensor_operand(rhs)
     if lt and not rt and is_scalar_like(rhs):
         a = as_tensor(lhs, op=op, arg="lhs")
         return a, scalar_operand(rhs, a, op, "rhs")
@@ -190,48 +195,6 @@ def broadcast_shapes(a: Shape, b: Shape, op: str, what: str = "operands") -> Sha
             fail(op, f"{what} shapes {a} and {b} cannot be broadcast: dims {da} and {db} differ "
                      f"(axis {-1 - i})")
     return Shape(reversed(out))
-
-
-_KIND_RANK = {"bool": 0, "uint": 1, "int": 2, "float": 3}
-
-
-def _kind(dt: DType) -> str:
-    if dt is DType.bool:
-        return "bool"
-    if dt.is_unsigned_integral():
-        return "uint"
-    if dt.is_signed_integral():
-        return "int"
-    return "float"
-
-
-def promote_dtypes(a: DType, b: DType, op: str) -> DType:
-    """The common dtype of two operands.
-
-    Same dtype: itself.  bool < unsigned < signed < float by category; within
-    the winning category the wider type wins; unsigned with signed needs a
-    signed type wider than the unsigned one (uint64 with a signed int is an
-    error); float16 with bfloat16 gives float32; float8 mixes are errors.
-    """
-    if a is b:
-        return a
-    ka, kb = _kind(a), _kind(b)
-    if ka == "float" and kb == "float":
-        if a.is_float8() or b.is_float8():
-            fail(op, f"cannot combine {a} and {b}; cast one operand explicitly", TypeError)
-        if {a, b} == {DType.float16, DType.bfloat16}:
-            return DType.float32
-        return a if a.size_in_bytes >= b.size_in_bytes else b
-    if _KIND_RANK[ka] != _KIND_RANK[kb]:
-        hi, lo = (a, b) if _KIND_RANK[ka] > _KIND_RANK[kb] else (b, a)
-        if _kind(hi) == "int" and _kind(lo) == "uint":
-            need = lo.size_in_bytes * 2
-            if need > 8:
-                fail(op, f"cannot combine {a} and {b}: no signed type holds both; cast explicitly", TypeError)
-            if hi.size_in_bytes < need:
-                return {2: DType.int16, 4: DType.int32, 8: DType.int64}[need]
-        return hi
-    return a if a.size_in_bytes >= b.size_in_bytes else b
 
 
 def normalize_axis(axis: Any, rank: int, op: str, arg: str = "axis") -> int:

@@ -1,4 +1,4 @@
-"""Mutable buffers: ``buffer_load``, ``buffer_store``, ``buffer_store_slice``.
+"""Mutable buffers: ``buffer_create``, ``buffer_load``, ``buffer_store``, ``buffer_store_slice``.
 
 Every buffer op consumes the graph's current chain and produces the next one,
 so loads and stores of one buffer run in program order and are never merged,
@@ -7,14 +7,17 @@ reordered or removed by the compiler.
 
 from __future__ import annotations
 
+import builtins
+
 from typing import Any
 
 from max.graph.ops._common import as_tensor, broadcast_shapes, current_graph, fail
 from max.graph.ops.elementwise import cast
-from max.graph.type import TensorType, _ChainType
+from max.graph.dim import StaticDim
+from max.graph.type import BufferType, TensorType, _ChainType
 from max.graph.value import BufferValue, TensorValue
 
-__all__ = ["buffer_load", "buffer_store", "buffer_store_slice"]
+__all__ = ["buffer_create", "buffer_load", "buffer_store", "buffer_store_slice"]
 
 
 def _buffer(x: Any, op: str, arg: str) -> BufferValue:
@@ -29,6 +32,23 @@ def _chained(op: str, operands: list, result_types: list, attrs: dict | None = N
                       side_effects=True)
     g._current_chain = res[-1]
     return res[:-1]
+
+
+def buffer_create(type: Any) -> BufferValue:  # noqa: A002 - reference name
+    """A new zero-filled buffer of ``type`` (a :class:`BufferType` with static dims) owned by the graph.
+
+    Each call creates a distinct buffer (never merged with another by the compiler).
+    """
+    op = "buffer_create"
+    if not isinstance(type, BufferType):
+        fail(op, f"type must be a BufferType, got {builtins.type(type).__name__} {type!r}", TypeError)
+    for d in type.shape:
+        if not isinstance(d, StaticDim):
+            fail(op, f"type {type} has symbolic dim {d}; a created buffer needs static dims")
+    g = current_graph(op)
+    (b,) = g._add_node(op, [], [type], {"shape": type.shape, "dtype": type.dtype, "device": type.device},
+                       side_effects=True)
+    return b
 
 
 def buffer_load(x: Any) -> TensorValue:

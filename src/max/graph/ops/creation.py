@@ -113,6 +113,18 @@ def range(  # noqa: A001 - reference name
         fail(op, "start/stop/step given as tensors make the length data-dependent; pass out_dim to name it")
     if isinstance(length, StaticDim) and length.dim < 0:
         fail(op, f"out_dim must be non-negative, got {length}")
+    if not dtype.is_float() and all(isinstance(a, (int, float)) for a in args):
+        # the values must be representable in an integer dtype: whole numbers within its range
+        for name, a in (("start", s0), ("step", st)):
+            if isinstance(a, float) and not a.is_integer():
+                fail(op, f"{name}={a} is not a whole number, but dtype is {dtype}")
+        if isinstance(length, StaticDim) and length.dim > 0:
+            last = s0 + st * (length.dim - 1)
+            info = np.iinfo(dtype.to_numpy()) if dtype is not DType.bool else None
+            lo, hi = (0, 1) if info is None else (int(info.min), int(info.max))
+            for name, a in (("start", s0), ("last value", last)):
+                if not lo <= a <= hi:
+                    fail(op, f"{name} {a} of range({s0}, {s1}, {st}) does not fit {dtype} ({lo}..{hi})")
     operands = []
     for key, a in zip(("start", "stop", "step"), args):
         if isinstance(a, TensorValue):

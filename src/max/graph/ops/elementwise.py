@@ -1,10 +1,12 @@
 """Elementwise ops: unary math, binary arithmetic, comparisons, logic, ``where`` and ``cast``.
 
 Type rules: binary ops broadcast their operands (NumPy rules; symbolic dims
-must match by name or be 1) and promote to a common dtype by inserting
-``cast`` nodes, so kernels always see equal dtypes.  A Python scalar takes
-the other operand's dtype (a float scalar with an integer tensor gives
-float32).  ``div`` is true division: integer operands give float32.
+must match by name or be 1) and promote them to a common dtype under MAX's
+rules (:mod:`max.graph.dtype_promotion`: the result is always one of the
+input dtypes; float32 with int32 or uint8 with int8 is a ValueError), inserting
+``cast`` nodes so kernels always see equal dtypes.  A Python/numpy scalar is
+weak: it takes the other operand's dtype when its value fits (``int_tensor +
+1.5`` is a ValueError).  ``div`` is true division: integer operands give float32.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 from max.dtype import DType
+from max.dtype.dtype import BIT_STORED
 from max.graph.ops._common import (
     as_tensor,
     binary_operands,
     broadcast_shapes,
     fail,
-    promote_dtypes,
+    promote,
     same_device,
     stage1,
 )
@@ -25,10 +28,10 @@ from max.graph.type import TensorType
 from max.graph.value import TensorValue
 
 _FLOAT_ONLY = {
-    "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tanh", "atanh", "erf",
+    "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tanh", "atanh", "acos", "erf",
     "sigmoid", "silu", "gelu",
 }
-_NUMERIC = {"abs", "negate", "relu", "floor", "round", "trunc"}
+_NUMERIC = {"abs", "negate", "relu", "floor", "ceil", "round", "trunc"}
 _WIDE_UNSIGNED = {DType.uint16, DType.uint32, DType.uint64}
 
 
@@ -39,6 +42,9 @@ def cast(x: Any, dtype: DType) -> TensorValue:
         fail("cast", f"dtype must be a DType, got {type(dtype).__name__} {dtype!r}", TypeError)
     if x.dtype is dtype:
         return x
+    if x.dtype in BIT_STORED or dtype in BIT_STORED:
+        # float4/float6 have no torch dtype: converted through ml_dtypes (bit patterns in uint8)
+        return stage1("cast_bits", [x], TensorType(dtype, x.shape, x.device), {"src": x.dtype.name, "dst": dtype.name})
     return stage1("cast", [x], TensorType(dtype, x.shape, x.device), {"dtype": dtype})
 
 
@@ -68,7 +74,7 @@ def _binary(op: str, lhs: Any, rhs: Any, *, kind: str = "arith") -> TensorValue:
                 fail(op, f"{side} must be a bool tensor, got {v.dtype}", TypeError)
         dt = DType.bool
     else:
-        dt = promote_dtypes(a.dtype, b.dtype, op)
+        dt = promote(a.dtype, b.dtype, op)
         if kind == "div" and not dt.is_float():
             dt = DType.float32
         if kind in ("arith", "div") and dt is DType.bool and op not in ("max", "min", "mul"):
@@ -104,6 +110,12 @@ def mul(lhs: Any, rhs: Any) -> TensorValue:
 def div(lhs: Any, rhs: Any) -> TensorValue:
     """True division; integer operands give a float32 result."""
     return _binary("div", lhs, rhs, kind="div")
+
+
+def floor_div(lhs: Any, rhs: Any) -> TensorValue:
+    """Elementwise ``lhs // rhs`` rounded toward negative infinity (Python/NumPy ``//``);
+    the operands' common dtype (integer division by zero fails at execution)."""
+    return _binary("floor_div", lhs, rhs)
 
 
 def mod(lhs: Any, rhs: Any) -> TensorValue:
@@ -204,6 +216,11 @@ def atanh(x: Any) -> TensorValue:
     return _unary("atanh", x)
 
 
+def acos(x: Any) -> TensorValue:
+    """Arccosine in ``[0, pi]`` (NaN outside ``[-1, 1]``); float input."""
+    return _unary("acos", x)
+
+
 def erf(x: Any) -> TensorValue:
     return _unary("erf", x)
 
@@ -223,6 +240,11 @@ def relu(x: Any) -> TensorValue:
 
 def floor(x: Any) -> TensorValue:
     return _unary("floor", x)
+
+
+def ceil(x: Any) -> TensorValue:
+    """Smallest integer value >= x (integer inputs are returned unchanged)."""
+    return _unary("ceil", x)
 
 
 def round(x: Any) -> TensorValue:  # noqa: A001
@@ -258,7 +280,7 @@ def where(condition: Any, x: Any, y: Any) -> TensorValue:
         fail(op, f"condition must be a bool tensor, got {c.dtype}", TypeError)
     a, b = binary_operands(x, y, op)
     dev = same_device(op, c, a, b)
-    dt = promote_dtypes(a.dtype, b.dtype, op)
+    dt = promote(a.dtype, b.dtype, op)
     a, b = cast(a, dt), cast(b, dt)
     shape = broadcast_shapes(broadcast_shapes(c.shape, a.shape, op), b.shape, op)
     return stage1(op, [c, a, b], TensorType(dt, shape, dev))

@@ -50,7 +50,11 @@ from max.graph.shape import Shape
 from max.graph.type import TensorType
 from max.graph.value import TensorValue, Value
 
-__all__ = ["slice_tensor", "gather", "gather_nd", "scatter", "scatter_nd"]
+__all__ = [
+    "slice_tensor", "gather", "gather_nd", "scatter", "scatter_nd",
+    "scatter_add", "scatter_max", "scatter_min", "scatter_mul",
+    "scatter_nd_add", "scatter_nd_max", "scatter_nd_min", "scatter_nd_mul",
+]
 
 _INT = (int, np.integer)
 
@@ -122,6 +126,30 @@ def _slice_size(dim: Dim, start: Any, stop: Any, step: int) -> Dim | None:
     if isinstance(size, StaticDim) and size.dim < 0:
         size = StaticDim(0)
     return size
+
+
+def _check_static_bounds(op: str, where: str, e: slice, dim: Dim, start: Any, stop: Any, step: int) -> None:
+    """MAX's rules for static slices of a static axis: bounds within ``[-n, n]`` and not
+    running against the step (``x[3:1]``); both raise ValueError (NumPy would clamp or
+    give an empty result)."""
+    if not isinstance(dim, StaticDim):
+        return
+    n = dim.dim
+    norm = []
+    for name, b in (("start", start), ("stop", stop)):
+        if isinstance(b, StaticDim):
+            b = b.dim
+        if b is None or not isinstance(b, int):
+            norm.append(None)
+            continue
+        if not -n <= b <= n:
+            fail(op, f"{where}: slice {e}: {name}={b} is out of bounds for an axis of size {n} "
+                     f"(valid: {-n}..{n})")
+        norm.append(b + n if b < 0 else b)
+    lo, hi = norm
+    if lo is not None and hi is not None and (hi - lo) * step < 0:
+        fail(op, f"{where}: slice {e} runs {'backwards' if step > 0 else 'forwards'} against its "
+                 f"step {step} (start {lo}, stop {hi} on an axis of size {n})")
 
 
 def _as_index_list(indices: Any) -> list:
@@ -221,6 +249,7 @@ def slice_tensor(x: Any, indices: Any) -> TensorValue:
             if step == 0:
                 fail(op, f"{where}: slice step cannot be zero")
             any_neg = any_neg or step < 0
+            _check_static_bounds(op, where, e, dim, start, stop, step)
             size = _slice_size(dim, start, stop, step)
             if out_dim is not None:
                 if isinstance(size, StaticDim) and isinstance(out_dim, StaticDim) and size != out_dim:
@@ -359,22 +388,12 @@ def _updates(updates: Any, x: TensorValue, op: str) -> TensorValue:
         u = as_tensor(updates, op=op, arg="updates", dtype=None if _is_tensorish(updates) else x.dtype,
                       device=x.device)
     if u.dtype is not x.dtype:
-        fail(op, f"updates dtype {u.dtype} differs from input dtype {x.dtype}; cast it first", TypeError)
+        fail(op, f"updates dtype {u.dtype} differs from input dtype {x.dtype}; cast it first", ValueError)
     same_device(op, x, u)
     return u
 
 
-def scatter(input: Any, updates: Any, indices: Any, axis: int = -1) -> TensorValue:
-    """A copy of ``input`` with ``updates`` written at ``indices`` along ``axis``.
-
-    ``out[..., indices[i, j, ...], ...] = updates[i, j, ...]`` (the index
-    replaces position ``axis``), i.e. ``torch.scatter`` / ONNX
-    ScatterElements.  ``indices`` and ``updates`` have the same shape and the
-    same rank as ``input``; their dims other than ``axis`` must not exceed
-    ``input``'s.  Negative index values count from the end.  With duplicate
-    indices which update wins is unspecified.
-    """
-    op = "scatter"
+def _scatter(op: str, input: Any, updates: Any, indices: Any, axis: Any) -> TensorValue:  # noqa: A002
     x = as_tensor(input, op=op, arg="input")
     if x.rank == 0:
         fail(op, "input must have rank >= 1, got a rank-0 tensor")
@@ -388,19 +407,45 @@ def scatter(input: Any, updates: Any, indices: Any, axis: int = -1) -> TensorVal
     for i, (di, dx) in enumerate(zip(idx.shape, x.shape)):
         if i != ax and isinstance(di, StaticDim) and isinstance(dx, StaticDim) and di.dim > dx.dim:
             fail(op, f"indices {idx.shape} dim {i} ({di}) exceeds input {x.shape} dim {i} ({dx})")
+    if op != "scatter" and x.dtype is DType.bool:
+        fail(op, f"input must be numeric, got {x.dtype}", TypeError)
     return stage1(op, [x, u, idx], x.type, {"axis": ax})
 
 
-def scatter_nd(input: Any, updates: Any, indices: Any) -> TensorValue:
-    """A copy of ``input`` with slices replaced: ``out[tuple(indices[j])] = updates[j]``.
+def scatter(input: Any, updates: Any, indices: Any, axis: int = -1) -> TensorValue:  # noqa: A002
+    """A copy of ``input`` with ``updates`` written at ``indices`` along ``axis``.
 
-    ``indices`` has shape ``[..., k]`` with a static index depth
-    ``k <= input.rank`` (``k == rank`` writes elements, ``k < rank`` writes
-    slices); ``updates`` has shape ``indices.shape[:-1] + input.shape[k:]``.
-    Negative index values count from the end.  With duplicate indices which
-    update wins is unspecified.
+    ``out[..., indices[i, j, ...], ...] = updates[i, j, ...]`` (the index
+    replaces position ``axis``), i.e. ``torch.scatter`` / ONNX
+    ScatterElements.  ``indices`` and ``updates`` have the same shape and the
+    same rank as ``input``; their dims other than ``axis`` must not exceed
+    ``input``'s.  Negative index values count from the end.  With duplicate
+    indices which update wins is unspecified.
     """
-    op = "scatter_nd"
+    return _scatter("scatter", input, updates, indices, axis)
+
+
+def scatter_add(input: Any, updates: Any, indices: Any, axis: int = -1) -> TensorValue:  # noqa: A002
+    """Like :func:`scatter`, but duplicates accumulate: ``out[... idx ...] += updates``."""
+    return _scatter("scatter_add", input, updates, indices, axis)
+
+
+def scatter_max(input: Any, updates: Any, indices: Any, axis: int = -1) -> TensorValue:  # noqa: A002
+    """Like :func:`scatter`, keeping the maximum of ``input`` and every update at a position."""
+    return _scatter("scatter_max", input, updates, indices, axis)
+
+
+def scatter_min(input: Any, updates: Any, indices: Any, axis: int = -1) -> TensorValue:  # noqa: A002
+    """Like :func:`scatter`, keeping the minimum of ``input`` and every update at a position."""
+    return _scatter("scatter_min", input, updates, indices, axis)
+
+
+def scatter_mul(input: Any, updates: Any, indices: Any, axis: int = -1) -> TensorValue:  # noqa: A002
+    """Like :func:`scatter`, multiplying ``input`` by every update at a position."""
+    return _scatter("scatter_mul", input, updates, indices, axis)
+
+
+def _scatter_nd(op: str, input: Any, updates: Any, indices: Any) -> TensorValue:  # noqa: A002
     x = as_tensor(input, op=op, arg="input")
     u = _updates(updates, x, op)
     idx = _index_tensor(indices, x, op, "indices")
@@ -417,4 +462,38 @@ def scatter_nd(input: Any, updates: Any, indices: Any) -> TensorValue:
     want = Shape(list(idx.shape[:-1]) + list(x.shape[k:]))
     if u.shape != want:
         fail(op, f"updates shape {u.shape} does not match indices.shape[:-1] + input.shape[{k}:] = {want}")
+    if op != "scatter_nd" and x.dtype is DType.bool:
+        fail(op, f"input must be numeric, got {x.dtype}", TypeError)
     return stage1(op, [x, u, idx], x.type)
+
+
+def scatter_nd(input: Any, updates: Any, indices: Any) -> TensorValue:  # noqa: A002
+    """A copy of ``input`` with slices replaced: ``out[tuple(indices[j])] = updates[j]``.
+
+    ``indices`` has shape ``[..., k]`` with a static index depth
+    ``k <= input.rank`` (``k == rank`` writes elements, ``k < rank`` writes
+    slices); ``updates`` has shape ``indices.shape[:-1] + input.shape[k:]``.
+    Negative index values count from the end.  With duplicate indices which
+    update wins is unspecified.
+    """
+    return _scatter_nd("scatter_nd", input, updates, indices)
+
+
+def scatter_nd_add(input: Any, updates: Any, indices: Any) -> TensorValue:  # noqa: A002
+    """Like :func:`scatter_nd`, but duplicates accumulate: ``out[tuple(indices[j])] += updates[j]``."""
+    return _scatter_nd("scatter_nd_add", input, updates, indices)
+
+
+def scatter_nd_max(input: Any, updates: Any, indices: Any) -> TensorValue:  # noqa: A002
+    """Like :func:`scatter_nd`, keeping the maximum of ``input`` and every update at a position."""
+    return _scatter_nd("scatter_nd_max", input, updates, indices)
+
+
+def scatter_nd_min(input: Any, updates: Any, indices: Any) -> TensorValue:  # noqa: A002
+    """Like :func:`scatter_nd`, keeping the minimum of ``input`` and every update at a position."""
+    return _scatter_nd("scatter_nd_min", input, updates, indices)
+
+
+def scatter_nd_mul(input: Any, updates: Any, indices: Any) -> TensorValue:  # noqa: A002
+    """Like :func:`scatter_nd`, multiplying ``input`` by every update at a position."""
+    return _scatter_nd("scatter_nd_mul", input, updates, indices)

@@ -1,4 +1,5 @@
-"""Pooling and image resizing: ``max_pool2d``, ``avg_pool2d`` (NHWC) and ``resize`` (NCHW).
+"""Pooling and resizing: ``max_pool2d``, ``avg_pool2d`` (NHWC), ``resize`` /
+``resize_bicubic`` (NCHW) and ``resize_linear`` / ``resize_nearest`` (any rank).
 
 Pooling output size per spatial axis (PyTorch's rule, symbolic dims
 propagate as expressions)::
@@ -28,6 +29,17 @@ Decisions where the reference text is ambiguous:
   half-pixel centres, i.e. ``align_corners=False``); the other modes raise
   NotImplementedError as documented (the kernel understands them, so
   enabling them is a one-line change), as does a single int ``shape``.
+  ``resize_bicubic(input, shape)`` is the same op.
+* ``resize_linear`` / ``resize_nearest`` resize every dim whose size
+  changes (ONNX Resize semantics).  An output coordinate ``o`` maps to the
+  input coordinate ``x`` by ``coordinate_transformation_mode``:
+  ``half_pixel`` ``(o + 0.5) / scale - 0.5``; ``pytorch_half_pixel`` the same
+  but 0 for a length-1 output; ``align_corners`` ``o * (in - 1) / (out - 1)``;
+  ``asymmetric`` ``o / scale`` (``scale = out / in``).  Linear interpolation
+  clamps ``x`` to the input; with ``antialias`` a downsampled axis uses a
+  tent filter stretched by ``1 / scale`` (PyTorch's ``antialias=True``).
+  Nearest rounds ``x`` by ``round_mode``: ``half_down`` (``ceil(x - 0.5)``),
+  ``half_up`` (``floor(x + 0.5)``), ``floor`` or ``ceil``, then clamps.
 """
 
 from __future__ import annotations
@@ -44,7 +56,10 @@ from max.graph.shape import Shape
 from max.graph.type import TensorType
 from max.graph.value import TensorValue
 
-__all__ = ["InterpolationMode", "avg_pool2d", "max_pool2d", "resize"]
+__all__ = [
+    "InterpolationMode", "avg_pool2d", "max_pool2d", "resize", "resize_bicubic", "resize_linear",
+    "resize_nearest",
+]
 
 
 class InterpolationMode(str, enum.Enum):
@@ -185,3 +200,72 @@ def resize(input: Any, shape: Any, interpolation: Any = InterpolationMode.BILINE
     attrs = {"size": Shape(dims[2:]), "mode": mode.value}
     return stage1(op, [x], TensorType(x.dtype, Shape(dims), x.device), attrs)
 
+
+
+def resize_bicubic(input: Any, shape: Any) -> TensorValue:  # noqa: A002
+    """Bicubic resize of an NCHW tensor to ``shape`` (``resize`` with ``InterpolationMode.BICUBIC``)."""
+    return resize(input, shape, InterpolationMode.BICUBIC)
+
+
+_COORD_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
+_ROUND_MODES = ("half_down", "half_up", "floor", "ceil")
+
+
+def _mode_name(v: Any, allowed: tuple, op: str, arg: str) -> str:
+    name = getattr(v, "value", v)
+    if isinstance(name, str):
+        name = name.lower()
+    if name not in allowed:
+        fail(op, f"{arg}={v!r} is not supported; use one of {list(allowed)}")
+    return name
+
+
+def _resize_shape(op: str, x: TensorValue, shape: Any) -> list[Dim]:
+    if isinstance(shape, (str, bytes, TensorValue)) or not hasattr(shape, "__iter__"):
+        fail(op, f"shape must be an iterable of dims (one per input dim), got {type(shape).__name__} {shape!r}",
+             TypeError)
+    try:
+        dims = [Dim(v) for v in shape]
+    except (TypeError, ValueError) as e:
+        fail(op, f"shape {shape!r}: {e}", TypeError)
+    if len(dims) != x.rank:
+        fail(op, f"shape {dims} must have one entry per dim of input {x.shape} ({x.rank}), got {len(dims)}")
+    for i, (d, o) in enumerate(zip(x.shape, dims)):
+        if isinstance(o, StaticDim) and o.dim < 1:
+            fail(op, f"output sizes must be positive, got {dims}")
+        if d != o and not isinstance(d, StaticDim):
+            fail(op, f"dim {i} of input {x.shape} is symbolic ({d}); only static dims can be resized")
+        if d != o and isinstance(d, StaticDim) and d.dim == 0:
+            fail(op, f"dim {i} of input {x.shape} is empty and cannot be resized to {o}")
+    if not x.dtype.is_float():
+        fail(op, f"input must be a floating-point tensor, got {x.dtype}", TypeError)
+    return dims
+
+
+def resize_linear(input: Any, shape: Any, coordinate_transformation_mode: Any = "half_pixel",  # noqa: A002
+                  antialias: bool = False) -> TensorValue:
+    """Linear resize of every dim whose size changes (see the module docstring)."""
+    op = "resize_linear"
+    x = as_tensor(input, op=op, arg="input")
+    dims = _resize_shape(op, x, shape)
+    mode = _mode_name(coordinate_transformation_mode, _COORD_MODES, op, "coordinate_transformation_mode")
+    if not isinstance(antialias, (bool, np.bool_)):
+        fail(op, f"antialias must be a bool, got {type(antialias).__name__}", TypeError)
+    if all(d == o for d, o in zip(x.shape, dims)):
+        return x
+    attrs = {"size": Shape(dims), "coordinate_transformation_mode": mode, "antialias": bool(antialias)}
+    return stage1(op, [x], TensorType(x.dtype, Shape(dims), x.device), attrs)
+
+
+def resize_nearest(input: Any, shape: Any, coordinate_transformation_mode: Any = "half_pixel",  # noqa: A002
+                   round_mode: Any = "half_down") -> TensorValue:
+    """Nearest-neighbour resize of every dim whose size changes (see the module docstring)."""
+    op = "resize_nearest"
+    x = as_tensor(input, op=op, arg="input")
+    dims = _resize_shape(op, x, shape)
+    mode = _mode_name(coordinate_transformation_mode, _COORD_MODES, op, "coordinate_transformation_mode")
+    rmode = _mode_name(round_mode, _ROUND_MODES, op, "round_mode")
+    if all(d == o for d, o in zip(x.shape, dims)):
+        return x
+    attrs = {"size": Shape(dims), "coordinate_transformation_mode": mode, "round_mode": rmode}
+    return stage1(op, [x], TensorType(x.dtype, Shape(dims), x.device), attrs)

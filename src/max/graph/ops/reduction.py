@@ -1,22 +1,24 @@
-"""Reductions and axis-wise ops: ``sum``, ``mean``, ``max``/``min`` (reduction
-form), ``argmax``/``argmin``, ``softmax``/``logsoftmax``, ``cumsum``,
-``top_k`` and ``argsort``.
+"""Reductions and axis-wise ops: ``sum``, ``mean``, ``prod``, ``max``/``min``
+(reduction form), ``argmax``/``argmin``, ``softmax``/``logsoftmax``,
+``cumsum``, ``top_k``/``bottom_k`` and ``argsort``.
 
 Type rules:
 
-- Reductions (``sum``, ``mean``, ``max``, ``min``, ``argmax``, ``argmin``)
-  keep the rank: the result has the input's shape with ``axis`` set to 1.
-  The default axis is -1; negative axes count from the end; an axis out of
-  range raises IndexError.  Other dims (symbolic ones included) are kept.
-- ``sum``, ``max``, ``min`` and ``cumsum`` keep the input dtype (integer sums
-  wrap around like the dtype does).  ``mean`` keeps the dtype too: for an
+- Reductions (``sum``, ``mean``, ``prod``, ``max``, ``min``, ``argmax``,
+  ``argmin``) keep the rank: the result has the input's shape with ``axis``
+  set to 1.  The default axis is -1; negative axes count from the end; an
+  axis out of range raises IndexError; a static size-0 axis raises
+  ValueError (as MAX does).  Other dims (symbolic ones included) are kept.
+- ``sum``, ``prod``, ``max``, ``min`` and ``cumsum`` keep the input dtype
+  (integer sums and products wrap around like the dtype does).  ``mean`` keeps the dtype too: for an
   integer input it is the integer sum divided by the axis size, rounded
   toward zero (C integer division); cast to a float type first for a
   fractional mean.  ``sum``/``mean``/``cumsum`` reject bool.
 - ``argmax``/``argmin`` give int64; ties give the first index (on CPU).
 - ``softmax``/``logsoftmax`` need a floating-point input (same dtype out).
 - ``top_k`` returns ``(values, indices)``: the axis becomes ``k`` (sorted,
-  largest first), indices are int64.  ``k`` must be a static non-negative int,
+  largest first), indices are int64; ``bottom_k`` the same for the ``k``
+  smallest (smallest first).  ``k`` must be a static non-negative int,
   at most the axis size when that size is static.
 - ``argsort`` sorts along the *first* dimension (as the reference documents)
   and returns int64 indices of the input's shape; ties keep input order.
@@ -41,6 +43,8 @@ __all__ = [
     "argmax",
     "argmin",
     "argsort",
+    "bottom_k",
+    "prod",
     "cumsum",
     "logsoftmax",
     "max",
@@ -84,12 +88,17 @@ def _reduce(op: str, x: Any, axis: Any, *, allow_bool: bool, nonempty: bool = Fa
 
 def sum(x: Any, axis: int = -1) -> TensorValue:  # noqa: A001 - reference name
     """Sum along ``axis`` (keeps rank; same dtype)."""
-    return _reduce("sum", x, axis, allow_bool=False)
+    return _reduce("sum", x, axis, allow_bool=False, nonempty=True)
+
+
+def prod(x: Any, axis: int = -1) -> TensorValue:
+    """Product along ``axis`` (keeps rank; same dtype, integer products wrap around)."""
+    return _reduce("prod", x, axis, allow_bool=False, nonempty=True)
 
 
 def mean(x: Any, axis: int = -1) -> TensorValue:
     """Mean along ``axis`` (keeps rank; same dtype, integer means round toward zero)."""
-    return _reduce("mean", x, axis, allow_bool=False)
+    return _reduce("mean", x, axis, allow_bool=False, nonempty=True)
 
 
 def max(x: Any, y: Any = None, /, axis: int | None = None) -> TensorValue:  # noqa: A001
@@ -153,9 +162,7 @@ def cumsum(x: Any, axis: int = -1, exclusive: bool = False, reverse: bool = Fals
     return stage1(op, [x], x.type, attrs)
 
 
-def top_k(input: Any, k: int, axis: int = -1) -> tuple[TensorValue, TensorValue]:  # noqa: A002
-    """The ``k`` largest values along ``axis`` (largest first) and their int64 indices."""
-    op = "top_k"
+def _k_extreme(op: str, input: Any, k: Any, axis: Any) -> tuple[TensorValue, TensorValue]:  # noqa: A002
     x = as_tensor(input, op=op, arg="input")
     _check_dtype(op, x, allow_bool=False)
     ax = normalize_axis(axis, x.rank, op)
@@ -177,6 +184,16 @@ def top_k(input: Any, k: int, axis: int = -1) -> tuple[TensorValue, TensorValue]
     indices_t = TensorType(DType.int64, dims, x.device)
     values, indices = stage(op, [x], [values_t, indices_t], {"k": k, "axis": ax})
     return values, indices
+
+
+def top_k(input: Any, k: int, axis: int = -1) -> tuple[TensorValue, TensorValue]:  # noqa: A002
+    """The ``k`` largest values along ``axis`` (largest first) and their int64 indices."""
+    return _k_extreme("top_k", input, k, axis)
+
+
+def bottom_k(input: Any, k: int, axis: int = -1) -> tuple[TensorValue, TensorValue]:  # noqa: A002
+    """The ``k`` smallest values along ``axis`` (smallest first) and their int64 indices."""
+    return _k_extreme("bottom_k", input, k, axis)
 
 
 def argsort(x: Any, ascending: bool = True) -> TensorValue:

@@ -30,6 +30,8 @@ Decisions where the reference text is ambiguous:
 
 from __future__ import annotations
 
+import builtins
+
 from typing import Any, Sequence
 
 import numpy as np
@@ -183,6 +185,8 @@ def transpose(x: Any, axis_1: int, axis_2: int) -> TensorValue:
     """Swap two axes (negative axes count from the end)."""
     op = "transpose"
     x = as_tensor(x, op=op)
+    if x.rank == 0 and all(_is_int(v) and int(v) in (0, -1) for v in (axis_1, axis_2)):
+        return x  # a scalar's only "axis" swapped with itself (as torch and MAX allow)
     a = _axis(axis_1, x.rank, op, "axis_1")
     b = _axis(axis_2, x.rank, op, "axis_2")
     if a == b:
@@ -309,7 +313,7 @@ def _same_dtype(vals: list[TensorValue], op: str, arg: str) -> None:
     for i, v in enumerate(vals[1:], 1):
         if v.dtype is not vals[0].dtype:
             fail(op, f"all {arg} must have the same dtype: {arg}[0] is {vals[0].dtype.name}, "
-                     f"{arg}[{i}] is {v.dtype.name}", TypeError)
+                     f"{arg}[{i}] is {v.dtype.name}", ValueError)
 
 
 def concat(original_vals: Any, axis: int = 0) -> TensorValue:
@@ -417,20 +421,29 @@ def tile(x: Any, repeats: Sequence[Any]) -> TensorValue:
         fail(op, f"repeats {[str(r) for r in reps]} must have one entry per dim of {x.shape} "
                  f"({x.rank}), got {len(reps)}")
     for r in reps:
-        if isinstance(r, StaticDim) and r.dim < 0:
-            fail(op, f"repeats must be non-negative, got {[str(r) for r in reps]}")
+        if isinstance(r, StaticDim) and r.dim < 1:
+            fail(op, f"repeats must be positive, got {[str(r) for r in reps]}")
     if all(r == 1 for r in reps):
         return x
     shp = [d * r for d, r in zip(x.shape, reps)]
     return stage1(op, [x], _result(x, shp), {"repeats": tuple(reps)})
 
 
+_PAD_MODES = ("constant", "reflect", "edge")
+
+
 def pad(input: Any, paddings: Sequence[int], mode: str = "constant", value: Any = 0) -> TensorValue:  # noqa: A002
-    """Pad with a constant: ``paddings = [before_0, after_0, before_1, after_1, ...]``."""
+    """Pad ``input``: ``paddings = [before_0, after_0, before_1, after_1, ...]``.
+
+    Modes (NumPy's ``np.pad`` names): ``'constant'`` fills with ``value``;
+    ``'reflect'`` mirrors the values next to the edge, the edge itself not
+    repeated (each pad must be smaller than its dim); ``'edge'`` repeats the
+    edge value (a padded dim must be non-empty).
+    """
     op = "pad"
     x = as_tensor(input, op=op, arg="input")
-    if mode != "constant":
-        fail(op, f"mode={mode!r} is not supported; only 'constant' is")
+    if mode not in _PAD_MODES:
+        fail(op, f"mode={mode!r} is not supported; use one of {list(_PAD_MODES)}")
     if isinstance(paddings, (str, bytes, TensorValue)) or not hasattr(paddings, "__iter__"):
         fail(op, f"paddings must be a sequence of ints, got {type(paddings).__name__}", TypeError)
     pads = [_int_arg(p, op, "paddings entry") for p in paddings]
@@ -440,6 +453,19 @@ def pad(input: Any, paddings: Sequence[int], mode: str = "constant", value: Any 
     if any(p < 0 for p in pads):
         fail(op, f"paddings must be non-negative, got {pads}")
     shp = [d + pads[2 * i] + pads[2 * i + 1] for i, d in enumerate(x.shape)]
+    if mode != "constant":
+        for i, d in enumerate(x.shape):
+            before, after = pads[2 * i], pads[2 * i + 1]
+            if not (before or after) or not isinstance(d, StaticDim):
+                continue
+            if mode == "reflect" and builtins.max(before, after) >= d.dim:
+                fail(op, f"mode='reflect': paddings ({before}, {after}) of dim {i} must be smaller than "
+                         f"its size {d.dim}")
+            if mode == "edge" and d.dim == 0:
+                fail(op, f"mode='edge': dim {i} is empty, so it has no edge value to repeat")
+        if not any(pads):
+            return x
+        return stage1(op, [x], _result(x, shp), {"paddings": tuple(pads), "mode": mode})
     attrs: dict = {"paddings": tuple(pads)}
     operands = [x]
     if isinstance(value, (bool, np.bool_, int, float, np.integer, np.floating)):
@@ -624,16 +650,18 @@ def band_part(x: Any, num_lower: int | None = None, num_upper: int | None = None
         if v is None:
             continue
         n = _int_arg(v, op, name)
+        if n == -1:
+            continue  # -1, like None, keeps the whole triangle
         if n < 0:
-            fail(op, f"{name}={n} must be non-negative (or None for the whole triangle)")
+            fail(op, f"{name}={n} must be non-negative, or -1/None for the whole triangle")
         if isinstance(dim, StaticDim) and n > max(dim.dim - 1, 0):
             fail(op, f"{name}={n} is out of range for a matrix dim of size {dim} "
                      f"(valid: 0..{max(dim.dim - 1, 0)}, or None)")
     if not isinstance(exclude, (bool, np.bool_)):
         fail(op, f"exclude must be a bool, got {type(exclude).__name__}", TypeError)
     attrs = {
-        "num_lower": None if num_lower is None else int(num_lower),
-        "num_upper": None if num_upper is None else int(num_upper),
+        "num_lower": None if num_lower is None or int(num_lower) == -1 else int(num_lower),
+        "num_upper": None if num_upper is None or int(num_upper) == -1 else int(num_upper),
         "exclude": bool(exclude),
     }
     return stage1(op, [x], _result(x, x.shape), attrs)

@@ -152,7 +152,7 @@ def masked_scatter(input: Any, mask: Any, updates: Any, out_dim: Any) -> TensorV
     if m.dtype is not DType.bool:
         fail(op, f"mask must be a bool tensor, got {m.dtype}", TypeError)
     if u.dtype is not x.dtype:
-        fail(op, f"updates dtype {u.dtype} differs from input dtype {x.dtype}", TypeError)
+        fail(op, f"updates dtype {u.dtype} differs from input dtype {x.dtype}", ValueError)
     shape = broadcast_shapes(x.shape, m.shape, op, "input and mask")
     d = _out_dim(out_dim, op)
     usize: Dim = StaticDim(1)
