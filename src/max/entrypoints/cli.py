@@ -263,10 +263,17 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
               help="How the model writes tool calls (default: chosen from its chat template).")
 @click.option("--enable-echo", is_flag=True, help="Compute prompt log probabilities (echo with logprobs, "
               "prompt_logprobs); the model then returns the logits of every prompt position.")
+@click.option("--lora-paths", multiple=True, help="A PEFT LoRA adapter to load at start-up, NAME=PATH "
+              "(repeat for several); requests select it with \"model\": \"NAME\".")
+@click.option("--enable-lora", is_flag=True, help="Build the model with LoRA slots (implied by --lora-paths); "
+              "adapters can then be loaded at run time (POST /v1/load_lora_adapter).")
+@click.option("--max-num-loras", type=int, default=None, help="LoRA adapters resident at once (default 1).")
+@click.option("--max-lora-rank", type=int, default=None, help="Largest LoRA rank accepted (default 16).")
 def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
           prefill_chunk_size: Any, enable_prefix_caching: bool, host: str, port: int, api_key: Any,
           max_queue_size: Any, metrics_port: Any, served_model_name: Any, log_level: str,
-          tool_call_parser: Any, enable_echo: bool) -> None:
+          tool_call_parser: Any, enable_echo: bool, lora_paths: tuple, enable_lora: bool, max_num_loras: Any,
+          max_lora_rank: Any) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (chat, completions, embeddings, metrics)."""
     import logging
 
@@ -279,7 +286,9 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
     t0 = time.perf_counter()
     try:
         cfg = build_config(model_path, quantization_encoding, devices, max_length, max_batch_size,
-                           prefill_chunk_size, enable_prefix_caching, enable_echo=enable_echo or None)
+                           prefill_chunk_size, enable_prefix_caching, enable_echo=enable_echo or None,
+                           enable_lora=(enable_lora or bool(lora_paths)) or None, lora_paths=list(lora_paths) or None,
+                           max_num_loras=max_num_loras, max_lora_rank=max_lora_rank)
         click.echo(f"Loading {cfg.model_config.model_path} ...", err=True)
         if served_model_name is None and model_path is None:  # the bundled model: a short id
             served_model_name = os.path.splitext(os.path.basename(str(cfg.model_config.model_path)))[0]

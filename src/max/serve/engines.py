@@ -32,6 +32,11 @@ class GenerationEngine:
         return cls(tokenizer, scheduler, kv, pipeline=pipeline)
 
     @property
+    def lora(self) -> Any:
+        """The model's LoRA adapter manager (None when the model was built without LoRA)."""
+        return getattr(getattr(self.pipeline, "pipeline_model", None), "lora_manager", None)
+
+    @property
     def echo_enabled(self) -> bool:
         """Whether the pipeline computes prompt log probabilities (``PipelineConfig.enable_echo``)."""
         return bool(getattr(self.pipeline, "echo_enabled", False))

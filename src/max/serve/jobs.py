@@ -142,7 +142,8 @@ async def start_job(state: AppState, gen: GenerationEngine, request: Request, ri
             seed = None if req.seed is None else req.seed + j
             params = sampling_params(req, max_new, seed)
             try:
-                treq = TextGenerationRequest(request_id=f"{rid}-{p_i}-{j}", model_name=state.model_name,
+                treq = TextGenerationRequest(request_id=f"{rid}-{p_i}-{j}",
+                                             model_name=state.adapter(req.model) or state.model_name,
                                              sampling_params=params, logprobs=logprobs, echo=echo,
                                              response_format=response_format,
                                              **inp, **{k: v for k, v in chat_extra.items() if v is not None})

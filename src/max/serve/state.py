@@ -26,10 +26,22 @@ class AppState:
     tool_parser: Optional[str] = None  # None: chosen from the chat template
 
     def check_model(self, name: Optional[str]) -> None:
-        if name is None or name == self.model_name or name in self.aliases:
+        """404 for a model this server does not serve; with LoRA, 400 naming ``model`` for an adapter
+        name that is not loaded."""
+        if name is None or name == self.model_name or name in self.aliases or self.adapter(name) is not None:
             return
+        lora = self.generator.lora if self.generator is not None else None
+        if lora is not None:
+            raise APIError(400, f"'{name}' is neither the served model '{self.model_name}' nor a loaded LoRA "
+                           f"adapter ({', '.join(sorted(lora.slots)) or 'none loaded'})", param="model",
+                           code="model_not_found")
         raise APIError(404, f"The model '{name}' does not exist; this server serves '{self.model_name}'",
                        param="model", code="model_not_found")
+
+    def adapter(self, name: Optional[str]) -> Optional[str]:
+        """``name`` when it is a loaded LoRA adapter, else None."""
+        lora = self.generator.lora if self.generator is not None else None
+        return name if lora is not None and lora.has(name) else None
 
     def need_generator(self, path: str) -> GenerationEngine:
         if self.generator is None:

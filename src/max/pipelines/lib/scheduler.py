@@ -18,12 +18,13 @@ between consecutive outputs of one request) and ``tokens_generated(n)``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from max.interfaces import GenerationStatus, TextGenerationInputs
 
@@ -112,6 +113,18 @@ class TokenGenerationScheduler:
     @property
     def running(self) -> int:
         return len(self._running)
+
+    def in_flight(self) -> list[Any]:
+        """The contexts of every request waiting or running."""
+        with self._waiting.mutex:
+            waiting = [e.ctx for e in self._waiting.queue]
+        return [e.ctx for e in list(self._running.values())] + waiting
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the scheduler between steps (e.g. to change LoRA adapter slots safely)."""
+        with self._step_lock:
+            yield
 
     # ---------------------------------------------------------------- driving
     def start(self) -> None:

@@ -18,13 +18,25 @@ def model_card(state: AppState) -> dict[str, Any]:
             "max_model_len": getattr(eng, "max_length", None)}
 
 
+def adapter_cards(state: AppState) -> list[dict[str, Any]]:
+    lora = state.generator.lora if state.generator is not None else None
+    if lora is None:
+        return []
+    return [{"id": name, "object": "model", "created": state.created, "owned_by": "libremax",
+             "parent": state.model_name, "root": lora.adapters[name].path} for name in sorted(lora.slots)]
+
+
 @router.get("/v1/models")
 async def list_models(request: Request) -> JSONResponse:
-    return JSONResponse({"object": "list", "data": [model_card(serve_state(request))]})
+    state = serve_state(request)
+    return JSONResponse({"object": "list", "data": [model_card(state), *adapter_cards(state)]})
 
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, request: Request) -> JSONResponse:
     state = serve_state(request)
     state.check_model(model_id)
+    for card in adapter_cards(state):
+        if card["id"] == model_id:
+            return JSONResponse(card)
     return JSONResponse(model_card(state))

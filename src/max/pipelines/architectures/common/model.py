@@ -51,14 +51,20 @@ def kv_cache_budget(kv_params: KVCacheParams, num_layers: int, max_batch: int, m
     return int(min(pages * kv_params.bytes_per_page(num_layers), 4 << 30))
 
 
-def build_graph(model: Module, kv_input_symbols: Any, device: DeviceRef, name: str = "decoder") -> Graph:
-    """The prefill/decode step graph (see the module docstring for its inputs)."""
+def build_graph(model: Module, kv_input_symbols: Any, device: DeviceRef, name: str = "decoder",
+                lora: Any = None) -> Graph:
+    """The prefill/decode step graph (see the module docstring for its inputs; with ``lora``, a
+    ``max.nn.lora.LoRAGraphInputs``, its inputs follow the KV cache's)."""
     tokens_t = TensorType(DType.int64, ["total_seq_len"], device)
     offsets_t = TensorType(DType.uint32, ["input_row_offsets_len"], device)
     n_logits_t = TensorType(DType.int64, [1], DeviceRef.CPU())
     kv = list(kv_input_symbols)
-    with Graph(name, input_types=[tokens_t, offsets_t, n_logits_t, *kv]) as g:
-        tokens, offsets, n_logits, *kv_vals = g.inputs
+    lora_t = lora.input_types() if lora is not None else []
+    with Graph(name, input_types=[tokens_t, offsets_t, n_logits_t, *kv, *lora_t]) as g:
+        tokens, offsets, n_logits, *rest = g.inputs
+        kv_vals = rest[:len(kv)]
+        if lora is not None:
+            lora.bind(rest[len(kv):])
         outs = model(tokens.tensor, kv_vals, n_logits, offsets.tensor)
         g.output(outs[0])  # logits: [batch, vocab] (last token) or [total_seq_len, vocab] (ReturnLogits.ALL)
     return g
@@ -120,16 +126,27 @@ class DecoderPipelineModel(PipelineModel):
             raise ValueError(f"{cfg.architecture}: no weight adapter for {fmt.value} checkpoints")
         checkpoint = adapt(dict(weights.items()), huggingface_config=huggingface_config,
                            pipeline_config=pipeline_config)
-        factory = WeightFactory(dt, dev_ref, checkpoint)
+        lora_inputs, lora_targets, startup = _lora_setup(pipeline_config, dt, dev_ref)
+        factory = WeightFactory(dt, dev_ref, checkpoint, lora=lora_inputs, lora_targets=lora_targets)
         module = self.build_module(cfg, factory, kv_params, self.max_seq_len)
         if return_logits is not None:
             module.return_logits = ReturnLogits(return_logits)  # ALL: logits of every position (echo)
         load_weights_into(module, checkpoint, cfg.architecture)
         self.weights_seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
-        graph = build_graph(module, self.kv_manager.input_symbols()[0], dev_ref, name=cfg.architecture)
+        graph = build_graph(module, self.kv_manager.input_symbols()[0], dev_ref, name=cfg.architecture,
+                            lora=lora_inputs)
         self.model = session.load(graph, weights_registry=module.state_dict())
         self.compile_seconds = time.perf_counter() - t1
+        self._lora = None
+        if lora_inputs is not None:
+            from max.pipelines.lib.lora import LoRAManager
+
+            self._lora = LoRAManager({n: (m.in_dim, m.out_dim) for n, m in lora_inputs.modules.items()},
+                                     lora_inputs.max_loras, lora_inputs.max_rank, dt.to_torch(),
+                                     devices[0]._torch_device if hasattr(devices[0], "_torch_device") else "cpu")
+            for lname, lpath in startup:
+                self._lora.load(lname, lpath)
         self._n_logits = Buffer.from_numpy(np.array([1], np.int64))
 
     @classmethod
@@ -156,10 +173,41 @@ class DecoderPipelineModel(PipelineModel):
         np.cumsum(lens, out=offsets[1:])
         flat = np.concatenate(toks).astype(np.int64) if toks else np.zeros(0, np.int64)
         kv = kv_cache_inputs[0] if isinstance(kv_cache_inputs, (list, tuple)) else kv_cache_inputs
-        return ModelInputs(tokens=Buffer.from_numpy(flat), input_row_offsets=Buffer.from_numpy(offsets),
-                           kv_cache_inputs=kv, return_n_logits=self._n_logits)
+        inputs = ModelInputs(tokens=Buffer.from_numpy(flat), input_row_offsets=Buffer.from_numpy(offsets),
+                             kv_cache_inputs=kv, return_n_logits=self._n_logits)
+        if self._lora is not None:  # each request's adapter: its model name when that names a loaded one
+            names = [getattr(c, "model_name", None) for c in context_batch]
+            inputs.lora_inputs = [Buffer.from_dlpack(t) for t in self._lora.inputs(names, lens)]
+            inputs.lora_ids = [self._lora.slots.get(n, -1) if n else -1 for n in names]
+        return inputs
+
+    @property
+    def lora_manager(self) -> Any:
+        """The :class:`~max.pipelines.lib.lora.LoRAManager` (None without ``enable_lora``)."""
+        return self._lora
 
     def execute(self, model_inputs: ModelInputs) -> ModelOutputs:
         (logits,) = self.model.execute(model_inputs.tokens, model_inputs.input_row_offsets,
-                                       model_inputs.return_n_logits, *model_inputs.kv_cache_inputs)
+                                       model_inputs.return_n_logits, *model_inputs.kv_cache_inputs,
+                                       *(getattr(model_inputs, "lora_inputs", None) or []))
         return ModelOutputs(logits=logits._torch())
+
+
+def _lora_setup(pipeline_config: Any, dtype: DType, device: DeviceRef) -> tuple[Any, set[str], list]:
+    """``(LoRAGraphInputs or None, target module names, startup adapters [(name, path)])`` of the
+    config's ``lora_config``: the targets are the union of the start-up adapters' (every attention
+    and MLP projection when none is given, so any adapter can be loaded later)."""
+    lc = getattr(pipeline_config, "lora_config", None)
+    if lc is None:
+        return None, set(), []
+    from max.nn.lora import LoRAGraphInputs
+    from max.pipelines.lib.lora import DEFAULT_TARGETS, parse_lora_paths, read_adapter
+
+    startup = parse_lora_paths(lc.lora_paths)
+    targets: set[str] = set()
+    for lname, lpath in startup:
+        targets |= read_adapter(lname, lpath).targets
+    if len(startup) > lc.max_num_loras:
+        raise ValueError(f"{len(startup)} LoRA adapters given but max_num_loras is {lc.max_num_loras}")
+    return LoRAGraphInputs(lc.max_num_loras, lc.max_lora_rank, dtype, device), targets or set(DEFAULT_TARGETS), \
+        startup

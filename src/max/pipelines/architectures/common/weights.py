@@ -87,11 +87,16 @@ class WeightFactory:
     can check that each module ended up at the path it was created for.
     """
 
-    def __init__(self, dtype: DType, device: DeviceRef, checkpoint: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, dtype: DType, device: DeviceRef, checkpoint: Mapping[str, Any] | None = None,
+                 lora: Any = None, lora_targets: Iterable[str] = ()) -> None:
         self.dtype = dtype
         self.device = device
         self.checkpoint = checkpoint
         self.created: dict[str, Module] = {}
+        # LoRA: projections whose last name part is in ``lora_targets`` become ``max.nn.LoRALinear``s
+        # sharing the ``LoRAGraphInputs`` ``lora`` (adapters are added per token, never merged)
+        self.lora = lora
+        self.lora_targets = set(lora_targets)
 
     def _record(self, name: str, module: Module) -> Module:
         if name in self.created:
@@ -106,6 +111,11 @@ class WeightFactory:
         ``tied_to``: an embedding module made by :meth:`embedding` whose table is this
         projection's weight (tied input/output embeddings); no ``{name}.weight`` is loaded then.
         """
+        if self.lora is not None and tied_to is None and name.rsplit(".", 1)[-1] in self.lora_targets:
+            from max.nn.lora import LoRALinear
+
+            return self._record(name, LoRALinear(in_dim, out_dim, self.dtype, self.device, self.lora, name,
+                                                 has_bias=has_bias))
         lin = Linear(in_dim, out_dim, self.dtype, self.device, has_bias=has_bias)
         if tied_to is not None:
             table = tied_to.weight
