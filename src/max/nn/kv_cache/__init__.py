@@ -4,6 +4,7 @@
 * :mod:`.context`: ``KVCacheAwareContext``.
 * :mod:`.manager`: ``KVCacheManager`` (abstract), ``KVCacheInputs`` and friends.
 * :mod:`.paged_cache`: ``PagedKVCacheManager`` (page pool, page tables, prefix caching).
+* :mod:`.sizing`: ``kv_cache_budget`` (how much memory the pool gets), ``parse_memory_size``.
 """
 
 from max.nn.kv_cache.cache_params import DEFAULT_PAGE_SIZE, KVCacheParams, KVCacheStrategy
@@ -24,6 +25,7 @@ from max.nn.kv_cache.paged_cache import (
     PagePool,
     hash_page,
 )
+from max.nn.kv_cache.sizing import available_memory, format_bytes, kv_cache_budget, parse_memory_size
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -42,5 +44,9 @@ __all__ = [
     "PagedCacheInputSymbols",
     "PagedKVCacheManager",
     "RaggedKVCacheInputs",
+    "available_memory",
+    "format_bytes",
     "hash_page",
+    "kv_cache_budget",
+    "parse_memory_size",
 ]

@@ -34,14 +34,17 @@ least one token to compute, so the model produces logits).  Only full pages are 
 shared and shared pages are never written, so no copy-on-write is needed.  ``step``
 registers a request's newly completed full pages; when an identical page is already
 registered the request switches to it and frees its own copy.  Allocation takes never-
-cached free pages first, then evicts the least recently freed cached page.
+cached free pages first, most recently freed first (a stack: a steady load keeps reusing
+the same few pages, so the pool's untouched memory is never committed), then evicts the
+least recently freed cached page (the prefix cache keeps its LRU order).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -51,6 +54,8 @@ import numpy as np
 from max.dtype import DType
 from max.nn.kv_cache.cache_params import KVCacheParams, KVCacheStrategy
 from max.nn.kv_cache.manager import KVCacheInputSymbols, KVCacheManager, RaggedKVCacheInputs
+
+logger = logging.getLogger("max.nn.kv_cache")
 
 _ROOT_HASH = b"\x00" * 16
 
@@ -74,7 +79,8 @@ class PagePool:
             raise ValueError(f"PagePool: total_num_pages must be >= 1, got {total_num_pages}")
         self.total_num_pages = total_num_pages
         self.refcount = np.zeros(total_num_pages, dtype=np.int64)
-        self._free: deque[int] = deque(range(total_num_pages))  # refcount 0, not cached
+        # refcount 0, not cached: a stack (most recently freed on top), page 0 first when new
+        self._free: list[int] = list(range(total_num_pages - 1, -1, -1))
         self._evictable: OrderedDict[int, None] = OrderedDict()  # refcount 0, cached (LRU first)
         self._hash_of_page: dict[int, bytes] = {}
         self._page_of_hash: dict[bytes, int] = {}
@@ -101,7 +107,7 @@ class PagePool:
     def alloc(self) -> int:
         """A page with refcount 1 and no cache entry."""
         if self._free:
-            page = self._free.popleft()
+            page = self._free.pop()
         elif self._evictable:
             page, _ = self._evictable.popitem(last=False)
             del self._page_of_hash[self._hash_of_page.pop(page)]
@@ -263,6 +269,7 @@ class PagedKVCacheManager(KVCacheManager[Any]):
         # that were written, and its kernel zeroes the padding it gathers.
         self.device_buffers: list[Any] = [Buffer(params.dtype, shape, device=d) for d in self.devices]
         """One page pool per device, shape ``[pages, 2, layers, page_size, kv_heads, head_dim]``."""
+        logger.info("%s", self.describe())
 
     # ---------------------------------------------------------------- sizing
     @staticmethod
@@ -351,6 +358,25 @@ class PagedKVCacheManager(KVCacheManager[Any]):
     @property
     def used_blocks_pct(self) -> float:
         return 1.0 - self.free_blocks_pct
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of the page pools (all devices together)."""
+        return self.total_num_pages * _num_devices_pages(self.params, self.num_layers, len(self.devices))
+
+    @property
+    def capacity_tokens(self) -> int:
+        """Tokens the pool holds (``total_num_pages * page_size``)."""
+        return self.total_num_pages * self.page_size
+
+    def describe(self) -> str:
+        """One line for logs: pages, tokens, bytes, dtype and how many full-length sequences fit."""
+        from max.nn.kv_cache.sizing import format_bytes
+
+        devs = ", ".join(str(getattr(d, "label", d)) for d in self.devices)
+        return (f"KV cache: {self.total_num_pages} pages x {self.page_size} tokens = {self.capacity_tokens} tokens, "
+                f"{format_bytes(self.memory_bytes)} {self.params.dtype_shorthand} on {devs} "
+                f"({self.total_num_pages // self.max_pages_per_seq} sequences of {self.max_seq_len} tokens)")
 
     @property
     def num_cached_pages(self) -> int:

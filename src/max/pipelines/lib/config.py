@@ -30,7 +30,7 @@ from typing import Any, Optional, Union
 from max.driver import DeviceSpec
 from max.dtype import DType
 from max.graph.weights import WeightsFormat
-from max.nn.kv_cache import KVCacheStrategy
+from max.nn.kv_cache import KVCacheStrategy, parse_memory_size
 from max.pipelines.lib.gguf_utils import GGUFMetadata, is_gguf_file, read_gguf_metadata
 from max.pipelines.lib.hf_utils import (
     HuggingFaceRepo,
@@ -244,19 +244,32 @@ class KVCacheConfig(_ConfigBase):
     host_kvcache_swap_space_gb: float = 50.0
     cache_dtype: Optional[DType] = None
     """Override the KV cache dtype (default: from the encoding, see ``SupportedEncoding.cache_dtype``)."""
+    kv_cache_memory: Optional[int] = None
+    """Bytes of KV cache per device (None: ``max_batch_size`` sequences of ``max_length``, capped at
+    ``device_memory_utilization`` of the free memory); strings such as ``"512MiB"`` are accepted."""
 
     _help = {
         "cache_strategy": "KV cache strategy: 'model_default' or 'paged'.",
         "kv_cache_page_size": "Tokens per KV cache page (paged strategy).",
         "enable_prefix_caching": "Reuse KV cache pages of identical prompt prefixes.",
         "enable_kvcache_swapping_to_host": "Swap evicted prefix-cache pages to host memory.",
-        "device_memory_utilization": "Fraction of free device memory the KV cache may use (0, 1].",
+        "device_memory_utilization": "Most of the free device memory the default-sized KV cache may take, as a "
+                                     "fraction in (0, 1].",
         "host_kvcache_swap_space_gb": "Host swap space for KV cache pages, in GiB.",
         "cache_dtype": "Override the KV cache dtype.",
+        "kv_cache_memory": "KV cache size per device (bytes, or e.g. 512MiB / 2GiB); default: max_batch_size "
+                           "sequences of max_length tokens.",
     }
 
     def __post_init__(self) -> None:
+        if self.kv_cache_memory is not None and not isinstance(self.kv_cache_memory, int):
+            try:
+                self.kv_cache_memory = parse_memory_size(self.kv_cache_memory)
+            except ValueError as e:
+                raise ValueError(f"kv_cache_memory: {e}") from None
         super().__post_init__()
+        if self.kv_cache_memory is not None and self.kv_cache_memory < 1:
+            raise ValueError(f"kv_cache_memory must be a positive size, got {self.kv_cache_memory}")
         if self.kv_cache_page_size < 1:
             raise ValueError(f"kv_cache_page_size must be >= 1, got {self.kv_cache_page_size}")
         if not 0.0 < self.device_memory_utilization <= 1.0:

@@ -8,6 +8,11 @@ and text, and releases requests that finished (EOS, max tokens, a stop
 string, or cancellation) so their KV pages are free for the next step.  A
 failing request is finished with an error instead of failing its batch.
 
+A request is admitted only while the KV cache can hold every running request
+at its maximum length (prompt + max new tokens): when the pool is smaller than
+``max_batch_size`` full-length sequences, requests wait in order instead of
+running out of pages mid-generation.
+
 Log probabilities (and every other per-token result) come from the pipeline's
 outputs: the scheduler decides what runs, the pipeline computes.
 
@@ -61,6 +66,7 @@ class _Entry:
     t_first: Optional[float] = None
     t_last: Optional[float] = None
     skip_special_tokens: bool = True
+    pages: int = 0  # KV pages reserved for the request's maximum length
 
 
 class QueueFull(RuntimeError):
@@ -88,6 +94,8 @@ class TokenGenerationScheduler:
         self._thread: Optional[threading.Thread] = None
         self._stop = False
         self._step_lock = threading.Lock()
+        self._head: Optional[_Entry] = None  # the oldest waiting request, when its pages did not fit yet
+        self.recoveries = 0  # steps that failed as a batch and were retried one request at a time
 
     # ---------------------------------------------------------------- submission
     def submit(self, ctx: Any, callback: Callable[[StepOutput], None], stop: Optional[list[str]] = None, *,
@@ -108,7 +116,7 @@ class TokenGenerationScheduler:
 
     @property
     def queue_depth(self) -> int:
-        return self._waiting.qsize()
+        return self._waiting.qsize() + (self._head is not None)
 
     @property
     def running(self) -> int:
@@ -144,7 +152,7 @@ class TokenGenerationScheduler:
 
     def _loop(self) -> None:
         while not self._stop:
-            if not self._running and self._waiting.empty():
+            if not self._running and not self.queue_depth:
                 self._wake.wait(0.05)
                 self._wake.clear()
                 continue
@@ -152,7 +160,7 @@ class TokenGenerationScheduler:
 
     def run_until_idle(self) -> None:
         """Step on the calling thread until no request is waiting or running."""
-        while self._running or not self._waiting.empty():
+        while self._running or self.queue_depth:
             self.step()
 
     def step(self) -> None:
@@ -161,20 +169,38 @@ class TokenGenerationScheduler:
 
     def _admit(self) -> None:
         budget = self.prefill_token_budget
+        kv = self._kv_manager()
         while len(self._running) < self.max_batch_size:
-            try:
-                e = self._waiting.get_nowait()
-            except queue.Empty:
-                return
+            e, self._head = self._head, None
+            if e is None:
+                try:
+                    e = self._waiting.get_nowait()
+                except queue.Empty:
+                    return
             if e.ctx.request_id in self._cancel_waiting:
                 self._cancel_waiting.discard(e.ctx.request_id)
                 self._finish(e, "cancelled")
                 continue
+            if kv is not None:
+                e.pages = -(-min(int(e.ctx.max_length or kv.max_seq_len), kv.max_seq_len) // kv.page_size)
+                reserved = sum(r.pages for r in self._running.values())
+                if self._running and reserved + e.pages > kv.total_num_pages:
+                    self._head = e  # waits (first in line) until running requests free their pages
+                    return
             n = int(e.ctx.active_length)
             self._running[e.ctx.request_id] = e
             budget -= n
             if budget <= 0:
                 return
+
+    def _kv_manager(self) -> Any:
+        """The pipeline's paged KV cache (None for pipelines without one)."""
+        try:
+            kv = self.pipeline.kv_managers[0]
+            int(kv.total_num_pages), int(kv.page_size), int(kv.max_seq_len)
+        except Exception:  # noqa: BLE001 - e.g. a test double
+            return None
+        return kv
 
     def _step(self) -> None:
         with self._lock:
@@ -189,6 +215,8 @@ class TokenGenerationScheduler:
         if missing:  # still waiting (remembered until admitted), or already finished (forgotten)
             with self._waiting.mutex:
                 waiting = {w.ctx.request_id for w in self._waiting.queue}
+            if self._head is not None:
+                waiting.add(self._head.ctx.request_id)
             self._cancel_waiting |= missing & waiting
         self._admit()
         if not self._running:
@@ -224,6 +252,7 @@ class TokenGenerationScheduler:
     def _recover(self, batch: dict, err: Exception) -> None:
         """A step failed: retry each request alone so one bad request cannot poison the batch."""
         logger.warning("batch step failed (%s); retrying requests one at a time", err)
+        self.recoveries += 1
         for rid, ctx in batch.items():
             e = self._running.get(rid)
             if e is None:

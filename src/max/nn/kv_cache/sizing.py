@@ -1,0 +1,148 @@
+"""How much memory the paged KV cache gets.
+
+:func:`kv_cache_budget` is the one sizing policy every architecture uses:
+
+* with an explicit ``kv_cache_memory`` (bytes per device; ``--kv-cache-memory``) the
+  pool is exactly that (rounded down to whole pages);
+* otherwise the pool holds ``max_batch_size`` sequences of ``max_seq_len`` tokens (a
+  full batch at full length never runs out of pages), capped at
+  ``device_memory_utilization`` of the memory the device has free now
+  (``--device-memory-utilization``); a capped pool is logged as a warning, and the
+  scheduler then admits requests only while their pages fit.
+
+Either way the pool must hold at least one sequence of ``max_seq_len`` tokens, else a
+``ValueError`` says what to change.  :func:`parse_memory_size` reads sizes such as
+``"512MiB"``, ``"2G"`` or ``"1.5GB"``; :func:`format_bytes` prints them back.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Sequence
+from typing import Any, Optional, Union
+
+from max.nn.kv_cache.cache_params import KVCacheParams
+
+logger = logging.getLogger("max.nn.kv_cache")
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(i?)([bB]?)\s*$")
+
+
+def parse_memory_size(value: Union[int, float, str]) -> int:
+    """Bytes of a size given as an int or a string: ``"1073741824"``, ``"512MiB"``, ``"512M"``,
+    ``"2GiB"``, ``"2G"`` (binary units) or ``"1.5GB"``, ``"800MB"`` (decimal units).
+
+    Raises ``ValueError`` for anything else, and for sizes below one byte.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"expected a memory size such as 512MiB or 2GiB, got {value!r}")
+    if isinstance(value, (int, float)):
+        n = float(value)
+    else:
+        m = _SIZE_RE.match(str(value))
+        if m is None:
+            raise ValueError(f"expected a memory size such as 512MiB, 2GiB or 1.5GB, got {value!r}")
+        num, unit, binary, byte = m.groups()
+        unit = unit.lower()
+        if unit and byte and not binary:  # "GB": decimal
+            scale = 1000 ** list(_UNITS).index(unit)
+        else:  # "GiB", "G", "" (bytes)
+            scale = _UNITS[unit]
+        n = float(num) * scale
+    if not math.isfinite(n) or n < 1:
+        raise ValueError(f"a memory size must be at least 1 byte, got {value!r}")
+    return int(n)
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes as a short human-readable string (binary units: ``"3.0 GiB"``)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover
+
+
+def available_memory(device: Any) -> Optional[int]:
+    """Bytes free on ``device`` now (None when unknown): the accelerator's free memory, or on the
+    host ``MemAvailable`` bounded by the process's cgroup memory limit."""
+    if not getattr(device, "is_host", True):
+        try:
+            return int(device.stats["free_memory"])
+        except Exception:  # noqa: BLE001 - no accelerator runtime: unknown
+            return None
+    free: Optional[int] = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    free = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        return None
+    try:  # cgroup v2: the container's limit
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit != "max":
+            with open("/sys/fs/cgroup/memory.current") as f:
+                used = int(f.read().strip())
+            room = max(0, int(limit) - used)
+            free = room if free is None else min(free, room)
+    except (OSError, ValueError):
+        pass
+    return free
+
+
+def kv_cache_budget(
+    params: KVCacheParams,
+    num_layers: int,
+    max_batch_size: int,
+    max_seq_len: int,
+    devices: Sequence[Any],
+    *,
+    kv_cache_memory: Optional[int] = None,
+    device_memory_utilization: float = 0.9,
+) -> int:
+    """Bytes (all devices together) to give the paged KV cache as ``available_cache_memory``.
+
+    See the module docstring for the policy.  ``kv_cache_memory`` is per device.
+    """
+    devices = list(devices)
+    n_dev = max(1, len(devices))
+    page_bytes = params.bytes_per_page(num_layers)
+    page = params.effective_page_size
+    pages_per_seq = math.ceil(max_seq_len / page)
+    one_seq = pages_per_seq * page_bytes
+    if kv_cache_memory is not None:
+        pages = int(kv_cache_memory) // page_bytes
+        if pages < pages_per_seq:
+            raise ValueError(
+                f"--kv-cache-memory {format_bytes(kv_cache_memory)} is too small: one sequence of max_length "
+                f"{max_seq_len} tokens needs {format_bytes(one_seq)} of KV cache "
+                f"({pages_per_seq} pages of {page} tokens, {params.dtype_shorthand}); raise --kv-cache-memory "
+                "or lower --max-length")
+        return pages * page_bytes * n_dev
+    if not 0.0 < device_memory_utilization <= 1.0:
+        raise ValueError(f"device_memory_utilization must be in (0, 1], got {device_memory_utilization}")
+    pages = max_batch_size * pages_per_seq
+    free = [available_memory(d) for d in devices]
+    known = [f for f in free if f is not None]
+    if known:
+        cap_pages = int(min(known) * device_memory_utilization) // page_bytes
+        if cap_pages < pages_per_seq:
+            raise ValueError(
+                f"not enough free memory for the KV cache: one sequence of max_length {max_seq_len} tokens needs "
+                f"{format_bytes(one_seq)} ({params.dtype_shorthand}) but {device_memory_utilization:.0%} of the "
+                f"{format_bytes(min(known))} free is {format_bytes(cap_pages * page_bytes)}; lower --max-length, "
+                "or set --kv-cache-memory / --device-memory-utilization")
+        if cap_pages < pages:
+            logger.warning(
+                "KV cache capped at %s (%.0f%% of the %s free): room for %d tokens, less than max_batch_size %d x "
+                "max_length %d; requests wait for pages (set --kv-cache-memory, or lower --max-length / "
+                "--max-batch-size)", format_bytes(cap_pages * page_bytes), device_memory_utilization * 100,
+                format_bytes(min(known)), cap_pages * page, max_batch_size, max_seq_len)
+            pages = cap_pages
+    return pages * page_bytes * n_dev
