@@ -83,6 +83,10 @@ def test_greedy():
         ("repetition_penalty", 0.0),
         ("repetition_penalty", -1.0),
         ("max_new_tokens", -1),
+        ("max_new_tokens", 0),
+        ("seed", -1),
+        ("seed", 2**63),
+        ("seed", 2**70),
         ("min_new_tokens", -1),
         ("stop_token_ids", [-1]),
         ("stop", [""]),
@@ -124,7 +128,8 @@ def test_boundaries_and_normalisation():
     assert sp.top_k == -1  # vLLM's 0 = disabled
     assert SamplingParams(stop="END").stop == ["END"]
     assert SamplingParams(stop_token_ids=(1, 2)).stop_token_ids == [1, 2]
-    assert SamplingParams(max_new_tokens=0).max_new_tokens == 0
+    assert SamplingParams(max_new_tokens=1).max_new_tokens == 1
+    assert SamplingParams(seed=0).seed == 0 and SamplingParams(seed=2**63 - 1).seed == 2**63 - 1
     assert isinstance(SamplingParams(temperature=1).temperature, float)
 
 

@@ -14,11 +14,11 @@ them; the rest follow vLLM / the OpenAI API):
 ``frequency_penalty``  ``[-2, 2]`` (OpenAI range)
 ``presence_penalty``   ``[-2, 2]`` (OpenAI range)
 ``repetition_penalty`` ``> 0``
-``max_new_tokens``     ``None`` or ``>= 0``
+``max_new_tokens``     ``None`` (up to the maximum length) or ``>= 1``
 ``min_new_tokens``     ``>= 0`` and ``<= max_new_tokens`` when that is set
 ``stop``               ``None`` or a list of strings (a single string becomes a list)
 ``stop_token_ids``     ``None`` or a list of non-negative ints
-``seed``               an int; the default is drawn from ``secrets`` (32 bits)
+``seed``               an int in ``0 .. 2**63 - 1``; the default is drawn from ``secrets`` (32 bits)
 ``logit_bias``         None or ``{token_id: bias}`` with biases in ``[-100, 100]``
                        (OpenAI), added to the logits before sampling
 =====================  ============================================================
@@ -65,6 +65,10 @@ class BatchProcessorInputs:
     logits: "md.Tensor"
     logit_offsets: "Optional[md.Tensor]"
     context_batch: "Sequence[InputContext]"
+
+
+SEED_MAX = 2**63 - 1
+"""The largest seed (the range of a signed 64-bit integer, as OpenAI and torch generators take)."""
 
 
 def _random_seed() -> int:
@@ -189,8 +193,8 @@ class SamplingParams:
             )
         if self.max_new_tokens is not None:
             self.max_new_tokens = _need_int("max_new_tokens", self.max_new_tokens)
-            if self.max_new_tokens < 0:
-                raise ValueError(f"SamplingParams: max_new_tokens must be None or >= 0, got {self.max_new_tokens}")
+            if self.max_new_tokens < 1:
+                raise ValueError(f"SamplingParams: max_new_tokens must be None or >= 1, got {self.max_new_tokens}")
         self.min_new_tokens = _need_int("min_new_tokens", self.min_new_tokens)
         if self.min_new_tokens < 0:
             raise ValueError(f"SamplingParams: min_new_tokens must be >= 0, got {self.min_new_tokens}")
@@ -219,6 +223,8 @@ class SamplingParams:
                 raise ValueError(f"SamplingParams: stop_token_ids must be non-negative, got {ids}")
             self.stop_token_ids = ids
         self.seed = _need_int("seed", self.seed)
+        if not 0 <= self.seed <= SEED_MAX:
+            raise ValueError(f"SamplingParams: seed must be in 0..{SEED_MAX} (2**63 - 1), got {self.seed}")
         if self.logits_processors is not None:
             if not isinstance(self.logits_processors, Sequence) or not all(
                 callable(p) for p in self.logits_processors
