@@ -75,7 +75,7 @@ def test_malformed_json_and_non_object_body(server):
         "content-type": "application/json"}), 400)
     assert "JSON" in e["message"]
     _err(post(server, "/v1/chat/completions", json=[1, 2]), 400)
-    _err(post(server, "/v1/completions", content=b"\xff\xfe"), 400)
+    _err(post(server, "/v1/completions", content=b"\xff\xfe", headers={"content-type": "application/json"}), 400)
 
 
 def test_unknown_model_is_404(server, client):

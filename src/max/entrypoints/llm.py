@@ -23,6 +23,19 @@ def run_coro(coro: Any) -> Any:
         return ex.submit(asyncio.run, coro).result()
 
 
+def make_context(tokenizer: Any, pipeline_config: Any, prompt: str, sampling_params: SamplingParams, *,
+                 request_id: Optional[str] = None, chat: bool = False, response_format: Optional[dict] = None
+                 ) -> Any:
+    """A context for ``prompt`` (as a user turn through the chat template when ``chat``;
+    ``response_format`` constrains the output, see :meth:`LLM.generate`); ValueError when the prompt
+    does not fit the maximum length or the constraint is invalid."""
+    req = TextGenerationRequest(
+        request_id=request_id or uuid.uuid4().hex, model_name=str(pipeline_config.model_config.model_path),
+        prompt=None if chat else prompt, messages=[{"role": "user", "content": prompt}] if chat else None,
+        sampling_params=sampling_params, response_format=response_format)
+    return run_coro(tokenizer.new_context(req))
+
+
 class LLM:
     """A high level interface for generating text with an LLM (thread safe)."""
 
@@ -41,11 +54,8 @@ class LLM:
                      chat: bool = False, response_format: Optional[dict] = None) -> Any:
         """A ``TextContext`` for ``prompt`` (a user turn through the chat template when ``chat``);
         ``response_format`` constrains the output (see :meth:`generate`)."""
-        req = TextGenerationRequest(
-            request_id=request_id or uuid.uuid4().hex, model_name=str(self.pipeline_config.model_config.model_path),
-            prompt=None if chat else prompt, messages=[{"role": "user", "content": prompt}] if chat else None,
-            sampling_params=sampling_params, response_format=response_format)
-        return run_coro(self.tokenizer.new_context(req))
+        return make_context(self.tokenizer, self.pipeline_config, prompt, sampling_params, request_id=request_id,
+                            chat=chat, response_format=response_format)
 
     def generate(self, prompts: str | Sequence[str], max_new_tokens: int | None = 100, use_tqdm: bool = True,
                  sampling_params: Optional[SamplingParams] = None, *, response_format: Optional[dict] = None

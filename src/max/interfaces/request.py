@@ -179,8 +179,10 @@ class TextGenerationRequest(Request):
                 isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in self.prompt
             ):
                 raise TypeError("TextGenerationRequest: prompt must be a str or a sequence of token ids")
-            if any(int(t) < 0 for t in self.prompt):
-                raise ValueError("TextGenerationRequest: prompt token ids must be non-negative")
+            neg = next((i for i, t in enumerate(self.prompt) if int(t) < 0), None)
+            if neg is not None:
+                raise ValueError(f"TextGenerationRequest: prompt token id {int(self.prompt[neg])} at index {neg} is "
+                                 "negative: token ids are non-negative")
         if self.messages is not None:
             _check_messages(self.messages)
         if self.images is not None:

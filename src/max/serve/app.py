@@ -10,6 +10,7 @@ go to the shared scheduler (:mod:`max.serve.jobs`), embeddings to one worker thr
 from __future__ import annotations
 
 import logging
+import uuid
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Optional
 
@@ -85,6 +86,9 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
-        logger.exception("unhandled error on %s", request.url.path)
-        e = APIError(500, f"internal server error: {type(exc).__name__}: {exc}")
+        # the client gets a reference, never the exception's text or traceback (paths, internals)
+        ref = uuid.uuid4().hex[:12]
+        logger.exception("unhandled error on %s (reference %s)", request.url.path, ref)
+        e = APIError(500, f"internal server error (reference {ref}; the details are in the server log)",
+                     code="internal_error")
         return JSONResponse(e.body(), status_code=500)

@@ -5,14 +5,20 @@ Tokenisation and chat templates run in the default executor; the scheduler's per
 hand each output to the waiting handler with ``loop.call_soon_threadsafe`` into an
 ``asyncio.Queue``.  A client that goes away (streaming or not) cancels the job's requests, which
 frees their KV pages at the next step; a full waiting queue answers 503 with ``Retry-After``.
+When the server's drain times out (:mod:`max.serve.lifecycle`) the job's requests are cancelled:
+a stream ends with an error event and ``[DONE]``, a non-streaming request gets 503.  Failures
+inside generation reach the client as a short message with a reference; the details (which may
+name files) go to the server log only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional
 
@@ -23,8 +29,11 @@ from max.interfaces import SamplingParams, TextGenerationRequest
 from max.pipelines.lib.scheduler import QueueFull, StepOutput
 from max.pipelines.lib.structured_output import GrammarError
 from max.serve.engines import GenerationEngine
-from max.serve.openai_schemas import APIError
+from max.serve.lifecycle import Lifecycle
+from max.serve.openai_schemas import SEED_MAX, APIError
 from max.serve.state import AppState
+
+logger = logging.getLogger("max.serve")
 
 RETRY_AFTER_SECONDS = 1
 DISCONNECT_POLL_S = 0.25
@@ -48,6 +57,13 @@ class ClientGone(Exception):
     pass
 
 
+class ServerShutdown(Exception):
+    """The server's drain timed out while the job was still running."""
+
+
+SHUTDOWN_MESSAGE = "the server is shutting down; the request was stopped before it finished"
+
+
 @dataclass
 class Job:
     id: str
@@ -58,6 +74,7 @@ class Job:
     scheduler: Any
     prompt_tokens: int = 0
     t0: float = field(default_factory=time.perf_counter)
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
 
     def cancel_unfinished(self) -> None:
         for c in self.choices:
@@ -67,8 +84,12 @@ class Job:
                 c.finish_reason = "cancelled"
 
     async def next(self) -> tuple[int, StepOutput]:
-        """The next output of any choice; cancels everything when the client has gone away."""
+        """The next output of any choice; cancels everything when the client has gone away
+        (``ClientGone``) or the server stops waiting for running requests (``ServerShutdown``)."""
         while True:
+            if self.lifecycle.aborting:
+                self.cancel_unfinished()
+                raise ServerShutdown()
             try:
                 return await asyncio.wait_for(self.queue.get(), DISCONNECT_POLL_S)
             except asyncio.TimeoutError:
@@ -136,10 +157,10 @@ async def start_job(state: AppState, gen: GenerationEngine, request: Request, ri
     tok = gen.tokenizer
     max_len = gen.max_length
     is_chat = "messages" in inputs[0]
-    job = Job(rid, int(time.time()), [], asyncio.Queue(), request, gen.scheduler)
+    job = Job(rid, int(time.time()), [], asyncio.Queue(), request, gen.scheduler, lifecycle=state.lifecycle)
     for p_i, inp in enumerate(inputs):
         for j in range(max(req.n, getattr(req, "best_of", None) or 0)):  # best_of: candidates to rank
-            seed = None if req.seed is None else req.seed + j
+            seed = None if req.seed is None else (req.seed + j) % (SEED_MAX + 1)
             params = sampling_params(req, max_new, seed)
             try:
                 treq = TextGenerationRequest(request_id=f"{rid}-{p_i}-{j}",
@@ -153,6 +174,8 @@ async def start_job(state: AppState, gen: GenerationEngine, request: Request, ri
                 raise APIError(400, str(e), param=param, code="invalid_response_format") from None
             except (ValueError, TypeError) as e:
                 msg = str(e).replace("TextGenerationRequest: ", "")
+                if len(inputs) > 1:
+                    msg = f"prompt[{p_i}]: {msg}"
                 param = "messages" if is_chat else "prompt"
                 if "response_format" in msg:
                     param = constraint_field
@@ -218,10 +241,18 @@ def finish_job(state: AppState, job: Job) -> None:
         state.metrics.finished.labels(reason=c.finish_reason or "unknown").inc()
 
 
+def public_error(detail: str, job_id: str = "") -> str:
+    """The message a client sees for a generation failure: a reference into the server log, where
+    ``detail`` (which may name files or internals) is written."""
+    ref = uuid.uuid4().hex[:12]
+    logger.error("generation failed%s (reference %s): %s", f" for {job_id}" if job_id else "", ref, detail)
+    return f"generation failed (reference {ref}; the details are in the server log)"
+
+
 def _raise_errors(job: Job) -> None:
-    errs = [c.error or "generation failed" for c in job.choices if c.finish_reason == "error"]
+    errs = [c.error or "unknown error" for c in job.choices if c.finish_reason == "error"]
     if errs:
-        raise APIError(500, f"generation failed: {errs[0]}", code="generation_error")
+        raise APIError(500, public_error(errs[0], job.id), code="generation_error")
 
 
 async def collect(state: AppState, job: Job) -> None:
@@ -236,6 +267,9 @@ async def collect(state: AppState, job: Job) -> None:
     except ClientGone:
         finish_job(state, job)
         raise APIError(499, "client closed the request") from None
+    except ServerShutdown:
+        finish_job(state, job)
+        raise APIError(503, SHUTDOWN_MESSAGE, code="server_shutting_down") from None
     finish_job(state, job)
     _raise_errors(job)
 
@@ -245,7 +279,13 @@ async def stream_outputs(state: AppState, job: Job) -> AsyncIterator[tuple[Choic
     (the client disconnected: Starlette cancels the streaming task)."""
     try:
         while not job.all_done:
-            i, out = await job.next()
+            try:
+                i, out = await job.next()
+            except ServerShutdown:
+                # one error event for the stream (the route turns it into an OpenAI error event), then [DONE]
+                c = job.choices[0]
+                yield c, StepOutput(c.ctx.request_id, [], "", True, "error", SHUTDOWN_MESSAGE)
+                return
             yield apply_output(job, i, out), out
     except ClientGone:
         return
@@ -265,4 +305,8 @@ def sse_data(obj: Any) -> str:
 
 
 def error_event(msg: str) -> str:
-    return sse_data(APIError(500, msg, code="generation_error").body())
+    """An SSE error event in OpenAI's error shape for a stream's failure ``msg`` (the server's shutdown,
+    or a generation failure, which the client sees only as a reference into the server log)."""
+    if msg == SHUTDOWN_MESSAGE:
+        return sse_data(APIError(503, msg, code="server_shutting_down").body())
+    return sse_data(APIError(500, public_error(msg), code="generation_error").body())

@@ -49,6 +49,9 @@ class ServeMetrics:
         self.kv_used = Gauge(f"{PREFIX}_kv_cache_pages_used", "KV-cache pages in use", registry=r)
         self.kv_total = Gauge(f"{PREFIX}_kv_cache_pages_total", "KV-cache pages in the pool", registry=r)
         self.kv_usage = Gauge(f"{PREFIX}_kv_cache_usage_ratio", "Fraction of KV-cache pages in use", registry=r)
+        self.kv_bytes = Gauge(f"{PREFIX}_kv_cache_capacity_bytes", "Bytes of the KV-cache page pool", registry=r)
+        self.kv_tokens = Gauge(f"{PREFIX}_kv_cache_capacity_tokens", "Tokens the KV-cache page pool holds",
+                               registry=r)
 
     # ------------------------------------------------------------ live sources
     def bind(self, scheduler: Any = None, kv_manager: Any = None) -> None:
@@ -63,6 +66,8 @@ class ServeMetrics:
             self.kv_total.set_function(total)
             self.kv_used.set_function(used)
             self.kv_usage.set_function(lambda: (used() / total()) if total() else 0.0)
+            self.kv_bytes.set_function(_safe(lambda: kv_manager.memory_bytes))
+            self.kv_tokens.set_function(_safe(lambda: kv_manager.capacity_tokens))
 
     # ------------------------------------------------------------ scheduler hooks
     def batch_size(self, n: int, queue_depth: int) -> None:

@@ -1,4 +1,5 @@
-"""ASGI middleware of ``max serve``: the API key check on ``/v1/*`` and per-endpoint response counts."""
+"""ASGI middleware of ``max serve``: the API key check on ``/v1/*``, the request body limit (413), no
+new work while shutting down (503), the count of requests in flight and per-endpoint response counts."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/m
 
 class AuthAndCount:
     """Pure ASGI middleware (streaming and disconnects pass through untouched): checks the API key
-    on ``/v1/*`` and counts every response by endpoint and status."""
+    on ``/v1/*``, bounds ``POST /v1/*`` bodies to ``state.max_request_bytes`` (413 before the body is
+    parsed), answers 503 to new ``POST /v1/*`` work while the server drains, tracks the requests in
+    flight (``state.lifecycle.in_flight``) and counts every response by endpoint and status."""
 
     def __init__(self, app: Any, state: Any) -> None:
         self.app = app
@@ -35,6 +38,21 @@ class AuthAndCount:
                 await JSONResponse(e.body(), status_code=401, headers={"WWW-Authenticate": "Bearer"})(
                     scope, receive, send)
                 return
+        work = path.startswith("/v1/") and scope.get("method") == "POST"
+        if work:
+            early = None
+            if self.state.lifecycle.draining:
+                early = APIError(503, "the server is shutting down and accepts no new requests; retry on another "
+                                 "replica", code="server_shutting_down", headers={"Retry-After": "5",
+                                                                                  "Connection": "close"})
+            else:
+                receive, early = await _bounded_body(scope, receive, self.state.max_request_bytes)
+            if early is not None:
+                if early.status:  # status 0: the client went away while sending
+                    self.state.metrics.request_done(endpoint, early.status)
+                    await JSONResponse(early.body(), status_code=early.status, headers=early.headers)(
+                        scope, receive, send)
+                return
         status = [500]
 
         async def send_status(message: Any) -> None:
@@ -42,11 +60,53 @@ class AuthAndCount:
                 status[0] = int(message["status"])
             await send(message)
 
+        lifecycle = self.state.lifecycle
+        if work:
+            lifecycle.in_flight += 1
         try:
             await self.app(scope, receive, send_status)
         finally:
+            if work:
+                lifecycle.in_flight -= 1
             if endpoint != "/metrics":
                 self.state.metrics.request_done(endpoint, status[0])
+
+
+async def _bounded_body(scope: Any, receive: Any, limit: Any) -> tuple[Any, Any]:
+    """``(receive, None)`` replaying the whole body once it is known to be within ``limit`` bytes, or
+    ``(receive, APIError 413)`` as soon as it is known not to be (from ``Content-Length`` before reading,
+    else while reading); ``APIError`` with status 0 when the client disconnected meanwhile."""
+    if not limit:
+        return receive, None
+
+    def too_large(n: Any) -> APIError:
+        return APIError(413, f"the request body has {n} bytes, more than this server's limit of {limit} bytes "
+                        "(max serve --max-request-bytes)", code="request_too_large", headers={"Connection": "close"})
+
+    declared = dict(scope.get("headers") or []).get(b"content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return receive, too_large(int(declared))
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return receive, APIError(0, "client disconnected")
+        body = message.get("body", b"")
+        size += len(body)
+        if size > limit:
+            return receive, too_large(f"more than {limit}")
+        chunks.append(body)
+        if not message.get("more_body", False):
+            break
+    pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+    async def replay() -> Any:
+        if pending:
+            return pending.pop()
+        return await receive()
+
+    return replay, None
 
 
 def endpoint_of(path: str) -> str:

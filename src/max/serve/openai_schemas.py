@@ -12,16 +12,38 @@ an integer); ranges the server knows are checked here, the rest by
 from __future__ import annotations
 
 import json
+import os
+import re
 from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+SEED_MAX = 2**63 - 1  # OpenAI's seed is a signed 64-bit integer
+
+
+_PATH_RE = re.compile(r"(?<![\w:/.~-])/(?:[^\s/'\"()<>,;]+/)+[^\s/'\"()<>,;]*")
+
+
+def scrub_paths(message: str) -> str:
+    """``message`` with every absolute path of this machine's file system (one that exists, or whose
+    folder exists) cut to its last component: errors never tell clients where files live."""
+
+    def cut(m: "re.Match[str]") -> str:
+        path = m.group(0).rstrip(".:")
+        tail = m.group(0)[len(path):]
+        if os.path.exists(path) or os.path.isdir(os.path.dirname(path)):
+            return (os.path.basename(path.rstrip("/")) or "<path>") + tail
+        return m.group(0)
+
+    return _PATH_RE.sub(cut, message)
+
 
 class APIError(Exception):
-    """An error answered in OpenAI's shape with HTTP ``status``."""
+    """An error answered in OpenAI's shape with HTTP ``status`` (file paths scrubbed from ``message``)."""
 
     def __init__(self, status: int, message: str, *, type: Optional[str] = None, param: Optional[str] = None,
                  code: Optional[str] = None, headers: Optional[dict[str, str]] = None) -> None:
+        message = scrub_paths(message)
         super().__init__(message)
         self.status = status
         self.message = message
@@ -61,7 +83,7 @@ class _SamplingFields(_Body):
     top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
     top_k: Optional[int] = None
     min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
-    seed: Optional[int] = None
+    seed: Optional[int] = Field(default=None, ge=0, le=SEED_MAX)
     stop: Union[str, list[str], None] = None
     presence_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
@@ -146,6 +168,18 @@ class ChatMessage(BaseModel):
     content: Union[str, list[dict[str, Any]], None] = None
     name: Optional[str] = None
 
+    def check(self, where: str) -> None:
+        """OpenAI's rule: ``content`` is required, and may be null (or absent) only in an assistant
+        message that carries ``tool_calls`` (or the legacy ``function_call``)."""
+        if self.content is not None:
+            return
+        extra = self.model_extra or {}
+        if self.role == "assistant" and (extra.get("tool_calls") or extra.get("function_call")):
+            return
+        what = "null" if "content" in self.model_fields_set else "missing"
+        raise APIError(400, f"'{where}.content' is {what}: only an assistant message with tool_calls may omit "
+                       "its content", param=f"{where}.content", code="invalid_value")
+
 
 class ChatCompletionRequest(_SamplingFields, _StructuredFields):
     messages: list[ChatMessage] = Field(min_length=1)
@@ -159,6 +193,10 @@ class ChatCompletionRequest(_SamplingFields, _StructuredFields):
     @property
     def max_new_tokens(self) -> Optional[int]:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    def check(self) -> None:
+        for i, m in enumerate(self.messages):
+            m.check(f"messages[{i}]")
 
 
 class CompletionRequest(_SamplingFields, _StructuredFields):
@@ -196,7 +234,7 @@ def parse(model: type[BaseModel], body: Any) -> Any:
     if not isinstance(body, dict):
         raise APIError(400, f"the request body must be a JSON object, got {type(body).__name__}")
     try:
-        return model.model_validate(body)
+        req = model.model_validate(body)
     except ValidationError as e:
         err = e.errors()[0]
         # pydantic reports union members as extra loc parts (str, list[str], ...): keep the field path
@@ -208,6 +246,10 @@ def parse(model: type[BaseModel], body: Any) -> Any:
             msg = f"invalid value for '{param}': {msg} (got {_short(err.get('input'))})"
         raise APIError(400, msg, param=param, code="missing_required_parameter" if err.get("type") == "missing"
                        else "invalid_value") from None
+    check = getattr(req, "check", None)
+    if check is not None:
+        check()
+    return req
 
 
 def _param_path(loc: tuple) -> str:

@@ -15,6 +15,9 @@ import threading
 import time
 from typing import Any, Optional
 
+from max.serve.lifecycle import DEFAULT_DRAIN_TIMEOUT_S, draining_server
+from max.serve.state import DEFAULT_MAX_REQUEST_BYTES
+
 logger = logging.getLogger("max.serve")
 
 
@@ -27,9 +30,18 @@ def model_task(pipeline_config: Any) -> Any:
 
 
 def build_app(pipeline_config: Any, *, served_model_name: Optional[str] = None, api_key: Optional[str] = None,
-              max_queue_size: Optional[int] = None, metrics: Any = None, tool_parser: Optional[str] = None) -> Any:
+              max_queue_size: Optional[int] = None, metrics: Any = None, tool_parser: Optional[str] = None,
+              max_request_bytes: Optional[int] = DEFAULT_MAX_REQUEST_BYTES) -> Any:
     """Load the model of ``pipeline_config`` and return the FastAPI app serving it (``tool_parser``: see
-    :func:`~max.serve.app.create_app`)."""
+    :func:`~max.serve.app.create_app`; request bodies up to ``max_request_bytes``, None for no limit)."""
+    app = _build_app(pipeline_config, served_model_name=served_model_name, api_key=api_key,
+                     max_queue_size=max_queue_size, metrics=metrics, tool_parser=tool_parser)
+    app.state.serve.max_request_bytes = max_request_bytes
+    return app
+
+
+def _build_app(pipeline_config: Any, *, served_model_name: Optional[str], api_key: Optional[str],
+               max_queue_size: Optional[int], metrics: Any, tool_parser: Optional[str]) -> Any:
     from max.interfaces import PipelineTask
     from max.pipelines.lib.registry import PIPELINE_REGISTRY
     from max.serve.app import EmbeddingsEngine, GenerationEngine, create_app
@@ -58,8 +70,10 @@ def build_app(pipeline_config: Any, *, served_model_name: Optional[str] = None, 
 
 
 def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, *, metrics_port: Optional[int] = None,
-          log_level: str = "info") -> None:
-    """Run ``app`` under uvicorn until interrupted; Prometheus metrics also on ``metrics_port`` when given."""
+          log_level: str = "info", drain_timeout: float = DEFAULT_DRAIN_TIMEOUT_S) -> None:
+    """Run ``app`` under uvicorn until SIGTERM/SIGINT, then shut down gracefully (see
+    :mod:`max.serve.lifecycle`: no new work, ``drain_timeout`` s for the requests in flight, the rest
+    ended cleanly) and return; Prometheus metrics also on ``metrics_port`` when given."""
     import uvicorn
 
     if metrics_port is not None:
@@ -67,7 +81,8 @@ def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, *, metrics_port: 
 
         start_http_server(metrics_port, addr=host, registry=app.state.serve.metrics.registry)
         logger.info("metrics on http://%s:%d/metrics", host, metrics_port)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+    draining_server(config, app.state.serve.lifecycle, drain_timeout).run()
 
 
 def free_port(host: str = "127.0.0.1") -> int:

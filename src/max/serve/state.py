@@ -10,8 +10,13 @@ from typing import Any, Optional
 from fastapi import Request
 
 from max.serve.engines import EmbeddingsEngine, GenerationEngine
+from max.serve.lifecycle import Lifecycle
 from max.serve.metrics import ServeMetrics
 from max.serve.openai_schemas import APIError, parse
+
+
+DEFAULT_MAX_REQUEST_BYTES = 4 << 20
+"""Largest request body ``max serve`` reads (413 beyond; ``--max-request-bytes``)."""
 
 
 @dataclass
@@ -24,6 +29,8 @@ class AppState:
     aliases: set[str] = field(default_factory=set)
     created: int = field(default_factory=lambda: int(time.time()))
     tool_parser: Optional[str] = None  # None: chosen from the chat template
+    max_request_bytes: Optional[int] = DEFAULT_MAX_REQUEST_BYTES
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
 
     def check_model(self, name: Optional[str]) -> None:
         """404 for a model this server does not serve; with LoRA, 400 naming ``model`` for an adapter
@@ -56,7 +63,14 @@ def serve_state(request: Request) -> AppState:
 
 
 async def read_json(request: Request) -> Any:
-    """The decoded JSON body; 400 ``invalid_json`` when it does not parse."""
+    """The decoded JSON body; 415 unless the body is declared as JSON (``Content-Type:
+    application/json``, as OpenAI requires), 400 ``invalid_json`` when it does not parse."""
+    ctype = request.headers.get("content-type")
+    mime = (ctype or "").split(";")[0].strip().lower()
+    if mime != "application/json" and not (mime.startswith("application/") and mime.endswith("+json")):
+        got = f"'{ctype}'" if ctype else "none"
+        raise APIError(415, f"unsupported Content-Type {got}: send the body as JSON with 'Content-Type: "
+                       "application/json'", code="unsupported_content_type")
     raw = await request.body()
     try:
         return json.loads(raw)

@@ -100,15 +100,16 @@ class WeightStore:
         return KeyError(f"{what}: no weight named {name!r} in {self.format_name} {src}{hint}")
 
 
-def progress(total_bytes: int, desc: str, unit_count: int) -> Any:
-    """A tqdm bar for loads above PROGRESS_THRESHOLD_BYTES (None otherwise or without tqdm)."""
+def progress(total_bytes: int, desc: str, unit_count: int, unit: str = "tensor") -> Any:
+    """A tqdm bar counting ``unit_count`` of ``unit`` (tensors unless the caller counts files) for loads
+    above PROGRESS_THRESHOLD_BYTES (None otherwise or without tqdm)."""
     if total_bytes < PROGRESS_THRESHOLD_BYTES or os.environ.get("LIBREMAX_NO_PROGRESS"):
         return None
     try:
         from tqdm.auto import tqdm
     except ImportError:  # pragma: no cover
         return None
-    return tqdm(total=unit_count, desc=desc, unit="file" if unit_count > 1 else "tensor", leave=False)
+    return tqdm(total=unit_count, desc=desc, unit=unit, leave=False)
 
 
 def _as_int_shape(shape: Iterable[Any], where: str) -> tuple[int, ...]:

@@ -82,7 +82,7 @@ class _PytorchStore(WeightStore):
         super().__init__()
         self.tensors: dict[str, torch.Tensor] = {}
         total = sum(os.path.getsize(p) for p in paths if os.path.exists(p))
-        bar = progress(total, "Loading PyTorch checkpoint", len(paths))
+        bar = progress(total, "Loading PyTorch checkpoint", len(paths), unit="file")
         infos: dict[str, TensorInfo] = {}
         tensors: dict[str, torch.Tensor] = {}
         try:

@@ -96,7 +96,7 @@ class _SafetensorStore(WeightStore):
             if not os.path.exists(p):
                 raise FileNotFoundError(f"safetensors file {p} does not exist")
             sizes.append(os.path.getsize(p))
-        bar = progress(sum(sizes), "Loading safetensors", len(paths))
+        bar = progress(sum(sizes), "Loading safetensors", len(paths), unit="file")
         try:
             for p in paths:
                 self._open(p)

@@ -128,15 +128,77 @@ class _HFTokenizerMixin:
         if self.max_length is not None and n > self.max_length:
             raise ValueError(f"the prompt has {n} tokens, more than the maximum length {self.max_length}")
 
+    @functools.cached_property
+    def vocab_size(self) -> int:
+        """Valid token ids are ``0 .. vocab_size - 1``: the model's vocabulary (its embedding rows) when
+        the tokenizer belongs to a pipeline config, else the tokenizer's own."""
+        pc = getattr(self, "pipeline_config", None)
+        if pc is not None:
+            try:
+                cfg = pc.model_config.huggingface_config
+                n = getattr(getattr(cfg, "text_config", None) or cfg, "vocab_size", None)
+                if n:
+                    return int(n)
+            except Exception:  # noqa: BLE001 - no readable config: the tokenizer's size
+                pass
+        return len(self.delegate)
+
+    @functools.cached_property
+    def _max_token_bytes(self) -> Optional[int]:
+        """The most UTF-8 bytes any one token can stand for, when that bounds the token count of a
+        text from below (byte-level BPE without a normalizer: every byte of the text is in some
+        token); None otherwise."""
+        backend = getattr(self.delegate, "backend_tokenizer", None)
+        if backend is None or backend.normalizer is not None:
+            return None
+        if type(backend.decoder).__name__ != "ByteLevel":
+            return None
+        vocab = backend.get_vocab(with_added_tokens=True)
+        return max((len(t.encode("utf-8")) for t in vocab), default=None) or None
+
+    def _check_text_length(self, text: str) -> None:
+        """Reject a text that cannot fit ``max_length`` without tokenising it (a cheap lower bound on
+        its token count), so an oversized prompt costs microseconds, not seconds."""
+        if self.max_length is None or len(text) <= self.max_length:
+            return
+        per_token = self._max_token_bytes
+        if per_token is None:
+            return
+        n_bytes = len(text.encode("utf-8", errors="replace"))
+        at_least = -(-n_bytes // per_token)
+        if at_least > self.max_length:
+            raise ValueError(f"the prompt has at least {at_least} tokens ({n_bytes} bytes), more than the maximum "
+                             f"length {self.max_length}")
+
+    def check_token_ids(self, ids: Sequence[int], what: str = "prompt") -> npt.NDArray[np.int64]:
+        """``ids`` as an int64 array; ValueError naming the first id outside the vocabulary."""
+        n = self.vocab_size
+        try:
+            arr = np.asarray(ids, dtype=np.int64).reshape(-1)
+            bad = np.flatnonzero((arr < 0) | (arr >= n))
+            first = int(bad[0]) if bad.size else None
+        except OverflowError:  # an id beyond int64
+            arr = None
+            first = next(i for i, t in enumerate(ids) if not 0 <= t < n)
+        if first is not None:
+            raise ValueError(f"{what} token id {ids[first]} at index {first} is outside the vocabulary: ids must be "
+                             f"in 0..{n - 1} (vocabulary size {n})")
+        return arr
+
     def encode_sync(self, prompt: str | Sequence[int], add_special_tokens: bool = True) -> npt.NDArray[np.int64]:
-        """Token ids of ``prompt`` (a sequence of ids is passed through); ValueError when
-        longer than ``max_length``."""
+        """Token ids of ``prompt`` (a sequence of ids is checked against the vocabulary and passed
+        through); ValueError when longer than ``max_length``."""
         if isinstance(prompt, str):
-            ids = self.delegate.encode(prompt, add_special_tokens=add_special_tokens)
+            self._check_text_length(prompt)
+            ids = np.asarray(self.delegate.encode(prompt, add_special_tokens=add_special_tokens), dtype=np.int64)
         else:
-            ids = [int(t) for t in prompt]
+            try:
+                as_ints = [int(t) for t in prompt]
+            except (TypeError, ValueError):
+                raise ValueError("a token-id prompt must be a list of integers") from None
+            ids = self.check_token_ids(as_ints)
         self._check_length(len(ids))
-        return np.asarray(ids, dtype=np.int64)
+        return ids
 
     def decode_sync(self, encoded: npt.ArrayLike | int, **kwargs: Any) -> str:
         ids = np.atleast_1d(np.asarray(encoded)).astype(np.int64).tolist()
@@ -255,9 +317,7 @@ class TextTokenizer(_HFTokenizerMixin):
         ids = self._prompt_ids(request)
         if len(ids) == 0:
             raise ValueError(f"request {request.request_id}: the prompt encodes to no tokens")
-        n_vocab = len(self.delegate)
-        if not isinstance(request.prompt, str) and request.prompt is not None and int(ids.max()) >= n_vocab:
-            raise ValueError(f"the prompt's token id {int(ids.max())} is outside the vocabulary ({n_vocab} tokens)")
+        n_vocab = self.vocab_size  # token-id prompts were checked against it by encode_sync
         sp = request.sampling_params
         max_new = max_tokens_to_generate(len(ids), self.max_length, sp.max_new_tokens)
         if max_new is not None and max_new <= 0 and self.max_length is not None:
