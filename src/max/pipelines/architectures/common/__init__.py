@@ -26,8 +26,9 @@ Interfaces other work builds on (keep them stable):
    casts to the ``Weight``'s dtype.
 3. **Dtype policy** (``weights.compute_dtype(encoding, device)``): the compute dtype of every model
    (decoders and BERT) for a weight encoding on a device.
-4. **KV-cache sizing** (``model.kv_cache_budget(kv_params, num_layers, max_batch, max_seq_len)``): the
-   bytes of paged KV cache a decoder model allocates.
+4. **KV-cache sizing** (``max.nn.kv_cache.kv_cache_budget``, called by ``model.DecoderPipelineModel``):
+   the bytes of paged KV cache a decoder model allocates (``max_batch_size`` sequences of
+   ``max_length``, capped by ``device_memory_utilization`` of free memory, or ``kv_cache_memory``).
 """
 
 from max.pipelines.architectures.common.config import DecoderConfig, NormPlan, gguf_hf_config, hf_common

@@ -1,5 +1,5 @@
 """The pipeline model every decoder family uses: config -> weights -> graph -> compiled model with
-a paged KV cache, and the KV-cache sizing policy (:func:`kv_cache_budget`).
+a paged KV cache sized by ``max.nn.kv_cache.kv_cache_budget`` (the one sizing policy).
 
 Graph inputs, in order: ``tokens`` int64 ``[total_seq_len]`` (ragged), ``input_row_offsets`` uint32
 ``[batch + 1]``, ``return_n_logits`` int64 ``[1]``, then the KV cache's ``input_symbols()``
@@ -19,7 +19,7 @@ from max.driver import Buffer
 from max.dtype import DType
 from max.graph import DeviceRef, Graph, TensorType
 from max.graph.weights import WeightsFormat
-from max.nn.kv_cache import KVCacheParams
+from max.nn.kv_cache import KVCacheParams, kv_cache_budget
 from max.nn.layer import Module
 from max.nn.transformer import ReturnLogits
 from max.pipelines.architectures.common.config import DecoderConfig
@@ -33,7 +33,7 @@ from max.pipelines.architectures.common.weights import (
 )
 from max.pipelines.lib.pipeline import ModelInputs, ModelOutputs, PipelineModel, upper_bounded_default
 
-__all__ = ["DecoderPipelineModel", "build_graph", "kv_cache_budget", "kv_params_for"]
+__all__ = ["DecoderPipelineModel", "build_graph", "kv_params_for"]
 
 
 def kv_params_for(cfg: DecoderConfig, dtype: DType, page_size: int = 128,
@@ -41,14 +41,6 @@ def kv_params_for(cfg: DecoderConfig, dtype: DType, page_size: int = 128,
     """The paged cache's parameters for a decoder (one K and one V row of ``head_dim`` per KV head)."""
     return KVCacheParams(dtype=dtype, n_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
                          page_size=page_size, enable_prefix_caching=enable_prefix_caching)
-
-
-def kv_cache_budget(kv_params: KVCacheParams, num_layers: int, max_batch: int, max_seq_len: int) -> int:
-    """Bytes of KV cache to allocate: a full batch at ``max_seq_len`` plus 8 pages of room for the
-    prefix cache, capped at 4 GiB."""
-    page = kv_params.effective_page_size
-    pages = max_batch * (-(-max_seq_len // page)) + 8
-    return int(min(pages * kv_params.bytes_per_page(num_layers), 4 << 30))
 
 
 def build_graph(model: Module, kv_input_symbols: Any, device: DeviceRef, name: str = "decoder",
@@ -119,7 +111,9 @@ class DecoderPipelineModel(PipelineModel):
         self.kv_manager = PagedKVCacheManager(
             kv_params, max_batch_size=max_batch, max_seq_len=self.max_seq_len, num_layers=cfg.num_hidden_layers,
             devices=devices, session=session,
-            available_cache_memory=kv_cache_budget(kv_params, cfg.num_hidden_layers, max_batch, self.max_seq_len))
+            available_cache_memory=kv_cache_budget(kv_params, cfg.num_hidden_layers, max_batch, self.max_seq_len,
+                                                   devices, kv_cache_memory=kvc.kv_cache_memory,
+                                                   device_memory_utilization=kvc.device_memory_utilization))
         fmt = pipeline_config.model_config.weights_format
         adapt = adapter or self.weight_adapters.get(fmt)
         if adapt is None:
