@@ -1,0 +1,245 @@
+"""libremax's native CPU kernels: a small C library compiled on first use (see ``build.py``).
+
+``lib()`` returns the loaded library (``None`` when it is disabled or cannot be
+built; callers then use their torch kernels).  The wrappers here take torch
+tensors and call the C functions through ctypes with raw pointers; they do not
+check shapes beyond what the C code needs -- the graph ops' type rules did that.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import warnings
+from typing import Sequence
+
+import torch
+
+from max.engine.native.build import NativeBuildError, library_path
+
+__all__ = ["GGML_KINDS", "MatmulPlan", "NativeBuildError", "available", "dense_kind", "glu", "lib", "pack", "packable",
+           "packed_nbytes", "packed_row", "qmatmul", "rmsnorm"]
+
+# gguf GGMLQuantizationType values of the kinds the kernels read.
+GGML_KINDS = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11,
+              "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "BF16": 30}
+
+_lock = threading.Lock()
+_libs: dict[str, ctypes.CDLL | None] = {}
+_errors: dict[str, str] = {}
+
+_P = ctypes.c_void_p
+_I64 = ctypes.c_int64
+_INT = ctypes.c_int
+
+
+_F = ctypes.c_float
+
+
+def _declare(so: ctypes.CDLL) -> None:
+    for name in ("lmx_qmatmul", "lmx_dense_matmul"):
+        fn = getattr(so, name)
+        fn.argtypes = [_I64, _I64, _P, _I64, _INT, _P, _P, _P, _P, _P, _P, _I64, _INT]
+        fn.restype = _INT
+    so.lmx_gather_rows.argtypes = [_INT, _P, _I64, _I64, _I64, _P, _I64, _P]
+    so.lmx_gather_rows.restype = _INT
+    so.lmx_dequant_row.argtypes = [_INT, _P, _P, _I64]
+    so.lmx_dequant_row.restype = _INT
+    so.lmx_rmsnorm.argtypes = [_P, _I64, _I64, _I64, _P, _F, _P, _I64]
+    so.lmx_rmsnorm.restype = None
+    so.lmx_glu.argtypes = [_P, _I64, _I64, _I64, _INT, _P, _I64]
+    so.lmx_glu.restype = None
+    so.lmx_qkv_rope_store.argtypes = [_P, _I64, _I64, _I64, _I64, _I64, _P, _P, _I64, _INT, _P, _P, _F, _P,
+                                      _P, _INT, _I64, _I64, _I64, _I64, _I64, _P, _P]
+    so.lmx_qkv_rope_store.restype = _INT
+    so.lmx_paged_attention.argtypes = [_P, _I64, _I64, _I64, _I64, _I64, _P, _P, _P, _I64, _I64, _P, _INT,
+                                       _I64, _I64, _I64, _I64, _I64, _F, _I64, _INT, _P]
+    so.lmx_paged_attention.restype = _INT
+    so.lmx_packed_bytes.argtypes = [_INT, _I64, _I64]
+    so.lmx_packed_bytes.restype = _I64
+    so.lmx_pack.argtypes = [_INT, _P, _I64, _I64, _I64, _P]
+    so.lmx_pack.restype = _INT
+    so.lmx_packed_row.argtypes = [_INT, _P, _I64, _I64, _I64, _P]
+    so.lmx_packed_row.restype = _INT
+    so.lmx_packed_matmul.argtypes = [_I64, _I64, _P, _I64, _INT, _P, _P, _P, _P, _P, _I64, _INT]
+    so.lmx_packed_matmul.restype = _INT
+
+
+def lib(isa: str | None = None) -> ctypes.CDLL | None:
+    """The native library for ``isa`` ('native' by default), or None if disabled/unbuildable."""
+    if os.environ.get("LIBREMAX_NATIVE", "1") == "0":
+        return None
+    isa = isa or os.environ.get("LIBREMAX_NATIVE_ISA", "native")
+    so = _libs.get(isa, False)
+    if so is not False:
+        return so  # type: ignore[return-value]
+    with _lock:
+        if isa in _libs:
+            return _libs[isa]
+        try:
+            path = library_path(isa)
+            so = ctypes.CDLL(str(path), mode=ctypes.RTLD_LOCAL)
+            _declare(so)
+        except (NativeBuildError, OSError) as e:
+            _errors[isa] = str(e)
+            warnings.warn(f"libremax: native CPU kernels unavailable ({e}); using torch kernels", RuntimeWarning,
+                          stacklevel=2)
+            so = None
+        _libs[isa] = so
+        return so
+
+
+def available(isa: str | None = None) -> bool:
+    return lib(isa) is not None
+
+
+def error(isa: str = "native") -> str | None:
+    """Why the library could not be loaded (None if it loaded or was not tried)."""
+    return _errors.get(isa)
+
+
+_DENSE_KINDS = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 30}
+
+
+def dense_kind(dtype: torch.dtype) -> int | None:
+    """The kernels' kind code for a dense weight dtype (None if they do not read it)."""
+    return _DENSE_KINDS.get(dtype)
+
+
+def _ptr_array(values: Sequence[int]) -> ctypes.Array:
+    return (ctypes.c_void_p * len(values))(*values)
+
+
+# Kinds that lmx_pack repacks into the 16-row interleaved layout: (values per unit, bytes per unit per 16 rows).
+_PACK_UNITS = {2: (32, 288), 3: (32, 320), 6: (32, 352), 7: (32, 384), 8: (32, 544), 12: (256, 2368),
+               13: (256, 2880), 14: (256, 3360)}
+
+
+def packable(kind: int) -> bool:
+    return kind in _PACK_UNITS
+
+
+def packed_nbytes(kind: int, n: int, k: int) -> int:
+    """Bytes of an ``[n, k]`` weight of GGML ``kind`` in the packed layout (see csrc/qpacked.c)."""
+    ue, ub = _PACK_UNITS[kind]
+    if k % ue:
+        raise ValueError(f"packed_nbytes: K={k} is not a multiple of {ue}")
+    return -(-n // 16) * (k // ue) * ub
+
+
+def pack(blocks: torch.Tensor, kind: int, n: int, k: int) -> torch.Tensor:
+    """Repack GGML blocks ``[n, row_bytes]`` (uint8) into the interleaved layout (a new 1-D uint8 tensor)."""
+    so = lib()
+    assert so is not None
+    src = blocks if blocks.is_contiguous() else blocks.contiguous()
+    out = torch.empty(packed_nbytes(kind, n, k), dtype=torch.uint8)
+    rc = so.lmx_pack(kind, src.data_ptr(), n, k, int(src.shape[-1]) if src.dim() == 2 else src.numel() // n,
+                     out.data_ptr())
+    if rc != 0:
+        raise RuntimeError(f"native pack failed with code {rc} (kind {kind}, shape {n}x{k})")
+    return out
+
+
+def packed_row(packed: torch.Tensor, kind: int, n: int, k: int, row: int) -> torch.Tensor:
+    """Row ``row`` of a packed weight as float32 (exactly the GGML dequantisation)."""
+    out = torch.empty(k, dtype=torch.float32)
+    if lib().lmx_packed_row(kind, packed.data_ptr(), n, k, row, out.data_ptr()) != 0:
+        raise ValueError(f"packed_row: bad row {row} or kind {kind}")
+    return out
+
+
+class MatmulPlan:
+    """``x [M, K] @ concat(W_i)^T (+ b_i)`` over weights bound once (their pointers are kept).
+
+    Each weight is ``(tensor, kind, mode)``: mode ``"dense"`` (float32/float16/bfloat16 ``[N_i, K]``),
+    ``"ggml"`` (uint8 GGML blocks ``[N_i, row_bytes]``) or ``"packed"`` (1-D uint8 from :func:`pack`;
+    its ``N_i`` comes from ``ns``).  Weights of one mode run as one native call writing their columns
+    of the output; the plan keeps references to every tensor it points at.
+    """
+
+    __slots__ = ("so", "n_out", "k", "calls", "keep")
+
+    def __init__(self, weights: Sequence[torch.Tensor], kinds: Sequence[int], modes: Sequence[str],
+                 ns: Sequence[int], k: int, biases: Sequence[torch.Tensor | None] | None = None,
+                 so: ctypes.CDLL | None = None) -> None:
+        self.so = so or lib()
+        assert self.so is not None
+        self.k = k
+        self.n_out = sum(ns)
+        self.keep: list[torch.Tensor] = []
+        biases = list(biases) if biases is not None else [None] * len(weights)
+        groups: dict[str, list[int]] = {}
+        for i, m in enumerate(modes):
+            groups.setdefault(m, []).append(i)
+        offs = [0]
+        for n in ns:
+            offs.append(offs[-1] + n)
+        self.calls = []
+        for mode, idx in groups.items():
+            # columns of one call must be contiguous in the output: split into runs
+            runs: list[list[int]] = []
+            for i in idx:
+                if runs and runs[-1][-1] == i - 1:
+                    runs[-1].append(i)
+                else:
+                    runs.append([i])
+            for run in runs:
+                ws = [weights[i] if weights[i].is_contiguous() else weights[i].contiguous() for i in run]
+                bs = [None if biases[i] is None else biases[i].detach().to(torch.float32).contiguous() for i in run]
+                self.keep += ws + [b for b in bs if b is not None]
+                nw = len(run)
+                wp = _ptr_array([w.data_ptr() for w in ws])
+                kd = (ctypes.c_int * nw)(*[kinds[i] for i in run])
+                nn = (ctypes.c_int64 * nw)(*[ns[i] for i in run])
+                bp = _ptr_array([0 if b is None else b.data_ptr() for b in bs]) if any(b is not None for b in bs) else None
+                if mode == "packed":
+                    fn = self.so.lmx_packed_matmul
+                    args = (nw, wp, kd, nn, bp)
+                else:
+                    fn = self.so.lmx_qmatmul if mode == "ggml" else self.so.lmx_dense_matmul
+                    rb = (ctypes.c_int64 * nw)(*[int(w.stride(0) * w.element_size()) for w in ws])
+                    args = (nw, wp, kd, nn, rb, bp)
+                self.calls.append((fn, args, offs[run[0]]))
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, scalar: bool = False) -> torch.Tensor:
+        """``x``: float32 ``[M, K]`` with unit stride in K.  Returns float32 ``[M, n_out]``."""
+        M = x.shape[0]
+        if out is None:
+            out = torch.empty((M, self.n_out), dtype=torch.float32)
+        xp, xs, yp, ys = x.data_ptr(), x.stride(0), out.data_ptr(), out.stride(0)
+        for fn, args, col in self.calls:
+            rc = fn(M, self.k, xp, xs, *args, yp + 4 * col, ys, int(scalar))
+            if rc != 0:
+                raise RuntimeError(f"native matmul failed with code {rc} (K={self.k})")
+        return out
+
+
+def qmatmul(x: torch.Tensor, weights: Sequence[torch.Tensor], kinds: Sequence[int],
+            biases: Sequence[torch.Tensor | None] | None = None, *, out: torch.Tensor | None = None,
+            scalar: bool = False, so: ctypes.CDLL | None = None) -> torch.Tensor:
+    """One-off ``x [M, K] float32 @ concat(W_i)^T (+ b_i)`` (see :class:`MatmulPlan`)."""
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    modes = ["dense" if k in (0, 1, 30) else "ggml" for k in kinds]
+    return MatmulPlan(weights, kinds, modes, [int(w.shape[0]) for w in weights], int(x.shape[1]), biases,
+                      so=so)(x, out, scalar)
+
+
+def rmsnorm(x: torch.Tensor, w: torch.Tensor | None, eps: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Row-wise RMSNorm of a float32 ``[M, K]`` tensor (unit stride in K)."""
+    M, K = x.shape
+    if out is None:
+        out = torch.empty((M, K), dtype=torch.float32)
+    lib().lmx_rmsnorm(x.data_ptr(), M, K, x.stride(0), 0 if w is None else w.data_ptr(), eps, out.data_ptr(),
+                      out.stride(0))
+    return out
+
+
+def glu(gu: torch.Tensor, act: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``act(gu[:, :I]) * gu[:, I:]`` for float32 ``gu [M, 2I]``; act 0 = silu, 1 = gelu (tanh)."""
+    M, I2 = gu.shape
+    i = I2 // 2
+    if out is None:
+        out = torch.empty((M, i), dtype=torch.float32)
+    lib().lmx_glu(gu.data_ptr(), M, i, gu.stride(0), act, out.data_ptr(), out.stride(0))
+    return out

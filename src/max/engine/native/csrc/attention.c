@@ -1,0 +1,236 @@
+/* Attention over the paged KV cache, for ragged batches (prefill and decode
+ * of different requests in one call), and the step's K/V write with RoPE.
+ *
+ * Cache pool layout (element strides given by the caller):
+ *   blocks[page][0 = K | 1 = V][layer][offset in page][kv_head][head_dim]
+ * stored as float32 or bfloat16 (kv_kind).
+ */
+#include "common.h"
+
+typedef struct {
+    void *base;
+    int64_t s_page, s_kv, s_layer, s_off; /* element strides; kv_head stride = head_dim */
+    int kind;                              /* LMX_F32 or LMX_BF16 */
+} cache_t;
+
+LMX_INLINE void cache_store(const cache_t *c, int64_t idx, const float *src, int64_t n) {
+    if (c->kind == LMX_F32) {
+        memcpy((float *)c->base + idx, src, (size_t)n * 4);
+    } else {
+        uint16_t *d = (uint16_t *)c->base + idx;
+        for (int64_t i = 0; i < n; i++) d[i] = lmx_f2bf(src[i]);
+    }
+}
+
+LMX_INLINE void cache_load(const cache_t *c, int64_t idx, float *dst, int64_t n) {
+    if (c->kind == LMX_F32) {
+        memcpy(dst, (const float *)c->base + idx, (size_t)n * 4);
+    } else {
+        const uint16_t *s = (const uint16_t *)c->base + idx;
+        for (int64_t i = 0; i < n; i++) dst[i] = lmx_bf2f(s[i]);
+    }
+}
+
+static void head_rmsnorm(float *x, int64_t D, const float *g, float eps) {
+    float ss = 0.0f;
+    for (int64_t i = 0; i < D; i++) ss += x[i] * x[i];
+    const float r = 1.0f / sqrtf(ss / (float)D + eps);
+    for (int64_t i = 0; i < D; i++) x[i] = x[i] * r * g[i];
+}
+
+/* cs: (cos, sin) pairs of one position, D/2 of them. */
+static void rope(float *x, int64_t D, const float *cs, int interleaved) {
+    const int64_t h = D / 2;
+    if (interleaved) {
+        for (int64_t i = 0; i < h; i++) {
+            float a = x[2 * i], b = x[2 * i + 1], c = cs[2 * i], s = cs[2 * i + 1];
+            x[2 * i] = a * c - b * s;
+            x[2 * i + 1] = a * s + b * c;
+        }
+    } else {
+        for (int64_t i = 0; i < h; i++) {
+            float a = x[i], b = x[i + h], c = cs[2 * i], s = cs[2 * i + 1];
+            x[i] = a * c - b * s;
+            x[i + h] = a * s + b * c;
+        }
+    }
+}
+
+/* Split qkv [T, (H + 2 Hkv) D] into Q (returned in q_out [T, H, D]) and this step's K, V (written to the
+ * cache at (page, offset) of each token), applying per-head RMSNorm (q_gamma/k_gamma, optional) and then
+ * RoPE at each token's position (freqs [max_pos, D] of (cos, sin) pairs; NULL: no rotation). */
+LMX_API int lmx_qkv_rope_store(const float *qkv, int64_t T, int64_t qkv_stride, int64_t H, int64_t Hkv, int64_t D,
+                               const int64_t *pos, const float *freqs, int64_t max_pos, int interleaved,
+                               const float *q_gamma, const float *k_gamma, float eps, float *q_out,
+                               void *cache, int kv_kind, int64_t s_page, int64_t s_kv, int64_t s_layer,
+                               int64_t s_off, int64_t layer, const int64_t *wpage, const int64_t *woff) {
+    if (D > 1024 || D % 2) return -1;
+    for (int64_t t = 0; t < T; t++)
+        if (freqs && (pos[t] < 0 || pos[t] >= max_pos)) return -2;
+    cache_t c = {cache, s_page, s_kv, s_layer, s_off, kv_kind};
+#pragma omp parallel for schedule(static) if (T * (H + 2 * Hkv) * D > (1 << 16))
+    for (int64_t t = 0; t < T; t++) {
+        const float *row = qkv + t * qkv_stride;
+        const float *cs = freqs ? freqs + pos[t] * D : NULL;
+        float buf[1024];
+        for (int64_t h = 0; h < H; h++) {
+            float *q = q_out + (t * H + h) * D;
+            memcpy(q, row + h * D, (size_t)D * 4);
+            if (q_gamma) head_rmsnorm(q, D, q_gamma, eps);
+            if (cs) rope(q, D, cs, interleaved);
+        }
+        const int64_t base = wpage[t] * s_page + layer * s_layer + woff[t] * s_off;
+        for (int64_t h = 0; h < Hkv; h++) {
+            memcpy(buf, row + (H + h) * D, (size_t)D * 4);
+            if (k_gamma) head_rmsnorm(buf, D, k_gamma, eps);
+            if (cs) rope(buf, D, cs, interleaved);
+            cache_store(&c, base + h * D, buf, D);
+            cache_store(&c, base + s_kv + h * D, row + (H + Hkv + h) * D, D);
+        }
+    }
+    return 0;
+}
+
+LMX_INLINE float dotf(const float *a, const float *b, int64_t n) {
+    int64_t i = 0;
+    float s = 0.0f;
+#ifdef LMX_AVX512
+    __m512 acc = _mm512_setzero_ps();
+    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+    s = _mm512_reduce_add_ps(acc);
+#endif
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+LMX_INLINE void axpy(float *y, float a, const float *x, int64_t n) {
+    int64_t i = 0;
+#ifdef LMX_AVX512
+    const __m512 va = _mm512_set1_ps(a);
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+#endif
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* p[j] = exp(p[j] - mx) for j < n; returns their sum. */
+static float exp_shift_sum(float *p, int64_t n, float mx) {
+    int64_t j = 0;
+    float sum = 0.0f;
+#ifdef LMX_AVX512
+    __m512 acc = _mm512_setzero_ps();
+    const __m512 vm = _mm512_set1_ps(mx), one = _mm512_set1_ps(1.0f);
+    for (; j + 16 <= n; j += 16) {
+        __m512 x = _mm512_max_ps(_mm512_sub_ps(_mm512_loadu_ps(p + j), vm), _mm512_set1_ps(-88.0f));
+        __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.4426950408889634f));
+        __m512 fi = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+        __m512 f = _mm512_sub_ps(t, fi);
+        __m512 q = _mm512_set1_ps(1.535336188319500e-4f);
+        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(1.339887440266574e-3f));
+        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(9.618437357674640e-3f));
+        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(5.550332471162809e-2f));
+        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(2.402264791363012e-1f));
+        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(6.931472028550421e-1f));
+        q = _mm512_fmadd_ps(q, f, one);
+        __m512 e = _mm512_scalef_ps(q, fi);
+        _mm512_storeu_ps(p + j, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    sum = _mm512_reduce_add_ps(acc);
+#endif
+    for (; j < n; j++) {
+        p[j] = expf(p[j] - mx);
+        sum += p[j];
+    }
+    return sum;
+}
+
+static __thread float *att_scratch = NULL;
+static __thread size_t att_cap = 0;
+
+static float *scratch(size_t n) {
+    if (n > att_cap) {
+        free(att_scratch);
+        att_scratch = (float *)malloc(n * 4);
+        att_cap = att_scratch ? n : 0;
+    }
+    return att_scratch;
+}
+
+/* Self-attention of each request's new tokens over its cached positions.
+ * q [T, H, D] float32; offsets [B + 1] (row offsets of the requests in q); cache_len [B] (positions
+ * before this step); lookup [B, lookup_stride] page ids; window > 0: sliding window of that many
+ * positions; causal = 0: every query sees every position of its request.
+ * Returns 0, -1 for unsupported sizes, -3 without memory. */
+LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hkv, int64_t D, int64_t B,
+                                const int64_t *offsets, const int64_t *cache_len, const int64_t *lookup,
+                                int64_t lookup_stride, int64_t page_size, const void *cache, int kv_kind,
+                                int64_t s_page, int64_t s_kv, int64_t s_layer, int64_t s_off, int64_t layer,
+                                float scale, int64_t window, int causal, float *out) {
+    if (D > 1024 || Hkv <= 0 || H % Hkv || H / Hkv > 256) return -1;
+    const int64_t G = H / Hkv;
+    cache_t c = {(void *)cache, s_page, s_kv, s_layer, s_off, kv_kind};
+    int64_t items = 0, work = 0, lmax = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t n = offsets[b + 1] - offsets[b];
+        if (n < 0) return -1;
+        items += n * Hkv;
+        work += n * (cache_len[b] + n);
+        if (cache_len[b] + n > lmax) lmax = cache_len[b] + n;
+    }
+    int rc = 0;
+#pragma omp parallel if (work * H * D > (1 << 15))
+    {
+        float *sc = scratch((size_t)(G * (lmax + 16) + 2 * D + G * D));
+        if (!sc) {
+#pragma omp atomic write
+            rc = -3;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < items; it++) {
+            if (!sc) continue;
+            int64_t rem = it, b = 0; /* item -> (request b, kv head g, token i) */
+            while (rem >= (offsets[b + 1] - offsets[b]) * Hkv) { rem -= (offsets[b + 1] - offsets[b]) * Hkv; b++; }
+            const int64_t n = offsets[b + 1] - offsets[b];
+            const int64_t g = rem / n, i = rem % n, t = offsets[b] + i;
+            const int64_t qpos = cache_len[b] + i;
+            const int64_t last = causal ? qpos : cache_len[b] + n - 1;
+            const int64_t first = (window > 0 && causal && qpos - window + 1 > 0) ? qpos - window + 1 : 0;
+            const int64_t L = last - first + 1;
+            const int64_t LS = lmax + 16;
+            float *kv = sc + G * LS, *acc = kv + 2 * D;
+            const float *qg = q + (t * H + g * G) * D;
+            /* scores of every (head of the group, key) */
+            for (int64_t j = 0; j < L; j++) {
+                const int64_t p = first + j;
+                const int64_t base = lookup[b * lookup_stride + p / page_size] * s_page + layer * s_layer +
+                                     (p % page_size) * s_off + g * D;
+                const float *kr;
+                if (kv_kind == LMX_F32) kr = (const float *)cache + base;
+                else { cache_load(&c, base, kv, D); kr = kv; }
+                for (int64_t hh = 0; hh < G; hh++) sc[hh * LS + j] = dotf(qg + hh * D, kr, D) * scale;
+            }
+            float inv[256];
+            for (int64_t hh = 0; hh < G; hh++) {
+                float mx = -INFINITY;
+                for (int64_t j = 0; j < L; j++) mx = sc[hh * LS + j] > mx ? sc[hh * LS + j] : mx;
+                const float den = exp_shift_sum(sc + hh * LS, L, mx);
+                inv[hh & 255] = den > 0 ? 1.0f / den : 0.0f;
+            }
+            memset(acc, 0, (size_t)(G * D) * 4);
+            for (int64_t j = 0; j < L; j++) {
+                const int64_t p = first + j;
+                const int64_t base = lookup[b * lookup_stride + p / page_size] * s_page + layer * s_layer +
+                                     (p % page_size) * s_off + g * D + s_kv;
+                const float *vr;
+                if (kv_kind == LMX_F32) vr = (const float *)cache + base;
+                else { cache_load(&c, base, kv + D, D); vr = kv + D; }
+                for (int64_t hh = 0; hh < G; hh++) axpy(acc + hh * D, sc[hh * LS + j], vr, D);
+            }
+            for (int64_t hh = 0; hh < G; hh++) {
+                float *o = out + (t * H + g * G + hh) * D;
+                for (int64_t d = 0; d < D; d++) o[d] = acc[hh * D + d] * inv[hh & 255];
+            }
+        }
+    }
+    return rc;
+}

@@ -1,0 +1,79 @@
+/* Row-wise float32 kernels of the decode step: RMSNorm and gated activations. */
+#include "common.h"
+
+/* out[m] = x[m] * rsqrt(mean(x[m]^2) + eps) * w (w may be NULL). */
+LMX_API void lmx_rmsnorm(const float *x, int64_t M, int64_t K, int64_t xs, const float *w, float eps, float *out,
+                         int64_t os) {
+#pragma omp parallel for schedule(static) if (M * K > (1 << 16))
+    for (int64_t m = 0; m < M; m++) {
+        const float *xr = x + m * xs;
+        float *o = out + m * os;
+        int64_t k = 0;
+        float ss = 0.0f;
+#ifdef LMX_AVX512
+        __m512 acc = _mm512_setzero_ps();
+        for (; k + 16 <= K; k += 16) {
+            __m512 v = _mm512_loadu_ps(xr + k);
+            acc = _mm512_fmadd_ps(v, v, acc);
+        }
+        ss = _mm512_reduce_add_ps(acc);
+#endif
+        for (; k < K; k++) ss += xr[k] * xr[k];
+        const float r = 1.0f / sqrtf(ss / (float)K + eps);
+        k = 0;
+#ifdef LMX_AVX512
+        const __m512 vr = _mm512_set1_ps(r);
+        for (; k + 16 <= K; k += 16) {
+            __m512 v = _mm512_mul_ps(_mm512_loadu_ps(xr + k), vr);
+            if (w) v = _mm512_mul_ps(v, _mm512_loadu_ps(w + k));
+            _mm512_storeu_ps(o + k, v);
+        }
+#endif
+        for (; k < K; k++) o[k] = w ? xr[k] * r * w[k] : xr[k] * r;
+    }
+}
+
+LMX_INLINE float gelu_tanh(float x) {
+    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
+/* out[m, i] = act(g[m, i]) * u[m, i] with g = gu[m, 0:I], u = gu[m, I:2I];
+ * act 0 = silu, 1 = gelu (tanh approximation). */
+LMX_API void lmx_glu(const float *gu, int64_t M, int64_t I, int64_t gs, int act, float *out, int64_t os) {
+#pragma omp parallel for schedule(static) if (M * I > (1 << 15))
+    for (int64_t m = 0; m < M; m++) {
+        const float *g = gu + m * gs, *u = g + I;
+        float *o = out + m * os;
+        int64_t i = 0;
+#ifdef LMX_AVX512
+        if (act == 0) {
+            const __m512 one = _mm512_set1_ps(1.0f);
+            for (; i + 16 <= I; i += 16) {
+                __m512 x = _mm512_loadu_ps(g + i);
+                /* silu(x) = x / (1 + exp(-x)); exp via exp2 with a degree-6 polynomial */
+                __m512 t = _mm512_mul_ps(_mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)),
+                                                       _mm512_set1_ps(-88.0f)),
+                                         _mm512_set1_ps(-1.4426950408889634f));
+                __m512 fi = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+                __m512 f = _mm512_sub_ps(t, fi);
+                __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
+                p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
+                p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+                p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+                p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+                p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+                p = _mm512_fmadd_ps(p, f, one);
+                __m512 e = _mm512_scalef_ps(p, fi); /* exp(-x) */
+                __m512 s = _mm512_div_ps(x, _mm512_add_ps(one, e));
+                _mm512_storeu_ps(o + i, _mm512_mul_ps(s, _mm512_loadu_ps(u + i)));
+            }
+        }
+#endif
+        for (; i < I; i++) {
+            float x = g[i];
+            float a = act == 0 ? x / (1.0f + expf(-x)) : gelu_tanh(x);
+            o[i] = a * u[i];
+        }
+    }
+}

@@ -1,0 +1,547 @@
+/* GGML block-quantised weights repacked once at load into a 16-row
+ * interleaved layout, and the matmul over it.
+ *
+ * Layout: rows are taken 16 at a time (a "group"; N is padded with zero rows
+ * to a multiple of 16).  Within a group, for every 32 values of K, the codes
+ * of the 16 rows are stored so that one 64-byte vector holds 4 consecutive
+ * codes of each row in its 16 32-bit lanes: one VNNI vpdpbusd then advances
+ * 16 dot products by 4 values each, against 4 activation codes broadcast to
+ * every lane.  Scales and offsets of the 16 rows are stored as contiguous
+ * vectors.  Nothing is rounded: the layout holds exactly the information of
+ * the GGML blocks (the same bytes, re-ordered; K-quant 6-bit scales are
+ * widened to bytes).  Per group and 32 values of K ("block"):
+ *
+ *   nibble vector j (j = 0..3): lane r, byte i: low nibble  = code(r, 8j + i)
+ *                                               high nibble = code(r, 8j + 4 + i)
+ *   Q5 high-bit vector:  lane r, byte i, bit g = bit 4 of code(r, 4g + i)
+ *   Q6 2-bit plane p (p = 0, 1): lane r, byte i, bits 2h..2h+1 = bits 4..5 of code(r, 4(4p + h) + i)
+ *   Q8: 8 vectors of 64 code bytes (code + 128, unsigned), vector g: lane r byte i = code(r, 4g + i)
+ *
+ * Q4_0  [4 nib][d]                  Q4_1 [4 nib][d][m]        (d, m: 16 x fp16)
+ * Q5_0  [4 nib][hb][d]              Q5_1 [4 nib][hb][d][m]
+ * Q8_0  [8 x 64 codes][d]
+ * Q4_K per 256: [d][dmin][sc: 8 x 16 u8][mn: 8 x 16 u8] then 8 x [4 nib]
+ * Q5_K per 256: [d][dmin][sc][mn] then 8 x [4 nib][hb]
+ * Q6_K per 256: [d][sc: 16 x 16 i8] then 8 x [4 nib][2 planes]
+ * Codes are unsigned; the value is  scale * code + offset  with
+ *   Q4_0: d, -8d    Q4_1: d, m    Q5_0: d, -16d    Q5_1: d, m    Q8_0: d, -128d
+ *   Q4_K/Q5_K: d*sc, -dmin*mn per 32    Q6_K: d*sc, -32*d*sc per 16
+ */
+#include "common.h"
+
+#define GR 16 /* rows per group */
+
+static int packable(int kind) {
+    switch (kind) {
+    case LMX_Q4_0: case LMX_Q4_1: case LMX_Q5_0: case LMX_Q5_1: case LMX_Q8_0:
+    case LMX_Q4_K: case LMX_Q5_K: case LMX_Q6_K: return 1;
+    default: return 0;
+    }
+}
+
+/* Bytes of one group's data per 32 values (32-blocks) or per 256 values (K-quants). */
+static int64_t unit_bytes(int kind) {
+    switch (kind) {
+    case LMX_Q4_0: return 256 + 32;
+    case LMX_Q4_1: return 256 + 64;
+    case LMX_Q5_0: return 256 + 64 + 32;
+    case LMX_Q5_1: return 256 + 64 + 64;
+    case LMX_Q8_0: return 512 + 32;
+    case LMX_Q4_K: return 64 + 256 + 8 * 256;
+    case LMX_Q5_K: return 64 + 256 + 8 * 320;
+    case LMX_Q6_K: return 32 + 256 + 8 * 384;
+    default: return 0;
+    }
+}
+
+static int64_t unit_elems(int kind) { return kind == LMX_Q4_K || kind == LMX_Q5_K || kind == LMX_Q6_K ? 256 : 32; }
+
+LMX_API int64_t lmx_packed_bytes(int kind, int64_t N, int64_t K) {
+    if (!packable(kind) || K % unit_elems(kind)) return -1;
+    return (N + GR - 1) / GR * (K / unit_elems(kind)) * unit_bytes(kind);
+}
+
+/* ---------------------------------------------------------------- packing */
+
+/* Decode one GGML block into unsigned codes and per-16 float scale/offset (qmatmul.c's decoder
+ * reads the same formats; here we only need codes plus the raw scale fields). */
+static void put_nibbles(uint8_t *nib, int r, const uint8_t *code /* 32 codes */) {
+    for (int j = 0; j < 4; j++)
+        for (int i = 0; i < 4; i++)
+            nib[64 * j + 4 * r + i] = (uint8_t)((code[8 * j + i] & 0x0F) | ((code[8 * j + 4 + i] & 0x0F) << 4));
+}
+
+static void put_highbits(uint8_t *hb, int r, const uint8_t *code) {
+    for (int i = 0; i < 4; i++) {
+        uint8_t v = 0;
+        for (int g = 0; g < 8; g++) v |= (uint8_t)(((code[4 * g + i] >> 4) & 1) << g);
+        hb[4 * r + i] = v;
+    }
+}
+
+static void put_planes(uint8_t *pl, int r, const uint8_t *code) {
+    for (int p = 0; p < 2; p++)
+        for (int i = 0; i < 4; i++) {
+            uint8_t v = 0;
+            for (int h = 0; h < 4; h++) v |= (uint8_t)(((code[4 * (4 * p + h) + i] >> 4) & 3) << (2 * h));
+            pl[64 * p + 4 * r + i] = v;
+        }
+}
+
+static void pack_group(int kind, const uint8_t *src, int64_t rows, int64_t src_rb, int64_t K, uint8_t *dst) {
+    const int64_t ue = unit_elems(kind), ub = unit_bytes(kind), nu = K / ue;
+    const int64_t bb = lmx_block_bytes(kind);
+    memset(dst, 0, (size_t)(nu * ub));
+    uint8_t code[256];
+    for (int64_t u = 0; u < nu; u++) {
+        uint8_t *o = dst + u * ub;
+        for (int r = 0; r < rows; r++) {
+            const uint8_t *b = src + r * src_rb + u * bb;
+            switch (kind) {
+            case LMX_Q4_0: case LMX_Q4_1: {
+                const uint8_t *qs = b + (kind == LMX_Q4_1 ? 4 : 2);
+                for (int j = 0; j < 16; j++) { code[j] = qs[j] & 0x0F; code[j + 16] = qs[j] >> 4; }
+                put_nibbles(o, r, code);
+                memcpy(o + 256 + 2 * r, b, 2);
+                if (kind == LMX_Q4_1) memcpy(o + 288 + 2 * r, b + 2, 2);
+                break;
+            }
+            case LMX_Q5_0: case LMX_Q5_1: {
+                const int one = kind == LMX_Q5_1;
+                uint32_t qh;
+                memcpy(&qh, b + 2 + 2 * one, 4);
+                const uint8_t *qs = b + 6 + 2 * one;
+                for (int j = 0; j < 16; j++) {
+                    code[j] = (uint8_t)((qs[j] & 0x0F) | (((qh >> j) & 1u) << 4));
+                    code[j + 16] = (uint8_t)((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
+                }
+                put_nibbles(o, r, code);
+                put_highbits(o + 256, r, code);
+                memcpy(o + 320 + 2 * r, b, 2);
+                if (one) memcpy(o + 352 + 2 * r, b + 2, 2);
+                break;
+            }
+            case LMX_Q8_0:
+                for (int g = 0; g < 8; g++)
+                    for (int i = 0; i < 4; i++) o[64 * g + 4 * r + i] = (uint8_t)(b[2 + 4 * g + i] ^ 0x80);
+                memcpy(o + 512 + 2 * r, b, 2);
+                break;
+            case LMX_Q4_K: case LMX_Q5_K: {
+                const int five = kind == LMX_Q5_K;
+                memcpy(o + 2 * r, b, 2);
+                memcpy(o + 32 + 2 * r, b + 2, 2);
+                const uint8_t *sb = b + 4;
+                for (int j = 0; j < 4; j++) {
+                    o[64 + 16 * j + r] = sb[j] & 63;
+                    o[64 + 128 + 16 * j + r] = sb[j + 4] & 63;
+                    o[64 + 16 * (j + 4) + r] = (uint8_t)((sb[j + 8] & 0x0F) | ((sb[j] >> 2) & 0x30));
+                    o[64 + 128 + 16 * (j + 4) + r] = (uint8_t)((sb[j + 8] >> 4) | ((sb[j + 4] >> 2) & 0x30));
+                }
+                const uint8_t *qh = b + 16, *qs = b + (five ? 48 : 16);
+                const int64_t sub = five ? 320 : 256;
+                for (int s = 0; s < 8; s++) {
+                    for (int l = 0; l < 32; l++) {
+                        int q = (qs[(s >> 1) * 32 + l] >> ((s & 1) * 4)) & 0x0F;
+                        if (five) q |= ((qh[l] >> s) & 1) << 4;
+                        code[l] = (uint8_t)q;
+                    }
+                    uint8_t *so = o + 320 + s * sub;
+                    put_nibbles(so, r, code);
+                    if (five) put_highbits(so + 256, r, code);
+                }
+                break;
+            }
+            case LMX_Q6_K: {
+                const uint8_t *ql = b, *qh = b + 128;
+                memcpy(o + 2 * r, b + 208, 2);
+                for (int j = 0; j < 16; j++) o[32 + 16 * j + r] = b[192 + j];
+                for (int s = 0; s < 8; s++) {
+                    for (int l = 0; l < 32; l++) {
+                        const int e = 32 * s + l, h = e >> 7, rr = e & 127, part = rr >> 5, ll = rr & 31;
+                        const int lo = (ql[64 * h + (part & 1) * 32 + ll] >> ((part >> 1) * 4)) & 0x0F;
+                        const int hi = (qh[32 * h + ll] >> (2 * part)) & 3;
+                        code[l] = (uint8_t)(lo | (hi << 4));
+                    }
+                    uint8_t *so = o + 288 + s * 384;
+                    put_nibbles(so, r, code);
+                    put_planes(so + 256, r, code);
+                }
+                break;
+            }
+            }
+        }
+    }
+}
+
+/* Repack src [N, src_row_bytes] (GGML blocks of kind) into dst (lmx_packed_bytes(kind, N, K) bytes). */
+LMX_API int lmx_pack(int kind, const uint8_t *src, int64_t N, int64_t K, int64_t src_row_bytes, uint8_t *dst) {
+    if (!packable(kind) || K % unit_elems(kind)) return -1;
+    if (src_row_bytes < K / lmx_block_elems(kind) * lmx_block_bytes(kind)) return -2;
+    const int64_t groups = (N + GR - 1) / GR, gbytes = K / unit_elems(kind) * unit_bytes(kind);
+#pragma omp parallel for schedule(static) if (groups > 4)
+    for (int64_t g = 0; g < groups; g++) {
+        const int64_t rows = N - g * GR < GR ? N - g * GR : GR;
+        pack_group(kind, src + g * GR * src_row_bytes, rows, src_row_bytes, K, dst + g * gbytes);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- unpacking (for tests and gathers) */
+
+/* Row r of a packed tensor back to float32 (exactly the GGML dequantisation). */
+LMX_API int lmx_packed_row(int kind, const uint8_t *packed, int64_t N, int64_t K, int64_t row, float *out) {
+    if (!packable(kind) || row < 0 || row >= N) return -1;
+    const int64_t ue = unit_elems(kind), ub = unit_bytes(kind), nu = K / ue;
+    const uint8_t *g = packed + row / GR * nu * ub;
+    const int r = (int)(row % GR);
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *o = g + u * ub;
+        float *y = out + u * ue;
+        if (ue == 32) {
+            const float d = lmx_h2f(lmx_rd16(o + (kind == LMX_Q8_0 ? 512 : kind <= LMX_Q4_1 ? 256 : 320) + 2 * r));
+            const int has_m = kind == LMX_Q4_1 || kind == LMX_Q5_1;
+            const float m = has_m ? lmx_h2f(lmx_rd16(o + (kind == LMX_Q4_1 ? 288 : 352) + 2 * r)) : 0.0f;
+            for (int k = 0; k < 32; k++) {
+                const int j = k / 8, i = k % 4, hi = (k % 8) >= 4;
+                int q;
+                if (kind == LMX_Q8_0) q = (int)o[64 * (k / 4) + 4 * r + i] - 128;
+                else {
+                    q = (o[64 * j + 4 * r + i] >> (4 * hi)) & 0x0F;
+                    if (kind == LMX_Q5_0 || kind == LMX_Q5_1) q |= ((o[256 + 4 * r + i] >> (k / 4)) & 1) << 4;
+                }
+                /* the same float32 operations as gguf's dequantisation */
+                switch (kind) {
+                case LMX_Q4_0: y[k] = d * (float)(q - 8); break;
+                case LMX_Q5_0: y[k] = d * (float)(q - 16); break;
+                case LMX_Q8_0: y[k] = (float)q * d; break;
+                default: y[k] = d * (float)q + m; break;
+                }
+            }
+        } else if (kind == LMX_Q6_K) {
+            const float d = lmx_h2f(lmx_rd16(o + 2 * r));
+            for (int k = 0; k < 256; k++) {
+                const uint8_t *so = o + 288 + (k / 32) * 384;
+                const int kk = k % 32, j = kk / 8, i = kk % 4, hi = (kk % 8) >= 4, g = kk / 4;
+                int q = (so[64 * j + 4 * r + i] >> (4 * hi)) & 0x0F;
+                q |= ((so[256 + 64 * (g / 4) + 4 * r + i] >> (2 * (g % 4))) & 3) << 4;
+                const int8_t sc = (int8_t)o[32 + 16 * (k / 16) + r];
+                y[k] = (d * (float)sc) * (float)(q - 32);
+            }
+        } else {
+            const int five = kind == LMX_Q5_K;
+            const float d = lmx_h2f(lmx_rd16(o + 2 * r)), dmin = lmx_h2f(lmx_rd16(o + 32 + 2 * r));
+            for (int k = 0; k < 256; k++) {
+                const int s = k / 32, kk = k % 32, j = kk / 8, i = kk % 4, hi = (kk % 8) >= 4;
+                const uint8_t *so = o + 320 + s * (five ? 320 : 256);
+                int q = (so[64 * j + 4 * r + i] >> (4 * hi)) & 0x0F;
+                if (five) q |= ((so[256 + 4 * r + i] >> (kk / 4)) & 1) << 4;
+                const float dd = d * (float)o[64 + 16 * s + r], dm = dmin * (float)o[192 + 16 * s + r];
+                y[k] = dd * (float)q - dm;
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+/* Activations: codes xq (row stride KP), per-32 scales dxb and sums sxb, per-16 sums sx16. */
+typedef struct {
+    const int8_t *xq;
+    const float *dxb, *sxb, *sx16;
+    int64_t KP, BP;
+} pact_t;
+
+/* Portable path: one group of 16 rows against activation row m. */
+static void group_scalar(int kind, const uint8_t *g, int64_t K, const pact_t *a, int64_t m, float *y16) {
+    const int64_t ue = unit_elems(kind), ub = unit_bytes(kind), nu = K / ue;
+    const int8_t *xq = a->xq + m * a->KP;
+    const float *dxb = a->dxb + m * a->BP, *sxb = a->sxb + m * a->BP, *sx16 = a->sx16 + m * 2 * a->BP;
+    float acc[GR] = {0};
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *o = g + u * ub;
+        for (int r = 0; r < GR; r++) {
+            if (ue == 32) {
+                const int64_t b = u;
+                int32_t isum = 0;
+                for (int k = 0; k < 32; k++) {
+                    const int j = k / 8, i = k % 4, hi = (k % 8) >= 4;
+                    int q;
+                    if (kind == LMX_Q8_0) q = o[64 * (k / 4) + 4 * r + i];
+                    else {
+                        q = (o[64 * j + 4 * r + i] >> (4 * hi)) & 0x0F;
+                        if (kind == LMX_Q5_0 || kind == LMX_Q5_1) q |= ((o[256 + 4 * r + i] >> (k / 4)) & 1) << 4;
+                    }
+                    isum += q * xq[b * 32 + k];
+                }
+                const float d = lmx_h2f(lmx_rd16(o + (kind == LMX_Q8_0 ? 512 : kind <= LMX_Q4_1 ? 256 : 320) + 2 * r));
+                float off;
+                switch (kind) {
+                case LMX_Q4_0: off = -8.0f * d; break;
+                case LMX_Q5_0: off = -16.0f * d; break;
+                case LMX_Q8_0: off = -128.0f * d; break;
+                default: off = lmx_h2f(lmx_rd16(o + (kind == LMX_Q4_1 ? 288 : 352) + 2 * r)); break;
+                }
+                acc[r] += d * dxb[b] * (float)isum + off * sxb[b];
+            } else if (kind == LMX_Q6_K) {
+                const float d = lmx_h2f(lmx_rd16(o + 2 * r));
+                for (int sb = 0; sb < 16; sb++) {
+                    int32_t isum = 0;
+                    for (int kk16 = 0; kk16 < 16; kk16++) {
+                        const int k = sb * 16 + kk16;
+                        const uint8_t *so = o + 288 + (k / 32) * 384;
+                        const int kk = k % 32, j = kk / 8, i = kk % 4, hi = (kk % 8) >= 4, gq = kk / 4;
+                        int q = (so[64 * j + 4 * r + i] >> (4 * hi)) & 0x0F;
+                        q |= ((so[256 + 64 * (gq / 4) + 4 * r + i] >> (2 * (gq % 4))) & 3) << 4;
+                        isum += q * xq[u * 256 + k];
+                    }
+                    const float s = d * (float)(int8_t)o[32 + 16 * sb + r];
+                    acc[r] += s * dxb[u * 8 + sb / 2] * (float)isum - 32.0f * s * sx16[u * 16 + sb];
+                }
+            } else {
+                const int five = kind == LMX_Q5_K;
+                const float d = lmx_h2f(lmx_rd16(o + 2 * r)), dmin = lmx_h2f(lmx_rd16(o + 32 + 2 * r));
+                for (int s = 0; s < 8; s++) {
+                    const uint8_t *so = o + 320 + s * (five ? 320 : 256);
+                    int32_t isum = 0;
+                    for (int kk = 0; kk < 32; kk++) {
+                        const int j = kk / 8, i = kk % 4, hi = (kk % 8) >= 4;
+                        int q = (so[64 * j + 4 * r + i] >> (4 * hi)) & 0x0F;
+                        if (five) q |= ((so[256 + 4 * r + i] >> (kk / 4)) & 1) << 4;
+                        isum += q * xq[u * 256 + s * 32 + kk];
+                    }
+                    const float dd = d * (float)o[64 + 16 * s + r], dm = dmin * (float)o[192 + 16 * s + r];
+                    acc[r] += dd * dxb[u * 8 + s] * (float)isum - dm * sxb[u * 8 + s];
+                }
+            }
+        }
+    }
+    memcpy(y16, acc, sizeof acc);
+}
+
+#ifdef LMX_AVX512VNNI
+#define PMB 8
+
+LMX_INLINE __m512i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* The 8 code vectors of one 32-value block (k-groups 0..7) of a nibble-coded kind (+ Q5 high bits). */
+LMX_INLINE void unpack_nib(const uint8_t *o, const uint8_t *hb, const uint8_t *pl, __m512i c[8]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int j = 0; j < 4; j++) {
+        __m512i v = _mm512_loadu_si512((const void *)(o + 64 * j));
+        c[2 * j] = _mm512_and_si512(v, m4);
+        c[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    }
+    if (hb) { /* bit g of each byte -> bit 4 of k-group g's codes */
+        const __m512i h = _mm512_loadu_si512((const void *)hb);
+        c[0] = _mm512_or_si512(c[0], _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(0x01)), 4));
+        c[1] = _mm512_or_si512(c[1], _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(0x02)), 3));
+        c[2] = _mm512_or_si512(c[2], _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(0x04)), 2));
+        c[3] = _mm512_or_si512(c[3], _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(0x08)), 1));
+        c[4] = _mm512_or_si512(c[4], _mm512_and_si512(h, _mm512_set1_epi8(0x10)));
+        c[5] = _mm512_or_si512(c[5], _mm512_srli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(0x20)), 1));
+        c[6] = _mm512_or_si512(c[6], _mm512_srli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(0x40)), 2));
+        c[7] = _mm512_or_si512(c[7], _mm512_srli_epi16(_mm512_and_si512(h, _mm512_set1_epi8((char)0x80)), 3));
+    }
+    if (pl) { /* 2-bit fields (bits 2h..2h+1 of plane p) -> bits 4..5 of k-group 4p + h */
+        const __m512i p0 = _mm512_loadu_si512((const void *)pl), p1 = _mm512_loadu_si512((const void *)(pl + 64));
+        const __m512i m0 = _mm512_set1_epi8(0x03), m1 = _mm512_set1_epi8(0x0C), m2 = _mm512_set1_epi8(0x30),
+                      m3 = _mm512_set1_epi8((char)0xC0);
+        c[0] = _mm512_or_si512(c[0], _mm512_slli_epi16(_mm512_and_si512(p0, m0), 4));
+        c[1] = _mm512_or_si512(c[1], _mm512_slli_epi16(_mm512_and_si512(p0, m1), 2));
+        c[2] = _mm512_or_si512(c[2], _mm512_and_si512(p0, m2));
+        c[3] = _mm512_or_si512(c[3], _mm512_srli_epi16(_mm512_and_si512(p0, m3), 2));
+        c[4] = _mm512_or_si512(c[4], _mm512_slli_epi16(_mm512_and_si512(p1, m0), 4));
+        c[5] = _mm512_or_si512(c[5], _mm512_slli_epi16(_mm512_and_si512(p1, m1), 2));
+        c[6] = _mm512_or_si512(c[6], _mm512_and_si512(p1, m2));
+        c[7] = _mm512_or_si512(c[7], _mm512_srli_epi16(_mm512_and_si512(p1, m3), 2));
+    }
+}
+
+LMX_INLINE __m512i dot8(const __m512i c[8], const int8_t *x) {
+    __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], bcast4(x));
+    __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[1], bcast4(x + 4));
+    s = _mm512_dpbusd_epi32(s, c[2], bcast4(x + 8));
+    t = _mm512_dpbusd_epi32(t, c[3], bcast4(x + 12));
+    s = _mm512_dpbusd_epi32(s, c[4], bcast4(x + 16));
+    t = _mm512_dpbusd_epi32(t, c[5], bcast4(x + 20));
+    s = _mm512_dpbusd_epi32(s, c[6], bcast4(x + 24));
+    t = _mm512_dpbusd_epi32(t, c[7], bcast4(x + 28));
+    return _mm512_add_epi32(s, t);
+}
+
+/* One group of 16 rows against activation rows m0 .. m0 + mb - 1; results to y[m * ys + 0..15]. */
+LMX_INLINE void group_avx512(int kind, const uint8_t *g, int64_t K, const pact_t *a, int64_t m0, const int mb,
+                             float *y, int64_t ys) {
+    __m512 acc[PMB];
+    for (int i = 0; i < mb; i++) acc[i] = _mm512_setzero_ps();
+    const int64_t ue = unit_elems(kind), ub = unit_bytes(kind), nu = K / ue;
+    const int8_t *xq = a->xq + m0 * a->KP;
+    const float *dxb = a->dxb + m0 * a->BP, *sxb = a->sxb + m0 * a->BP, *sx16 = a->sx16 + m0 * 2 * a->BP;
+    const int64_t KP = a->KP, BP = a->BP;
+    __m512i c[8];
+    if (ue == 32) {
+        const int five = kind == LMX_Q5_0 || kind == LMX_Q5_1;
+        const int64_t doff = kind == LMX_Q8_0 ? 512 : five ? 320 : 256;
+        const int has_m = kind == LMX_Q4_1 || kind == LMX_Q5_1;
+        const float cneg = kind == LMX_Q4_0 ? -8.0f : kind == LMX_Q5_0 ? -16.0f : -128.0f;
+        for (int64_t b = 0; b < nu; b++) {
+            const uint8_t *o = g + b * ub;
+            if (kind == LMX_Q8_0)
+                for (int q = 0; q < 8; q++) c[q] = _mm512_loadu_si512((const void *)(o + 64 * q));
+            else
+                unpack_nib(o, five ? o + 256 : NULL, NULL, c);
+            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(o + doff)));
+            const __m512 off = has_m ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(o + doff + 32)))
+                                     : _mm512_mul_ps(d, _mm512_set1_ps(cneg));
+            for (int i = 0; i < mb; i++) {
+                const __m512i is = dot8(c, xq + i * KP + b * 32);
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(d, _mm512_set1_ps(dxb[i * BP + b])), acc[i]);
+                acc[i] = _mm512_fmadd_ps(off, _mm512_set1_ps(sxb[i * BP + b]), acc[i]);
+            }
+        }
+    } else if (kind == LMX_Q6_K) {
+        for (int64_t u = 0; u < nu; u++) {
+            const uint8_t *o = g + u * ub;
+            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o));
+            for (int s = 0; s < 8; s++) {
+                const uint8_t *so = o + 288 + s * 384;
+                unpack_nib(so, NULL, so + 256, c);
+                const __m512 s0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                    _mm_loadu_si128((const __m128i *)(o + 32 + 16 * (2 * s))))));
+                const __m512 s1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                    _mm_loadu_si128((const __m128i *)(o + 32 + 16 * (2 * s + 1))))));
+                for (int i = 0; i < mb; i++) {
+                    const int8_t *x = xq + i * KP + u * 256 + s * 32;
+                    __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], bcast4(x));
+                    __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[4], bcast4(x + 16));
+                    a0 = _mm512_dpbusd_epi32(a0, c[1], bcast4(x + 4));
+                    a1 = _mm512_dpbusd_epi32(a1, c[5], bcast4(x + 20));
+                    a0 = _mm512_dpbusd_epi32(a0, c[2], bcast4(x + 8));
+                    a1 = _mm512_dpbusd_epi32(a1, c[6], bcast4(x + 24));
+                    a0 = _mm512_dpbusd_epi32(a0, c[3], bcast4(x + 12));
+                    a1 = _mm512_dpbusd_epi32(a1, c[7], bcast4(x + 28));
+                    const __m512 dx = _mm512_set1_ps(dxb[i * BP + u * 8 + s]);
+                    const float *x16 = sx16 + i * 2 * BP + u * 16 + 2 * s;
+                    /* value = s * (code - 32): offset -32 s times the sum of the 16 values */
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a0), _mm512_mul_ps(s0, dx), acc[i]);
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a1), _mm512_mul_ps(s1, dx), acc[i]);
+                    acc[i] = _mm512_fmadd_ps(s0, _mm512_set1_ps(-32.0f * x16[0]), acc[i]);
+                    acc[i] = _mm512_fmadd_ps(s1, _mm512_set1_ps(-32.0f * x16[1]), acc[i]);
+                }
+            }
+        }
+    } else { /* Q4_K, Q5_K */
+        const int five = kind == LMX_Q5_K;
+        for (int64_t u = 0; u < nu; u++) {
+            const uint8_t *o = g + u * ub;
+            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)o));
+            const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(o + 32)));
+            for (int s = 0; s < 8; s++) {
+                const uint8_t *so = o + 320 + s * (five ? 320 : 256);
+                unpack_nib(so, five ? so + 256 : NULL, NULL, c);
+                const __m512 dd = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                    _mm_loadu_si128((const __m128i *)(o + 64 + 16 * s)))));
+                const __m512 dm = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                    _mm_loadu_si128((const __m128i *)(o + 192 + 16 * s)))));
+                for (int i = 0; i < mb; i++) {
+                    const __m512i is = dot8(c, xq + i * KP + u * 256 + s * 32);
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is),
+                                             _mm512_mul_ps(dd, _mm512_set1_ps(dxb[i * BP + u * 8 + s])), acc[i]);
+                    acc[i] = _mm512_fnmadd_ps(dm, _mm512_set1_ps(sxb[i * BP + u * 8 + s]), acc[i]);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < mb; i++) _mm512_storeu_ps(y + i * ys, acc[i]);
+}
+
+#endif
+
+/* Packed matmul of one weight: rows [g0*16, g1*16) for all M rows into y (columns of this weight). */
+static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_t g0, int64_t g1, const pact_t *a,
+                        int64_t M, float *y, int64_t ys, int force_scalar) {
+    const int64_t gbytes = K / unit_elems(kind) * unit_bytes(kind);
+    float out16[GR * 8];
+    for (int64_t gi = g0; gi < g1; gi++) {
+        const uint8_t *g = p + gi * gbytes;
+        const int64_t rows = N - gi * GR < GR ? N - gi * GR : GR;
+#ifdef LMX_AVX512VNNI
+        if (!force_scalar) {
+            for (int64_t m0 = 0; m0 < M; m0 += PMB) {
+                const int mb = (int)(M - m0 < PMB ? M - m0 : PMB);
+                switch (mb) {
+                case 1: group_avx512(kind, g, K, a, m0, 1, out16, GR); break;
+                case 2: group_avx512(kind, g, K, a, m0, 2, out16, GR); break;
+                case 3: group_avx512(kind, g, K, a, m0, 3, out16, GR); break;
+                case 4: group_avx512(kind, g, K, a, m0, 4, out16, GR); break;
+                case 5: group_avx512(kind, g, K, a, m0, 5, out16, GR); break;
+                case 6: group_avx512(kind, g, K, a, m0, 6, out16, GR); break;
+                case 7: group_avx512(kind, g, K, a, m0, 7, out16, GR); break;
+                default: group_avx512(kind, g, K, a, m0, 8, out16, GR); break;
+                }
+                for (int i = 0; i < mb; i++) memcpy(y + (m0 + i) * ys + gi * GR, out16 + i * GR, (size_t)rows * 4);
+            }
+            continue;
+        }
+#endif
+        (void)force_scalar;
+        for (int64_t m = 0; m < M; m++) {
+            group_scalar(kind, g, K, a, m, out16);
+            memcpy(y + m * ys + gi * GR, out16, (size_t)rows * 4);
+        }
+    }
+}
+
+/* Activation quantisation is shared with qmatmul.c. */
+int lmx_act_prepare(int64_t M, int64_t K, const float *x, int64_t xs, const int8_t **xq, const float **dxb,
+                    const float **sxb, const float **sx16, int64_t *KP, int64_t *BP, int nt);
+
+/* y[M, sum(N)] = x[M, K] @ concat(W_i)^T (+ bias_i), each W_i packed by lmx_pack from kind kinds[i].
+ * Returns 0, -1 for a kind that is not packable, -2 for a bad K, -3 without memory. */
+LMX_API int lmx_packed_matmul(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,
+                              const uint8_t *const *w, const int *kinds, const int64_t *N, const float *const *bias,
+                              float *y, int64_t y_stride, int force_scalar) {
+    if (nw < 1 || nw > 64) return -1;
+    int64_t offs[64], goffs[65], total = 0;
+    goffs[0] = 0;
+    for (int i = 0; i < nw; i++) {
+        if (!packable(kinds[i])) return -1;
+        if (K % unit_elems(kinds[i])) return -2;
+        offs[i] = total;
+        total += N[i];
+        goffs[i + 1] = goffs[i] + (N[i] + GR - 1) / GR;
+    }
+    int nt = lmx_num_threads();
+    if (M * total * K < (1 << 17)) nt = 1;
+    pact_t a;
+    if (lmx_act_prepare(M, K, x, x_stride, &a.xq, &a.dxb, &a.sxb, &a.sx16, &a.KP, &a.BP, nt)) return -3;
+    const int64_t groups = goffs[nw];
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+#ifdef _OPENMP
+        const int t = omp_get_thread_num(), T = omp_get_num_threads();
+#else
+        const int t = 0, T = 1;
+#endif
+        const int64_t q0 = groups * t / T, q1 = groups * (t + 1) / T;
+        for (int i = 0; i < nw; i++) {
+            const int64_t s = q0 > goffs[i] ? q0 : goffs[i], e = q1 < goffs[i + 1] ? q1 : goffs[i + 1];
+            if (s < e) packed_rows(kinds[i], w[i], N[i], K, s - goffs[i], e - goffs[i], &a, M, y + offs[i], y_stride,
+                                   force_scalar);
+        }
+        if (bias) {
+#pragma omp barrier
+#pragma omp for schedule(static)
+            for (int64_t m = 0; m < M; m++)
+                for (int i = 0; i < nw; i++)
+                    if (bias[i])
+                        for (int64_t n = 0; n < N[i]; n++) y[m * y_stride + offs[i] + n] += bias[i][n];
+        }
+    }
+    return 0;
+}
