@@ -63,3 +63,27 @@ def run1(fn: Callable[..., Any], input_types: Sequence[TensorType], *arrays: Any
 
 def np_dtype(dt: DType) -> np.dtype:
     return dt.to_numpy()
+
+
+def native_kernels() -> bool:
+    """Whether the engine runs CPU graphs on the native kernels (quantised matmuls then use 8-bit
+    activation codes, see ``q8_activation_reference``)."""
+    import os
+
+    from max.engine import native
+
+    return not ON_GPU and os.environ.get("LIBREMAX_QMATMUL", "").lower() != "exact" and native.lib() is not None
+
+
+def q8_activation_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """float64 ``x @ w.T`` with x quantised as the native quantised matmul does: per 32 values of each
+    row, scale d = max|x| / 127 and codes round(x / d) (round half to even) clipped to [-127, 127]."""
+    x = np.asarray(x, np.float32)
+    lead, k = x.shape[:-1], x.shape[-1]
+    xb = x.reshape(-1, k // 32, 32)
+    amax = np.abs(xb).max(-1, keepdims=True)
+    d = (amax / np.float32(127)).astype(np.float32)
+    inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0).astype(np.float32)
+    q = np.clip(np.rint(xb * inv), -127, 127)
+    xq = (q.astype(np.float64) * d.astype(np.float64)).reshape(*lead, k)
+    return xq @ np.asarray(w, np.float64).T

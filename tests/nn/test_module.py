@@ -11,7 +11,7 @@ from max.graph.quantization import QuantizationEncoding
 from max.graph.weights import WeightData
 from max import nn
 
-from support import run_graph, session, tt
+from support import native_kernels, q8_activation_reference, run_graph, session, tt
 from support import test_device_ref as dev_ref
 
 F32 = DType.float32
@@ -399,7 +399,8 @@ def test_quantized_linear_and_embedding_q8_0():
                                               QuantizationEncoding.Q8_0), "bias": b})
     x = rng.standard_normal((3, 64)).astype(np.float32)
     (out,) = run_graph(lambda v: lin(v), [tt(F32, [3, 64])], x, weights=lin.state_dict())
-    np.testing.assert_allclose(out, x @ wf.T + b, rtol=1e-4, atol=1e-4)
+    ref = q8_activation_reference(x, wf) if native_kernels() else x.astype(np.float64) @ wf.T
+    np.testing.assert_allclose(out, ref + b, rtol=1e-4, atol=1e-4)
     emb = nn.Embedding(5, 64, F32, dev_ref(), quantization_encoding=QuantizationEncoding.Q8_0)
     emb.load_state_dict({"weight": WeightData(blocks, "weight", DType.uint8, blocks.shape,
                                               QuantizationEncoding.Q8_0)})

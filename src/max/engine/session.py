@@ -13,7 +13,7 @@ import torch
 
 from max.dtype import DType
 from max.dtype.dtype import BIT_STORED
-from max.engine.compiler import passes
+from max.engine.compiler import native_lowering, passes
 from max.engine.compiler.fusion import fuse
 from max.engine.compiler.lower import lower, materialize_slots, resolve_attrs_now, torch_device
 from max.engine.compiler.program import Program, from_graph
@@ -246,6 +246,8 @@ def compile_program(prog: Program, registry: Mapping[str, Any], prefix: str, sta
     if opt_level >= 1:
         for k, c in fuse(prog).items():
             stats.setdefault("fused", {})[k] = stats.get("fused", {}).get(k, 0) + c
+        for k, c in native_lowering.lower(prog).items():
+            stats.setdefault("native", {})[k] = stats.get("native", {}).get(k, 0) + c
     stats["dce"] = stats.get("dce", 0) + passes.dce(prog)
     if opt_level >= 1 and registry:
         stats["weight_folded"] = stats.get("weight_folded", 0) + _fold_weights(prog, registry, prefix)

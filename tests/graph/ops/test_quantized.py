@@ -14,7 +14,7 @@ from gguf import quants  # noqa: E402
 from max.dtype import DType  # noqa: E402
 from max.graph import Graph, TensorType, ops  # noqa: E402
 from max.graph.quantization import QuantizationEncoding as Q  # noqa: E402
-from support import run_graph  # noqa: E402
+from support import native_kernels, q8_activation_reference, run_graph  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "gguf" / "real_blocks.gguf"
 MAKEABLE = {Q.Q4_0: T.Q4_0, Q.Q4_1: T.Q4_1, Q.Q5_0: T.Q5_0, Q.Q5_1: T.Q5_1, Q.Q8_0: T.Q8_0}
@@ -50,17 +50,25 @@ def test_dequantize_bit_exact_on_real_k_quant_blocks():
     assert {"Q4_K", "Q6_K"} <= seen
 
 
+@pytest.mark.parametrize("exact", [False, True])
 @pytest.mark.parametrize("enc", [Q.Q4_0, Q.Q8_0, Q.Q5_1])
-def test_qmatmul_matches_dequantize_then_matmul(enc):
+def test_qmatmul_matches_dequantize_then_matmul(enc, exact, monkeypatch):
+    """Native kernels: exactly x (8-bit codes per 32 values) @ dequantize(w).T; LIBREMAX_QMATMUL=exact:
+    float32 x @ dequantize(w).T."""
+    if exact:
+        monkeypatch.setenv("LIBREMAX_QMATMUL", "exact")
     rng = np.random.default_rng(2)
     w = rng.standard_normal((24, 64)).astype(np.float32)
     qb = quants.quantize(w, MAKEABLE[enc])
     x = rng.standard_normal((2, 5, 64)).astype(np.float32)
     (out,) = run_graph(lambda a, b: ops.qmatmul(enc, None, a, b),
                        [TensorType(DType.float32, x.shape), TensorType(DType.uint8, qb.shape)], x, qb)
-    ref = x.astype(np.float64) @ quants.dequantize(qb, MAKEABLE[enc]).astype(np.float64).T
+    wf = quants.dequantize(qb, MAKEABLE[enc]).astype(np.float64)
+    ref = q8_activation_reference(x, wf) if native_kernels() else x.astype(np.float64) @ wf.T
     assert out.shape == (2, 5, 24)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+    # and within the 8-bit activation error of the float product either way
+    np.testing.assert_allclose(out, x.astype(np.float64) @ wf.T, rtol=0, atol=0.05 * np.abs(ref).max())
 
 
 def test_quantized_errors_at_build_time():

@@ -2,6 +2,9 @@
 
 Patterns (each only when the intermediate values have no other use):
 
+- projections ``x @ Wᵀ`` / ``qmatmul`` (with bias, several of the same ``x``
+  concatenated, or gated by silu/gelu) -> ``fused_matmul_t`` (see
+  ``linear_fusion.py``);
 - ``matmul(x, w) + b`` (``b`` broadcast along the last dim) and an optional
   following ``relu``/``gelu``/``silu``/``sigmoid``/``tanh`` -> ``fused_linear``;
 - ``silu(x @ w1) * (x @ w3)`` -> ``fused_swiglu`` (one allocation, in-place gate);
@@ -20,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from max.engine.compiler import linear_fusion
 from max.engine.compiler.program import PNode, Program
 from max.graph.type import TensorType
 
@@ -73,7 +77,7 @@ def _scalar(arr: np.ndarray | None) -> float | None:
 def fuse(prog: Program) -> dict[str, int]:
     """Apply every pattern; returns counts per fused kernel."""
     counts: Counter = Counter()
-    for rule in (_attention, _swiglu, _rms_norm, _linear):
+    for rule in (*linear_fusion.RULES, _attention, _swiglu, _rms_norm, _linear):
         v = _View(prog)
         out = []
         # Walk from the outputs back so the outermost match wins; nodes that a

@@ -16,9 +16,32 @@ _FAST = os.environ.get("LIBREMAX_QMATMUL_FAST", "0") == "1"
 
 @kernel("dequantize")
 def dequantize(blocks: torch.Tensor, encoding: str) -> torch.Tensor:
+    if blocks.device.type == "cpu" and blocks.dim() == 2 and blocks.shape[0] <= 256:
+        # few rows (an embedding lookup): the native decoder, same float32 results
+        from max.engine import native
+
+        so = native.lib()
+        kind = native.GGML_KINDS.get(encoding)
+        if so is not None and kind is not None:
+            enc = q._enc(encoding)
+            k = blocks.shape[1] // enc.block_size * enc.elements_per_block
+            src = blocks if blocks.is_contiguous() else blocks.contiguous()
+            out = torch.empty((blocks.shape[0], k), dtype=torch.float32)
+            ok = all(so.lmx_dequant_row(kind, src.data_ptr() + r * src.shape[1], out.data_ptr() + 4 * r * k, k) == 0
+                     for r in range(src.shape[0]))
+            if ok:
+                return out
     return q.dequantize(blocks, encoding)
 
 
 @kernel("qmatmul")
 def qmatmul(x: torch.Tensor, blocks: torch.Tensor, encoding: str) -> torch.Tensor:
     return q.qmatmul(x, blocks, encoding, fast=_FAST)
+
+
+@kernel("pack_qweight")
+def pack_qweight(blocks: torch.Tensor, kind: int, n: int, k: int) -> torch.Tensor:
+    """GGML blocks -> the native kernels' interleaved layout (run once at load by weight folding)."""
+    from max.engine import native
+
+    return native.pack(blocks, kind, n, k)

@@ -1,0 +1,85 @@
+"""Lowering to the native CPU kernels (``max.engine.native``), when they are available.
+
+- GGML block-quantised weights of ``fused_matmul_t`` nodes on the CPU are
+  repacked into the kernels' interleaved layout by a ``pack_qweight`` node.
+  Its operand is a weight, so load-time weight folding runs it once and binds
+  only the packed tensor: the GGML copy is not kept (unless something else,
+  such as an embedding lookup, still reads it).
+- With ``LIBREMAX_QMATMUL=exact`` quantised projections keep float32
+  activations (dequantised weight tiles, torch matmul) instead of the native
+  kernels' 8-bit activation codes; nothing is packed.
+- ``flash_attention_ragged`` on the CPU reads the paged cache directly
+  (``flash_attention_ragged_native``): the padded per-step index tensors the
+  torch kernel needs (``ragged_read_plan``) become dead and are removed.
+"""
+
+from __future__ import annotations
+
+import os
+
+from max.dtype import DType
+from max.engine.compiler import linear_fusion
+from max.engine.compiler.program import PNode, Program
+from max.graph.type import TensorType
+
+_CONST_OPS = {"weight", "constant", "bound"}
+
+
+def _fresh_id(prog: Program) -> int:
+    top = max([*prog.types, *prog.input_ids, *(o for n in prog.nodes for o in n.outs)], default=0)
+    return top + 1
+
+
+def lower(prog: Program) -> dict[str, int]:
+    """Rewrite ``prog`` in place for the native kernels; returns counts per rewrite."""
+    from max.engine import native
+
+    if native.lib() is None:
+        return {}
+    producer = prog.producer_map()
+    out: list[PNode] = []
+    counts = {"pack_qweight": 0, "flash_attention_ragged_native": 0}
+    next_id = _fresh_id(prog)
+    exact = os.environ.get("LIBREMAX_QMATMUL", "").lower() == "exact"
+    for n in prog.nodes:
+        dev = n.types[0].device if n.types and isinstance(n.types[0], TensorType) else None
+        on_cpu = dev is not None and dev.is_cpu()
+        if n.op == linear_fusion.OP and on_cpu and exact:
+            if any(k != "dense" for k in n.attrs["kinds"]):
+                n = PNode(n.op, n.inputs, dict(n.attrs, exact=True), n.types, n.outs, n.loc, n.side_effects,
+                          n.regions)
+        elif n.op == linear_fusion.OP and on_cpu:
+            x, ws, bs = linear_fusion.parts(n)
+            kinds = list(n.attrs["kinds"])
+            new_ws = list(ws)
+            for i, (kind, w) in enumerate(zip(kinds, ws)):
+                code = native.GGML_KINDS.get(kind)
+                src = producer.get(w)
+                if code is None or not native.packable(code) or src is None or src.op not in _CONST_OPS:
+                    continue
+                nbytes = native.packed_nbytes(code, n.attrs["ns"][i], n.attrs["k"])
+                typ = TensorType(DType.uint8, [nbytes], dev)
+                pid = next_id
+                next_id += 1
+                prog.types[pid] = typ
+                out.append(PNode("pack_qweight", (w,), {"kind": code, "n": n.attrs["ns"][i], "k": n.attrs["k"]},
+                                 (typ,), (pid,), n.loc))
+                new_ws[i] = pid
+                kinds[i] = "packed:" + kind
+                counts["pack_qweight"] += 1
+            if new_ws != ws:
+                attrs = dict(n.attrs, kinds=tuple(kinds))
+                n = PNode(n.op, (x, *new_ws, *bs), attrs, n.types, n.outs, n.loc, n.side_effects, n.regions)
+        elif n.op == "flash_attention_ragged" and on_cpu and n.attrs.get("native_operands"):
+            # operands: q, blocks, 6 read-plan tensors, offsets, cache_lengths, lookup (+ chain)
+            q, blocks = n.inputs[0], n.inputs[1]
+            rest = n.inputs[8:]
+            cache_dt = prog.types[blocks].dtype
+            if cache_dt in (DType.float32, DType.bfloat16) and prog.types[q].dtype == DType.float32:
+                attrs = {k: v for k, v in n.attrs.items() if k != "native_operands"}
+                n = PNode("flash_attention_ragged_native", (q, blocks, *rest), attrs, n.types, n.outs, n.loc,
+                          n.side_effects, n.regions)
+                counts["flash_attention_ragged_native"] += 1
+        out.append(n)
+    prog.nodes = out
+    return {k: v for k, v in counts.items() if v}
