@@ -13,6 +13,7 @@ import torch
 
 from max.dtype import DType
 from max.dtype.dtype import BIT_STORED
+from max.engine import threads
 from max.engine.compiler import native_lowering, passes
 from max.engine.compiler.fusion import fuse
 from max.engine.compiler.lower import lower, materialize_slots, resolve_attrs_now, torch_device
@@ -41,8 +42,11 @@ class LogLevel(str, enum.Enum):
 class InferenceSession:
     """Loads graphs and compiles them into executable models.
 
-    ``devices`` defaults to the host CPU.  ``num_threads`` (when given) sets
-    torch's intra-op thread count for the process.
+    ``devices`` defaults to the host CPU.  ``num_threads`` sizes the one CPU
+    thread pool that torch's operators and libremax's native kernels share
+    (default: ``LIBREMAX_NUM_THREADS``, else the physical cores); other BLAS
+    pools in the process are capped at one thread (see ``max.engine.threads``).
+    The setting is process-wide, as torch's is.
 
     ``optimization_level`` (libremax extension; default from ``LIBREMAX_OPT_LEVEL`` or 1):
     0 = fold/CSE/DCE only; 1 = also pattern fusion (linear+bias+act, SwiGLU,
@@ -64,8 +68,9 @@ class InferenceSession:
         if num_threads is not None:
             if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
                 raise ValueError(f"InferenceSession: num_threads must be a positive int, got {num_threads!r}")
-            torch.set_num_threads(num_threads)
-        self._num_threads = num_threads
+        else:
+            num_threads = threads.default_num_threads()
+        self._num_threads = threads.apply(num_threads)
         level = optimization_level if optimization_level is not None else int(os.environ.get("LIBREMAX_OPT_LEVEL", "1"))
         if level not in (0, 1, 2):
             raise ValueError(f"InferenceSession: optimization_level must be 0, 1 or 2, got {level!r}")
@@ -83,6 +88,11 @@ class InferenceSession:
     @property
     def devices(self) -> list[Any]:
         return list(self._devices)
+
+    @property
+    def num_threads(self) -> int:
+        """Threads of the shared CPU pool (torch operators and native kernels)."""
+        return self._num_threads
 
     # ------------------------------------------------------------------ load
     def load(

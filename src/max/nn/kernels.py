@@ -32,6 +32,7 @@ __all__ = [
     "fused_qkv_ragged_matmul",
     "kv_cache_get_max_seq_len",
     "merge_ragged_tensors",
+    "ragged_qkv_store",
     "rms_norm_key_cache",
     "scatter_set_constant",
     "swish_glu",
@@ -82,30 +83,33 @@ def _offsets(op: str, x: Any) -> TensorValue:
     return t
 
 
-def _plan(op: str, offsets: TensorValue, coll: PagedKVCacheCollection) -> list[TensorValue]:
-    """Per-step index tensors shared by every layer (CSE merges repeats):
+def _plan(op: str, offsets: TensorValue, coll: PagedKVCacheCollection, part: str) -> list[TensorValue]:
+    """Per-step index tensors shared by every layer (built once per graph and step inputs).
 
-    tok_pos [T], write_page [T], write_off [T], q_index [B, Qmax], read_page [B, Lmax],
+    ``part="write"``: tok_pos [T], write_page [T], write_off [T] (where each new token's K/V goes).
+    ``part="read"`` (the torch attention kernel's padded layout): q_index [B, Qmax], read_page [B, Lmax],
     read_off [B, Lmax], key_valid [B, Lmax] (bool), q_pos [B, Qmax], causal_mask [B, Qmax, Lmax] (bool).
     """
     g = current_graph(op)
-    key = ("ragged_plan", id(offsets._node), offsets._index, id(coll.blocks._node))
+    key = ("ragged_plan", part, id(offsets._node), offsets._index, id(coll.blocks._node))
     cache = g.__dict__.setdefault("_ragged_plans", {})
     if key in cache:
         return cache[key]
     dev = coll.blocks.device
-    tq = _fresh("ragged_tokens")
-    qmax = _fresh("ragged_q_max")
-    lmax = _fresh("ragged_kv_max")
-    bsz = coll.cache_lengths.shape[0]
     i64 = DType.int64
-    types = [
-        TensorType(i64, [tq], dev), TensorType(i64, [tq], dev), TensorType(i64, [tq], dev),
-        TensorType(i64, [bsz, qmax], dev), TensorType(i64, [bsz, lmax], dev), TensorType(i64, [bsz, lmax], dev),
-        TensorType(DType.bool, [bsz, lmax], dev), TensorType(i64, [bsz, qmax], dev),
-        TensorType(DType.bool, [bsz, qmax, lmax], dev),
-    ]
-    res = stage("ragged_plan", [offsets, coll.cache_lengths, coll.lookup_table], types,
+    if part == "write":
+        tq = _fresh("ragged_tokens")
+        types = [TensorType(i64, [tq], dev)] * 3
+    else:
+        qmax = _fresh("ragged_q_max")
+        lmax = _fresh("ragged_kv_max")
+        bsz = coll.cache_lengths.shape[0]
+        types = [
+            TensorType(i64, [bsz, qmax], dev), TensorType(i64, [bsz, lmax], dev), TensorType(i64, [bsz, lmax], dev),
+            TensorType(DType.bool, [bsz, lmax], dev), TensorType(i64, [bsz, qmax], dev),
+            TensorType(DType.bool, [bsz, qmax, lmax], dev),
+        ]
+    res = stage(f"ragged_{part}_plan", [offsets, coll.cache_lengths, coll.lookup_table], types,
                 {"page_size": coll.page_size, "_multi": True})
     cache[key] = res
     return res
@@ -141,7 +145,7 @@ def fused_qkv_ragged_matmul(kv_params: KVCacheParams, input: Any, input_row_offs
         if b.shape != [want]:
             fail(op, f"bias must be [{want}], got {b.shape}")
         operands.append(b)
-    plan = _plan(op, offs, coll)
+    plan = _plan(op, offs, coll, "write")
     (q,) = _chained(op, operands + [coll.blocks, plan[1], plan[2]],
                     [TensorType(x.dtype, [x.shape[0], n_heads * D], x.device)],
                     {"layer": layer, "n_heads": n_heads, "n_kv_heads": Hkv, "head_dim": D,
@@ -165,7 +169,7 @@ def fused_qk_ragged_rope(kv_params: KVCacheParams, input: Any, input_row_offsets
         fail(op, f"input must be [total_seq_len, n_heads, head_dim={kv_params.head_dim}], got {q.shape}")
     if f.rank != 2 or f.shape[1] != kv_params.head_dim:
         fail(op, f"freqs_cis must be [positions, head_dim={kv_params.head_dim}], got {f.shape}")
-    plan = _plan(op, offs, coll)
+    plan = _plan(op, offs, coll, "write")
     # cos/sin of this step's positions: one pure node, shared by every layer through CSE
     half = kv_params.head_dim // 2
     tok = plan[0].shape[0]
@@ -192,7 +196,7 @@ def rms_norm_key_cache(kv_params: KVCacheParams, kv_collection: Any, gamma: Any,
         fail(op, f"gamma must be [{cols}], got {gm.shape}")
     if cols not in (D, H * D):
         fail(op, f"rms_norm_cols must be head_dim ({D}) or n_kv_heads * head_dim ({H * D}), got {cols}")
-    plan = _plan(op, offs, coll)
+    plan = _plan(op, offs, coll, "write")
     _chained(op, [gm, coll.blocks, plan[1], plan[2]], [],
              {"layer": layer, "eps": float(epsilon), "weight_offset": float(weight_offset), "cols": cols,
               "multiply_before_cast": bool(multiply_before_cast)})
@@ -219,11 +223,55 @@ def flash_attention_ragged(kv_params: KVCacheParams, input: Any, input_row_offse
     if sink_weights is not None:
         raise NotImplementedError(f"{op}: sink_weights are not supported yet")
     window = int(local_window_size) if mv is MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK else -1
-    plan = _plan(op, offs, coll)
-    (out,) = _chained(op, [q, coll.blocks] + plan[3:9], [q.type],
+    plan = _plan(op, offs, coll, "read")
+    # the raw step inputs follow the padded plan: a kernel reading the pages directly needs only those
+    (out,) = _chained(op, [q, coll.blocks] + plan + [offs, coll.cache_lengths, coll.lookup_table], [q.type],
                       {"layer": layer, "scale": float(scale), "causal": mv is not MHAMaskVariant.NULL_MASK,
-                       "window": window, "head_dim": D})
+                       "window": window, "head_dim": D, "native_operands": True})
     return out
+
+
+def ragged_qkv_store(kv_params: KVCacheParams, qkv: Any, input_row_offsets: Any, kv_collection: Any,
+                     layer_idx: Any, n_heads: int, freqs_cis: Any = None, interleaved: bool = True,
+                     q_norm: Any = None, k_norm: Any = None, norm_eps: float = 1e-6) -> TensorValue:
+    """Split this step's projected ``qkv [total_seq_len, (n_heads + 2 n_kv_heads) * head_dim]``: return Q
+    ``[total_seq_len, n_heads, head_dim]`` and write K and V to the cache (libremax extension).
+
+    Each head of Q and K is optionally RMS-normalised (``q_norm``/``k_norm``: ``[head_dim]`` weights,
+    ``norm_eps``) and then rotated by its token's position (``freqs_cis`` ``[positions, head_dim]`` of
+    (cos, sin) pairs; ``None``: no rotation), in that order -- QKV split, QK-norm, RoPE and the cache
+    write of one layer in one kernel.
+    """
+    op = "ragged_qkv_store"
+    coll = _coll(op, kv_collection)
+    t = as_tensor(qkv, op=op, arg="qkv")
+    offs = _offsets(op, input_row_offsets)
+    layer = _layer(op, layer_idx, coll)
+    D, Hkv = kv_params.head_dim, kv_params.n_kv_heads_per_device
+    want = (n_heads + 2 * Hkv) * D
+    if t.rank != 2 or not (hasattr(t.shape[1], "dim") and t.shape[1].dim == want):
+        fail(op, f"qkv must be [total_seq_len, (n_heads + 2 * n_kv_heads) * head_dim] = [T, {want}], got {t.shape}")
+    if not t.dtype.is_float():
+        fail(op, f"qkv must be floating point, got {t.dtype}", TypeError)
+    operands = [t]
+    attrs: dict = {"layer": layer, "n_heads": int(n_heads), "n_kv_heads": Hkv, "head_dim": D,
+                   "interleaved": bool(interleaved), "eps": float(norm_eps), "has_rope": freqs_cis is not None,
+                   "has_q_norm": q_norm is not None, "has_k_norm": k_norm is not None}
+    if freqs_cis is not None:
+        f = as_tensor(freqs_cis, op=op, arg="freqs_cis")
+        if f.rank != 2 or f.shape[1] != D:
+            fail(op, f"freqs_cis must be [positions, head_dim={D}], got {f.shape}")
+        operands.append(f)
+    for name, gm in (("q_norm", q_norm), ("k_norm", k_norm)):
+        if gm is not None:
+            gv = as_tensor(gm, op=op, arg=name)
+            if gv.rank != 1 or gv.shape[0] != D:
+                fail(op, f"{name} must be [head_dim={D}], got {gv.shape}")
+            operands.append(gv.cast(DType.float32) if gv.dtype != DType.float32 else gv)
+    plan = _plan(op, offs, coll, "write")
+    (q,) = _chained(op, operands + [coll.blocks, plan[0], plan[1], plan[2]],
+                    [TensorType(t.dtype, [t.shape[0], n_heads, D], t.device)], attrs)
+    return q
 
 
 def kv_cache_get_max_seq_len(kv_params: KVCacheParams, kv_collection: Any) -> TensorValue:

@@ -16,20 +16,36 @@ from max.engine.kernels import kernel
 from max.engine.kernels.linalg import half_matmul
 
 
-@kernel("ragged_plan")
-def ragged_plan(offsets: torch.Tensor, cache_lengths: torch.Tensor, lookup: torch.Tensor, page_size: int) -> tuple:
-    dev = lookup.device
+def _token_layout(offsets: torch.Tensor, cache_lengths: torch.Tensor, dev: torch.device) -> tuple:
     offs = offsets.to(torch.int64).to(dev)
     cl = cache_lengths.to(torch.int64).to(dev)
+    n_new = offs[1:] - offs[:-1]  # [B]
+    return offs, cl, n_new
+
+
+@kernel("ragged_write_plan")
+def ragged_write_plan(offsets: torch.Tensor, cache_lengths: torch.Tensor, lookup: torch.Tensor,
+                      page_size: int) -> tuple:
+    dev = lookup.device
+    offs, cl, n_new = _token_layout(offsets, cache_lengths, dev)
     lk = lookup.to(torch.int64)
     B = cl.shape[0]
-    n_new = offs[1:] - offs[:-1]  # [B]
     T = int(offs[-1])
     tok_batch = torch.repeat_interleave(torch.arange(B, device=dev), n_new, output_size=T)
     tok_i = torch.arange(T, device=dev) - offs[:-1][tok_batch]
     tok_pos = cl[tok_batch] + tok_i
     write_page = lk[tok_batch, tok_pos // page_size]
     write_off = tok_pos % page_size
+    return tok_pos, write_page, write_off
+
+
+@kernel("ragged_read_plan")
+def ragged_read_plan(offsets: torch.Tensor, cache_lengths: torch.Tensor, lookup: torch.Tensor,
+                     page_size: int) -> tuple:
+    dev = lookup.device
+    offs, cl, n_new = _token_layout(offsets, cache_lengths, dev)
+    lk = lookup.to(torch.int64)
+    B = cl.shape[0]
     qmax = int(n_new.max()) if B else 0
     total = cl + n_new
     lmax = int(total.max()) if B else 0
@@ -46,7 +62,7 @@ def ragged_plan(offsets: torch.Tensor, cache_lengths: torch.Tensor, lookup: torc
     # causal mask shared by every layer; padded query rows attend anywhere (their output is dropped)
     causal = key_valid[:, None, :] & (kj[None, None, :] <= q_pos[:, :, None])
     causal = causal | (q_pos[:, :, None] < 0)
-    return tok_pos, write_page, write_off, q_index, read_page, read_off, key_valid, q_pos, causal
+    return q_index, read_page, read_off, key_valid, q_pos, causal
 
 
 @kernel("fused_qkv_ragged_matmul", pure=False)
@@ -111,8 +127,9 @@ def rms_norm_key_cache(gamma: torch.Tensor, blocks: torch.Tensor, wp: torch.Tens
 @kernel("flash_attention_ragged", pure=False)
 def flash_attention_ragged(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tensor, read_page: torch.Tensor,
                            read_off: torch.Tensor, key_valid: torch.Tensor, q_pos: torch.Tensor,
-                           causal_mask: torch.Tensor, layer: int, scale: float, causal: bool, window: int,
-                           head_dim: int) -> torch.Tensor:
+                           causal_mask: torch.Tensor, *step: torch.Tensor, layer: int, scale: float, causal: bool,
+                           window: int, head_dim: int, native_operands: bool = False) -> torch.Tensor:
+    # ``step`` (offsets, cache_lengths, lookup) is for flash_attention_ragged_native; unused here
     shape = q.shape
     T = shape[0]
     q3 = q.reshape(T, -1, head_dim)
@@ -145,6 +162,90 @@ def flash_attention_ragged(q: torch.Tensor, blocks: torch.Tensor, q_index: torch
     res = torch.empty_like(q3)
     res[q_index[valid]] = out[valid]
     return res.reshape(shape)
+
+
+def _cache_strides(blocks: torch.Tensor) -> tuple[int, int, int, int]:
+    """Element strides of blocks[page, kv, layer, offset, head, dim] (contiguous in head and dim)."""
+    return blocks.stride(0), blocks.stride(1), blocks.stride(2), blocks.stride(3)
+
+
+def _i64(t: torch.Tensor) -> torch.Tensor:
+    t = t if t.dtype == torch.int64 else t.to(torch.int64)
+    return t if t.is_contiguous() else t.contiguous()
+
+
+@kernel("flash_attention_ragged_native", pure=False)
+def flash_attention_ragged_native(q: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor,
+                                  cache_lengths: torch.Tensor, lookup: torch.Tensor, layer: int, scale: float,
+                                  causal: bool, window: int, head_dim: int) -> torch.Tensor:
+    """flash_attention_ragged reading the pages in place (native kernel; CPU, float32 q)."""
+    from max.engine import native
+
+    shape = q.shape
+    T = shape[0]
+    q3 = q.reshape(T, -1, head_dim)
+    q3 = q3 if q3.is_contiguous() else q3.contiguous()
+    out = torch.empty_like(q3)
+    H, Hkv = q3.shape[1], blocks.shape[4]
+    offs, cl, lk = _i64(offsets), _i64(cache_lengths), _i64(lookup)
+    sp, skv, sl, so = _cache_strides(blocks)
+    kind = 0 if blocks.dtype == torch.float32 else 30
+    rc = native.lib().lmx_paged_attention(
+        q3.data_ptr(), T, H, Hkv, head_dim, cl.shape[0], offs.data_ptr(), cl.data_ptr(), lk.data_ptr(), lk.stride(0),
+        blocks.shape[3], blocks.data_ptr(), kind, sp, skv, sl, so, layer, scale, window, int(causal), out.data_ptr())
+    if rc != 0:
+        raise RuntimeError(f"flash_attention_ragged: native kernel failed with code {rc}")
+    return out.reshape(shape)
+
+
+@kernel("ragged_qkv_store", pure=False)
+def ragged_qkv_store(qkv: torch.Tensor, *operands: torch.Tensor, layer: int, n_heads: int, n_kv_heads: int,
+                     head_dim: int, interleaved: bool, eps: float, has_rope: bool, has_q_norm: bool,
+                     has_k_norm: bool) -> torch.Tensor:
+    it = iter(operands)
+    freqs = next(it) if has_rope else None
+    qg = next(it) if has_q_norm else None
+    kg = next(it) if has_k_norm else None
+    blocks, tok_pos, wp, wo = next(it), next(it), next(it), next(it)
+    T, D, H, Hkv = qkv.shape[0], head_dim, n_heads, n_kv_heads
+    if (qkv.device.type == "cpu" and qkv.dtype == torch.float32 and blocks.dtype in (torch.float32, torch.bfloat16)
+            and (freqs is None or freqs.dtype == torch.float32) and qkv.stride(1) == 1):
+        from max.engine import native
+
+        so = native.lib()
+        if so is not None:
+            q = torch.empty((T, H, D), dtype=torch.float32)
+            pos, wp64, wo64 = _i64(tok_pos), _i64(wp), _i64(wo)
+            f = None if freqs is None else (freqs if freqs.is_contiguous() else freqs.contiguous())
+            sp, skv, sl, sof = _cache_strides(blocks)
+            rc = so.lmx_qkv_rope_store(
+                qkv.data_ptr(), T, qkv.stride(0), H, Hkv, D, pos.data_ptr(), 0 if f is None else f.data_ptr(),
+                0 if f is None else f.shape[0], int(interleaved), 0 if qg is None else qg.contiguous().data_ptr(),
+                0 if kg is None else kg.contiguous().data_ptr(), eps, q.data_ptr(), blocks.data_ptr(),
+                0 if blocks.dtype == torch.float32 else 30, sp, skv, sl, sof, layer, wp64.data_ptr(), wo64.data_ptr())
+            if rc == -2:
+                raise ValueError("ragged_qkv_store: a token position is beyond the rotary table (max_seq_len)")
+            if rc != 0:
+                raise RuntimeError(f"ragged_qkv_store: native kernel failed with code {rc}")
+            return q
+    qd, kd = H * D, Hkv * D
+    q = qkv[:, :qd].reshape(T, H, D).float()
+    k = qkv[:, qd:qd + kd].reshape(T, Hkv, D).float()
+    v = qkv[:, qd + kd:].reshape(T, Hkv, D)
+
+    def norm(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g.float()
+
+    if qg is not None:
+        q = norm(q, qg)
+    if kg is not None:
+        k = norm(k, kg)
+    if freqs is not None:
+        cos, sin = ragged_rope_tables(freqs, tok_pos)
+        q, k = _rotate(q, cos, sin, interleaved), _rotate(k, cos, sin, interleaved)
+    blocks[wp, 0, layer, wo] = k.to(blocks.dtype)
+    blocks[wp, 1, layer, wo] = v.to(blocks.dtype)
+    return q.to(qkv.dtype)
 
 
 @kernel("kv_cache_get_max_seq_len")

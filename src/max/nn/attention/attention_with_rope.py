@@ -79,6 +79,26 @@ class _RaggedAttentionBase(Module):
             return None
         return ops.concat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias], axis=0)
 
+    def _norm_gamma(self, norm: RMSNorm) -> TensorValue:
+        w: TensorValue = norm.weight
+        return w + norm.weight_offset if norm.weight_offset else w
+
+    def _qkv_store(self, layer_idx: Any, x: TensorValue, kv_collection: Any, input_row_offsets: Any,
+                   freqs_cis: Any, interleaved: bool) -> TensorValue:
+        """Project q/k/v (each projection its own Linear: quantised, biased, per-weight encodings), then
+        one ragged_qkv_store: QK-norm, RoPE, K/V into the cache; returns Q [T, H, D]."""
+        if self.stacked_qkv:
+            qkv = x @ ops.transpose(self.qkv_proj, 0, 1)
+        else:
+            qkv = ops.concat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], axis=-1)
+        q_norm = k_norm = None
+        eps = 1e-6
+        if self.qk_norm:
+            q_norm, k_norm, eps = self._norm_gamma(self.q_norm), self._norm_gamma(self.k_norm), self.q_norm.eps
+        return kernels.ragged_qkv_store(self.kv_params, qkv, input_row_offsets, kv_collection, layer_idx, self.n_heads,
+                                        freqs_cis=freqs_cis, interleaved=interleaved, q_norm=q_norm, k_norm=k_norm,
+                                        norm_eps=eps)
+
     def _qkv(self, layer_idx: Any, x: TensorValue, kv_collection: Any, input_row_offsets: Any) -> TensorValue:
         q = kernels.fused_qkv_ragged_matmul(self.kv_params, x, input_row_offsets, self.wqkv, kv_collection,
                                             layer_idx, self.n_heads, bias=self.wqkv_bias)
@@ -124,9 +144,12 @@ class AttentionWithRope(_RaggedAttentionBase):
 
     def __call__(self, layer_idx: Any, x: TensorValue, kv_collection: Any, freqs_cis: TensorValue,
                  input_row_offsets: TensorValue) -> TensorValue:
-        q = self._qkv(layer_idx, x, kv_collection, input_row_offsets)
-        q = kernels.fused_qk_ragged_rope(self.kv_params, q, input_row_offsets, kv_collection, freqs_cis, layer_idx,
-                                         interleaved=self.rope.interleaved)
+        if self.clip_qkv is None:
+            q = self._qkv_store(layer_idx, x, kv_collection, input_row_offsets, freqs_cis, self.rope.interleaved)
+        else:
+            q = self._qkv(layer_idx, x, kv_collection, input_row_offsets)
+            q = kernels.fused_qk_ragged_rope(self.kv_params, q, input_row_offsets, kv_collection, freqs_cis,
+                                             layer_idx, interleaved=self.rope.interleaved)
         variant = MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK if self.sliding_window else MHAMaskVariant.CAUSAL_MASK
         return self._attend(layer_idx, x, q, kv_collection, input_row_offsets, variant, self.sliding_window or -1)
 
@@ -149,5 +172,8 @@ class RaggedAttention(_RaggedAttentionBase):
 
     def __call__(self, layer_idx: Any, x: TensorValue, kv_collection: Any, input_row_offsets: TensorValue,
                  **kwargs: Any) -> TensorValue:
-        q = self._qkv(layer_idx, x, kv_collection, input_row_offsets)
+        if self.clip_qkv is None:
+            q = self._qkv_store(layer_idx, x, kv_collection, input_row_offsets, None, False)
+        else:
+            q = self._qkv(layer_idx, x, kv_collection, input_row_offsets)
         return self._attend(layer_idx, x, q, kv_collection, input_row_offsets, self.mask_variant)
