@@ -2,8 +2,9 @@
  * float16 W in its natural [N, K] layout (the checkpoint's; no transposed copy).
  *
  * Written for the small-M (decode) regime, where the cost is streaming W once:
- * float32 accumulation throughout; bfloat16 weights multiply bfloat16-rounded
- * activations with vdpbf16ps where the CPU has it (else they are widened).
+ * float32 accumulation throughout; half-precision weights are widened exactly
+ * to float32 (once per 16 values, shared by up to 8 activation rows), so the
+ * result is that of float32 x times the widened weight.
  */
 #include "common.h"
 
@@ -23,8 +24,8 @@ static inline float dot_scalar(int kind, const float *x, const uint8_t *w, int64
 }
 
 #ifdef LMX_AVX512
-/* One weight row against activation rows 0..mb-1 (x rows at stride xs; bf16 copies at xbf, stride K). */
-LMX_INLINE void drow(int kind, const uint8_t *w, const float *x, int64_t xs, const uint16_t *xbf, int64_t K,
+/* One weight row against activation rows 0..mb-1 (x rows at stride xs). */
+LMX_INLINE void drow(int kind, const uint8_t *w, const float *x, int64_t xs, int64_t K,
                      const int mb, float *out, int64_t os) {
     __m512 acc[DMB];
     for (int i = 0; i < mb; i++) acc[i] = _mm512_setzero_ps();
@@ -42,15 +43,6 @@ LMX_INLINE void drow(int kind, const uint8_t *w, const float *x, int64_t xs, con
                 acc[i] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mk, x + i * xs + k), acc[i]);
         }
     } else if (kind == LMX_BF16) {
-#ifdef LMX_AVX512BF16
-        for (; k + 32 <= K; k += 32) {
-            __m512bh wv = (__m512bh)_mm512_loadu_si512((const void *)(w + 2 * k));
-            for (int i = 0; i < mb; i++)
-                acc[i] = _mm512_dpbf16_ps(acc[i], wv, (__m512bh)_mm512_loadu_si512((const void *)(xbf + i * K + k)));
-        }
-#else
-        (void)xbf;
-#endif
         for (; k + 16 <= K; k += 16) {
             __m512 wv = _mm512_castsi512_ps(_mm512_slli_epi32(
                 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + 2 * k))), 16));
@@ -80,43 +72,38 @@ LMX_INLINE void drow(int kind, const uint8_t *w, const float *x, int64_t xs, con
 
 #define DROWS(NM)                                                                                       \
     static void drows_##NM(int kind, const uint8_t *w, int64_t rb, int64_t r0, int64_t r1, const float *x, \
-                           int64_t xs, const uint16_t *xbf, int64_t K, float *y, int64_t ys) {           \
-        for (int64_t r = r0; r < r1; r++) drow(kind, w + r * rb, x, xs, xbf, K, NM, y + r, ys);         \
+                           int64_t xs, int64_t K, float *y, int64_t ys) {                             \
+        for (int64_t r = r0; r < r1; r++) drow(kind, w + r * rb, x, xs, K, NM, y + r, ys);              \
     }
 DROWS(1) DROWS(2) DROWS(3) DROWS(4) DROWS(5) DROWS(6) DROWS(7) DROWS(8)
 #endif
 
 static void drows(int kind, const uint8_t *w, int64_t rb, int64_t r0, int64_t r1, const float *x, int64_t xs,
-                  const uint16_t *xbf, int64_t M, int64_t K, float *y, int64_t ys, int force_scalar) {
+                  int64_t M, int64_t K, float *y, int64_t ys, int force_scalar) {
 #ifdef LMX_AVX512
     if (!force_scalar) {
         for (int64_t m0 = 0; m0 < M; m0 += DMB) {
             const int mb = (int)(M - m0 < DMB ? M - m0 : DMB);
             const float *xm = x + m0 * xs;
-            const uint16_t *xb = xbf ? xbf + m0 * K : NULL;
             float *ym = y + m0 * ys;
             switch (mb) {
-            case 1: drows_1(kind, w, rb, r0, r1, xm, xs, xb, K, ym, ys); break;
-            case 2: drows_2(kind, w, rb, r0, r1, xm, xs, xb, K, ym, ys); break;
-            case 3: drows_3(kind, w, rb, r0, r1, xm, xs, xb, K, ym, ys); break;
-            case 4: drows_4(kind, w, rb, r0, r1, xm, xs, xb, K, ym, ys); break;
-            case 5: drows_5(kind, w, rb, r0, r1, xm, xs, xb, K, ym, ys); break;
-            case 6: drows_6(kind, w, rb, r0, r1, xm, xs, xb, K, ym, ys); break;
-            case 7: drows_7(kind, w, rb, r0, r1, xm, xs, xb, K, ym, ys); break;
-            default: drows_8(kind, w, rb, r0, r1, xm, xs, xb, K, ym, ys); break;
+            case 1: drows_1(kind, w, rb, r0, r1, xm, xs, K, ym, ys); break;
+            case 2: drows_2(kind, w, rb, r0, r1, xm, xs, K, ym, ys); break;
+            case 3: drows_3(kind, w, rb, r0, r1, xm, xs, K, ym, ys); break;
+            case 4: drows_4(kind, w, rb, r0, r1, xm, xs, K, ym, ys); break;
+            case 5: drows_5(kind, w, rb, r0, r1, xm, xs, K, ym, ys); break;
+            case 6: drows_6(kind, w, rb, r0, r1, xm, xs, K, ym, ys); break;
+            case 7: drows_7(kind, w, rb, r0, r1, xm, xs, K, ym, ys); break;
+            default: drows_8(kind, w, rb, r0, r1, xm, xs, K, ym, ys); break;
             }
         }
         return;
     }
 #endif
-    (void)xbf;
     (void)force_scalar;
     for (int64_t r = r0; r < r1; r++)
         for (int64_t m = 0; m < M; m++) y[m * ys + r] = dot_scalar(kind, x + m * xs, w + r * rb, K);
 }
-
-static __thread uint16_t *xbf_mem = NULL;
-static __thread size_t xbf_cap = 0;
 
 /* y[M, sum(N)] = x[M, K] @ concat(W_i)^T (+ bias_i), W_i [N_i, K] float32/bfloat16/float16 with row
  * stride row_bytes[i].  Returns 0, -1 for a bad kind, -3 without memory. */
@@ -124,31 +111,12 @@ LMX_API int lmx_dense_matmul(int64_t M, int64_t K, const float *x, int64_t x_str
                              const uint8_t *const *w, const int *kinds, const int64_t *N, const int64_t *row_bytes,
                              const float *const *bias, float *y, int64_t y_stride, int force_scalar) {
     int64_t total = 0, offs[64];
-    int any_bf16 = 0;
     if (nw < 1 || nw > 64) return -1;
     for (int i = 0; i < nw; i++) {
         if (kinds[i] != LMX_F32 && kinds[i] != LMX_BF16 && kinds[i] != LMX_F16) return -1;
-        any_bf16 |= kinds[i] == LMX_BF16;
         offs[i] = total;
         total += N[i];
     }
-    uint16_t *xbf = NULL;
-#ifdef LMX_AVX512BF16
-    if (any_bf16 && !force_scalar) {
-        size_t need = (size_t)(M * K + 32);
-        if (need > xbf_cap) {
-            free(xbf_mem);
-            xbf_mem = (uint16_t *)malloc(need * 2);
-            xbf_cap = xbf_mem ? need : 0;
-            if (!xbf_mem) return -3;
-        }
-        xbf = xbf_mem;
-        for (int64_t m = 0; m < M; m++) /* activations rounded to bfloat16 once per call */
-            for (int64_t k = 0; k < K; k++) xbf[m * K + k] = lmx_f2bf(x[m * x_stride + k]);
-    }
-#else
-    (void)any_bf16;
-#endif
     int nt = lmx_num_threads();
     if (M * total * K < (1 << 17)) nt = 1;
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -164,7 +132,7 @@ LMX_API int lmx_dense_matmul(int64_t M, int64_t K, const float *x, int64_t x_str
         for (int i = 0; i < nw && g0 < g1; i++) {
             int64_t lo = offs[i], hi = offs[i] + N[i];
             int64_t s = g0 > lo ? g0 : lo, e = g1 < hi ? g1 : hi;
-            if (s < e) drows(kinds[i], w[i], row_bytes[i], s - lo, e - lo, x, x_stride, xbf, M, K, y + lo, y_stride,
+            if (s < e) drows(kinds[i], w[i], row_bytes[i], s - lo, e - lo, x, x_stride, M, K, y + lo, y_stride,
                              force_scalar);
         }
         if (bias) {

@@ -1,0 +1,309 @@
+"""The native CPU kernels (max.engine.native) against independent references.
+
+Every kernel is checked in both builds: ``native`` (SIMD paths for this CPU) and ``generic``
+(portable C, no SIMD) -- the two must agree with the references, so a machine without AVX-512
+runs code these tests covered.  References: gguf's dequantizer, float64 numpy/torch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+gguf = pytest.importorskip("gguf")
+from gguf import GGMLQuantizationType as T  # noqa: E402
+from gguf import quants  # noqa: E402
+
+from max.engine import native  # noqa: E402
+from support import q8_activation_reference  # noqa: E402
+
+if native.lib() is None:  # pragma: no cover - no C compiler on this machine
+    pytest.skip(f"native kernels unavailable: {native.error()}", allow_module_level=True)
+
+ISAS = ["native", "generic"]
+ALL_KINDS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+PACKABLE = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
+K_QUANTS = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
+# fp16 scale fields of the K-quant blocks (gguf cannot make K-quants: random codes, sane scales)
+_SCALE_BYTES = {"Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
+
+
+def blocks(kind: str, n: int, k: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if kind not in K_QUANTS:
+        return quants.quantize(rng.standard_normal((n, k)).astype(np.float32), T[kind])
+    bs, ts = gguf.GGML_QUANT_SIZES[T[kind]]
+    b = rng.integers(0, 256, (n, k // bs, ts), dtype=np.uint8)
+    scales = (rng.uniform(0.002, 0.02, (n, k // bs, 1))).astype(np.float16).view(np.uint8)
+    for o in _SCALE_BYTES[kind]:
+        b[:, :, o:o + 2] = scales
+    return b.reshape(n, -1)
+
+
+def deq(kind: str, b: np.ndarray, n: int, k: int) -> np.ndarray:
+    return quants.dequantize(b, T[kind]).reshape(n, k).astype(np.float32)
+
+
+def kdim(kind: str, mult: int) -> int:
+    return (256 if kind in K_QUANTS else 32) * mult
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("kind", PACKABLE)
+def test_pack_is_lossless(kind, isa):
+    """Every row of a packed weight decodes to exactly gguf's dequantisation (bit for bit)."""
+    so = native.lib(isa)
+    n, k = 37, kdim(kind, 2)  # 37: a partial last group of 16 rows
+    b = blocks(kind, n, k, 1)
+    code = native.GGML_KINDS[kind]
+    packed = torch.empty(so.lmx_packed_bytes(code, n, k), dtype=torch.uint8)
+    src = torch.from_numpy(b)
+    assert so.lmx_pack(code, src.data_ptr(), n, k, b.shape[1], packed.data_ptr()) == 0
+    assert packed.numel() == native.packed_nbytes(code, n, k)
+    ref = deq(kind, b, n, k)
+    out = torch.empty(k)
+    for r in range(n):
+        assert so.lmx_packed_row(code, packed.data_ptr(), n, k, r, out.data_ptr()) == 0
+        np.testing.assert_array_equal(out.numpy().view(np.uint32), ref[r].view(np.uint32), err_msg=f"row {r}")
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_dequant_rows_and_gather_bit_exact(kind, isa):
+    so = native.lib(isa)
+    n, k = 6, kdim(kind, 2)
+    b = blocks(kind, n, k, 2)
+    ref = deq(kind, b, n, k)
+    src = torch.from_numpy(b)
+    ids = torch.tensor([5, 0, 5, 3], dtype=torch.int64)
+    out = torch.empty(4, k)
+    assert so.lmx_gather_rows(native.GGML_KINDS[kind], src.data_ptr(), n, b.shape[1], k, ids.data_ptr(), 4,
+                              out.data_ptr()) == 0
+    np.testing.assert_array_equal(out.numpy().view(np.uint32), ref[[5, 0, 5, 3]].view(np.uint32))
+    bad = torch.tensor([1, 6], dtype=torch.int64)
+    assert so.lmx_gather_rows(native.GGML_KINDS[kind], src.data_ptr(), n, b.shape[1], k, bad.data_ptr(), 2,
+                              out.data_ptr()) == 2  # the 1-based position of the first bad id
+
+
+@settings(max_examples=25, deadline=None)
+@given(kind=st.sampled_from(ALL_KINDS), isa=st.sampled_from(ISAS), m=st.integers(1, 19), n=st.integers(1, 70),
+       kmult=st.integers(1, 3), packed=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_quantized_matmul_matches_q8_reference(kind, isa, m, n, kmult, packed, seed):
+    """x (8-bit codes per 32 values) @ dequantize(W).T: integer sums are exact, so only float
+    rounding separates the kernel from the float64 reference -- both layouts, every M tile."""
+    if packed and kind not in PACKABLE:
+        packed = False
+    so = native.lib(isa)
+    k = kdim(kind, kmult)
+    b = blocks(kind, n, k, seed)
+    w = deq(kind, b, n, k)
+    rng = np.random.default_rng(seed + 1)
+    x = (rng.standard_normal((m, k)) * rng.uniform(0.1, 10)).astype(np.float32)
+    code = native.GGML_KINDS[kind]
+    src = torch.from_numpy(b)
+    bias = torch.from_numpy(rng.standard_normal(n).astype(np.float32))
+    if packed:
+        wt, mode = native.pack(src, code, n, k), "packed"
+    else:
+        wt, mode = src, "ggml"
+    plan = native.MatmulPlan([wt], [code], [mode], [n], k, [bias], so=so)
+    y = plan(torch.from_numpy(x)).numpy()
+    ref = q8_activation_reference(x, w) + bias.numpy()
+    np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_multi_weight_plan_mixes_modes_and_kinds(isa):
+    """One call over q/k/v-like weights of different kinds and layouts writes each its columns."""
+    so = native.lib(isa)
+    rng = np.random.default_rng(3)
+    k = 512
+    specs = [("Q4_K", "packed", 32), ("dense32", "dense", 16), ("Q8_0", "packed", 16), ("Q3_K", "ggml", 8),
+             ("dense16", "dense", 24), ("Q6_K", "packed", 16)]
+    ws, codes, modes, ns, refs, x = [], [], [], [], [], rng.standard_normal((5, k)).astype(np.float32)
+    for kind, mode, n in specs:
+        if mode == "dense":
+            t = torch.from_numpy(rng.standard_normal((n, k)).astype(np.float32))
+            t = t.half() if kind == "dense16" else t
+            ws.append(t)
+            codes.append(native.dense_kind(t.dtype))
+            refs.append(x.astype(np.float64) @ t.double().numpy().T)
+        else:
+            b = blocks(kind, n, k, n)
+            code = native.GGML_KINDS[kind]
+            src = torch.from_numpy(b)
+            ws.append(native.pack(src, code, n, k) if mode == "packed" else src)
+            codes.append(code)
+            refs.append(q8_activation_reference(x, deq(kind, b, n, k)))
+        modes.append(mode)
+        ns.append(n)
+    y = native.MatmulPlan(ws, codes, modes, ns, k, so=so)(torch.from_numpy(x)).numpy()
+    ref = np.concatenate(refs, axis=1)
+    np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
+@settings(max_examples=20, deadline=None)
+@given(isa=st.sampled_from(ISAS), m=st.integers(1, 20), n=st.integers(1, 40), k=st.integers(1, 300),
+       dtype=st.sampled_from(["float32", "bfloat16", "float16"]), seed=st.integers(0, 2**31 - 1))
+def test_dense_matmul_matches_float64(isa, m, n, k, dtype, seed):
+    """Dense weights in their [N, K] layout: float32 accumulation of float32 x times the exactly widened
+    weight."""
+    so = native.lib(isa)
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g).to(getattr(torch, dtype))
+    x = torch.randn(m, k, generator=g)
+    y = native.MatmulPlan([w], [native.dense_kind(w.dtype)], ["dense"], [n], k, so=so)(x)
+    ref = x.double() @ w.double().T
+    scale = float((x.double().abs() @ w.double().abs().T).max()) + 1e-30
+    assert float((y.double() - ref).abs().max()) <= 1e-6 * scale
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_rmsnorm_and_glu(isa):
+    so = native.lib(isa)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(7, 150, generator=g) * 3
+    w = torch.randn(150, generator=g)
+    out = torch.empty(7, 150)
+    so.lmx_rmsnorm(x.data_ptr(), 7, 150, 150, w.data_ptr(), ctypes.c_float(1e-5), out.data_ptr(), 150)
+    xd = x.double()
+    ref = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-5) * w.double()
+    assert torch.allclose(out.double(), ref, rtol=1e-5, atol=1e-5)
+    gu = torch.randn(5, 2 * 99, generator=g) * 4
+    for act, fn in ((0, lambda a: torch.nn.functional.silu(a)),
+                    (1, lambda a: torch.nn.functional.gelu(a, approximate="tanh"))):
+        o = torch.empty(5, 99)
+        so.lmx_glu(gu.data_ptr(), 5, 99, 2 * 99, act, o.data_ptr(), 99)
+        gd = gu.double()
+        assert torch.allclose(o.double(), fn(gd[:, :99]) * gd[:, 99:], rtol=1e-5, atol=1e-5)
+
+
+def _paged_cache(rng, pages, layers, page, hkv, d, dtype):
+    blocks = torch.from_numpy(rng.standard_normal((pages, 2, layers, page, hkv, d)).astype(np.float32))
+    return blocks.to(dtype)
+
+
+@settings(max_examples=25, deadline=None)
+@given(isa=st.sampled_from(ISAS), lens=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 9)), min_size=1,
+                                                max_size=4),
+       hkv=st.sampled_from([1, 2]), group=st.sampled_from([1, 3]), window=st.sampled_from([-1, 5]),
+       causal=st.booleans(), bf16=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_paged_attention_matches_dense_reference(isa, lens, hkv, group, window, causal, bf16, seed):
+    """Ragged batch (prefix in the cache + new tokens) over randomly placed pages vs a dense float64
+    softmax(q k^T * scale) v with the causal / sliding-window mask."""
+    so = native.lib(isa)
+    rng = np.random.default_rng(seed)
+    d, page, layers, layer = 16, 8, 2, 1
+    h = hkv * group
+    maxp = max((c + n + page - 1) // page for c, n in lens)
+    npages = len(lens) * maxp + 3
+    blocks = _paged_cache(rng, npages, layers, page, hkv, d, torch.bfloat16 if bf16 else torch.float32)
+    perm = rng.permutation(npages)
+    lookup = torch.from_numpy(perm[:len(lens) * maxp].reshape(len(lens), maxp).astype(np.int64))
+    cl = torch.tensor([c for c, _ in lens], dtype=torch.int64)
+    offs = torch.tensor(np.concatenate([[0], np.cumsum([n for _, n in lens])]), dtype=torch.int64)
+    t = int(offs[-1])
+    q = torch.from_numpy(rng.standard_normal((t, h, d)).astype(np.float32))
+    out = torch.empty_like(q)
+    sp, skv, sl, sof = blocks.stride(0), blocks.stride(1), blocks.stride(2), blocks.stride(3)
+    rc = so.lmx_paged_attention(q.data_ptr(), t, h, hkv, d, len(lens), offs.data_ptr(), cl.data_ptr(),
+                                lookup.data_ptr(), maxp, page, blocks.data_ptr(), 30 if bf16 else 0, sp, skv, sl, sof,
+                                layer, ctypes.c_float(0.25), window, int(causal), out.data_ptr())
+    assert rc == 0
+    kv = blocks.double()
+    for b, (c, n) in enumerate(lens):
+        total = c + n
+        pos = torch.arange(total)
+        k_ = kv[lookup[b, pos // page], 0, layer, pos % page]  # [L, hkv, d]
+        v_ = kv[lookup[b, pos // page], 1, layer, pos % page]
+        for i in range(n):
+            qpos = c + i
+            keep = torch.ones(total, dtype=torch.bool)
+            if causal:
+                keep &= pos <= qpos
+                if window > 0:
+                    keep &= pos > qpos - window
+            for hh in range(h):
+                s = (k_[keep, hh // group] @ q[offs[b] + i, hh].double()) * 0.25
+                ref = torch.softmax(s, 0) @ v_[keep, hh // group]
+                assert torch.allclose(out[offs[b] + i, hh].double(), ref, rtol=1e-4, atol=1e-5)
+
+
+@settings(max_examples=15, deadline=None)
+@given(isa=st.sampled_from(ISAS), t=st.integers(1, 6), interleaved=st.booleans(), norms=st.booleans(),
+       rope=st.booleans(), bf16=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_qkv_rope_store_matches_reference(isa, t, interleaved, norms, rope, bf16, seed):
+    so = native.lib(isa)
+    rng = np.random.default_rng(seed)
+    h, hkv, d, page, layer = 4, 2, 8, 4, 1
+    qkv = torch.from_numpy(rng.standard_normal((t, (h + 2 * hkv) * d)).astype(np.float32))
+    pos = torch.from_numpy(rng.integers(0, 30, t)).to(torch.int64)
+    ang = torch.arange(32, dtype=torch.float64)[:, None] * (1.0 / (100.0 ** (torch.arange(d // 2) * 2 / d)))
+    freqs = torch.stack([ang.cos(), ang.sin()], -1).reshape(32, d).float()
+    qg = torch.from_numpy(rng.standard_normal(d).astype(np.float32))
+    kg = torch.from_numpy(rng.standard_normal(d).astype(np.float32))
+    blocks = torch.zeros(6, 2, 2, page, hkv, d, dtype=torch.bfloat16 if bf16 else torch.float32)
+    slots = torch.from_numpy(rng.permutation(6 * page)[:t]).to(torch.int64)
+    wp, wo = slots // page, slots % page
+    q = torch.empty(t, h, d)
+    rc = so.lmx_qkv_rope_store(qkv.data_ptr(), t, qkv.stride(0), h, hkv, d, pos.data_ptr(),
+                               freqs.data_ptr() if rope else 0, 32, int(interleaved),
+                               qg.data_ptr() if norms else 0, kg.data_ptr() if norms else 0, ctypes.c_float(1e-6),
+                               q.data_ptr(), blocks.data_ptr(), 30 if bf16 else 0, *blocks.stride()[:4], layer,
+                               wp.data_ptr(), wo.data_ptr())
+    assert rc == 0
+
+    def ref_head(x, gamma):
+        x = x.double()
+        if norms:
+            x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * gamma.double()
+        if rope:
+            c, s = freqs[pos, 0::2].double()[:, None], freqs[pos, 1::2].double()[:, None]
+            if interleaved:
+                a, b = x[..., 0::2], x[..., 1::2]
+                x = torch.stack((a * c - b * s, a * s + b * c), -1).flatten(-2)
+            else:
+                a, b = x[..., :d // 2], x[..., d // 2:]
+                x = torch.cat((a * c - b * s, a * s + b * c), -1)
+        return x
+
+    qd, kd = h * d, hkv * d
+    assert torch.allclose(q.double(), ref_head(qkv[:, :qd].reshape(t, h, d), qg), atol=1e-5)
+    tol = 1e-2 if bf16 else 1e-5
+    k_ref = ref_head(qkv[:, qd:qd + kd].reshape(t, hkv, d), kg)
+    assert torch.allclose(blocks[wp, 0, layer, wo].double(), k_ref, atol=tol, rtol=tol)
+    assert torch.allclose(blocks[wp, 1, layer, wo].double(), qkv[:, qd + kd:].reshape(t, hkv, d).double(),
+                          atol=tol, rtol=tol)
+    assert float(blocks[:, :, 0].abs().sum()) == 0.0  # other layers untouched
+    bad = torch.full((t,), 99, dtype=torch.int64)
+    if rope:
+        assert so.lmx_qkv_rope_store(qkv.data_ptr(), t, qkv.stride(0), h, hkv, d, bad.data_ptr(), freqs.data_ptr(),
+                                     32, 0, 0, 0, ctypes.c_float(1e-6), q.data_ptr(), blocks.data_ptr(), 0,
+                                     *blocks.stride()[:4], layer, wp.data_ptr(), wo.data_ptr()) == -2
+
+
+def test_one_thread_pool_shared_with_torch():
+    """The native library reuses torch's libgomp: one OpenMP runtime in the process."""
+    import re
+
+    maps = open("/proc/self/maps").read()
+    gomps = set(re.findall(r"\S*libgomp[^/\s]*\.so\S*", maps))
+    assert len(gomps) <= 1, gomps
+
+
+def test_build_errors_are_clear(monkeypatch, tmp_path):
+    from max.engine.native import build
+
+    monkeypatch.setenv("LIBREMAX_NATIVE_ISA", "sse9")
+    with pytest.raises(build.NativeBuildError, match="'native' or 'generic'"):
+        build.library_path()
+    monkeypatch.setenv("LIBREMAX_NATIVE_ISA", "native")
+    monkeypatch.setenv("CC", "definitely-not-a-compiler")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(build.NativeBuildError, match="no C compiler"):
+        build.library_path()
