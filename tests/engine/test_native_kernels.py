@@ -236,15 +236,15 @@ def test_paged_attention_matches_dense_reference(isa, lens, hkv, group, window, 
 
 @settings(max_examples=15, deadline=None)
 @given(isa=st.sampled_from(ISAS), t=st.integers(1, 6), interleaved=st.booleans(), norms=st.booleans(),
-       rope=st.booleans(), bf16=st.booleans(), seed=st.integers(0, 2**31 - 1))
-def test_qkv_rope_store_matches_reference(isa, t, interleaved, norms, rope, bf16, seed):
+       rope=st.booleans(), rot=st.sampled_from([8, 4]), bf16=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_qkv_rope_store_matches_reference(isa, t, interleaved, norms, rope, rot, bf16, seed):
     so = native.lib(isa)
     rng = np.random.default_rng(seed)
     h, hkv, d, page, layer = 4, 2, 8, 4, 1
     qkv = torch.from_numpy(rng.standard_normal((t, (h + 2 * hkv) * d)).astype(np.float32))
     pos = torch.from_numpy(rng.integers(0, 30, t)).to(torch.int64)
-    ang = torch.arange(32, dtype=torch.float64)[:, None] * (1.0 / (100.0 ** (torch.arange(d // 2) * 2 / d)))
-    freqs = torch.stack([ang.cos(), ang.sin()], -1).reshape(32, d).float()
+    ang = torch.arange(32, dtype=torch.float64)[:, None] * (1.0 / (100.0 ** (torch.arange(rot // 2) * 2 / rot)))
+    freqs = torch.stack([ang.cos(), ang.sin()], -1).reshape(32, rot).float()  # partial rotary when rot < d
     qg = torch.from_numpy(rng.standard_normal(d).astype(np.float32))
     kg = torch.from_numpy(rng.standard_normal(d).astype(np.float32))
     blocks = torch.zeros(6, 2, 2, page, hkv, d, dtype=torch.bfloat16 if bf16 else torch.float32)
@@ -252,7 +252,7 @@ def test_qkv_rope_store_matches_reference(isa, t, interleaved, norms, rope, bf16
     wp, wo = slots // page, slots % page
     q = torch.empty(t, h, d)
     rc = so.lmx_qkv_rope_store(qkv.data_ptr(), t, qkv.stride(0), h, hkv, d, pos.data_ptr(),
-                               freqs.data_ptr() if rope else 0, 32, int(interleaved),
+                               freqs.data_ptr() if rope else 0, 32, rot, int(interleaved),
                                qg.data_ptr() if norms else 0, kg.data_ptr() if norms else 0, ctypes.c_float(1e-6),
                                q.data_ptr(), blocks.data_ptr(), 30 if bf16 else 0, *blocks.stride()[:4], layer,
                                wp.data_ptr(), wo.data_ptr())
@@ -264,12 +264,14 @@ def test_qkv_rope_store_matches_reference(isa, t, interleaved, norms, rope, bf16
             x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * gamma.double()
         if rope:
             c, s = freqs[pos, 0::2].double()[:, None], freqs[pos, 1::2].double()[:, None]
+            xr, rest = x[..., :rot], x[..., rot:]
             if interleaved:
-                a, b = x[..., 0::2], x[..., 1::2]
-                x = torch.stack((a * c - b * s, a * s + b * c), -1).flatten(-2)
+                a, b = xr[..., 0::2], xr[..., 1::2]
+                xr = torch.stack((a * c - b * s, a * s + b * c), -1).flatten(-2)
             else:
-                a, b = x[..., :d // 2], x[..., d // 2:]
-                x = torch.cat((a * c - b * s, a * s + b * c), -1)
+                a, b = xr[..., :rot // 2], xr[..., rot // 2:]
+                xr = torch.cat((a * c - b * s, a * s + b * c), -1)
+            x = torch.cat([xr, rest], -1)
         return x
 
     qd, kd = h * d, hkv * d
@@ -283,7 +285,7 @@ def test_qkv_rope_store_matches_reference(isa, t, interleaved, norms, rope, bf16
     bad = torch.full((t,), 99, dtype=torch.int64)
     if rope:
         assert so.lmx_qkv_rope_store(qkv.data_ptr(), t, qkv.stride(0), h, hkv, d, bad.data_ptr(), freqs.data_ptr(),
-                                     32, 0, 0, 0, ctypes.c_float(1e-6), q.data_ptr(), blocks.data_ptr(), 0,
+                                     32, rot, 0, 0, 0, ctypes.c_float(1e-6), q.data_ptr(), blocks.data_ptr(), 0,
                                      *blocks.stride()[:4], layer, wp.data_ptr(), wo.data_ptr()) == -2
 
 

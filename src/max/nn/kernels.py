@@ -238,9 +238,10 @@ def ragged_qkv_store(kv_params: KVCacheParams, qkv: Any, input_row_offsets: Any,
     ``[total_seq_len, n_heads, head_dim]`` and write K and V to the cache (libremax extension).
 
     Each head of Q and K is optionally RMS-normalised (``q_norm``/``k_norm``: ``[head_dim]`` weights,
-    ``norm_eps``) and then rotated by its token's position (``freqs_cis`` ``[positions, head_dim]`` of
-    (cos, sin) pairs; ``None``: no rotation), in that order -- QKV split, QK-norm, RoPE and the cache
-    write of one layer in one kernel.
+    ``norm_eps``) and then rotated by its token's position (``freqs_cis`` ``[positions, rope_dim]`` of
+    (cos, sin) pairs, ``rope_dim <= head_dim``: only the first ``rope_dim`` dims of each head rotate;
+    ``None``: no rotation), in that order -- QKV split, QK-norm, RoPE and the cache write of one layer
+    in one kernel.
     """
     op = "ragged_qkv_store"
     coll = _coll(op, kv_collection)
@@ -259,8 +260,8 @@ def ragged_qkv_store(kv_params: KVCacheParams, qkv: Any, input_row_offsets: Any,
                    "has_q_norm": q_norm is not None, "has_k_norm": k_norm is not None}
     if freqs_cis is not None:
         f = as_tensor(freqs_cis, op=op, arg="freqs_cis")
-        if f.rank != 2 or f.shape[1] != D:
-            fail(op, f"freqs_cis must be [positions, head_dim={D}], got {f.shape}")
+        if f.rank != 2 or not hasattr(f.shape[1], "dim") or f.shape[1].dim % 2 or not 0 < f.shape[1].dim <= D:
+            fail(op, f"freqs_cis must be [positions, rope_dim] with an even rope_dim <= head_dim={D}, got {f.shape}")
         operands.append(f)
     for name, gm in (("q_norm", q_norm), ("k_norm", k_norm)):
         if gm is not None:

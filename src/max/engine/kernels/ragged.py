@@ -220,7 +220,7 @@ def ragged_qkv_store(qkv: torch.Tensor, *operands: torch.Tensor, layer: int, n_h
             sp, skv, sl, sof = _cache_strides(blocks)
             rc = so.lmx_qkv_rope_store(
                 qkv.data_ptr(), T, qkv.stride(0), H, Hkv, D, pos.data_ptr(), 0 if f is None else f.data_ptr(),
-                0 if f is None else f.shape[0], int(interleaved), 0 if qg is None else qg.contiguous().data_ptr(),
+                0 if f is None else f.shape[0], 0 if f is None else f.shape[1], int(interleaved), 0 if qg is None else qg.contiguous().data_ptr(),
                 0 if kg is None else kg.contiguous().data_ptr(), eps, q.data_ptr(), blocks.data_ptr(),
                 0 if blocks.dtype == torch.float32 else 30, sp, skv, sl, sof, layer, wp64.data_ptr(), wo64.data_ptr())
             if rc == -2:
@@ -242,7 +242,9 @@ def ragged_qkv_store(qkv: torch.Tensor, *operands: torch.Tensor, layer: int, n_h
         k = norm(k, kg)
     if freqs is not None:
         cos, sin = ragged_rope_tables(freqs, tok_pos)
-        q, k = _rotate(q, cos, sin, interleaved), _rotate(k, cos, sin, interleaved)
+        r = freqs.shape[1]  # partial rotary: the first r dims of each head
+        q = torch.cat([_rotate(q[..., :r], cos, sin, interleaved), q[..., r:]], -1)
+        k = torch.cat([_rotate(k[..., :r], cos, sin, interleaved), k[..., r:]], -1)
     blocks[wp, 0, layer, wo] = k.to(blocks.dtype)
     blocks[wp, 1, layer, wo] = v.to(blocks.dtype)
     return q.to(qkv.dtype)

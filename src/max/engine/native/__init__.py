@@ -50,7 +50,7 @@ def _declare(so: ctypes.CDLL) -> None:
     so.lmx_rmsnorm.restype = None
     so.lmx_glu.argtypes = [_P, _I64, _I64, _I64, _INT, _P, _I64]
     so.lmx_glu.restype = None
-    so.lmx_qkv_rope_store.argtypes = [_P, _I64, _I64, _I64, _I64, _I64, _P, _P, _I64, _INT, _P, _P, _F, _P,
+    so.lmx_qkv_rope_store.argtypes = [_P, _I64, _I64, _I64, _I64, _I64, _P, _P, _I64, _I64, _INT, _P, _P, _F, _P,
                                       _P, _INT, _I64, _I64, _I64, _I64, _I64, _P, _P]
     so.lmx_qkv_rope_store.restype = _INT
     so.lmx_paged_attention.argtypes = [_P, _I64, _I64, _I64, _I64, _I64, _P, _P, _P, _I64, _I64, _P, _INT,

@@ -38,9 +38,10 @@ static void head_rmsnorm(float *x, int64_t D, const float *g, float eps) {
     for (int64_t i = 0; i < D; i++) x[i] = x[i] * r * g[i];
 }
 
-/* cs: (cos, sin) pairs of one position, D/2 of them. */
-static void rope(float *x, int64_t D, const float *cs, int interleaved) {
-    const int64_t h = D / 2;
+/* Rotate the first R dims of x (R even): cs holds R/2 (cos, sin) pairs of one position;
+ * interleaved pairs are (2i, 2i+1), else (i, i + R/2).  Dims R.. pass through. */
+static void rope(float *x, int64_t R, const float *cs, int interleaved) {
+    const int64_t h = R / 2;
     if (interleaved) {
         for (int64_t i = 0; i < h; i++) {
             float a = x[2 * i], b = x[2 * i + 1], c = cs[2 * i], s = cs[2 * i + 1];
@@ -58,32 +59,33 @@ static void rope(float *x, int64_t D, const float *cs, int interleaved) {
 
 /* Split qkv [T, (H + 2 Hkv) D] into Q (returned in q_out [T, H, D]) and this step's K, V (written to the
  * cache at (page, offset) of each token), applying per-head RMSNorm (q_gamma/k_gamma, optional) and then
- * RoPE at each token's position (freqs [max_pos, D] of (cos, sin) pairs; NULL: no rotation). */
+ * RoPE at each token's position on the first R dims of each head (freqs [max_pos, R] of (cos, sin)
+ * pairs; NULL: no rotation). */
 LMX_API int lmx_qkv_rope_store(const float *qkv, int64_t T, int64_t qkv_stride, int64_t H, int64_t Hkv, int64_t D,
-                               const int64_t *pos, const float *freqs, int64_t max_pos, int interleaved,
+                               const int64_t *pos, const float *freqs, int64_t max_pos, int64_t R, int interleaved,
                                const float *q_gamma, const float *k_gamma, float eps, float *q_out,
                                void *cache, int kv_kind, int64_t s_page, int64_t s_kv, int64_t s_layer,
                                int64_t s_off, int64_t layer, const int64_t *wpage, const int64_t *woff) {
-    if (D > 1024 || D % 2) return -1;
+    if (D > 1024 || (freqs && (R % 2 || R > D || R <= 0))) return -1;
     for (int64_t t = 0; t < T; t++)
         if (freqs && (pos[t] < 0 || pos[t] >= max_pos)) return -2;
     cache_t c = {cache, s_page, s_kv, s_layer, s_off, kv_kind};
 #pragma omp parallel for schedule(static) if (T * (H + 2 * Hkv) * D > (1 << 16))
     for (int64_t t = 0; t < T; t++) {
         const float *row = qkv + t * qkv_stride;
-        const float *cs = freqs ? freqs + pos[t] * D : NULL;
+        const float *cs = freqs ? freqs + pos[t] * R : NULL;
         float buf[1024];
         for (int64_t h = 0; h < H; h++) {
             float *q = q_out + (t * H + h) * D;
             memcpy(q, row + h * D, (size_t)D * 4);
             if (q_gamma) head_rmsnorm(q, D, q_gamma, eps);
-            if (cs) rope(q, D, cs, interleaved);
+            if (cs) rope(q, R, cs, interleaved);
         }
         const int64_t base = wpage[t] * s_page + layer * s_layer + woff[t] * s_off;
         for (int64_t h = 0; h < Hkv; h++) {
             memcpy(buf, row + (H + h) * D, (size_t)D * 4);
             if (k_gamma) head_rmsnorm(buf, D, k_gamma, eps);
-            if (cs) rope(buf, D, cs, interleaved);
+            if (cs) rope(buf, R, cs, interleaved);
             cache_store(&c, base + h * D, buf, D);
             cache_store(&c, base + s_kv + h * D, row + (H + Hkv + h) * D, D);
         }
