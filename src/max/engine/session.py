@@ -369,9 +369,30 @@ def _bind_consts(entries: list, registry: Mapping[str, Any], prog: Program, pref
             out.append(_bind_weight(payload, typ, registry, prog, prefix))
         elif kind == "region":
             out.append(_region_runners(payload, typ.types, registry, prefix, stats or {}))
+        elif kind == "prepared":
+            out.append(_prepare(payload[0], [None if s is None else out[s] for s in payload[1]]))
         else:
             out.append(payload)
     return out
+
+
+def _prepare(node: Any, operands: list) -> Any:
+    """The node's kernel specialised for its constant operands (None in ``operands`` marks the ones
+    passed at each call)."""
+    from max.engine.kernels import KERNELS
+
+    spec = KERNELS[node.op]
+    attrs = resolve_attrs_now(node.attrs, None)
+    runner = spec.prepare(operands, **attrs)
+    if runner is not None:
+        return runner
+    fn = spec.fn
+
+    def call(*dynamic: Any) -> Any:
+        it = iter(dynamic)
+        return fn(*[next(it) if o is None else o for o in operands], **attrs)
+
+    return call
 
 
 def _bind_weight(name: str, typ: TensorType, registry: Mapping[str, Any], prog: Program,

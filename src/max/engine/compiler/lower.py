@@ -143,6 +143,8 @@ def materialize_slots(prog: Program, recipes: list[tuple]) -> list[tuple[str, An
             out.append(("attr", n.attrs[k], None))
         elif kind == "region":
             out.append(("region", n, prog))
+        elif kind == "prepared":
+            out.append(("prepared", (n, k), None))
         else:  # "shape"
             out.append(("attr", n.types[k].shape, None))
     return out
@@ -202,19 +204,26 @@ def _lower(prog: Program) -> Lowered:
         if isinstance(t, (TensorType, BufferType)):
             known_syms.update(p.name for p in t.shape.parameters)
 
+    const_slot: dict[int, int] = {}  # value id -> its consts slot (constants, weights, folded values)
+
     def const_ref(entry: tuple) -> Any:
         slots.append(entry)
         return g.call_function(operator.getitem, (consts, len(slots) - 1))
 
+    def const_value(vid: int, entry: tuple) -> Any:
+        node = const_ref(entry)
+        const_slot[vid] = len(slots) - 1
+        return node
+
     for j, n in enumerate(prog.nodes):
         if n.op == "constant":
-            vals[n.outs[0]] = const_ref(("constant", j, None))
+            vals[n.outs[0]] = const_value(n.outs[0], ("constant", j, None))
             continue
         if n.op == "weight":
-            vals[n.outs[0]] = const_ref(("weight", j, None))
+            vals[n.outs[0]] = const_value(n.outs[0], ("weight", j, None))
             continue
         if n.op == "bound":
-            vals[n.outs[0]] = const_ref(("bound", j, None))
+            vals[n.outs[0]] = const_value(n.outs[0], ("bound", j, None))
             continue
         if n.op in ("chain", "merge_chains"):
             for o in n.outs:
@@ -225,7 +234,23 @@ def _lower(prog: Program) -> Lowered:
             raise NotImplementedError(
                 f"op {n.op!r} (created at {n.loc}) has no kernel in the engine's kernel table"
             )
-        args = tuple(vals[i] for i in n.inputs if not _is_chain(prog, i))
+        in_ids = [i for i in n.inputs if not _is_chain(prog, i)]
+        if spec.prepare is not None and not n.regions and any(i in const_slot for i in in_ids):
+            try:
+                for k, v in n.attrs.items():
+                    if not k.startswith("_"):
+                        resolve_static(v)
+                static_ok = True
+            except (_NeedsEnv, TypeError):
+                static_ok = False
+            if static_ok:
+                # specialised once at load from the constant operands; called with the others
+                runner = const_ref(("prepared", j, tuple(const_slot.get(i) for i in in_ids)))
+                r = g.call_method("__call__", (runner, *(vals[i] for i in in_ids if i not in const_slot)))
+                node_of_var[r.name] = j
+                _assign_results(g, prog, n, r, vals, node_of_var, j, env, const_ref, known_syms)
+                continue
+        args = tuple(vals[i] for i in in_ids)
         kwargs = {}
         for k, v in n.attrs.items():
             if k.startswith("_"):
@@ -241,26 +266,7 @@ def _lower(prog: Program) -> Lowered:
             kwargs["runners"] = const_ref(("region", j, None))
         r = g.call_function(spec.fn, args, kwargs)
         node_of_var[r.name] = j
-        tensor_outs = [(o, t) for o, t in zip(n.outs, n.types) if not isinstance(t, _ChainType)]
-        for o, t in zip(n.outs, n.types):
-            if isinstance(t, _ChainType):
-                vals[o] = None
-        multi = n.attrs.get("_multi", False)
-        if len(tensor_outs) == 1 and len(n.outs) == 1 and not multi:
-            vals[n.outs[0]] = r
-        elif len(tensor_outs) == 1 and not multi:
-            vals[tensor_outs[0][0]] = r
-        else:
-            for k, (o, t) in enumerate(tensor_outs):
-                vals[o] = g.call_function(operator.getitem, (r, k))
-                node_of_var[vals[o].name] = j
-        for ri, (o, t) in enumerate(zip(n.outs, n.types)):
-            if isinstance(t, (TensorType, BufferType)):
-                new = {p.name for p in t.shape.parameters} - known_syms
-                if new or (not Shape.is_static(t.shape) and n.attrs.get("_check_shape")):
-                    sh = const_ref(("shape", j, ri))
-                    vals[o] = g.call_function(_bind_dims, (env, vals[o], sh, f"{n.op} at {n.loc}"))
-                    known_syms.update(new)
+        _assign_results(g, prog, n, r, vals, node_of_var, j, env, const_ref, known_syms)
     outs = []
     for i in prog.output_ids:
         outs.append(vals[i])
@@ -268,6 +274,31 @@ def _lower(prog: Program) -> Lowered:
     gm = fx.GraphModule(torch.nn.Module(), g, class_name=f"Compiled_{_ident(prog.name)}")
     code_file = gm.forward.__code__.co_filename
     return Lowered(gm, slots, node_of_var, code_file)
+
+
+def _assign_results(g: fx.Graph, prog: Program, n: PNode, r: Any, vals: dict, node_of_var: dict, j: int, env: Any,
+                    const_ref: Callable, known_syms: set) -> None:
+    """Bind the fx value(s) of node ``n``'s call ``r`` to its result ids (checking new symbolic dims)."""
+    tensor_outs = [(o, t) for o, t in zip(n.outs, n.types) if not isinstance(t, _ChainType)]
+    for o, t in zip(n.outs, n.types):
+        if isinstance(t, _ChainType):
+            vals[o] = None
+    multi = n.attrs.get("_multi", False)
+    if len(tensor_outs) == 1 and len(n.outs) == 1 and not multi:
+        vals[n.outs[0]] = r
+    elif len(tensor_outs) == 1 and not multi:
+        vals[tensor_outs[0][0]] = r
+    else:
+        for k, (o, t) in enumerate(tensor_outs):
+            vals[o] = g.call_function(operator.getitem, (r, k))
+            node_of_var[vals[o].name] = j
+    for ri, (o, t) in enumerate(zip(n.outs, n.types)):
+        if isinstance(t, (TensorType, BufferType)):
+            new = {p.name for p in t.shape.parameters} - known_syms
+            if new or (not Shape.is_static(t.shape) and n.attrs.get("_check_shape")):
+                sh = const_ref(("shape", j, ri))
+                vals[o] = g.call_function(_bind_dims, (env, vals[o], sh, f"{n.op} at {n.loc}"))
+                known_syms.update(new)
 
 
 def _is_chain(prog: Program, vid: int) -> bool:

@@ -41,6 +41,10 @@ class KernelSpec:
     fn: Callable
     pure: bool = True  # False: never constant-folded, CSE'd or removed when unused
     foldable: bool = True  # False: pure but not worth/safe folding at compile time
+    # prepare(operands, **attrs) -> callable(*dynamic operands) or None: specialise the kernel once at
+    # load for a node whose operands are partly constants (weights); ``operands`` has the bound tensor
+    # at each constant position and None elsewhere.  None: call ``fn`` as usual.
+    prepare: Callable | None = None
 
 
 KERNELS: dict[str, KernelSpec] = {}
@@ -59,6 +63,17 @@ def kernel(name: str, *, pure: bool = True, foldable: bool = True) -> Callable[[
 
 def register(name: str, fn: Callable, *, pure: bool = True, foldable: bool = True) -> None:
     KERNELS[name] = KernelSpec(name, fn, pure, foldable)
+
+
+def preparer(name: str) -> Callable[[Callable], Callable]:
+    """Attach a load-time ``prepare`` function to the (already registered) kernel ``name``."""
+
+    def deco(fn: Callable) -> Callable:
+        spec = KERNELS[name]
+        KERNELS[name] = KernelSpec(spec.name, spec.fn, spec.pure, spec.foldable, fn)
+        return fn
+
+    return deco
 
 
 def load_builtin_kernels() -> dict[str, KernelSpec]:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from max.engine.kernels import kernel
+from max.engine.kernels import kernel, preparer
 from max.engine.kernels.norm import rms_norm
 from max.engine.kernels.linalg import half_matmul
 
@@ -158,3 +158,57 @@ def fused_matmul_t(x: torch.Tensor, *operands: torch.Tensor, kinds: tuple, ns: t
     if y.dtype != x.dtype:
         y = y.to(x.dtype)
     return y.reshape(*lead, y.shape[-1])
+
+
+@preparer("fused_matmul_t")
+def prepare_fused_matmul_t(operands: list, kinds: tuple, ns: tuple, k: int, has_bias: tuple, act: str | None,
+                           exact: bool = False) -> Any:
+    """With constant weights: the native plan is built once; each call quantises/streams only ``x``."""
+    consts = operands[1:]
+    if operands[0] is not None or any(c is None for c in consts) or exact:
+        return None
+    nw = len(kinds)
+    weights = tuple(consts[:nw])
+    it = iter(consts[nw:])
+    biases = [next(it) if hb else None for hb in has_bias]
+    probe = torch.empty(1, k, dtype=torch.float32)
+    if not _native_ok(probe, weights, kinds):
+        return None
+    plan = _plan_for(weights, biases, kinds, ns, k)
+    dense_f32 = all(kd == "dense" and w.dtype == torch.float32 for kd, w in zip(kinds, weights))
+    from max.engine import native
+
+    glu_code = {"silu": 0, "gelu_tanh": 1}.get(act) if act else None
+    fallback_attrs = dict(kinds=kinds, ns=ns, k=k, has_bias=has_bias, act=act)
+    f32 = torch.float32
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, k)
+        if x2.dtype is not f32 or not x2.is_cpu or x2.stride(1) != 1 or (dense_f32 and x2.shape[0] >= DENSE_NATIVE_MAX_M):
+            return fused_matmul_t(x, *consts, **fallback_attrs)
+        y = plan(x2)
+        if act is not None:
+            y = native.glu(y, glu_code) if glu_code is not None else _gate(y, act)
+        return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
+
+    return run
+
+
+@preparer("fused_rms_norm")
+def prepare_fused_rms_norm(operands: list, eps: float = 1e-6) -> Any:
+    if len(operands) != 2 or operands[0] is not None or operands[1] is None:
+        return None
+    w = operands[1]
+    from max.engine import native
+
+    if native.lib() is None or w.dtype != torch.float32 or not w.is_cpu:
+        return None
+    w = w.contiguous()
+    f32 = torch.float32
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype is not f32 or not x.is_cpu or x.stride(-1) != 1:
+            return fused_rms_norm(x, w, eps)
+        return native.rmsnorm(x.reshape(-1, x.shape[-1]), w, eps).reshape(x.shape)
+
+    return run

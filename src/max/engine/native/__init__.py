@@ -66,11 +66,24 @@ def _declare(so: ctypes.CDLL) -> None:
     so.lmx_packed_matmul.restype = _INT
 
 
+_UNSET = object()
+_default: object = _UNSET
+
+
 def lib(isa: str | None = None) -> ctypes.CDLL | None:
-    """The native library for ``isa`` ('native' by default), or None if disabled/unbuildable."""
-    if os.environ.get("LIBREMAX_NATIVE", "1") == "0":
-        return None
-    isa = isa or os.environ.get("LIBREMAX_NATIVE_ISA", "native")
+    """The native library for ``isa`` ('native' by default), or None if disabled/unbuildable.
+
+    The default (``LIBREMAX_NATIVE=0`` disables it; ``LIBREMAX_NATIVE_ISA`` picks the build) is
+    resolved once per process."""
+    global _default
+    if isa is None:
+        if _default is not _UNSET:
+            return _default  # type: ignore[return-value]
+        if os.environ.get("LIBREMAX_NATIVE", "1") == "0":
+            _default = None
+            return None
+        _default = lib(os.environ.get("LIBREMAX_NATIVE_ISA", "native"))
+        return _default  # type: ignore[return-value]
     so = _libs.get(isa, False)
     if so is not False:
         return so  # type: ignore[return-value]
