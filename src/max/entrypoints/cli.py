@@ -70,6 +70,10 @@ def _model_options(f: Any) -> Any:
                           "sequences of --max-length tokens, within --device-memory-utilization of free memory)."),
         click.option("--device-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=None,
                      help="Most of the free device memory the default-sized KV cache may take (default 0.9)."),
+        click.option("--draft-model-path", default=None,
+                     help="Speculative decoding: a small draft model with the same vocabulary."),
+        click.option("--num-speculative-tokens", type=int, default=None,
+                     help="Draft tokens proposed per step (default 3)."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -154,6 +158,7 @@ def _sampling_params(**kw: Any) -> Any:
 @click.option("--grammar", default=None, help="Constrain the output with a Lark or GBNF grammar (text or file).")
 def generate(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
              prefill_chunk_size: Any, enable_prefix_caching: bool, kv_cache_memory: Any, device_memory_utilization: Any,
+             draft_model_path: Any, num_speculative_tokens: Any,
              prompt: str, chat: bool, max_new_tokens: int, temperature: float, top_k: int, top_p: float, min_p: float,
              frequency_penalty: float, presence_penalty: float, repetition_penalty: float, seed: Any,
              json_schema: Any, json_object: bool, regex: Any, grammar: Any) -> None:
@@ -168,7 +173,8 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
     try:
         cfg = build_config(model_path, quantization_encoding, devices, max_length, max_batch_size,
                            prefill_chunk_size, enable_prefix_caching, kv_cache_memory=kv_cache_memory,
-                           device_memory_utilization=device_memory_utilization)
+                           device_memory_utilization=device_memory_utilization,
+                           draft_model_path=draft_model_path, num_speculative_tokens=num_speculative_tokens)
         ctx = _checked_context(cfg, prompt, params, chat, response_format)  # before the model loads
         from max.entrypoints.llm import LLM
 
@@ -208,6 +214,11 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
     click.echo(f"Time to first token:   {ttft * 1e3:.1f} ms", err=True)
     click.echo(f"Time per output token: {tpot * 1e3:.1f} ms", err=True)
     click.echo(f"Throughput:            {n / total if n else 0:.1f} tokens/s", err=True)
+    spec = getattr(llm.pipeline, "metrics", None)
+    if spec is not None and hasattr(spec, "acceptance_rate"):
+        click.echo(f"Draft acceptance rate: {spec.acceptance_rate:.1%} ({spec.draft_tokens_accepted} of "
+                   f"{spec.draft_tokens_proposed} draft tokens); {spec.tokens_per_round:.2f} tokens per target "
+                   "step", err=True)
 
 
 def _text_or_file(value: str) -> str:
@@ -351,6 +362,7 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
 @click.option("--max-lora-rank", type=int, default=None, help="Largest LoRA rank accepted (default 16).")
 def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
           prefill_chunk_size: Any, enable_prefix_caching: bool, kv_cache_memory: Any, device_memory_utilization: Any,
+          draft_model_path: Any, num_speculative_tokens: Any,
           host: str, port: int, api_key: Any, max_queue_size: Any, metrics_port: Any, served_model_name: Any,
           max_request_bytes: int, drain_timeout: float, log_level: str, tool_call_parser: Any,
           enable_echo: bool, lora_paths: tuple, enable_lora: bool, max_num_loras: Any, max_lora_rank: Any) -> None:
@@ -373,7 +385,8 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
                            prefill_chunk_size, enable_prefix_caching, enable_echo=enable_echo or None,
                            enable_lora=(enable_lora or bool(lora_paths)) or None, lora_paths=list(lora_paths) or None,
                            max_num_loras=max_num_loras, max_lora_rank=max_lora_rank,
-                           kv_cache_memory=kv_cache_memory, device_memory_utilization=device_memory_utilization)
+                           kv_cache_memory=kv_cache_memory, device_memory_utilization=device_memory_utilization,
+                           draft_model_path=draft_model_path, num_speculative_tokens=num_speculative_tokens)
         click.echo(f"Loading {cfg.model_config.model_path} ...", err=True)
         if served_model_name is None and model_path is None:  # the bundled model: a short id
             served_model_name = BUNDLED[0].served_name

@@ -69,6 +69,18 @@ class ServeMetrics:
             self.kv_bytes.set_function(_safe(lambda: kv_manager.memory_bytes))
             self.kv_tokens.set_function(_safe(lambda: kv_manager.capacity_tokens))
 
+    def bind_speculative(self, spec: Any) -> None:
+        """Speculative decoding: draft tokens proposed / accepted and the acceptance rate, read from the
+        pipeline's ``SpeculativeDecodingMetrics`` at scrape time."""
+        r = self.registry
+        for name, doc, fn in (
+                ("spec_decode_draft_tokens_proposed", "Draft tokens proposed", lambda: spec.draft_tokens_proposed),
+                ("spec_decode_draft_tokens_accepted", "Draft tokens accepted", lambda: spec.draft_tokens_accepted),
+                ("spec_decode_acceptance_ratio", "Accepted / proposed draft tokens", lambda: spec.acceptance_rate),
+                ("spec_decode_tokens_per_step", "Tokens generated per speculative target step",
+                 lambda: spec.tokens_per_round)):
+            Gauge(f"{PREFIX}_{name}", doc, registry=r).set_function(_safe(fn))
+
     # ------------------------------------------------------------ scheduler hooks
     def batch_size(self, n: int, queue_depth: int) -> None:
         self.batch.observe(n)

@@ -62,6 +62,8 @@ def _build_app(pipeline_config: Any, *, served_model_name: Optional[str], api_ke
     from max.pipelines.lib.scheduler import TokenGenerationScheduler
 
     tokenizer, pipeline = PIPELINE_REGISTRY.retrieve(pipeline_config)
+    if getattr(pipeline, "metrics", None) is not None and hasattr(pipeline.metrics, "acceptance_rate"):
+        metrics.bind_speculative(pipeline.metrics)
     scheduler = TokenGenerationScheduler(
         pipeline, tokenizer, max_batch_size=pipeline_config.max_batch_size or 16, max_queue_size=max_queue_size,
         prefill_token_budget=pipeline_config.prefill_chunk_size, metrics=metrics)

@@ -608,6 +608,8 @@ class _PipelineFields(_ConfigBase):
     pool_embeddings: bool = True
     prefill_chunk_size: int = 8192
     use_experimental_kernels: str = "false"
+    draft_model_path: Optional[str] = None
+    num_speculative_tokens: int = 3
 
 
 _PIPELINE_HELP = {
@@ -629,6 +631,8 @@ _PIPELINE_HELP = {
     "pool_embeddings": "Pool embedding outputs.",
     "prefill_chunk_size": "Target number of un-encoded tokens per batch (chunked prefill).",
     "use_experimental_kernels": "Use experimental kernels ('true'/'false').",
+    "draft_model_path": "Draft model (same vocabulary) for speculative decoding.",
+    "num_speculative_tokens": "Draft tokens proposed per speculative decoding step.",
 }
 
 _PIPELINE_FIELD_NAMES = _public_fields(_PipelineFields)
@@ -708,6 +712,12 @@ class PipelineConfig(_PipelineFields):
         self._profiling_config = given.get("profiling_config") or ProfilingConfig(**nested["profiling_config"])
         self._lora_config = given.get("lora_config") or LoRAConfig(**nested["lora_config"])
         self._draft_model_config: Optional[MAXModelConfig] = None
+        if self.draft_model_path:
+            if int(self.num_speculative_tokens) < 1:
+                raise ValueError(f"PipelineConfig: num_speculative_tokens must be >= 1, got "
+                                 f"{self.num_speculative_tokens}")
+            self._draft_model_config = MAXModelConfig(model_path=str(self.draft_model_path),
+                                                      device_specs=mc.device_specs)
         self._chat_template_str: Optional[str] = None
         self.resolve()
 

@@ -150,7 +150,9 @@ class TextGenerationPipeline(Pipeline):
         self._pipeline_config = pipeline_config
         self._tokenizer = tokenizer
         self._eos_token_id = eos_token_id
-        self._all_logits = bool(getattr(pipeline_config, "enable_echo", False))
+        # every position's logits: echo (prompt log probabilities) or a subclass verifying drafts
+        self._all_logits = bool(getattr(pipeline_config, "enable_echo", False)) or \
+            bool(getattr(self, "_force_all_logits", False))
         self._devices, self._pipeline_model = build_pipeline_model(
             pipeline_config, pipeline_model, weight_adapters,
             ReturnLogits.ALL if self._all_logits else ReturnLogits.LAST_TOKEN)

@@ -1,0 +1,273 @@
+"""Speculative decoding: a small draft model proposes ``k`` tokens per request, the target model scores
+all of them in one step, and rejection sampling keeps a prefix (Leviathan et al., 2023).
+
+Per scheduler step, requests still encoding their prompt, and requests whose decoding needs the plain
+path (grammar masks, logits processors, logit bias, penalties, log probabilities, minimum lengths), run
+one ordinary target step.  Every other decoding request runs one speculative round:
+
+1. the draft model catches up on the tokens it has not seen (its own paged KV cache, same request
+   ids) and samples ``k`` proposals from its distribution ``q`` (the request's temperature / top-k /
+   top-p / min-p applied);
+2. the target model (built with ``ReturnLogits.ALL``) runs once on ``[last token, d_1 .. d_k]``; its
+   rows give ``p_1 .. p_{k+1}``;
+3. ``d_i`` is accepted with probability ``min(1, p_i(d_i) / q_i(d_i))``; at the first rejection the
+   next token is drawn from ``normalize(max(0, p_i - q_i))``, and when all ``k`` are accepted a bonus
+   token is drawn from ``p_{k+1}``.  Greedy requests accept ``d_i`` iff it is ``argmax p_i`` and take
+   ``argmax p`` at the first mismatch, so their output is token-identical to decoding without a draft;
+   sampled requests keep the target's distribution exactly.
+
+KV entries written for rejected tokens lie beyond the context's ``start_idx`` and are overwritten by
+later steps.  :attr:`metrics` counts proposed and accepted draft tokens (acceptance rate).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from max.interfaces import TextGenerationInputs, TextGenerationOutput
+from max.nn.transformer import ReturnLogits
+from max.pipelines.lib.pipeline import TextGenerationPipeline, build_pipeline_model
+
+logger = logging.getLogger("max.pipelines")
+
+__all__ = ["SpeculativeDecodingMetrics", "SpeculativeDecodingTextGenerationPipeline", "token_probabilities"]
+
+
+@dataclass
+class SpeculativeDecodingMetrics:
+    """Draft tokens proposed and accepted, rounds run, and the bonus tokens of fully accepted rounds."""
+
+    draft_tokens_proposed: int = 0
+    draft_tokens_accepted: int = 0
+    rounds: int = 0
+    tokens_generated: int = 0
+    per_position_accepted: list[int] = field(default_factory=list)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.draft_tokens_accepted / self.draft_tokens_proposed if self.draft_tokens_proposed else 0.0
+
+    @property
+    def tokens_per_round(self) -> float:
+        return self.tokens_generated / self.rounds if self.rounds else 0.0
+
+
+def token_probabilities(logits: torch.Tensor, params: Any) -> torch.Tensor:
+    """The distribution ``(rows, vocab)`` a request samples from: temperature, top-k (-1 = 255), top-p
+    and min-p applied to float32 ``logits`` rows, as :func:`~max.pipelines.lib.sampling.sample_tokens`
+    does (greedy parameters give a one-hot argmax)."""
+    lg = logits.float()
+    V = lg.shape[-1]
+    if params.temperature == 0.0 or params.top_k == 1:
+        return torch.nn.functional.one_hot(lg.argmax(-1), V).float()
+    lg = lg / params.temperature
+    k = min(255 if params.top_k == -1 else params.top_k, V)
+    vals, idx = torch.topk(lg, k, dim=-1)
+    probs = torch.softmax(vals, dim=-1)
+    keep = (torch.cumsum(probs, dim=-1) - probs) < params.top_p
+    keep &= probs >= params.min_p * probs[..., :1]
+    keep[..., 0] = True
+    probs = torch.where(keep, probs, torch.zeros_like(probs))
+    probs = probs / probs.sum(-1, keepdim=True)
+    out = torch.zeros_like(lg)
+    return out.scatter_(-1, idx, probs)
+
+
+def _plain(ctx: Any) -> bool:
+    """Whether a decoding request can run speculatively (its sampling is a function of the logits alone)."""
+    p = ctx.sampling_params
+    return (not ctx.needs_ce and getattr(ctx, "matcher", None) is None and not p.logits_processors
+            and not p.logit_bias and not p.frequency_penalty and not p.presence_penalty
+            and p.repetition_penalty == 1.0 and not ctx.log_probabilities
+            and len(ctx.generated_tokens) >= ctx.min_tokens)
+
+
+class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
+    """A ``TextGenerationPipeline`` whose decode steps are accelerated by a draft model
+    (``PipelineConfig.draft_model_path``, ``num_speculative_tokens``)."""
+
+    def __init__(self, pipeline_config: Any, pipeline_model: type, eos_token_id: int, weight_adapters: Any,
+                 tokenizer: Any) -> None:
+        t0 = time.perf_counter()
+        self._force_all_logits = True
+        super().__init__(pipeline_config, pipeline_model, eos_token_id, weight_adapters, tokenizer)
+        from max.pipelines.lib.config import PipelineConfig
+        from max.pipelines.lib.registry import PIPELINE_REGISTRY
+
+        kvc = pipeline_config.model_config.kv_cache_config
+        draft_cfg = PipelineConfig(model_path=str(pipeline_config.draft_model_path),
+                                   device_specs=pipeline_config.model_config.device_specs,
+                                   max_length=self._pipeline_model.max_seq_len,
+                                   max_batch_size=pipeline_config.max_batch_size,
+                                   enable_prefix_caching=kvc.enable_prefix_caching)
+        arch = PIPELINE_REGISTRY._require(draft_cfg)
+        _, self._draft = build_pipeline_model(draft_cfg, arch.pipeline_model, arch.weight_adapters or {},
+                                              ReturnLogits.LAST_TOKEN)
+        self._check_vocabularies(draft_cfg)
+        self.num_speculative_tokens = int(pipeline_config.num_speculative_tokens)
+        self.metrics = SpeculativeDecodingMetrics()
+        self._draft_ctx: dict[str, Any] = {}
+        self._gens: dict[str, torch.Generator] = {}
+        self.load_seconds = time.perf_counter() - t0
+
+    def _check_vocabularies(self, draft_cfg: Any) -> None:
+        from max.pipelines.lib.tokenizer import load_hf_tokenizer
+
+        tv = _vocab_size(self._pipeline_model)
+        dv = _vocab_size(self._draft)
+        if tv is not None and dv is not None and tv != dv:
+            raise ValueError(f"the draft model's vocabulary ({dv} tokens) differs from the target's ({tv}); "
+                             "speculative decoding needs the same tokenizer")
+        draft_tok = load_hf_tokenizer(str(draft_cfg.model_config.model_path))
+        target_tok = self._tokenizer.delegate
+        if draft_tok.get_vocab() != target_tok.get_vocab():
+            raise ValueError("the draft model's tokenizer maps tokens to other ids than the target's; speculative "
+                             "decoding needs the same vocabulary")
+
+    # ------------------------------------------------------------ API
+    @property
+    def kv_managers(self) -> list[Any]:
+        return [self._pipeline_model.kv_manager, self._draft.kv_manager]
+
+    def release(self, request_id: str) -> None:
+        super().release(request_id)
+        mgr = self._draft.kv_manager
+        if mgr.contains(request_id):
+            mgr.release(request_id)
+        self._draft_ctx.pop(request_id, None)
+        self._gens.pop(request_id, None)
+
+    def execute(self, inputs: TextGenerationInputs) -> dict[str, TextGenerationOutput]:
+        batch = inputs.batch
+        mgr = self._pipeline_model.kv_manager
+        for rid in batch:
+            if not mgr.contains(rid):
+                mgr.external_claim(rid)
+        for _ in range(inputs.num_steps):
+            active = [c for c in batch.values() if not c.is_done]
+            if not active:
+                break
+            spec = [c for c in active if _plain(c) and c.max_length - c.end_idx > 1]
+            rest = [c for c in active if c not in spec]
+            if rest:
+                self._step(rest)
+            if spec:
+                self._speculate(spec)
+        return {rid: ctx.to_generation_output() for rid, ctx in batch.items()}
+
+    # ------------------------------------------------------------ one speculative round
+    def _draft_context(self, c: Any) -> Any:
+        d = self._draft_ctx.get(c.request_id)
+        if d is None:
+            from max.pipelines.core import TextContext
+
+            d = TextContext(request_id=c.request_id, max_length=c.max_length, tokens=np.array(c.prompt_tokens),
+                            sampling_params=c.sampling_params, ignore_eos=True)
+            self._draft_ctx[c.request_id] = d
+            if not self._draft.kv_manager.contains(c.request_id):
+                self._draft.kv_manager.external_claim(c.request_id)
+        # the draft sees the target's tokens; its valid KV prefix stays as it is
+        E = c.end_idx
+        d._grow(E + self.num_speculative_tokens + 1)
+        d.tokens[:E] = c.tokens[:E]
+        d.set_token_indices(start_idx=min(d.start_idx, E - 1), active_idx=E, end_idx=E)
+        return d
+
+    def _draft_step(self, ds: list[Any]) -> torch.Tensor:
+        mgr = self._draft.kv_manager
+        kv = mgr.fetch(ds, 1)
+        out = self._draft.execute(self._draft.prepare_initial_token_inputs(ds, kv))
+        return out.logits.float()
+
+    def _generator(self, c: Any) -> torch.Generator:
+        g = self._gens.get(c.request_id)
+        if g is None:
+            g = self._generators.get(c.request_id, c.sampling_params.seed)
+            self._gens[c.request_id] = g
+        return g
+
+    def _speculate(self, ctxs: list[Any]) -> None:
+        k_max = self.num_speculative_tokens
+        ks = [max(1, min(k_max, c.max_length - c.end_idx - 1)) for c in ctxs]
+        ds = [self._draft_context(c) for c in ctxs]
+        drafts: list[list[int]] = [[] for _ in ctxs]
+        qs: list[list[torch.Tensor]] = [[] for _ in ctxs]
+        for step in range(max(ks)):
+            idx = [i for i in range(len(ctxs)) if step < ks[i]]
+            logits = self._draft_step([ds[i] for i in idx])
+            for row, i in enumerate(idx):
+                q = token_probabilities(logits[row:row + 1], ctxs[i].sampling_params)[0]
+                t = int(torch.multinomial(q, 1, generator=self._generator(ctxs[i]))[0]) \
+                    if not ctxs[i].sampling_params.is_greedy else int(q.argmax())
+                drafts[i].append(t)
+                qs[i].append(q)
+                ds[i].update(t)
+            self._draft.kv_manager.step([ds[i] for i in idx])
+        # target: [last token, d_1 .. d_k] for every request, one step
+        mgr = self._pipeline_model.kv_manager
+        saved = []
+        for c, dr in zip(ctxs, drafts):
+            E = c.end_idx
+            saved.append((c.start_idx, c.active_idx, E))
+            c._grow(E + len(dr))
+            c.tokens[E:E + len(dr)] = dr
+            c.set_token_indices(start_idx=E - 1, active_idx=E + len(dr), end_idx=E + len(dr))
+        kv = mgr.fetch(ctxs, 1)
+        out = self._pipeline_model.execute(self._pipeline_model.prepare_initial_token_inputs(ctxs, kv))
+        logits = out.logits.float()
+        pos = 0
+        for i, c in enumerate(ctxs):
+            n = len(drafts[i]) + 1
+            rows = logits[pos:pos + n]
+            pos += n
+            s, a, e = saved[i]
+            c.set_token_indices(start_idx=s, active_idx=a, end_idx=e)
+            accepted, nxt = self._verify(c, drafts[i], qs[i], rows)
+            self.metrics.draft_tokens_proposed += len(drafts[i])
+            self.metrics.draft_tokens_accepted += len(accepted)
+            self.metrics.rounds += 1
+            for t in [*accepted, nxt]:
+                c.update(int(t))
+                self.metrics.tokens_generated += 1
+                if c.is_done:
+                    break
+            d = ds[i]  # the draft's KV stays valid up to the accepted prefix
+            valid = min(d.start_idx, e + len(accepted))
+            d.set_token_indices(start_idx=valid, active_idx=valid, end_idx=valid)
+        mgr.step(ctxs)
+
+    def _verify(self, c: Any, drafts: list[int], qs: list[torch.Tensor], rows: torch.Tensor
+                ) -> tuple[list[int], int]:
+        params = c.sampling_params
+        p = token_probabilities(rows, params)
+        accepted: list[int] = []
+        if params.is_greedy:
+            for i, t in enumerate(drafts):
+                best = int(rows[i].argmax())
+                if best != t:
+                    return accepted, best
+                accepted.append(t)
+            return accepted, int(rows[len(drafts)].argmax())
+        g = self._generator(c)
+        for i, t in enumerate(drafts):
+            u = float(torch.rand(1, generator=g)[0])
+            if u < min(1.0, float(p[i, t]) / max(float(qs[i][t]), 1e-20)):
+                accepted.append(t)
+                continue
+            resid = (p[i] - qs[i]).clamp_min(0)
+            dist = resid if float(resid.sum()) > 0 else p[i]
+            return accepted, int(torch.multinomial(dist / dist.sum(), 1, generator=g)[0])
+        return accepted, int(torch.multinomial(p[len(drafts)], 1, generator=g)[0])
+
+
+def _vocab_size(model: Any) -> Optional[int]:
+    cfg = getattr(model, "config", None)
+    v = getattr(cfg, "vocab_size", None)
+    return int(v) if v is not None else None
+
