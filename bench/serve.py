@@ -6,7 +6,12 @@ Starts ``max serve`` (a subprocess, 127.0.0.1, free port) on the bundled SmolLM2
 ``--output-len`` tokens) and prints request throughput, output tokens/s, TTFT and TPOT
 percentiles, and the throughput ratio to concurrency 1 (what continuous batching buys).
 
+Then (``--features``, in-process on the same model) the serving features: JSON-schema-constrained vs
+free tokens/s at batch 1 and 16, speculative decoding speed-up and acceptance at batch 1, and a batch of
+16 over 4 LoRA adapters vs no adapter (see ``bench/_serve_features.py``), with peak RSS.
+
 Run: .venv/bin/python bench/serve.py [--model-path PATH] [--devices cpu] [--output-len 32] [--json out.json]
+     [--features structured speculative lora] [--skip-throughput]
 """
 
 from __future__ import annotations
@@ -62,7 +67,52 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=32, help="words per synthetic prompt")
     ap.add_argument("--output-len", type=int, default=32, help="tokens generated per request")
     ap.add_argument("--json", default=None, help="write all results as JSON here")
+    ap.add_argument("--features", nargs="*", default=["structured", "speculative", "lora"],
+                    choices=["structured", "speculative", "lora"], help="serving-feature tables to print")
+    ap.add_argument("--skip-throughput", action="store_true", help="only the feature tables")
     args = ap.parse_args()
+    if not args.skip_throughput:
+        throughput(args)
+    features(args)
+
+
+def features(args: argparse.Namespace) -> None:
+    import resource
+
+    import _serve_features as sf
+
+    from max.entrypoints.default_model import default_model_path
+
+    path = args.model_path or default_model_path()
+    name = os.path.basename(path)
+    if "structured" in args.features:
+        table(f"structured output on {name} (greedy; free: {sf.N_TOKENS} tokens; constrained: 20 digits as a "
+              "JSON array, llguidance masks)", sf.structured(path),
+              ("batch", "free tok/s", "constrained tok/s", "constrained / free", "extra time per token"))
+    if "speculative" in args.features:
+        tiny = _tiny_pair()
+        table(f"speculative decoding, batch 1, greedy, {sf.N_TOKENS} tokens (output identical to no draft)",
+              sf.speculative(path, tiny), ("target / draft", "k", "no draft tok/s", "with draft tok/s", "speed-up",
+                                           "acceptance", "tokens per target step"))
+    if "lora" in args.features:
+        table(f"LoRA on {name}: batch 16, greedy, {sf.N_TOKENS} tokens each", sf.lora(path),
+              ("model / requests", "tok/s", "vs no LoRA"))
+    print(f"\npeak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+def _tiny_pair() -> tuple[str, str]:
+    import tempfile
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from lm_support import make_tiny_llama, make_tokenizer
+
+    tok = make_tokenizer()
+    root = tempfile.mkdtemp()
+    return (make_tiny_llama(os.path.join(root, "target"), tokenizer=tok),
+            make_tiny_llama(os.path.join(root, "draft"), tokenizer=tok, seed=5, num_hidden_layers=1))
+
+
+def throughput(args: argparse.Namespace) -> None:
 
     from max.serve.benchmark import run_benchmark
 

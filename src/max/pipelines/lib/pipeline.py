@@ -210,14 +210,16 @@ class TextGenerationPipeline(Pipeline):
         for rid in batch:
             if not mgr.contains(rid):
                 mgr.external_claim(rid)
-        active = [c for c in batch.values() if not c.is_done]
-        steps = inputs.num_steps
-        for _ in range(steps):
+        for _ in range(inputs.num_steps):
+            active = [c for c in batch.values() if not c.is_done]
             if not active:
                 break
-            self._step(active)
-            active = [c for c in active if not c.is_done]
+            self._run_step(active)
         return {rid: ctx.to_generation_output() for rid, ctx in batch.items()}
+
+    def _run_step(self, ctxs: list[Any]) -> None:
+        """One step over the unfinished contexts (subclasses split it, e.g. speculative decoding)."""
+        self._step(ctxs)
 
     # ---------------------------------------------------------------- log probabilities
     def _log_softmax(self) -> Any:

@@ -30,7 +30,6 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from max.interfaces import TextGenerationInputs, TextGenerationOutput
 from max.nn.transformer import ReturnLogits
 from max.pipelines.lib.pipeline import TextGenerationPipeline, build_pipeline_model
 
@@ -143,23 +142,13 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
         self._draft_ctx.pop(request_id, None)
         self._gens.pop(request_id, None)
 
-    def execute(self, inputs: TextGenerationInputs) -> dict[str, TextGenerationOutput]:
-        batch = inputs.batch
-        mgr = self._pipeline_model.kv_manager
-        for rid in batch:
-            if not mgr.contains(rid):
-                mgr.external_claim(rid)
-        for _ in range(inputs.num_steps):
-            active = [c for c in batch.values() if not c.is_done]
-            if not active:
-                break
-            spec = [c for c in active if _plain(c) and c.max_length - c.end_idx > 1]
-            rest = [c for c in active if c not in spec]
-            if rest:
-                self._step(rest)
-            if spec:
-                self._speculate(spec)
-        return {rid: ctx.to_generation_output() for rid, ctx in batch.items()}
+    def _run_step(self, ctxs: list[Any]) -> None:
+        spec = [c for c in ctxs if _plain(c) and c.max_length - c.end_idx > 1]
+        rest = [c for c in ctxs if c not in spec]
+        if rest:
+            self._step(rest)
+        if spec:
+            self._speculate(spec)
 
     # ------------------------------------------------------------ one speculative round
     def _draft_context(self, c: Any) -> Any:
