@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 SCHEMA = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}, "minItems": 20, "maxItems": 20}
-N_TOKENS = 48
+N_TOKENS = 32
 PROMPTS = [f"Write one sentence about the number {i}:" for i in range(16)]
 
 

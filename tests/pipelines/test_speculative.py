@@ -71,7 +71,7 @@ def test_rejection_sampling_keeps_the_target_distribution():
     pipe = SpeculativeDecodingTextGenerationPipeline.__new__(SpeculativeDecodingTextGenerationPipeline)
     pipe._gens = {"r": g}
     ctx = SimpleNamespace(request_id="r", sampling_params=params)
-    n = 20000
+    n = 5000
     counts = np.zeros(6)
     accepted = 0
     for _ in range(n):
