@@ -1,58 +1,75 @@
-"""Text generation on SmolLM2-135M-Instruct (CPU, float32), side by side with Hugging Face transformers
-on the same dequantised weights (and llama.cpp on the same GGUF when llama-cpp-python is installed).
+"""Text generation side by side: libremax (quantised-resident, bfloat16, float32) beside llama.cpp
+(llama-cpp-python, same GGUF file, same thread count) and Hugging Face transformers (same weights
+dequantised to float32).
 
-Reports load+compile time, TTFT, TPOT and tokens/s at batch 1 and batch 16, and the bytes of weights
-read per decode step against this machine's measured memory bandwidth.
+For each engine, in its own process (so peak RSS is its own): load time, TTFT of a 128-token prompt,
+TPOT and tokens/s at batch 1 (greedy), aggregate tokens/s at batch 16, peak RSS.  Then the accuracy of
+the quantised path against the same GGUF dequantised to float32, measured as llama.cpp's perplexity
+tool does: over 512 teacher-forced positions of a fixed English text, the mean KL divergence of the
+next-token distributions and the top-1 agreement.
 
-Run: .venv/bin/python bench/generate.py [--new-tokens 64] [--skip-hf]
+Run: .venv/bin/python bench/generate.py [--model-path FILE.gguf] [--new-tokens 64] [--threads N]
+         [--engines libremax:quantized,libremax:bfloat16,libremax:float32,llama.cpp,transformers]
+llama.cpp's column needs `pip install llama-cpp-python` (it compiles from source, a few minutes).
+For a fair figure run it on a quiet machine (other processes' threads compete for the same cores;
+`chrt -f 20` gives the benchmark priority on a shared Linux box).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
+import resource
+import subprocess
 import sys
 import time
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from _common import table  # noqa: E402
-
-PROMPT = "The capital of France is"
+HERE = os.path.dirname(os.path.abspath(__file__))
+TEXT = os.path.join(HERE, "..", "tests", "fixtures", "text", "teacher_forcing.txt")
+SHORT_PROMPT = "The capital of France is"
 BATCH_PROMPTS = [f"Write one sentence about the number {i}:" for i in range(16)]
 
-
-def bandwidth_gbs() -> float:
-    a = torch.empty(64 * 1024 * 1024)
-    a.fill_(1.0)
-    for _ in range(2):
-        a.sum()
-    t = time.perf_counter()
-    for _ in range(5):
-        a.sum()
-    return a.numel() * 4 * 5 / (time.perf_counter() - t) / 1e9
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
-def ours(path: str, n: int) -> dict:
-    from max.entrypoints.cli import build_config
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def fixed_text() -> str:
+    with open(TEXT) as f:
+        return f.read()
+
+
+def prompt_of(tokenizer_encode, tokenizer_decode, n: int) -> str:
+    """The first ``n`` tokens of the fixed text, as text."""
+    ids = list(tokenizer_encode(fixed_text()))[:n]
+    return tokenizer_decode(ids)
+
+
+# ------------------------------------------------------------------------------------------- workers
+def run_libremax(path: str, encoding: str, n: int, prompt_tokens: int, threads: int) -> dict:
     from max.entrypoints.llm import LLM
     from max.interfaces import SamplingParams
+    from max.pipelines import PipelineConfig
 
     t0 = time.perf_counter()
-    llm = LLM(build_config(path, None, "default", 512, 16, None, False))
+    llm = LLM(PipelineConfig(model_path=path, quantization_encoding=None if encoding == "quantized" else encoding,
+                             max_length=1024, max_batch_size=16, num_threads=threads))
     load = time.perf_counter() - t0
-    params = SamplingParams(top_k=1, max_new_tokens=n, ignore_eos=True)
+    tok = llm.tokenizer
+    long_prompt = prompt_of(lambda s: tok.encode_sync(s).tolist(), lambda ids: tok.delegate.decode(ids),
+                            prompt_tokens)
 
-    def run(prompts: list[str]) -> tuple[float, float, int, float]:
+    def run(prompts: list[str], max_new: int) -> dict:
+        params = SamplingParams(top_k=1, max_new_tokens=max_new, ignore_eos=True)
         ctxs = [llm.make_context(p, params) for p in prompts]
         stamps: dict[str, list[float]] = {c.request_id: [] for c in ctxs}
 
-        def cb(out):  # noqa: ANN001
+        def cb(out) -> None:  # noqa: ANN001
             stamps[out.request_id].extend([time.perf_counter()] * len(out.tokens))
 
         t = time.perf_counter()
@@ -61,96 +78,191 @@ def ours(path: str, n: int) -> dict:
         llm.scheduler.run_until_idle()
         end = time.perf_counter()
         firsts = [s[0] - t for s in stamps.values()]
-        tpots = [(s[-1] - s[0]) / (len(s) - 1) for s in stamps.values()]
+        tpots = [(s[-1] - s[0]) / (len(s) - 1) for s in stamps.values() if len(s) > 1]
         total = sum(len(s) for s in stamps.values())
-        return float(np.mean(firsts)), float(np.mean(tpots)), total, total / (end - t)
+        return {"ttft": sum(firsts) / len(firsts), "tpot": sum(tpots) / len(tpots) if tpots else None,
+                "tok_s": total / (end - t), "prompt_tokens": len(ctxs[0].all_tokens) - total // len(ctxs)}
 
-    run([PROMPT])  # warm-up
-    b1 = run([PROMPT])
-    b16 = run(BATCH_PROMPTS)
-    return {"load": load, "b1": b1, "b16": b16}
+    run([SHORT_PROMPT], 8)  # warm-up
+    ttft = min(run([long_prompt], 1)["ttft"] for _ in range(3))
+    b1 = run([SHORT_PROMPT], n)
+    b16 = run(BATCH_PROMPTS, n)
+    text = llm.generate([SHORT_PROMPT], max_new_tokens=16)[0]
+    return {"load_s": load, "ttft_s": ttft, "tpot_s": b1["tpot"], "tok_s_b1": 1.0 / b1["tpot"],
+            "tok_s_b16": b16["tok_s"], "peak_rss_mb": peak_rss_mb(), "sample": text}
 
 
-def hf(path: str, n: int) -> dict:
+def run_llama_cpp(path: str, n: int, prompt_tokens: int, threads: int) -> dict:
+    from llama_cpp import Llama
+
+    t0 = time.perf_counter()
+    llm = Llama(model_path=path, n_ctx=1024, n_threads=threads, n_threads_batch=threads, n_batch=512,
+                verbose=False)
+    load = time.perf_counter() - t0
+    long_prompt = prompt_of(lambda s: llm.tokenize(s.encode(), add_bos=False),
+                            lambda ids: llm.detokenize(ids).decode("utf-8", "replace"), prompt_tokens)
+
+    def complete(prompt: str, max_tokens: int) -> float:
+        llm.reset()  # no prefix reuse between calls
+        t = time.perf_counter()
+        llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, top_k=1)
+        return time.perf_counter() - t
+
+    complete(SHORT_PROMPT, 8)
+    ttft = min(complete(long_prompt, 1) for _ in range(3))
+    first = min(complete(SHORT_PROMPT, 1) for _ in range(3))
+    total = complete(SHORT_PROMPT, n)
+    tpot = (total - first) / (n - 1)
+    text = llm.create_completion(SHORT_PROMPT, max_tokens=16, temperature=0.0, top_k=1)["choices"][0]["text"]
+    return {"load_s": load, "ttft_s": ttft, "tpot_s": tpot, "tok_s_b1": 1.0 / tpot, "tok_s_b16": None,
+            "peak_rss_mb": peak_rss_mb(), "sample": text}
+
+
+def run_transformers(path: str, n: int, prompt_tokens: int, threads: int) -> dict:
+    import torch
+
+    sys.path.insert(0, HERE)
     from _hf_ref import hf_model_from_gguf
 
     from max.pipelines.lib.tokenizer import TextTokenizer
 
+    torch.set_num_threads(threads)
     t0 = time.perf_counter()
     model = hf_model_from_gguf(path)
     tok = TextTokenizer(path)
     load = time.perf_counter() - t0
+    long_prompt = prompt_of(lambda s: tok.encode_sync(s).tolist(), lambda ids: tok.delegate.decode(ids),
+                            prompt_tokens)
 
-    def run(prompts: list[str]) -> tuple[float, float, int, float]:
+    def gen(prompts: list[str], max_new: int) -> float:
         ids = [tok.encode_sync(p).tolist() for p in prompts]
         width = max(len(i) for i in ids)
         inp = torch.tensor([[0] * (width - len(i)) + i for i in ids])
         mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids])
         with torch.no_grad():
             t = time.perf_counter()
-            model.generate(inp, attention_mask=mask, max_new_tokens=1, min_new_tokens=1, do_sample=False,
-                           pad_token_id=0)
-            ttft = time.perf_counter() - t
-            t = time.perf_counter()
-            model.generate(inp, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                           pad_token_id=0)
-            total_t = time.perf_counter() - t
-        tpot = (total_t - ttft) / (n - 1)
-        return ttft, tpot, n * len(prompts), n * len(prompts) / total_t
+            model.generate(inp, attention_mask=mask, max_new_tokens=max_new, min_new_tokens=max_new,
+                           do_sample=False, pad_token_id=0)
+            return time.perf_counter() - t
 
-    run([PROMPT])
-    return {"load": load, "b1": run([PROMPT]), "b16": run(BATCH_PROMPTS)}
+    gen([SHORT_PROMPT], 4)
+    ttft = min(gen([long_prompt], 1) for _ in range(2))
+    first = gen([SHORT_PROMPT], 1)
+    tpot = (gen([SHORT_PROMPT], n) - first) / (n - 1)
+    b16 = 16 * n / gen(BATCH_PROMPTS, n)
+    return {"load_s": load, "ttft_s": ttft, "tpot_s": tpot, "tok_s_b1": 1.0 / tpot, "tok_s_b16": b16,
+            "peak_rss_mb": peak_rss_mb(), "sample": ""}
 
 
-def llama_cpp(path: str, n: int) -> dict | None:
-    if importlib.util.find_spec("llama_cpp") is None:
-        return None
-    from llama_cpp import Llama
+def run_accuracy(path: str, positions: int, threads: int) -> dict:
+    """KL(float32 || quantised) and top-1 agreement over ``positions`` teacher-forced tokens."""
+    from max.pipelines.lib.teacher_forcing import teacher_forced_logits, compare_distributions
 
-    t0 = time.perf_counter()
-    llm = Llama(model_path=path, n_ctx=512, n_threads=torch.get_num_threads(), verbose=False)
-    load = time.perf_counter() - t0
-    t = time.perf_counter()
-    llm.create_completion(PROMPT, max_tokens=1, temperature=0.0, top_k=1)
-    ttft = time.perf_counter() - t
-    t = time.perf_counter()
-    llm.create_completion(PROMPT, max_tokens=n, temperature=0.0, top_k=1)
-    total = time.perf_counter() - t
-    return {"load": load, "b1": (ttft, (total - ttft) / (n - 1), n, n / total), "b16": None}
+    from max.pipelines.lib.tokenizer import TextTokenizer
+
+    tok = TextTokenizer(path)
+    ids = tok.encode_sync(fixed_text()).tolist()[: positions + 1]
+    ref = teacher_forced_logits(path, ids, "float32", num_threads=threads)
+    got = teacher_forced_logits(path, ids, None, num_threads=threads)
+    return compare_distributions(ref, got)
+
+
+# ------------------------------------------------------------------------------------------- driver
+def worker(args: argparse.Namespace) -> None:
+    engine = args.worker
+    if engine.startswith("libremax:"):
+        res = run_libremax(args.model_path, engine.split(":", 1)[1], args.new_tokens, args.prompt_tokens,
+                           args.threads)
+    elif engine == "llama.cpp":
+        res = run_llama_cpp(args.model_path, args.new_tokens, args.prompt_tokens, args.threads)
+    elif engine == "transformers":
+        res = run_transformers(args.model_path, args.new_tokens, args.prompt_tokens, args.threads)
+    elif engine == "accuracy":
+        res = run_accuracy(args.model_path, args.kl_positions, args.threads)
+    else:
+        raise SystemExit(f"unknown engine {engine!r}")
+    print("RESULT " + json.dumps(res))
+
+
+def spawn(engine: str, args: argparse.Namespace) -> dict | None:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", engine, "--model-path", args.model_path,
+           "--new-tokens", str(args.new_tokens), "--prompt-tokens", str(args.prompt_tokens),
+           "--threads", str(args.threads), "--kl-positions", str(args.kl_positions)]
+    print(f"[bench] {engine} ...", file=sys.stderr, flush=True)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    print(f"[bench] {engine} failed:\n{r.stderr[-3000:]}", file=sys.stderr)
+    return None
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model-path", default=None, help="a GGUF file (default: the bundled SmolLM2-135M Q4_1)")
     ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--skip-hf", action="store_true")
-    a = ap.parse_args()
-    from max.entrypoints.default_model import default_model_path
+    ap.add_argument("--prompt-tokens", type=int, default=128, help="prompt length for TTFT")
+    ap.add_argument("--threads", type=int, default=None, help="threads for every engine (default: physical cores)")
+    ap.add_argument("--engines", default="libremax:quantized,libremax:bfloat16,libremax:float32,llama.cpp,transformers")
+    ap.add_argument("--kl-positions", type=int, default=512)
+    ap.add_argument("--no-accuracy", action="store_true")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.model_path is None:
+        from max.entrypoints.default_model import default_model_path
 
-    path = default_model_path()
-    n = a.new_tokens
-    results = {"libremax": ours(path, n)}
-    if not a.skip_hf:
-        results["transformers"] = hf(path, n)
-    lc = llama_cpp(path, n)
-    if lc is not None:
-        results["llama.cpp (Q4_1)"] = lc
+        args.model_path = default_model_path()
+    if args.threads is None:
+        from max.engine.threads import physical_cores
+
+        args.threads = physical_cores()
+    if args.worker:
+        worker(args)
+        return
+    engines = [e for e in args.engines.split(",") if e]
+    if "llama.cpp" in engines and importlib.util.find_spec("llama_cpp") is None:
+        print("[bench] llama-cpp-python is not installed: no llama.cpp column (pip install llama-cpp-python)",
+              file=sys.stderr)
+        engines.remove("llama.cpp")
+    results = {e: spawn(e, args) for e in engines}
+    acc = None if args.no_accuracy else spawn("accuracy", args)
+    sys.path.insert(0, HERE)
+    from _common import table
+
     rows = []
     for name, r in results.items():
-        b1, b16 = r["b1"], r["b16"]
-        rows.append((name, f"{r['load']:.2f} s", f"{b1[0] * 1e3:.0f} ms", f"{b1[1] * 1e3:.1f} ms", f"{b1[3]:.1f}",
-                     f"{b16[3]:.1f}" if b16 else "-", f"{b16[3] / b1[3]:.1f}x" if b16 else "-"))
-    table(f"SmolLM2-135M-Instruct, {n} new tokens, CPU float32, {torch.get_num_threads()} threads", rows,
-          ("engine", "load+compile", "TTFT b1", "TPOT b1", "tok/s b1", "tok/s b16", "b16/b1"))
-    if "transformers" in results:
-        o, h = results["libremax"]["b1"], results["transformers"]["b1"]
-        print(f"\nbatch-1 decode: libremax {h[1] / o[1]:.2f}x transformers (TPOT {o[1] * 1e3:.1f} vs {h[1] * 1e3:.1f} ms)")
-        o16, h16 = results["libremax"]["b16"], results["transformers"]["b16"]
-        print(f"batch-16 throughput: libremax {o16[3] / h16[3]:.2f}x transformers")
-    weights_bytes = 134_515_008 * 4
-    bw = bandwidth_gbs()
-    tpot = results["libremax"]["b1"][1]
-    print(f"weights read per decode step: {weights_bytes / 1e6:.0f} MB (float32); at the TPOT above that is "
-          f"{weights_bytes / tpot / 1e9:.1f} GB/s, against {bw:.1f} GB/s measured memory read bandwidth")
+        if r is None:
+            rows.append((name, "failed", "", "", "", "", ""))
+            continue
+        rows.append((name, f"{r['load_s']:.2f} s", f"{r['ttft_s'] * 1e3:.0f} ms", f"{r['tpot_s'] * 1e3:.2f} ms",
+                     f"{r['tok_s_b1']:.1f}", f"{r['tok_s_b16']:.1f}" if r["tok_s_b16"] else "-",
+                     f"{r['peak_rss_mb']:.0f} MB"))
+    table(f"{os.path.basename(args.model_path)}: {args.new_tokens} new tokens, TTFT of a {args.prompt_tokens}-token "
+          f"prompt, {args.threads} threads", rows,
+          ("engine", "load", "TTFT", "TPOT b1", "tok/s b1", "tok/s b16", "peak RSS"))
+    q = results.get("libremax:quantized")
+    lc = results.get("llama.cpp")
+    hf = results.get("transformers")
+    f32 = results.get("libremax:float32")
+    if q and lc:
+        print(f"\nquantised vs llama.cpp: decode {q['tok_s_b1'] / lc['tok_s_b1']:.2f}x tok/s (target >= 1.0), "
+              f"TTFT {q['ttft_s'] / lc['ttft_s']:.2f}x (target <= 1.0), peak RSS {q['peak_rss_mb'] / lc['peak_rss_mb']:.2f}x "
+              f"(target <= 1.5); batch-16 aggregate {q['tok_s_b16'] / lc['tok_s_b1']:.1f}x llama.cpp's batch 1 "
+              "(target >= 4)")
+    if f32 and hf:
+        print(f"float32 vs transformers: batch 1 {f32['tok_s_b1'] / hf['tok_s_b1']:.2f}x (target >= 1.6), "
+              f"batch 16 {f32['tok_s_b16'] / hf['tok_s_b16']:.2f}x (target >= 1.2)")
+    if acc:
+        print(f"accuracy (quantised vs float32, {acc['positions']} teacher-forced positions): mean KL "
+              f"{acc['mean_kl']:.5f} (target < 0.01), top-1 agreement {acc['top1'] * 100:.2f}% (target >= 97%)")
+    for name, r in results.items():
+        if r and r.get("sample"):
+            print(f"  {name}: {SHORT_PROMPT!r} -> {r['sample'][:70]!r}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"results": results, "accuracy": acc, "model": args.model_path, "threads": args.threads}, f,
+                      indent=1)
 
 
 if __name__ == "__main__":

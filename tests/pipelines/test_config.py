@@ -1,6 +1,7 @@
 """PipelineConfig: path resolution, encodings, CLI-like kwargs, nested configs."""
 
 import os
+from pathlib import Path
 
 import pytest
 from test_hf_utils import make_gguf, make_hf_model_dir
@@ -36,9 +37,26 @@ def test_gguf_file_resolves_and_validates_encoding():
     assert c.model_config.gguf_file == c.model_config.weight_path[0]
     assert c.model_config.architectures == ["LlamaForCausalLM"]
     assert c.model_config.rope_theta == 50000.0
-    for bad in ("q4_k", "float32", "q6_k", "q8_0", "bfloat16"):
-        with pytest.raises(ValueError, match=r"not contained in the weights.*they contain: \['q4_0'\]"):
+    assert c.model_config.source_encoding is None  # runs as stored
+    for bad in ("q4_k", "q6_k", "q8_0"):
+        with pytest.raises(ValueError, match=r"not contained in the weights.*they contain: \['q4_0'\].*"
+                                             r"converted on load to: \['float32', 'bfloat16', 'float16'\]"):
             PipelineConfig(model_path=p, quantization_encoding=bad)
+    for deq in ("float32", "bfloat16"):  # a quantised GGUF may be dequantised once at load
+        c = PipelineConfig(model_path=p, quantization_encoding=deq)
+        assert c.model_config.quantization_encoding is SupportedEncoding(deq)
+        assert c.model_config.source_encoding is SupportedEncoding.q4_0
+        assert c.model_config.weight_path == [Path(p).resolve()]
+
+
+def test_float_weights_may_be_quantized_on_load():
+    d = make_hf_model_dir(dtype="float32")
+    c = PipelineConfig(model_path=d, quantization_encoding="q8_0")
+    assert c.model_config.quantization_encoding is SupportedEncoding.q8_0
+    assert c.model_config.source_encoding is SupportedEncoding.float32
+    with pytest.raises(ValueError, match=r"'q4_k' is not contained.*converted on load to: \['q4_0', 'q4_1', "
+                                         r"'q5_0', 'q5_1', 'q8_0'\]"):
+        PipelineConfig(model_path=d, quantization_encoding="q4_k")
 
 
 def test_gguf_via_weight_path_in_folder(tmp_path):

@@ -28,7 +28,9 @@ def llm():
     from max.entrypoints.cli import build_config
     from max.entrypoints.llm import LLM
 
-    return LLM(build_config(None, None, "default", 256, 8))
+    # float32: the GGUF dequantised once at load, as transformers reads it (quantised-resident runs are
+    # checked against it in test_quantized_accuracy.py)
+    return LLM(build_config(None, "float32", "default", 256, 8))
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from typing import Any
 from max.dtype import DType
 from max.graph import TensorType, TensorValue
 from max.graph.ops._common import as_tensor, fail, stage
-from max.nn.kernels import _chained, _coll, _fresh, _layer, _offsets
+from max.nn.kernels import _chained, _coll, _layer, _offsets, _plan
 from max.nn.kv_cache.cache_params import KVCacheParams
 
 __all__ = ["ragged_rope", "ragged_rope_tables", "ragged_write_plan", "store_kv_ragged"]
@@ -21,15 +21,12 @@ __all__ = ["ragged_rope", "ragged_rope_tables", "ragged_write_plan", "store_kv_r
 
 def ragged_write_plan(input_row_offsets: Any, kv_collection: Any) -> tuple[TensorValue, TensorValue, TensorValue]:
     """``(positions, write_page, write_offset)``, each int64 ``[total_seq_len]``: token ``t``'s position
-    in its request (``cache_length + i``) and the cache slot its K/V go to.  One node per step:
-    every layer's call with the same operands is merged."""
+    in its request (``cache_length + i``) and the cache slot its K/V go to.  One node per graph and
+    step inputs (shared with ``max.nn.kernels``' ops): every layer's call returns the same values."""
     op = "ragged_write_plan"
     coll = _coll(op, kv_collection)
     offs = _offsets(op, input_row_offsets)
-    tok = _fresh("ragged_tokens")
-    t = TensorType(DType.int64, [tok], coll.blocks.device)
-    res = stage(op, [offs, coll.cache_lengths, coll.lookup_table], [t, t, t],
-                {"page_size": coll.page_size, "_multi": True})
+    res = _plan(op, offs, coll, "write")
     return res[0], res[1], res[2]
 
 
@@ -44,7 +41,7 @@ def ragged_rope_tables(freqs_cis: Any, positions: Any) -> tuple[TensorValue, Ten
     if p.rank != 1 or not p.dtype.is_integral():
         fail(op, f"positions must be a 1-D integer tensor, got {p.type}")
     t = TensorType(DType.float32, [p.shape[0], 1, int(f.shape[1]) // 2], f.device)
-    res = stage("ragged_rope_cos_sin", [f, p], [t, t], {"_multi": True})
+    res = stage("ragged_rope_tables", [f, p], [t, t], {"_multi": True})
     return res[0], res[1]
 
 

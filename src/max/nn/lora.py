@@ -66,8 +66,9 @@ class LoRALinear(Linear):
     """A :class:`~max.nn.Linear` plus the per-token low-rank update of its request's adapter."""
 
     def __init__(self, in_dim: int, out_dim: int, dtype: DType, device: DeviceRef, lora: LoRAGraphInputs,
-                 name: str, has_bias: bool = False) -> None:
-        super().__init__(in_dim, out_dim, dtype, device, has_bias=has_bias)
+                 name: str, has_bias: bool = False, quantization_encoding: Any = None) -> None:
+        super().__init__(in_dim, out_dim, dtype, device, has_bias=has_bias,
+                         quantization_encoding=quantization_encoding)
         self.lora_name = name
         self._lora = lora
         lora.modules[name] = self

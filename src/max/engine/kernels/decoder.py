@@ -1,5 +1,7 @@
 """Kernels for ``max.nn.kernels_decoder`` (RoPE on projected q/k, K/V rows into the paged cache).
 
+Its write plan and RoPE tables are ``max.nn.kernels``' (kernels in ``ragged``).
+
 Pool layout as in ``ragged``: ``blocks[page, 0 (K) | 1 (V), layer, offset, kv_head, head_dim]``.
 """
 
@@ -8,25 +10,6 @@ from __future__ import annotations
 import torch
 
 from max.engine.kernels import kernel
-
-
-@kernel("ragged_write_plan")
-def ragged_write_plan(offsets: torch.Tensor, cache_lengths: torch.Tensor, lookup: torch.Tensor,
-                      page_size: int) -> tuple:
-    dev = lookup.device
-    offs = offsets.to(device=dev, dtype=torch.int64)
-    n_new = offs[1:] - offs[:-1]
-    T = int(offs[-1])
-    tok_batch = torch.repeat_interleave(torch.arange(n_new.shape[0], device=dev), n_new, output_size=T)
-    pos = cache_lengths.to(device=dev, dtype=torch.int64)[tok_batch] + torch.arange(T, device=dev) - offs[:-1][tok_batch]
-    page = lookup.to(torch.int64)[tok_batch, pos // page_size]
-    return pos, page, pos % page_size
-
-
-@kernel("ragged_rope_cos_sin")
-def ragged_rope_cos_sin(freqs: torch.Tensor, positions: torch.Tensor) -> tuple:
-    f = freqs[positions].float()  # [T, rope_dim]: (cos, sin) pairs interleaved
-    return f[:, 0::2].unsqueeze(1).contiguous(), f[:, 1::2].unsqueeze(1).contiguous()
 
 
 @kernel("ragged_rope")

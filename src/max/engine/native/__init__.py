@@ -56,6 +56,8 @@ def _declare(so: ctypes.CDLL) -> None:
     so.lmx_paged_attention.argtypes = [_P, _I64, _I64, _I64, _I64, _I64, _P, _P, _P, _I64, _I64, _P, _INT,
                                        _I64, _I64, _I64, _I64, _I64, _F, _I64, _INT, _P]
     so.lmx_paged_attention.restype = _INT
+    so.lmx_quantize.argtypes = [_INT, _P, _I64, _I64, _I64, _P]
+    so.lmx_quantize.restype = _INT
     so.lmx_packed_bytes.argtypes = [_INT, _I64, _I64]
     so.lmx_packed_bytes.restype = _I64
     so.lmx_pack.argtypes = [_INT, _P, _I64, _I64, _I64, _P]
@@ -151,6 +153,25 @@ def pack(blocks: torch.Tensor, kind: int, n: int, k: int) -> torch.Tensor:
                      out.data_ptr())
     if rc != 0:
         raise RuntimeError(f"native pack failed with code {rc} (kind {kind}, shape {n}x{k})")
+    return out
+
+
+QUANTIZABLE = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8}
+
+
+def quantize(x: torch.Tensor, kind: int) -> torch.Tensor:
+    """float ``x [N, K]`` -> GGML blocks ``[N, K / 32 * block_bytes]`` of kind (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0),
+    bit-identical to ggml's reference quantizer (gguf.quants.quantize)."""
+    so = lib()
+    assert so is not None
+    x = x.detach().to(torch.float32)
+    x = x if x.is_contiguous() else x.contiguous()
+    n, k = x.shape
+    bb = {2: 18, 3: 20, 6: 22, 7: 24, 8: 34}[kind]
+    out = torch.empty((n, k // 32 * bb), dtype=torch.uint8)
+    rc = so.lmx_quantize(kind, x.data_ptr(), n, k, k, out.data_ptr())
+    if rc != 0:
+        raise ValueError(f"quantize: kind {kind} with K={k} is not supported (code {rc})")
     return out
 
 

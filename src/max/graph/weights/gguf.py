@@ -18,6 +18,7 @@ construction, naming the file and tensor.
 
 from __future__ import annotations
 
+import mmap as mmap_mod
 import os
 import warnings
 from typing import Any
@@ -229,6 +230,24 @@ class GGUFWeights(_WeightsBase):
     def reader(self) -> Any:
         """The underlying ``gguf.GGUFReader`` (metadata fields live there)."""
         return self._store.reader  # type: ignore[attr-defined]
+
+    def release_resident_pages(self) -> bool:
+        """Drop this process's resident pages of the memory-mapped file (libremax extension).
+
+        Once a model has repacked or copied what it needs, the pages it read stay mapped and count
+        in the process's RSS although nothing reads them again; tensors still viewing the file
+        (an embedding table read row by row, say) fault their pages back in on use.  Nothing is
+        lost: the mapping is read-only and never written.  Returns whether pages were released.
+        """
+        mm = getattr(self._store, "_mm", None)
+        raw = getattr(mm, "_mmap", None) if mm is not None else None
+        if raw is None or not hasattr(raw, "madvise") or not hasattr(mmap_mod, "MADV_DONTNEED"):
+            return False
+        try:
+            raw.madvise(mmap_mod.MADV_DONTNEED)
+        except (OSError, ValueError):
+            return False
+        return True
 
     @property
     def metadata(self) -> dict[str, Any]:

@@ -329,6 +329,30 @@ class LoRAConfig(_ConfigBase):
 # --------------------------------------------------------------------------- model config
 
 _FLOAT_ENCODINGS = (SupportedEncoding.float32, SupportedEncoding.bfloat16)
+_ON_LOAD_QUANTIZE = (SupportedEncoding.q4_0, SupportedEncoding.q4_1, SupportedEncoding.q5_0, SupportedEncoding.q5_1,
+                     SupportedEncoding.q8_0)
+_ON_LOAD_DEQUANTIZE = (SupportedEncoding.float32, SupportedEncoding.bfloat16, SupportedEncoding.float16)
+
+
+def load_conversion_targets(available: list) -> list:
+    """Encodings the weights in ``available`` encodings can be converted to once at load: GGML
+    block-quantised weights dequantise to float32/bfloat16/float16; float weights quantise to
+    q4_0/q4_1/q5_0/q5_1/q8_0 (what ``--quantization-encoding`` accepts beyond the files' own)."""
+    out: list = []
+    if any(a.is_quantized and a is not SupportedEncoding.gptq for a in available):
+        out += [e for e in _ON_LOAD_DEQUANTIZE if e not in available]
+    if any(not a.is_quantized for a in available):
+        out += [e for e in _ON_LOAD_QUANTIZE if e not in available]
+    return out
+
+
+def load_conversion_source(requested: Any, available: list) -> Any:
+    """The available encoding ``requested`` is converted from at load, or None if it cannot be."""
+    if requested not in load_conversion_targets(available):
+        return None
+    if requested in _ON_LOAD_DEQUANTIZE:
+        return next(a for a in available if a.is_quantized and a is not SupportedEncoding.gptq)
+    return next(a for a in available if not a.is_quantized)
 
 
 @dataclass
@@ -354,13 +378,19 @@ class MAXModelConfig(_ConfigBase):
     data_parallel_degree: int = 1
     _kv_cache_config: KVCacheConfig = field(default_factory=KVCacheConfig)
     _resolved: bool = False
+    source_encoding: Optional[SupportedEncoding] = field(default=None, repr=False)
+    """Set by ``resolve()`` when the weights are converted on load: the encoding in the files
+    (``quantization_encoding`` is then what the model runs)."""
 
     _help = {
         "model_path": "Local model folder, GGUF file, or Hugging Face repo id already in the local cache.",
         "served_model_name": "Name the server reports for the model (defaults to model_path).",
         "weight_path": "Weight files to load (relative to the model folder, or absolute).",
         "quantization_encoding": "Weight encoding: float32, bfloat16, float16, q4_0, q4_1, q5_0, q5_1, q8_0, "
-                                 "q4_k, q5_k, q6_k, gptq. Must be contained in the weight files.",
+                                 "q4_k, q5_k, q6_k, gptq. Default: the files' own (a quantised GGUF stays "
+                                 "quantised). A quantised GGUF can also be dequantised on load (float32, "
+                                 "bfloat16, float16) and float weights quantised on load (q4_0, q4_1, q5_0, "
+                                 "q5_1, q8_0).",
         "allow_safetensors_weights_fp32_bf6_bidirectional_cast": "Allow float32<->bfloat16 casts of safetensors.",
         "huggingface_model_revision": "Revision of the model repo (cached repos only).",
         "huggingface_weight_revision": "Revision of the weights repo (cached repos only).",
@@ -446,6 +476,7 @@ class MAXModelConfig(_ConfigBase):
             raise ValueError(f"{base}: could not determine the encoding of the weights")
 
         requested = self.quantization_encoding
+        source = None  # the encoding in the files, when the weights are converted on load
         if requested is None:
             chosen = available[0]
         elif requested in available:
@@ -454,17 +485,25 @@ class MAXModelConfig(_ConfigBase):
               and any(a in _FLOAT_ENCODINGS for a in available)
               and WeightsFormat.gguf not in {_format_of(Path(f)) for f in self._candidate_files(repo)}):
             chosen = requested
+        elif (source := load_conversion_source(requested, available)) is not None:
+            chosen = requested  # dequantised or quantised once at load (see load_conversion_source)
         else:
             hint = ""
             if requested in _FLOAT_ENCODINGS and any(a in _FLOAT_ENCODINGS for a in available):
                 hint = " (set allow_safetensors_weights_fp32_bf6_bidirectional_cast=True to cast float32<->bfloat16)"
+            also = load_conversion_targets(available)
+            if also:
+                hint += f"; they can also be converted on load to: {[a.value for a in also]}"
             raise ValueError(
                 f"quantization_encoding {requested.value!r} is not contained in the weights of {self.model_path!r}; "
                 f"they contain: {[a.value for a in available]}{hint}")
         self.quantization_encoding = chosen
+        self.source_encoding = source
 
         if not self.weight_path:
             by_fmt = repo.files_for_encoding(chosen)
+            if not by_fmt and source is not None:
+                by_fmt = repo.files_for_encoding(source)
             if not by_fmt and chosen in _FLOAT_ENCODINGS:  # cast case
                 src = next(a for a in available if a in _FLOAT_ENCODINGS)
                 by_fmt = repo.files_for_encoding(src)
@@ -603,6 +642,7 @@ class _PipelineFields(_ConfigBase):
     max_num_steps: int = -1
     max_queue_size_tg: Optional[int] = None
     min_batch_size_tg: Optional[int] = None
+    num_threads: Optional[int] = None
     pdl_level: str = "0"
     pipeline_role: PipelineRole = PipelineRole.PrefillAndDecode
     pool_embeddings: bool = True
@@ -626,6 +666,8 @@ _PIPELINE_HELP = {
     "max_num_steps": "Steps per multi-step decode (-1: platform default).",
     "max_queue_size_tg": "Maximum requests in the decode queue (default: max_batch_size).",
     "min_batch_size_tg": "Soft floor of the decode batch size (TTS only).",
+    "num_threads": "CPU threads of the model's one thread pool (libremax; default: LIBREMAX_NUM_THREADS, else the "
+                   "physical cores).",
     "pdl_level": "Programmatic dependent launch level.",
     "pipeline_role": "prefill_and_decode, prefill_only or decode_only.",
     "pool_embeddings": "Pool embedding outputs.",

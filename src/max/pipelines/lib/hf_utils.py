@@ -144,9 +144,9 @@ class SupportedEncoding(str, enum.Enum):
     """Weight encodings a pipeline can run (CLI ``--quantization-encoding``).
 
     The reference names ``float32``, ``bfloat16``, ``q4_k``, ``q4_0``, ``q6_k``,
-    ``float8_e4m3fn`` and ``gptq``; ``float16``, ``q4_1``, ``q5_0``, ``q5_1``, ``q5_k``
-    and ``q8_0`` are libremax extensions matching the GGML block kinds ``max.graph``
-    supports.
+    ``float8_e4m3fn`` and ``gptq``; ``float16``, ``q4_1``, ``q5_0``, ``q5_1``, ``q5_k``,
+    ``q8_0``, ``q2_k`` and ``q3_k`` are libremax extensions matching the GGML block kinds
+    ``max.graph`` supports.
     """
 
     float32 = "float32"
@@ -161,6 +161,8 @@ class SupportedEncoding(str, enum.Enum):
     q4_k = "q4_k"
     q5_k = "q5_k"
     q6_k = "q6_k"
+    q2_k = "q2_k"
+    q3_k = "q3_k"
     gptq = "gptq"
 
     @classmethod
@@ -230,13 +232,15 @@ class SupportedEncoding(str, enum.Enum):
 _ALIASES = {
     "fp32": "float32", "f32": "float32", "bf16": "bfloat16", "fp16": "float16", "f16": "float16", "half": "float16",
     "fp8": "float8_e4m3fn", "float8": "float8_e4m3fn",
-    "q4_k_m": "q4_k", "q4_k_s": "q4_k", "q5_k_m": "q5_k", "q5_k_s": "q5_k",
+    "q4_k_m": "q4_k", "q4_k_s": "q4_k", "q5_k_m": "q5_k", "q5_k_s": "q5_k", "q3_k_s": "q3_k", "q3_k_m": "q3_k",
+    "q3_k_l": "q3_k",
 }
 _ENC_TO_GGML = {
     SupportedEncoding.float32: "F32", SupportedEncoding.bfloat16: "BF16", SupportedEncoding.float16: "F16",
     SupportedEncoding.q4_0: "Q4_0", SupportedEncoding.q4_1: "Q4_1", SupportedEncoding.q5_0: "Q5_0",
     SupportedEncoding.q5_1: "Q5_1", SupportedEncoding.q8_0: "Q8_0", SupportedEncoding.q4_k: "Q4_K",
-    SupportedEncoding.q5_k: "Q5_K", SupportedEncoding.q6_k: "Q6_K",
+    SupportedEncoding.q5_k: "Q5_K", SupportedEncoding.q6_k: "Q6_K", SupportedEncoding.q2_k: "Q2_K",
+    SupportedEncoding.q3_k: "Q3_K",
 }
 _GGML_TO_ENC = {v: k for k, v in _ENC_TO_GGML.items()}
 

@@ -132,7 +132,7 @@ def build_pipeline_model(pipeline_config: Any, pipeline_model: type, weight_adap
     if not mc.weight_path:
         raise ValueError(f"no weight files found for {mc.model_path!r}")
     devices = load_devices(mc.device_specs)
-    session = InferenceSession(devices=devices)
+    session = InferenceSession(devices=devices, num_threads=getattr(pipeline_config, "num_threads", None))
     weights = load_weights(list(mc.weight_path))
     model = pipeline_model(
         pipeline_config=pipeline_config, session=session, huggingface_config=mc.huggingface_config,

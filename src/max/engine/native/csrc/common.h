@@ -64,6 +64,29 @@ LMX_INLINE float lmx_h2f(uint16_t h) {
     return f;
 }
 
+/* float -> IEEE half, round to nearest even (overflow -> inf, NaN stays NaN), as numpy's astype. */
+LMX_INLINE uint16_t lmx_f2h(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    const uint32_t ax = x & 0x7FFFFFFFu;
+    if (ax > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((ax >> 13) & 0x3FFu));
+    if (ax >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* rounds to >= 65520: inf */
+    if (ax < 0x38800000u) {                                   /* below the smallest normal half */
+        if (ax < 0x33000000u) return (uint16_t)sign;           /* < 2^-25: rounds to zero */
+        const uint32_t e = ax >> 23, m = (ax & 0x7FFFFFu) | 0x800000u;
+        const uint32_t shift = 126 - e;                        /* 14 + (113 - e) */
+        uint32_t h = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1u))) h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = ((ax - 0x38000000u) >> 13);
+    const uint32_t rem = ax & 0x1FFFu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+}
+
 LMX_INLINE float lmx_bf2f(uint16_t h) {
     uint32_t bits = (uint32_t)h << 16;
     float f;

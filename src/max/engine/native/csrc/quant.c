@@ -176,3 +176,85 @@ LMX_API int lmx_gather_rows(int kind, const uint8_t *table, int64_t rows, int64_
     for (int64_t i = 0; i < n; i++) lmx_dequant_row(kind, table + ids[i] * row_bytes, out + i * K, K);
     return 0;
 }
+
+/* ------------------------------------------------------------------ quantisation (GGML reference rounding)
+ * The same float32 operations as ggml's reference quantizers (and gguf.quants.quantize), so the
+ * blocks are bit-identical to theirs: Q8_0 rounds half away from zero; Q4_x/Q5_x truncate after
+ * adding a half. */
+
+static void put_h(uint8_t *p, float v) {
+    const uint16_t h = lmx_f2h(v);
+    memcpy(p, &h, 2);
+}
+
+static void q_block(int kind, const float *x, uint8_t *b) {
+    switch (kind) {
+    case LMX_Q8_0: {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        put_h(b, d);
+        for (int j = 0; j < 32; j++) b[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+        break;
+    }
+    case LMX_Q4_0: case LMX_Q5_0: {
+        const int five = kind == LMX_Q5_0;
+        float amax = 0.0f, mx = 0.0f;
+        for (int j = 0; j < 32; j++)
+            if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); mx = x[j]; }
+        const float d = mx / (five ? -16.0f : -8.0f), id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float add = five ? 16.5f : 8.5f;
+        const int top = five ? 31 : 15;
+        uint8_t q[32];
+        for (int j = 0; j < 32; j++) {
+            float t = truncf(x[j] * id + add);
+            int v = (int)t;
+            q[j] = (uint8_t)(v < 0 ? 0 : v > top ? top : v);
+        }
+        put_h(b, d);
+        uint8_t *qs = b + (five ? 6 : 2);
+        for (int j = 0; j < 16; j++) qs[j] = (uint8_t)((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
+        if (five) {
+            uint32_t qh = 0;
+            for (int j = 0; j < 32; j++) qh |= (uint32_t)((q[j] >> 4) & 1) << j;
+            memcpy(b + 2, &qh, 4);
+        }
+        break;
+    }
+    case LMX_Q4_1: case LMX_Q5_1: {
+        const int five = kind == LMX_Q5_1;
+        float mn = x[0], mx = x[0];
+        for (int j = 1; j < 32; j++) { mn = x[j] < mn ? x[j] : mn; mx = x[j] > mx ? x[j] : mx; }
+        const float d = (mx - mn) / (five ? 31.0f : 15.0f), id = d != 0.0f ? 1.0f / d : 0.0f;
+        const int top = five ? 31 : 15;
+        uint8_t q[32];
+        for (int j = 0; j < 32; j++) {
+            float t = truncf((x[j] - mn) * id + 0.5f);
+            int v = (int)t;
+            q[j] = (uint8_t)(v < 0 ? 0 : v > top ? top : v);
+        }
+        put_h(b, d);
+        put_h(b + 2, mn);
+        uint8_t *qs = b + (five ? 8 : 4);
+        for (int j = 0; j < 16; j++) qs[j] = (uint8_t)((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
+        if (five) {
+            uint32_t qh = 0;
+            for (int j = 0; j < 32; j++) qh |= (uint32_t)((q[j] >> 4) & 1) << j;
+            memcpy(b + 4, &qh, 4);
+        }
+        break;
+    }
+    }
+}
+
+/* Quantise float32 x [N, K] (row stride xs) into GGML blocks of kind (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0):
+ * dst [N, K / 32 * block_bytes].  Returns 0, -1 for another kind, -2 if K is not a multiple of 32. */
+LMX_API int lmx_quantize(int kind, const float *x, int64_t N, int64_t K, int64_t xs, uint8_t *dst) {
+    if (kind != LMX_Q8_0 && kind != LMX_Q4_0 && kind != LMX_Q4_1 && kind != LMX_Q5_0 && kind != LMX_Q5_1) return -1;
+    if (K % 32) return -2;
+    const int64_t bb = lmx_block_bytes(kind), nb = K / 32;
+#pragma omp parallel for schedule(static) if (N * K > (1 << 16))
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t b = 0; b < nb; b++) q_block(kind, x + r * xs + b * 32, dst + (r * nb + b) * bb);
+    return 0;
+}

@@ -13,7 +13,7 @@ from max.pipelines.lib.tokenizer import TextTokenizer
 __all__ = ["DECODER_ENCODINGS", "decoder_architecture"]
 
 DECODER_ENCODINGS = ["float32", "bfloat16", "float16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k",
-                     "q6_k"]
+                     "q6_k", "q2_k", "q3_k"]
 """Weight encodings every decoder family loads (GGML block encodings from GGUF files)."""
 
 

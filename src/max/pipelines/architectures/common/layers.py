@@ -15,7 +15,7 @@ from max.dtype import DType
 from max.graph import DeviceRef, TensorValue, ops
 from max.nn import kernels
 from max.nn.kernels import MHAMaskVariant
-from max.nn.kernels_decoder import ragged_rope, ragged_rope_tables, ragged_write_plan, store_kv_ragged
+from max.nn.kernels_decoder import ragged_rope_tables
 from max.nn.kv_cache import FetchPagedKVCacheCollection, KVCacheParams
 from max.nn.layer import LayerList, Module
 from max.nn.norm import RMSNorm
@@ -155,24 +155,29 @@ class DecoderAttention(Module):
                  input_row_offsets: TensorValue) -> TensorValue:
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
         qkv = self._qkv(x)
-        q, k, v = qkv[:, : H * D], qkv[:, H * D:(H + Hkv) * D], qkv[:, (H + Hkv) * D:]
-        if self.qk_norm == "full":
-            q, k = self.q_norm(q), self.k_norm(k)
-        q = ops.reshape(q, [-1, H, D])
-        k = ops.reshape(k, [-1, Hkv, D])
-        v = ops.reshape(v, [-1, Hkv, D])
+        if self.qk_norm == "full":  # over the whole projection: before the per-head split
+            q, k, v = qkv[:, : H * D], qkv[:, H * D:(H + Hkv) * D], qkv[:, (H + Hkv) * D:]
+            qkv = ops.concat([self.q_norm(q), self.k_norm(k), v], axis=-1)
+        q_norm = k_norm = None
+        eps = 1e-6
         if self.qk_norm == "head":
-            q, k = self.q_norm(q), self.k_norm(k)
-        positions, page, offset = ragged_write_plan(input_row_offsets, kv_collection)
-        if self.rope is not None:
-            cos, sin = self.rope.tables(positions)
-            q = ragged_rope(q, cos, sin, self.rope.interleaved)
-            k = ragged_rope(k, cos, sin, self.rope.interleaved)
-        store_kv_ragged(self.kv_params, k, v, kv_collection, page, offset, self.layer)
+            q_norm, k_norm, eps = _gamma(self.q_norm), _gamma(self.k_norm), self.q_norm.eps
+        # split, per-head QK-norm, RoPE (on the table's first dims of each head) and the K/V write: one op
+        q = kernels.ragged_qkv_store(self.kv_params, qkv, input_row_offsets, kv_collection, self.layer, H,
+                                     freqs_cis=self.rope.table.freqs_cis if self.rope is not None else None,
+                                     interleaved=self.rope.interleaved if self.rope is not None else False,
+                                     q_norm=q_norm, k_norm=k_norm, norm_eps=eps)
         variant = MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK if self.window else MHAMaskVariant.CAUSAL_MASK
         attn = kernels.flash_attention_ragged(self.kv_params, q, input_row_offsets, kv_collection, layer_idx,
                                               variant, self.scale, local_window_size=self.window or -1)
         return self.o_proj(ops.reshape(attn, [x.shape[0], H * D]))
+
+
+def _gamma(norm: RMSNorm) -> TensorValue:
+    """An RMSNorm's effective weight (``weight + weight_offset``) as the per-head norms of ragged_qkv_store
+    take it."""
+    w: TensorValue = norm.weight
+    return w + norm.weight_offset if norm.weight_offset else w
 
 
 class GatedMLP(Module):

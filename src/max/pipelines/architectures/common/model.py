@@ -27,9 +27,11 @@ from max.pipelines.architectures.common.layers import build_decoder
 from max.pipelines.architectures.common.weights import (
     WeightFactory,
     compute_dtype,
+    keeps_quantized,
     load_weights_into,
     rename_gguf,
     rename_hf,
+    storage_dtype,
 )
 from max.pipelines.lib.pipeline import ModelInputs, ModelOutputs, PipelineModel, upper_bounded_default
 
@@ -121,7 +123,7 @@ class DecoderPipelineModel(PipelineModel):
         checkpoint = adapt(dict(weights.items()), huggingface_config=huggingface_config,
                            pipeline_config=pipeline_config)
         lora_inputs, lora_targets, startup = _lora_setup(pipeline_config, dt, dev_ref)
-        factory = WeightFactory(dt, dev_ref, checkpoint, lora=lora_inputs, lora_targets=lora_targets)
+        factory = self.weight_factory(pipeline_config, encoding, dt, dev_ref, checkpoint, lora_inputs, lora_targets)
         module = self.build_module(cfg, factory, kv_params, self.max_seq_len)
         if return_logits is not None:
             module.return_logits = ReturnLogits(return_logits)  # ALL: logits of every position (echo)
@@ -141,7 +143,26 @@ class DecoderPipelineModel(PipelineModel):
                                      devices[0]._torch_device if hasattr(devices[0], "_torch_device") else "cpu")
             for lname, lpath in startup:
                 self._lora.load(lname, lpath)
+        # what the compiled model keeps was repacked or copied; pages of the mapped file it read stay
+        # resident otherwise (tensors still viewing the file fault theirs back in on use)
+        release = getattr(weights, "release_resident_pages", None)
+        if callable(release):
+            release()
         self._n_logits = Buffer.from_numpy(np.array([1], np.int64))
+
+    @staticmethod
+    def weight_factory(pipeline_config: Any, encoding: Any, dt: DType, device: DeviceRef,
+                       checkpoint: Mapping[str, Any], lora: Any = None, lora_targets: Any = ()) -> WeightFactory:
+        """The factory for this run's encoding: GGML blocks kept as they are on the CPU (the native
+        kernels read them), float weights quantised on load when the chosen encoding asks for it,
+        half-precision weights kept half precision; LoRA projections as configured."""
+        keep = keeps_quantized(encoding, device)
+        src = getattr(pipeline_config.model_config, "source_encoding", None)
+        quantize_to = None
+        if keep and src is not None and not src.is_quantized:
+            quantize_to = encoding.quantization_encoding
+        return WeightFactory(dt, device, checkpoint, storage=storage_dtype(encoding, device), keep_quantized=keep,
+                             quantize_to=quantize_to, lora=lora, lora_targets=lora_targets)
 
     @classmethod
     def decoder_config(cls, pipeline_config: Any) -> DecoderConfig:

@@ -29,7 +29,7 @@ import torch
 from max.dtype import DType
 from max.graph import DeviceRef, TensorValue, Weight, ops
 from max.nn import Embedding, Linear
-from max.nn.layer import Module
+from max.nn.layer import Module, check_input
 
 logger = logging.getLogger("max.pipelines")
 
@@ -37,7 +37,11 @@ __all__ = [
     "GGUF_GLOBAL_NAMES",
     "GGUF_LAYER_NAMES",
     "WeightFactory",
+    "WidenedEmbedding",
+    "WidenedLinear",
     "compute_dtype",
+    "keeps_quantized",
+    "storage_dtype",
     "convert_weight",
     "load_weights_into",
     "rename_gguf",
@@ -46,17 +50,24 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- dtype policy
+def _native_cpu() -> bool:
+    from max.engine import native
+
+    return native.lib() is not None
+
+
 def compute_dtype(encoding: Any, device: DeviceRef) -> DType:
-    """The dtype a model computes in (and stores its float weights in) for a weight ``encoding``
+    """The dtype a model computes in (activations, norms, KV cache) for a weight ``encoding``
     (a ``SupportedEncoding`` or None) on ``device``.
 
-    - GGML block encodings (q4_0 ... q6_k) are dequantised: float32 on the CPU, bfloat16 on
-      accelerators;
-    - float16 runs as float32 on the CPU (no fast CPU fp16 GEMM, and fp16's range is narrow);
-    - bfloat16 stays bfloat16 on the CPU only when it has bf16 matrix instructions
-      (AVX512-BF16 / AMX); otherwise every matmul would upcast its weights on each call, so the
-      weights are widened once, at load;
-    - float32 stays float32; on accelerators float encodings keep their dtype.
+    On the CPU with libremax's native kernels: float32 for every encoding.  Quantised and
+    half-precision weights stay as they are (see :func:`storage_dtype`): the kernels read them
+    directly with float32 accumulation, so only the bytes streamed per token shrink, while the
+    element-wise ops keep float32 speed and precision.
+
+    Without the native kernels (no C compiler): GGML encodings are dequantised to float32;
+    float16 runs as float32; bfloat16 stays bfloat16 only on CPUs with bf16 matrix instructions.
+    On accelerators: bfloat16 for GGML/float8 encodings, else the encoding's dtype.
     """
     from max.engine.kernels.linalg import CPU_NATIVE_BF16
 
@@ -65,12 +76,59 @@ def compute_dtype(encoding: Any, device: DeviceRef) -> DType:
     quantized = bool(getattr(encoding, "is_quantized", False))
     dt = DType.uint8 if quantized else encoding.dtype
     if device.is_cpu():
-        if quantized or dt in (DType.float16, DType.float8_e4m3fn):
+        if quantized or dt in (DType.float16, DType.float8_e4m3fn) or _native_cpu():
             return DType.float32
         if dt == DType.bfloat16 and not CPU_NATIVE_BF16:
             return DType.float32
         return dt
     return DType.bfloat16 if quantized or dt == DType.float8_e4m3fn else dt
+
+
+def storage_dtype(encoding: Any, device: DeviceRef) -> DType:
+    """The dtype float weights are kept in: bfloat16/float16 weights stay half precision on a CPU
+    with the native kernels (which widen them exactly as they stream them); otherwise the compute
+    dtype."""
+    comp = compute_dtype(encoding, device)
+    if (encoding is not None and device.is_cpu() and not getattr(encoding, "is_quantized", False)
+            and encoding.dtype in (DType.bfloat16, DType.float16) and _native_cpu()):
+        return encoding.dtype
+    return comp
+
+
+def keeps_quantized(encoding: Any, device: DeviceRef) -> bool:
+    """Whether GGML block-quantised weights stay quantised in memory (native CPU kernels read them);
+    elsewhere they are dequantised once at load."""
+    return (device.is_cpu() and bool(getattr(encoding, "is_quantized", False))
+            and getattr(encoding, "is_gguf", False) and _native_cpu())
+
+
+class WidenedLinear(Linear):
+    """``y = x @ W.T (+ b)`` with ``W`` stored in a narrower float dtype (bfloat16/float16) than the
+    activations: the graph widens it exactly (``W.cast``), which the engine fuses into a kernel reading
+    the narrow weight -- no float32 copy is kept."""
+
+    def __init__(self, in_dim: int, out_dim: int, dtype: DType, storage: DType, device: DeviceRef,
+                 has_bias: bool = False) -> None:
+        super().__init__(in_dim, out_dim, dtype, device, has_bias=has_bias)
+        self.weight = Weight("weight", storage, [out_dim, in_dim], self.device)
+
+    def __call__(self, x: Any) -> TensorValue:
+        x = check_input(self, x, min_rank=1, dtype=self._max_nn_dtype, last_dim=self.in_dim)
+        y = x @ self.weight.cast(x.dtype).T
+        if self.bias is not None:
+            y = y + self.bias.cast(y.dtype)
+        return y
+
+
+class WidenedEmbedding(Embedding):
+    """An embedding table stored in bfloat16/float16 whose rows are widened on lookup."""
+
+    def __init__(self, vocab_size: int, dim: int, dtype: DType, storage: DType, device: DeviceRef) -> None:
+        super().__init__(vocab_size, dim, storage, device)
+        self.compute_dtype = dtype
+
+    def __call__(self, indices: Any) -> TensorValue:
+        return super().__call__(indices).cast(self.compute_dtype)
 
 
 # --------------------------------------------------------------------------- the weight factory
@@ -88,15 +146,38 @@ class WeightFactory:
     """
 
     def __init__(self, dtype: DType, device: DeviceRef, checkpoint: Mapping[str, Any] | None = None,
-                 lora: Any = None, lora_targets: Iterable[str] = ()) -> None:
+                 lora: Any = None, lora_targets: Iterable[str] = (), *, storage: DType | None = None,
+                 keep_quantized: bool = False, quantize_to: Any = None) -> None:
         self.dtype = dtype
         self.device = device
         self.checkpoint = checkpoint
+        self.storage = storage or dtype
+        self.keep_quantized = keep_quantized
+        self.quantize_to = quantize_to  # a QuantizationEncoding: float checkpoint tensors quantised on load
         self.created: dict[str, Module] = {}
         # LoRA: projections whose last name part is in ``lora_targets`` become ``max.nn.LoRALinear``s
         # sharing the ``LoRAGraphInputs`` ``lora`` (adapters are added per token, never merged)
         self.lora = lora
         self.lora_targets = set(lora_targets)
+
+    def encoding_of(self, name: str, in_dim: int) -> Any:
+        """The GGML encoding module ``name``'s weight is kept in, or None for a float weight."""
+        if self.checkpoint is None:
+            return None
+        enc = _checkpoint_encoding(self.checkpoint.get(f"{name}.weight"))
+        if enc is not None:
+            return enc if self.keep_quantized else None
+        q = self.quantize_to
+        if q is not None and in_dim % q.elements_per_block == 0:
+            return q
+        return None
+
+    def _linear(self, name: str, in_dim: int, out_dim: int, has_bias: bool, enc: Any) -> Linear:
+        if enc is not None:
+            return Linear(in_dim, out_dim, self.dtype, self.device, has_bias=has_bias, quantization_encoding=enc)
+        if self.storage != self.dtype:
+            return WidenedLinear(in_dim, out_dim, self.dtype, self.storage, self.device, has_bias=has_bias)
+        return Linear(in_dim, out_dim, self.dtype, self.device, has_bias=has_bias)
 
     def _record(self, name: str, module: Module) -> Module:
         if name in self.created:
@@ -115,20 +196,32 @@ class WeightFactory:
             from max.nn.lora import LoRALinear
 
             return self._record(name, LoRALinear(in_dim, out_dim, self.dtype, self.device, self.lora, name,
-                                                 has_bias=has_bias))
-        lin = Linear(in_dim, out_dim, self.dtype, self.device, has_bias=has_bias)
+                                                 has_bias=has_bias,
+                                                 quantization_encoding=self.encoding_of(name, in_dim)))
         if tied_to is not None:
             table = tied_to.weight
-            if list(table.shape) != [out_dim, in_dim]:
-                raise ValueError(f"WeightFactory.linear({name!r}): tied table is {list(table.shape)}, "
-                                 f"expected {[out_dim, in_dim]}")
+            enc = getattr(tied_to, "quantization_encoding", None)
+            lin = self._linear(name, in_dim, out_dim, has_bias, enc)
+            if list(table.shape) != list(lin.weight.shape) or table.dtype != lin.weight.dtype:
+                raise ValueError(f"WeightFactory.linear({name!r}): tied table is {list(table.shape)} {table.dtype}, "
+                                 f"expected {list(lin.weight.shape)} {lin.weight.dtype}")
             del lin.weight
             lin.set_shared_weight("weight", table)
+        else:
+            lin = self._linear(name, in_dim, out_dim, has_bias, self.encoding_of(name, in_dim))
         return self._record(name, lin)
 
     def embedding(self, name: str, vocab_size: int, dim: int) -> Module:
-        """A ``[vocab_size, dim]`` lookup table named ``{name}.weight``."""
-        return self._record(name, Embedding(vocab_size, dim, self.dtype, self.device))
+        """A ``[vocab_size, dim]`` lookup table named ``{name}.weight`` (quantised tables are
+        dequantised row by row on lookup)."""
+        enc = self.encoding_of(name, dim)
+        if enc is not None:
+            emb: Module = Embedding(vocab_size, dim, self.dtype, self.device, quantization_encoding=enc)
+        elif self.storage != self.dtype:
+            emb = WidenedEmbedding(vocab_size, dim, self.dtype, self.storage, self.device)
+        else:
+            emb = Embedding(vocab_size, dim, self.dtype, self.device)
+        return self._record(name, emb)
 
     def fuse(self, linears: Sequence[Module]) -> Callable[[TensorValue], TensorValue]:
         """A function equal to ``concat([l(x) for l in linears], axis=-1)``.
@@ -176,14 +269,37 @@ def _torch_of(value: Any) -> tuple[torch.Tensor, Any]:
     return as_torch(value), None
 
 
+def _checkpoint_encoding(value: Any) -> Any:
+    """The GGML encoding of a checkpoint tensor handle, WeightData or array (None for float tensors)."""
+    if value is None:
+        return None
+    try:
+        return value.quantization_encoding  # Weights handles read it from the index, without the data
+    except (AttributeError, KeyError):
+        return None
+
+
 def convert_weight(name: str, value: Any, target: Weight) -> torch.Tensor:
     """One checkpoint tensor as the value ``target`` (a module's ``Weight``) binds.
 
     ``value``: a ``Weights`` handle, ``WeightData``, numpy array or torch tensor (the family
-    adapter's output for ``name``).  Today GGML-block tensors are dequantised (bit-exact with
-    ``gguf.quants``) and every tensor is cast to ``target.dtype``.
+    adapter's output for ``name``).  A quantised ``target`` (uint8 with a GGML encoding) binds the
+    checkpoint's blocks as they are (zero-copy from the memory-mapped file) or, for a float
+    checkpoint tensor, the blocks of ggml's reference quantizer; otherwise GGML-block tensors are
+    dequantised (bit-exact with ``gguf.quants``) and every tensor is cast to ``target.dtype``.
     """
     t, enc = _torch_of(value)
+    target_enc = getattr(target, "quantization_encoding", None)
+    if target_enc is not None:
+        shape = [int(d) for d in target.shape]
+        if enc is None:
+            t = _quantize(name, t, target_enc)
+        elif enc != target_enc:
+            raise ValueError(f"checkpoint tensor {name!r} is {enc.name}, the model expects {target_enc.name}")
+        if list(t.shape) != shape:
+            raise ValueError(f"checkpoint tensor {name!r} has shape {list(t.shape)} (blocks), the model expects "
+                             f"{shape}")
+        return t
     if enc is not None:
         from max.engine.kernels.quantization import dequantize
 
@@ -198,6 +314,23 @@ def convert_weight(name: str, value: Any, target: Weight) -> torch.Tensor:
         else:
             raise ValueError(f"checkpoint tensor {name!r} has shape {list(t.shape)}, the model expects {shape}")
     return t
+
+
+def _quantize(name: str, t: torch.Tensor, enc: Any) -> torch.Tensor:
+    """Float ``t`` -> GGML blocks of ``enc`` (ggml's reference rounding; native, or gguf's quantizer)."""
+    if t.dim() != 2:
+        raise ValueError(f"checkpoint tensor {name!r} ({list(t.shape)}) cannot be quantised to {enc.name}: not 2-D")
+    from max.engine import native
+
+    code = native.QUANTIZABLE.get(enc.name.upper())
+    if code is None:
+        raise ValueError(f"quantising to {enc.name} on load is not supported (supported: "
+                         f"{sorted(k.lower() for k in native.QUANTIZABLE)})")
+    if native.lib() is not None:
+        return native.quantize(t, code)
+    from gguf import GGMLQuantizationType, quants
+
+    return torch.from_numpy(quants.quantize(t.detach().float().numpy(), GGMLQuantizationType[enc.name.upper()]))
 
 
 def load_weights_into(module: Module, adapted: Mapping[str, Any], what: str) -> None:
@@ -219,10 +352,14 @@ def load_weights_into(module: Module, adapted: Mapping[str, Any], what: str) -> 
         raise ValueError(f"{what}: {'; '.join(parts)}")
     total = sum(int(np.prod([int(d) for d in w.shape])) * w.dtype.size_in_bytes for w in targets.values())
     bar = progress(total, "Loading weights", len(targets))
-    state: dict[str, torch.Tensor] = {}
+    from max.graph.weights.weight_data import WeightData
+
+    state: dict[str, Any] = {}
     try:
         for name, w in targets.items():
-            state[name] = convert_weight(name, adapted[name], w)
+            t = convert_weight(name, adapted[name], w)
+            enc = getattr(w, "quantization_encoding", None)
+            state[name] = t if enc is None else WeightData(t, name, w.dtype, list(t.shape), enc)
             if bar is not None:
                 bar.update(1)
     finally:
