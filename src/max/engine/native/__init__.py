@@ -153,6 +153,10 @@ def pack(blocks: torch.Tensor, kind: int, n: int, k: int) -> torch.Tensor:
                      out.data_ptr())
     if rc != 0:
         raise RuntimeError(f"native pack failed with code {rc} (kind {kind}, shape {n}x{k})")
+    if src.data_ptr() == blocks.data_ptr():  # the blocks may view a mapped checkpoint: done with its pages
+        from max.graph.weights import mapped
+
+        mapped.drop_pages(src.data_ptr(), src.numel())
     return out
 
 

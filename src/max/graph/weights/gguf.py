@@ -21,6 +21,7 @@ from __future__ import annotations
 import mmap as mmap_mod
 import os
 import warnings
+import weakref
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ import torch
 import gguf as _gguf
 
 from max.dtype import DType
+from max.graph.weights import mapped
 from max.graph.quantization import QuantizationEncoding
 from max.graph.weights.protocol import TensorInfo, WeightStore, _WeightsBase, progress
 
@@ -124,6 +126,9 @@ class _GGUFStore(WeightStore):
         self.unsupported = {}
         mm = np.memmap(path, dtype=np.uint8, mode="c")
         self._mm = mm
+        # never written: repacking consumers may drop the pages they read (see mapped.py)
+        mapped.register(mm.ctypes.data, mm.nbytes)
+        weakref.finalize(self, mapped.unregister, mm.ctypes.data)
         infos: dict[str, TensorInfo] = {}
         spans = []
         for t in meta.tensors:

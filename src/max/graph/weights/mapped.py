@@ -1,0 +1,62 @@
+"""Address ranges of read-only memory-mapped checkpoint files, and dropping their resident pages.
+
+A loader registers each file mapping it makes (never written to: private copy-on-write or read-only
+mappings of the checkpoint).  Whoever copies or repacks a tensor that views such a mapping can then
+tell the kernel that this process is done with those pages: they leave the process's resident set
+and are read back from the page cache if anything touches them again (``MADV_DONTNEED`` on a clean
+file mapping).  Nothing is ever lost; on other memory the calls do nothing.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import ctypes.util
+import mmap
+import threading
+
+__all__ = ["drop_pages", "register", "unregister"]
+
+_lock = threading.Lock()
+_starts: list[int] = []
+_ends: list[int] = []
+_PAGE = mmap.PAGESIZE
+_libc = None
+
+
+def register(start: int, nbytes: int) -> None:
+    """Declare ``[start, start + nbytes)`` a read-only file mapping whose pages may be dropped."""
+    with _lock:
+        i = bisect.bisect(_starts, start)
+        _starts.insert(i, start)
+        _ends.insert(i, start + nbytes)
+
+
+def unregister(start: int) -> None:
+    with _lock:
+        i = bisect.bisect_left(_starts, start)
+        if i < len(_starts) and _starts[i] == start:
+            del _starts[i], _ends[i]
+
+
+def drop_pages(ptr: int, nbytes: int) -> bool:
+    """Drop the resident whole pages of ``[ptr, ptr + nbytes)`` if it lies inside a registered mapping.
+
+    Returns whether anything was dropped.  Pages shared with neighbouring tensors are dropped too (they
+    fault back in when read); partial pages at the ends are kept.
+    """
+    global _libc
+    with _lock:
+        i = bisect.bisect(_starts, ptr) - 1
+        inside = i >= 0 and ptr + nbytes <= _ends[i]
+    if not inside or not hasattr(mmap, "MADV_DONTNEED"):
+        return False
+    lo = -(-ptr // _PAGE) * _PAGE
+    hi = (ptr + nbytes) // _PAGE * _PAGE
+    if hi <= lo:
+        return False
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        _libc.madvise.restype = ctypes.c_int
+    return _libc.madvise(lo, hi - lo, mmap.MADV_DONTNEED) == 0
