@@ -1,18 +1,20 @@
-"""Quantised matmul on the CPU: ``qmatmul`` vs dequantise-everything-then-float32-matmul.
+"""Quantised matmul on the CPU: libremax's native kernel beside torch's weight-only int4 kernel,
+float32 resident weights, and dequantise-then-matmul.
 
-    .venv/bin/python bench/qmatmul.py [--n 2048 --k 2048] [--m 1,32] [--threads T]
+    .venv/bin/python bench/qmatmul.py [--shapes 576x576,1536x576,49152x576,4864x896] [--m 1,16,128]
 
-For each GGML encoding, a random (N, K) weight is quantised (gguf-py for the
-legacy kinds; random valid blocks for K-quants) and these are timed:
+For each GGML kind and weight shape (N x K; SmolLM2 and Qwen2.5-0.5B projection shapes by default) a
+random weight is quantised (gguf-py for the legacy kinds; random valid blocks for K-quants) and
+these are timed (best of repeated runs):
 
-* ``deq+mm``   dequantise the whole weight, then ``x @ W.T`` in float32 (per call);
-* ``f32 mm``   ``x @ W.T`` with an already-dequantised float32 weight (resident, 4 B/weight);
-* ``qmatmul``  ``max.engine.kernels.quantization.qmatmul`` on a prepared weight
-               (int4 repack + bfloat16 kernel for Q4_0/Q4_1/Q4_K, tiled exact
-               float32 dequantise+matmul otherwise).
+* ``native``   libremax's kernel on the weight repacked once into its interleaved layout (8-bit
+               activation codes per 32 values, exact integer sums; every kind);
+* ``int4pack`` torch's ``_weight_int4pack_mm_for_cpu`` (bfloat16 activations; Q4_0/Q4_1/Q4_K only,
+               which map exactly onto its 32-element groups);
+* ``f32``      ``x @ W.T`` with the weight dequantised once to float32 (4 bytes per weight);
+* ``deq+mm``   dequantise the whole weight in torch, then the float32 matmul (per call).
 
-Times are the best of 15 runs.  Ratios are ``deq+mm / qmatmul`` and ``f32 mm / qmatmul`` (> 1: qmatmul faster).
-"bytes/token" is what one decode step (M=1) streams from memory for the weight.
+Ratios are time(peer) / time(native): > 1 means the native kernel is faster.
 """
 
 from __future__ import annotations
@@ -26,13 +28,16 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import gguf  # noqa: E402
+from _common import table  # noqa: E402
 
+from max.engine import native  # noqa: E402
 from max.engine.kernels.quantization import dequantize, prepare_qweight, qmatmul  # noqa: E402
 
 T = gguf.GGMLQuantizationType
-KINDS = ["Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q8_0", "Q6_K"]
+KINDS = ["Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_K", "Q6_K", "Q8_0"]
 K_QUANT_SCALE_OFFSETS = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q2_K": (80, 82), "Q3_K": (108,)}
 
 
@@ -46,47 +51,58 @@ def make_blocks(kind: str, n: int, k: int, rng: np.random.Generator) -> np.ndarr
     return gguf.quants.quantize(rng.standard_normal((n, k)).astype(np.float32), T[kind])
 
 
-def timeit(fn, reps: int = 15) -> float:
-    """Best of ``reps`` runs (robust to a busy shared machine)."""
+def timeit(fn, budget: float = 0.25) -> float:
+    """Best time of runs within ``budget`` seconds (robust to a busy shared machine)."""
     fn()
-    best = float("inf")
-    for _ in range(reps):
+    best, t_end = float("inf"), time.perf_counter() + budget
+    while True:
         t0 = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        dt = time.perf_counter() - t0
+        best = min(best, dt)
+        if t0 + dt > t_end:
+            return best
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=2048)
-    ap.add_argument("--k", type=int, default=2048)
-    ap.add_argument("--m", default="1,32")
-    ap.add_argument("--threads", type=int, default=None)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default="576x576,1536x576,576x1536,49152x576,4864x896,896x4864")
+    ap.add_argument("--m", default="1,16,128")
     ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--skip-deq", action="store_true", help="leave out dequantise-then-matmul (slow)")
     a = ap.parse_args()
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    n, k = a.n, a.k
-    ms = [int(v) for v in a.m.split(",")]
+    from max.engine import threads
+
+    threads.apply(a.threads or threads.default_num_threads())
     rng = np.random.default_rng(0)
-    print(f"qmatmul vs dequantise+fp32 matmul: weight N={n} x K={k}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, CPU")
-    print(f"{'kind':5s} {'path':9s} {'M':>3s} {'deq+mm ms':>10s} {'f32 mm ms':>10s} {'qmatmul ms':>10s} "
-          f"{'vs deq+mm':>9s} {'vs f32':>7s} {'bytes/token q':>14s} {'f32':>10s}")
+    rows = []
     for kind in a.kinds.split(","):
-        blocks = torch.from_numpy(make_blocks(kind, n, k, rng))
-        w32 = dequantize(blocks, kind)
-        prep = prepare_qweight(blocks, kind)
-        for m in ms:
-            x = torch.randn(m, k)
-            t_deq = timeit(lambda: x @ dequantize(blocks, kind).T)
-            t_f32 = timeit(lambda: x @ w32.T)
-            t_q = timeit(lambda: qmatmul(x, prep))
-            err = float((qmatmul(x, prep) - x @ w32.T).abs().max() / (x @ w32.T).abs().max())
-            assert err < (2e-2 if prep.kind == "int4pack" else 1e-4), (kind, err)
-            print(f"{kind:5s} {prep.kind:9s} {m:3d} {t_deq * 1e3:10.3f} {t_f32 * 1e3:10.3f} {t_q * 1e3:10.3f} "
-                  f"{t_deq / t_q:8.2f}x {t_f32 / t_q:6.2f}x {prep.nbytes:14,d} {w32.numel() * 4:10,d}")
+        code = native.GGML_KINDS[kind]
+        for shape in a.shapes.split(","):
+            n, k = (int(v) for v in shape.split("x"))
+            if k % (256 if kind in K_QUANT_SCALE_OFFSETS else 32):
+                continue
+            blocks = torch.from_numpy(make_blocks(kind, n, k, rng))
+            packed = native.pack(blocks, code, n, k)
+            plan = native.MatmulPlan([packed], [code], ["packed"], [n], k)
+            w32 = dequantize(blocks, kind)
+            prep = prepare_qweight(blocks, kind)
+            for m in (int(v) for v in a.m.split(",")):
+                x = torch.randn(m, k)
+                out = torch.empty(m, n)
+                t_nat = timeit(lambda: plan(x, out))
+                t_f32 = timeit(lambda: torch.nn.functional.linear(x, w32))
+                t_i4 = timeit(lambda: qmatmul(x, prep)) if prep.kind == "int4pack" else None
+                t_deq = None if a.skip_deq or n * k > 30e6 else timeit(lambda: x @ dequantize(blocks, kind).T, 0.1)
+                ref = x.double() @ w32.double().T
+                err = float((plan(x).double() - ref).abs().max() / ref.abs().max())
+                gbs = blocks.numel() / t_nat / 1e9
+                rows.append((kind, f"{n}x{k}", m, f"{t_nat * 1e6:.1f}", f"{gbs:.1f}",
+                             f"{t_i4 / t_nat:.2f}x" if t_i4 else "-", f"{t_f32 / t_nat:.2f}x",
+                             f"{t_deq / t_nat:.1f}x" if t_deq else "-", f"{err:.1e}"))
+    table(f"native quantised matmul, {torch.get_num_threads()} threads (ratios: peer time / native time)", rows,
+          ("kind", "N x K", "M", "native us", "GB/s", "int4pack", "f32", "deq+mm", "rel err"))
 
 
 if __name__ == "__main__":
