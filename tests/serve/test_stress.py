@@ -23,9 +23,17 @@ def _cancelled(server) -> float:
     return server.state.metrics.finished.labels(reason="cancelled")._value.get()
 
 
-def test_disconnect_mid_stream_cancels_and_frees_pages(server):
+def test_disconnect_mid_stream_cancels_and_frees_pages(server, monkeypatch):
     before = _cancelled(server)
     body = {"model": "tiny", "messages": MSG, "max_tokens": 200, "stream": True, "ignore_eos": True}
+    pipe = server.engine.scheduler.pipeline
+    real = pipe.execute
+
+    def slow(inputs):  # the tiny model would finish all 200 tokens before the client has read four
+        time.sleep(0.01)
+        return real(inputs)
+
+    monkeypatch.setattr(pipe, "execute", slow)
     with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=30) as r:
         assert r.status_code == 200
         seen = 0
