@@ -242,3 +242,21 @@ def test_smollm2_accuracy_against_float32():
     assert res["positions"] == 512
     assert res["mean_kl"] < 0.01, res
     assert res["top1"] >= 0.97, res
+
+
+def test_gguf_with_a_kind_without_kernels_is_refused_clearly(tiny256, tmp_path):
+    """IQ4_NL (an i-quant no libremax kernel reads): the error names the file's types and the supported ones."""
+    from max.pipelines import PipelineConfig
+
+    model, tok, _ = tiny256
+    path = tmp_path / "tiny-iq.gguf"
+    w = GGUFWriter(str(path), "llama")
+    w.add_block_count(1); w.add_embedding_length(256); w.add_head_count(4); w.add_feed_forward_length(512)
+    w.add_context_length(64); w.add_vocab_size(8)
+    bs, ts = gguf.GGML_QUANT_SIZES[T.IQ4_NL]
+    w.add_tensor("token_embd.weight", np.zeros((8, 256 // bs * ts), np.uint8), raw_dtype=T.IQ4_NL)
+    w.add_tensor("blk.0.attn_q.weight", np.zeros((256, 256 // bs * ts), np.uint8), raw_dtype=T.IQ4_NL)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    with pytest.raises(ValueError, match=r"tensor types \{'IQ4_NL': 2\} has no supported encoding; libremax "
+                                         r"reads GGUF tensors of types \[.*'Q4_K'.*'Q6_K'.*\]"):
+        PipelineConfig(model_path=str(path))

@@ -406,7 +406,8 @@ class HuggingFaceRepo:
             enc = gguf_encoding(read_gguf_metadata(p))
             if enc is None:
                 raise ValueError(f"{p}: GGUF file with tensor types {dict(read_gguf_metadata(p).tensor_type_counts)} "
-                                 "has no supported encoding")
+                                 f"has no supported encoding; libremax reads GGUF tensors of types "
+                                 f"{sorted(set(_ENC_TO_GGML.values()))}")
             return enc
         if name.endswith(".safetensors"):
             if self._config_dtype is SupportedEncoding.gptq:
