@@ -235,6 +235,21 @@ def _numpy_of(t: torch.Tensor, dt: DType) -> np.ndarray:
     return t.view(bits[1]).numpy().view(dt.to_numpy())
 
 
+def numpy_to_torch(arr: np.ndarray, *, copy: bool = False) -> torch.Tensor:
+    """A host torch tensor with ``arr``'s values: shares the memory unless ``copy`` (or a
+    non-contiguous array); bfloat16/float8 move as bits, float4/float6 as uint8 bit
+    patterns.  The one numpy -> torch conversion (Buffers, constants, folding, eager)."""
+    arr, dt = _np_dtype(np.asarray(arr), "numpy_to_torch")
+    if copy or not arr.flags.c_contiguous:
+        arr = np.array(arr, order="C", copy=True)
+    return _share_numpy(arr, dt)[0]
+
+
+def torch_to_numpy(t: torch.Tensor, dtype: DType) -> np.ndarray:
+    """A numpy view of host tensor ``t`` holding ``dtype`` values (ml_dtypes for bf16/fp8/fp4/fp6)."""
+    return _numpy_of(t.detach().contiguous(), dtype)
+
+
 def _np_dtype(arr: np.ndarray, who: str) -> tuple[np.ndarray, DType]:
     if not arr.dtype.isnative:
         arr = arr.astype(arr.dtype.newbyteorder("="))

@@ -10,7 +10,7 @@ import torch
 
 from max.dtype import DType, torch_storage_dtype
 from max.dtype.dtype import BIT_STORED
-from max.engine.compiler.lower import Lowered, locate_error, materialize_slots, torch_device
+from max.engine.compiler.lower import Lowered, locate_error, torch_device
 from max.engine.compiler.program import Program
 from max.graph.dim import StaticDim, SymbolicDim, solve_linear
 from max.graph.type import BufferType, TensorType, _ChainType
@@ -330,6 +330,3 @@ def _known(dt: Any) -> bool:
         return True
     except ValueError:
         return False
-
-
-_ = materialize_slots

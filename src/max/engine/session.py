@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 import os
-import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -16,7 +15,8 @@ from max.dtype.dtype import BIT_STORED
 from max.engine import threads
 from max.engine.compiler import native_lowering, passes
 from max.engine.compiler.fusion import fuse
-from max.engine.compiler.lower import lower, materialize_slots, resolve_attrs_now, torch_device
+from max.driver.buffer import numpy_to_torch
+from max.engine.compiler.lower import call_kernel, lower, materialize_slots, torch_device
 from max.engine.compiler.program import Program, from_graph
 from max.engine.kernels import load_builtin_kernels
 from max.engine.model import Model
@@ -211,22 +211,6 @@ def _check_devices(prog: Program, devices: list[Any]) -> None:
                 )
 
 
-def _np_to_torch(arr: np.ndarray) -> torch.Tensor:
-    dt = DType.from_numpy(arr.dtype)
-    if dt.is_float8() or dt is DType.bfloat16:
-        view = arr.view(np.uint8 if dt.size_in_bytes == 1 else np.uint16)
-        return _from_numpy_ro(view).view(dt.to_torch())
-    return _from_numpy_ro(arr)
-
-
-def _from_numpy_ro(arr: np.ndarray) -> torch.Tensor:
-    if not arr.flags.writeable:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            return torch.from_numpy(arr)
-    return torch.from_numpy(arr)
-
-
 def weight_to_torch(value: Any, name: str) -> torch.Tensor:
     """A weights_registry value as a torch tensor, without copying where possible."""
     if isinstance(value, torch.Tensor):
@@ -238,7 +222,7 @@ def weight_to_torch(value: Any, name: str) -> torch.Tensor:
     if inner is not None and hasattr(value, "quantization_encoding") and not isinstance(value, np.ndarray):
         return weight_to_torch(inner, name)  # WeightData
     if isinstance(value, np.ndarray):
-        return _np_to_torch(np.ascontiguousarray(value))
+        return numpy_to_torch(value)
     if hasattr(value, "__dlpack__"):
         return torch.from_dlpack(value)
     if isinstance(value, (int, float, bool, np.generic)):
@@ -251,7 +235,7 @@ def compile_program(prog: Program, registry: Mapping[str, Any], prefix: str, sta
     """Passes, lowering and binding of one program (regions compile recursively)."""
     kernels = load_builtin_kernels()
     stats = {} if stats is None else stats
-    stats["folded"] = stats.get("folded", 0) + passes.fold_constants(prog, resolve_attrs_now)
+    stats["folded"] = stats.get("folded", 0) + passes.fold_constants(prog)
     stats["cse"] = stats.get("cse", 0) + passes.cse(prog)
     if opt_level >= 1:
         for k, c in fuse(prog).items():
@@ -298,7 +282,7 @@ def _fold_weights(prog: Program, registry: Mapping[str, Any], prefix: str) -> in
             continue
         if n.op == "constant":
             out.append(n)
-            known[n.outs[0]] = _np_to_torch(n.attrs["value"]).to(torch_device(n.types[0].device))
+            known[n.outs[0]] = numpy_to_torch(n.attrs["value"]).to(torch_device(n.types[0].device))
             continue
         spec = KERNELS.get(n.op)
         if (spec is None or not spec.pure or not spec.foldable or n.side_effects or n.regions or not n.inputs
@@ -311,7 +295,7 @@ def _fold_weights(prog: Program, registry: Mapping[str, Any], prefix: str) -> in
             out.append(n)
             continue
         try:
-            res = spec.fn(*[known[i] for i in n.inputs], **resolve_attrs_now(n.attrs, None))
+            res, _ = call_kernel(spec, [known[i] for i in n.inputs], n.attrs)
         except Exception:  # noqa: BLE001 - leave it to run (and report) at execution time
             out.append(n)
             continue
@@ -362,7 +346,7 @@ def _bind_consts(entries: list, registry: Mapping[str, Any], prog: Program, pref
     out: list[Any] = []
     for kind, payload, typ in entries:
         if kind == "constant":
-            out.append(_np_to_torch(payload).to(torch_device(typ.device)))
+            out.append(numpy_to_torch(payload).to(torch_device(typ.device)))
         elif kind == "bound":
             out.append(payload)
         elif kind == "weight":

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar
 
-import numpy as np
 
 from max.dtype import DType
 from max.graph.dim import Dim
@@ -353,4 +352,3 @@ class _OpaqueValue(Value[_OpaqueType]):
 TensorValueLike = Any  # Value[TensorType] | TensorValue | Shape | Dim | int | float | np.ndarray ...
 ChainValue = _ChainValue
 OpaqueValue = _OpaqueValue
-_ = np

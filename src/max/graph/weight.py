@@ -8,7 +8,7 @@ first time an op uses it (``Graph.add_weight``).  Its data comes from the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from max.dtype import DType
 from max.graph.shape import Shape
@@ -154,6 +154,3 @@ class Weight(TensorValue):
         return f"Weight({self.name!r}, {self.dtype}, {self.shape}, {self.device}{enc})"
 
     __hash__ = object.__hash__
-
-
-_ = Callable
