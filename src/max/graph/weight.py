@@ -45,6 +45,7 @@ class Weight(TensorValue):
 
     __slots__ = (
         "name",
+        "_local_name",
         "quantization_encoding",
         "align",
         "_sharding_strategy",
@@ -80,6 +81,7 @@ class Weight(TensorValue):
         self._node = None
         self._index = 0
         self.name = name
+        self._local_name = name  # the name it was created with (max.nn keys a module's weights by it)
         self.quantization_encoding = quantization_encoding
         self.align = align
         self._sharding_strategy = sharding_strategy
