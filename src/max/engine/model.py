@@ -71,6 +71,22 @@ class Model:
         return [_spec_of(t, n) for t, n in zip(self._in_types, self._input_names)]
 
     @property
+    def input_devices(self) -> list[Any]:
+        """The driver device each input is expected on (one per input)."""
+        from max.driver import Accelerator, CPU
+
+        out = []
+        for t in self._in_types:
+            dev = getattr(t, "device", None)
+            out.append(CPU() if dev is None or dev.is_cpu() else Accelerator(dev.id))
+        return out
+
+    @property
+    def devices(self) -> list[Any]:
+        """The devices the model runs on (its session's)."""
+        return list(self._session.devices)
+
+    @property
     def output_metadata(self) -> list[TensorSpec]:
         return [_spec_of(t, f"output_{i}") for i, t in enumerate(self._prog.output_types)]
 

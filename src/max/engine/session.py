@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -16,7 +17,7 @@ from max.engine import threads
 from max.engine.compiler import native_lowering, passes
 from max.engine.compiler.fusion import fuse
 from max.driver.buffer import numpy_to_torch
-from max.engine.compiler.lower import call_kernel, lower, materialize_slots, torch_device
+from max.engine.compiler.lower import call_kernel, lower, materialize_slots, resolve_attrs_now, torch_device
 from max.engine.compiler.program import Program, from_graph
 from max.engine.kernels import load_builtin_kernels
 from max.engine.model import Model
@@ -27,6 +28,41 @@ class GPUProfilingMode(str, enum.Enum):
     OFF = "off"
     ON = "on"
     DETAILED = "detailed"
+
+
+class PrintStyle(str, enum.Enum):
+    """How ``ops.print`` writes tensors (see ``InferenceSession.set_debug_print_options``)."""
+
+    COMPACT = "COMPACT"
+    FULL = "FULL"
+    BINARY = "BINARY"
+    NONE = "NONE"
+
+
+@dataclass
+class DebugConfig:
+    """Debug settings of an InferenceSession: how ``ops.print`` output looks and where it goes."""
+
+    print_style: PrintStyle = PrintStyle.COMPACT
+    print_precision: int = 6
+    print_output_directory: str | None = None
+
+
+class CompiledModel:
+    """A compiled graph not yet bound to weights (``InferenceSession.compile``); ``init`` makes a Model.
+
+    ``expected_weights``: the graph's weights by name (each a ``Weight`` with its dtype and shape).
+    """
+
+    def __init__(self, handle: Any, graph: Any, expected_weights: Mapping[str, Any],
+                 custom_extensions: Any = None) -> None:
+        self._session = handle
+        self._graph = graph
+        self.expected_weights = dict(expected_weights)
+        self._custom_extensions = custom_extensions
+
+    def __repr__(self) -> str:
+        return f"CompiledModel({self._graph.name!r}, weights={sorted(self.expected_weights)})"
 
 
 class LogLevel(str, enum.Enum):
@@ -88,6 +124,68 @@ class InferenceSession:
     @property
     def devices(self) -> list[Any]:
         return list(self._devices)
+
+    # ------------------------------------------------------------------ compile, then bind weights
+    def compile(self, model: Any, *, custom_extensions: Any = None) -> "CompiledModel":
+        """Compile ``model`` (a Graph) without binding weights: the artifact :meth:`init` turns into
+        a runnable Model, as often as wanted (e.g. with different weights)."""
+        from max.graph.graph import Graph
+
+        if not isinstance(model, Graph):
+            self.load(model)  # the same errors as load (paths, wrong types)
+        snapshot = model.copy()
+        expected = {name: w for name, w in snapshot.weights().items()}
+        return CompiledModel(self, snapshot, expected, custom_extensions)
+
+    def init(self, compiled: "CompiledModel", weights_registry: Mapping[str, Any] | None = None) -> Model:
+        """A runnable Model from :meth:`compile`'s artifact with ``weights_registry`` bound."""
+        if not isinstance(compiled, CompiledModel):
+            raise TypeError(f"InferenceSession.init: expected a CompiledModel from compile(), got "
+                            f"{type(compiled).__name__}")
+        missing = sorted(n for n in compiled.expected_weights if n not in (weights_registry or {}))
+        if missing:
+            raise ValueError(f"InferenceSession.init: weights_registry lacks weights {missing}")
+        return self.load(compiled._graph, custom_extensions=compiled._custom_extensions,
+                         weights_registry=weights_registry)
+
+    def init_all(self, compiled: Any, weights_registry: Mapping[str, Any] | None = None) -> list[Model]:
+        """:meth:`init` for each compiled artifact (one shared registry)."""
+        return [self.init(c, weights_registry) for c in compiled]
+
+    def load_all(self, models: Any, *, custom_extensions: Any = None,
+                 weights_registry: Mapping[str, Any] | None = None) -> list[Model]:
+        """Load several graphs with one weights registry (weights shared by name are bound once)."""
+        items = list(models)
+        if not items:
+            raise ValueError("InferenceSession.load_all: no models given")
+        return [self.load(m, custom_extensions=custom_extensions, weights_registry=weights_registry) for m in items]
+
+    # ------------------------------------------------------------------ debugging
+    def set_debug_print_options(self, style: "PrintStyle | str" = "COMPACT", precision: int = 6,
+                                output_directory: str | None = None) -> None:
+        """How ``ops.print`` shows tensors while this session's models run: ``PrintStyle.COMPACT``
+        (summarised), ``FULL`` (every value), ``BINARY`` (``<label>.npy`` files in
+        ``output_directory``) or ``NONE`` (silent), with ``precision`` digits."""
+        from max.engine.kernels import debug
+
+        st = PrintStyle(style.value if isinstance(style, PrintStyle) else str(style).upper())
+        if isinstance(precision, bool) or not isinstance(precision, int) or precision < 0:
+            raise ValueError(f"set_debug_print_options: precision must be a non-negative int, got {precision!r}")
+        if st is PrintStyle.BINARY and not output_directory:
+            raise ValueError("set_debug_print_options: PrintStyle.BINARY needs an output_directory")
+        debug.OPTIONS.update(style=st.value, precision=precision, directory=output_directory)
+        self._debug = DebugConfig(print_style=st, print_precision=precision, print_output_directory=output_directory)
+
+    @property
+    def debug(self) -> "DebugConfig":
+        """The session's debug configuration (print options); assign a DebugConfig to change it."""
+        return getattr(self, "_debug", DebugConfig())
+
+    @debug.setter
+    def debug(self, config: "DebugConfig") -> None:
+        if not isinstance(config, DebugConfig):
+            raise TypeError(f"InferenceSession.debug: expected a DebugConfig, got {type(config).__name__}")
+        self.set_debug_print_options(config.print_style, config.print_precision, config.print_output_directory)
 
     @property
     def num_threads(self) -> int:

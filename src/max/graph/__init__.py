@@ -18,7 +18,7 @@ from max.graph.type import (
 from max.graph.value import BufferValue, TensorValue, TensorValueLike, Value, _ChainValue, _OpaqueValue
 from max.graph.weight import ShardingStrategy, Weight
 from max.graph import ops  # noqa: E402  (ops import the classes above)
-from max.graph import dtype_promotion  # noqa: E402,F401
+from max.graph import buffer_utils, dtype_promotion  # noqa: E402,F401
 
 __all__ = [
     "AlgebraicDim",

@@ -314,13 +314,52 @@ class Graph(metaclass=_GraphMeta):
         input_types: Iterable[Type] = (),
         path: Path | None = None,
         custom_extensions: Sequence[Any] = (),
+        devices: Sequence[Any] = (),
     ) -> "Graph":
-        """Create a subgraph (callable with ``ops.call``); a chain input is appended automatically."""
+        """Create a subgraph (callable with ``ops.call``); a chain input is appended automatically.
+
+        ``devices`` (DeviceRefs or driver Devices) records where the subgraph's work runs
+        (``sub.devices``); every device its input types name must be among them.
+        """
+        from max.graph.type import _as_device_ref
+
         if name in self._subgraphs:
             raise ValueError(f"add_subgraph: graph {self.name!r} already has a subgraph named {name!r}")
+        devs = [_as_device_ref(d, "add_subgraph") for d in devices]
+        if devs:
+            for t in input_types:
+                dev = getattr(t, "device", None)
+                if dev is not None and dev not in devs:
+                    raise ValueError(f"add_subgraph({name!r}): input type {t} is on {dev}, not one of devices {devs}")
         sub = Graph(name, forward, input_types, path, custom_extensions=custom_extensions, _parent=self)
+        sub.devices = devs
         self._subgraphs[name] = sub
         return sub
+
+    # ------------------------------------------------------------------ copies
+    def copy(self) -> "Graph":
+        """An independent copy: same nodes, values, weights and subgraphs, new objects throughout
+        (building more ops into one does not change the other)."""
+        import copy as _copy
+
+        return _copy.deepcopy(self)
+
+    def __deepcopy__(self, memo: dict) -> "Graph":
+        import copy as _copy
+
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        for k, v in self.__dict__.items():
+            if k in ("device_chains", "_token_stack"):
+                continue
+            setattr(new, k, _copy.deepcopy(v, memo))
+        new._entered = 0
+        new._token_stack = []
+        chains = defaultdict(lambda: new._current_chain)
+        for k, v in self.device_chains.items():
+            chains[k] = _copy.deepcopy(v, memo)
+        new.device_chains = chains
+        return new
 
     @property
     def kernel_libraries_paths(self) -> list[Path]:
