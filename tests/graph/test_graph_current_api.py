@@ -79,3 +79,30 @@ def test_add_subgraph_devices():
 
 def test_numeric_alias():
     assert int in Numeric.__args__ and np.floating in Numeric.__args__
+
+
+def test_device_placement_policy_for_host_only_ops():
+    import warnings
+
+    from max.graph import DevicePlacementPolicy
+
+    gpu = DeviceRef.GPU(0)
+    types = [TensorType(DType.float32, [1, 4, 4], gpu), TensorType(DType.float32, [1, 2, 4], gpu)]
+
+    def build(policy):
+        return Graph("nms", lambda b, s: ops.non_maximum_suppression(b, s, 3), input_types=types,
+                     strict_device_placement=policy)
+
+    with pytest.warns(UserWarning, match="non_maximum_suppression: runs on the host"):
+        build(DevicePlacementPolicy.Warn)
+    with pytest.raises(ValueError, match="non_maximum_suppression: runs on the host"):
+        build(DevicePlacementPolicy.Error)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build("ignore")
+        # CPU operands never trigger the policy
+        Graph("c", lambda b, s: ops.non_maximum_suppression(b, s, 3),
+              input_types=[TensorType(DType.float32, [1, 4, 4], CPU), TensorType(DType.float32, [1, 2, 4], CPU)],
+              strict_device_placement="error")
+    with pytest.raises(ValueError, match="strict_device_placement must be a DevicePlacementPolicy"):
+        Graph("x", strict_device_placement="sometimes")

@@ -1,7 +1,7 @@
 """Build typed dataflow graphs: ``Graph``, values, types, ``ops`` and ``weights``."""
 
 from max.graph.dim import AlgebraicDim, Dim, DimLike, StaticDim, SymbolicDim
-from max.graph.graph import Graph, NoGraphError
+from max.graph.graph import DevicePlacementPolicy, Graph, NoGraphError
 from max.graph.kernel_library import KernelLibrary
 from max.graph.shape import Shape, ShapeLike
 from max.graph.type import (
@@ -26,6 +26,7 @@ __all__ = [
     "BufferValue",
     "ConvInputLayout",
     "DeviceKind",
+    "DevicePlacementPolicy",
     "DeviceRef",
     "Dim",
     "DimLike",

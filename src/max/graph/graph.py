@@ -10,6 +10,7 @@ values, threaded through ``Graph._current_chain``, so they never reorder.
 from __future__ import annotations
 
 import contextvars
+import enum
 import os
 import sys
 from collections import defaultdict
@@ -61,6 +62,18 @@ class Node:
         return f"Node({self.op}, loc={self.loc})"
 
 
+class DevicePlacementPolicy(enum.Enum):
+    """What building an op that must run on the host does with operands on an accelerator
+    (libremax's host-only kernels: ``non_maximum_suppression`` and casts to/from float4/float6):
+    ``Ignore`` transfers silently, ``Warn`` (the default) also emits a UserWarning naming the op,
+    ``Error`` raises ValueError at build time.  Set with ``Graph(..., strict_device_placement=...)``.
+    """
+
+    Ignore = "ignore"
+    Warn = "warn"
+    Error = "error"
+
+
 class NoGraphError(LookupError, RuntimeError):
     """An op (or weight) was used while no graph is being built.
 
@@ -101,6 +114,7 @@ class Graph(metaclass=_GraphMeta):
         kernel_library: Any = None,
         module: Any = None,
         _parent: "Graph | None" = None,
+        strict_device_placement: "DevicePlacementPolicy | str" = "warn",
         **kwargs: Any,
     ) -> None:
         from max.graph.value import _make_value
@@ -121,6 +135,12 @@ class Graph(metaclass=_GraphMeta):
         self._kernel_paths: list[Path] = []
         self._custom_extensions = _as_extension_list(custom_extensions)
         self.kernel_library = kernel_library
+        try:
+            self.strict_device_placement = DevicePlacementPolicy(
+                getattr(strict_device_placement, "value", strict_device_placement))
+        except ValueError:
+            raise ValueError(f"Graph {name!r}: strict_device_placement must be a DevicePlacementPolicy "
+                             f"(ignore/warn/error), got {strict_device_placement!r}") from None
         self._entered = 0
         self._version = 0  # bumped on every mutation (engine caches check it)
 
