@@ -53,9 +53,9 @@ def test_linear_matches_torch(dtype, has_bias):
     sd = load_random(lin, rng, npdt)
     ref = torch.nn.Linear(7, 5, bias=has_bias, dtype=torch.float64)
     with torch.no_grad():
-        ref.weight.copy_(torch.from_numpy(sd["weight"].astype(np.float64)))
+        ref.weight.copy_(torch.from_numpy(sd["proj.weight"].astype(np.float64)))  # name= names the weights
         if has_bias:
-            ref.bias.copy_(torch.from_numpy(sd["bias"].astype(np.float64)))
+            ref.bias.copy_(torch.from_numpy(sd["proj.bias"].astype(np.float64)))
     x = rand(rng, (3, 2, 7), npdt)
     got = run(lin, x, [3, "s", 7], dtype)
     want = ref(torch.from_numpy(x.astype(np.float64))).detach().numpy()
@@ -134,7 +134,7 @@ def test_embedding_matches_torch(dtype):
     sd = load_random(emb, rng, dtype.to_numpy())
     ref = torch.nn.Embedding(11, 5, dtype=torch.float64)
     with torch.no_grad():
-        ref.weight.copy_(torch.from_numpy(sd["weight"].astype(np.float64)))
+        ref.weight.copy_(torch.from_numpy(sd["tok"].astype(np.float64)))  # Embedding(name="tok") owns "tok"
     idx = rng.integers(0, 11, (3, 4)).astype(np.int64)
     (got,) = run_graph(lambda v: emb(v), [tt(DType.int64, [3, "s"])], idx, weights=emb.state_dict())
     assert got.shape == (3, 4, 5)
@@ -268,11 +268,11 @@ def test_conv1d_matches_torch(permute, groups):
     conv = nn.Conv1D(3, 4, 6, F64, stride=2, padding=1, dilation=1, num_groups=groups, has_bias=True,
                      permute=permute, device=dev_ref(), name="c")
     sd = load_random(conv, rng, np.float64)
-    assert list(sd) == ["weight", "bias"] and conv.filter is conv.weight
-    w = sd["weight"]
+    assert list(sd) == ["c.weight", "c.bias"] and conv.filter is conv.weight  # name= names the weights
+    w = sd["c.weight"]
     w_t = w if permute else np.transpose(w, (2, 1, 0))  # MAX (k, C/g, F) -> torch (F, C/g, k)
     x = rand(rng, (2, 9, 4))
-    want = _torch_conv(1, x, np.ascontiguousarray(w_t), sd["bias"], (2,), (1, 1), (1,), groups)
+    want = _torch_conv(1, x, np.ascontiguousarray(w_t), sd["c.bias"], (2,), (1, 1), (1,), groups)
     np.testing.assert_allclose(run(conv, x), want, rtol=1e-11, atol=1e-12)
 
 

@@ -74,11 +74,12 @@ def test_layer_list_is_a_list():
     assert ll[2].weight.name == "2.weight"
 
 
-def test_root_weight_keeps_its_name_until_finalised():
+def test_named_root_layer_keys_its_weights_by_name():
+    # MAX: name= names the weights (``lm_head.weight``), standalone and in the state dict
     lin = nn.Linear(3, 2, F32, dev_ref(), has_bias=True, name="lm_head")
     assert lin.weight.name == "lm_head.weight"
-    assert list(lin.state_dict()) == ["weight", "bias"]
-    assert lin.weight.name == "weight"
+    assert list(lin.state_dict()) == ["lm_head.weight", "lm_head.bias"]
+    assert lin.weight.name == "lm_head.weight"
 
 
 def test_state_dict_zero_fills_and_auto_initialize_false_raises():

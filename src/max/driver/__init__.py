@@ -23,7 +23,10 @@ from max.driver.device import (
 from max.driver.stream import DeviceEvent, DeviceStream
 from max.driver.buffer import Buffer, DLPackArray, MemMapTensor, Tensor
 
+from max import __version__  # noqa: E402  (the package version, as max.driver.__version__)
+
 __all__ = [
+    "__version__",
     "Accelerator",
     "Buffer",
     "CPU",

@@ -235,6 +235,21 @@ def _numpy_of(t: torch.Tensor, dt: DType) -> np.ndarray:
     return t.view(bits[1]).numpy().view(dt.to_numpy())
 
 
+def numpy_to_torch(arr: np.ndarray, *, copy: bool = False) -> torch.Tensor:
+    """A host torch tensor with ``arr``'s values: shares the memory unless ``copy`` (or a
+    non-contiguous array); bfloat16/float8 move as bits, float4/float6 as uint8 bit
+    patterns.  The one numpy -> torch conversion (Buffers, constants, folding, eager)."""
+    arr, dt = _np_dtype(np.asarray(arr), "numpy_to_torch")
+    if copy or not arr.flags.c_contiguous:
+        arr = np.array(arr, order="C", copy=True)
+    return _share_numpy(arr, dt)[0]
+
+
+def torch_to_numpy(t: torch.Tensor, dtype: DType) -> np.ndarray:
+    """A numpy view of host tensor ``t`` holding ``dtype`` values (ml_dtypes for bf16/fp8/fp4/fp6)."""
+    return _numpy_of(t.detach().contiguous(), dtype)
+
+
 def _np_dtype(arr: np.ndarray, who: str) -> tuple[np.ndarray, DType]:
     if not arr.dtype.isnative:
         arr = arr.astype(arr.dtype.newbyteorder("="))
@@ -449,9 +464,20 @@ class Buffer:
         if isinstance(array, torch.Tensor):
             t = array.detach()
             _dtype_of(t)
-            return _wrap(t.clone() if copy else t)
+            if not t.is_contiguous() and not copy:
+                raise ValueError(
+                    f"Buffer.from_dlpack: the torch tensor (shape {tuple(t.shape)}, strides {t.stride()}) is not "
+                    "contiguous; pass copy=True or call .contiguous() first"
+                )
+            return _wrap(t.clone(memory_format=torch.contiguous_format) if copy else t)
         if isinstance(array, (np.ndarray, np.generic)):
-            arr, dt = _np_dtype(np.asarray(array), "Buffer.from_dlpack")
+            arr = np.asarray(array)
+            if not arr.flags.c_contiguous and not copy:
+                raise ValueError(
+                    f"Buffer.from_dlpack: the numpy array (shape {arr.shape}, strides {arr.strides}) is not "
+                    "C-contiguous; pass copy=True, use Buffer.from_numpy (which copies) or np.ascontiguousarray"
+                )
+            arr, dt = _np_dtype(arr, "Buffer.from_dlpack")
             if copy:
                 arr = np.array(arr, order="C", copy=True)
             t, flips, ro, copied = _share_numpy(arr, dt)
@@ -781,9 +807,13 @@ class Buffer:
         return _wrap(t, flips, self._ro, self._stream, self._dtype)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        """Assign a scalar, Buffer, numpy array or torch tensor (broadcast) into ``self[key]``."""
+        """Assign one element: ``buf[i, j] = v`` with an integer index for every dim (``buf[()]``
+        or ``buf[...]`` for a rank-0 buffer).  As in MAX, a slice or a partial index (setting items
+        across several indices) raises ValueError: copy into a view with
+        ``buf[a:b].inplace_copy_from(src)`` instead."""
         if self._ro:
             raise ValueError("Buffer.__setitem__: the buffer is read-only")
+        _check_single_element(key, self.shape)
         view, flips = self._resolve(key)
         if isinstance(value, np.generic):
             value = value.item()
@@ -842,6 +872,20 @@ class Buffer:
 
     def __reduce__(self):
         return (_rebuild, (self._t, self._flip, self._ro))
+
+
+def _check_single_element(key: Any, shape: tuple) -> None:
+    items = key if isinstance(key, tuple) else (key,)
+    if len(shape) == 0 and items in ((), (Ellipsis,)):
+        return
+    ok = len(items) == len(shape) and all(
+        not isinstance(k, (bool, np.bool_)) and hasattr(k, "__index__") for k in items)
+    if not ok:
+        raise ValueError(
+            f"Buffer.__setitem__: index {key!r} selects more than one element of a buffer of shape {shape}; "
+            "setting items across several indices is not supported (give an integer for every dim, or "
+            "copy a block with buf[...].inplace_copy_from(src))"
+        )
 
 
 def _rebuild(t: torch.Tensor, flip: Optional[tuple], ro: bool) -> Buffer:

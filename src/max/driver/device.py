@@ -261,6 +261,19 @@ class Device:
             raise ValueError(f"{self}: an enqueued operation failed: {e}") from e
 
     @property
+    def max_single_alloc_size(self) -> int:
+        """The largest single allocation (bytes) the device allows: its physical memory (host RAM
+        for the CPU, total memory for an accelerator)."""
+        if self._label == "cpu":
+            try:
+                return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+            except (ValueError, OSError, AttributeError):
+                import psutil  # pragma: no cover - platforms without sysconf
+
+                return int(psutil.virtual_memory().total)
+        return int(torch.cuda.get_device_properties(self._id).total_memory)
+
+    @property
     def stats(self) -> Mapping[str, Any]:
         """Utilisation data: memory totals in bytes (and allocator counters on GPUs)."""
         if self._label == "cpu":

@@ -4,12 +4,15 @@ from pathlib import Path
 from typing import Any, Sequence, Union
 
 from max.engine.model import Model, MojoValue, TensorSpec
-from max.engine.session import GPUProfilingMode, InferenceSession, LogLevel
+from max.engine.session import CompiledModel, DebugConfig, GPUProfilingMode, InferenceSession, LogLevel, PrintStyle
 
 CustomExtensionsType = Union[Sequence[Union[str, Path, Any]], str, Path, Any]
 
 __all__ = [
+    "CompiledModel",
     "CustomExtensionsType",
+    "DebugConfig",
+    "PrintStyle",
     "GPUProfilingMode",
     "InferenceSession",
     "LogLevel",

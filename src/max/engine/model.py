@@ -10,7 +10,7 @@ import torch
 
 from max.dtype import DType, torch_storage_dtype
 from max.dtype.dtype import BIT_STORED
-from max.engine.compiler.lower import Lowered, locate_error, materialize_slots, torch_device
+from max.engine.compiler.lower import Lowered, locate_error, torch_device
 from max.engine.compiler.program import Program
 from max.graph.dim import StaticDim, SymbolicDim, solve_linear
 from max.graph.type import BufferType, TensorType, _ChainType
@@ -69,6 +69,22 @@ class Model:
     @property
     def input_metadata(self) -> list[TensorSpec]:
         return [_spec_of(t, n) for t, n in zip(self._in_types, self._input_names)]
+
+    @property
+    def input_devices(self) -> list[Any]:
+        """The driver device each input is expected on (one per input)."""
+        from max.driver import Accelerator, CPU
+
+        out = []
+        for t in self._in_types:
+            dev = getattr(t, "device", None)
+            out.append(CPU() if dev is None or dev.is_cpu() else Accelerator(dev.id))
+        return out
+
+    @property
+    def devices(self) -> list[Any]:
+        """The devices the model runs on (its session's)."""
+        return list(self._session.devices)
 
     @property
     def output_metadata(self) -> list[TensorSpec]:
@@ -330,6 +346,3 @@ def _known(dt: Any) -> bool:
         return True
     except ValueError:
         return False
-
-
-_ = materialize_slots

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import os
-import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -16,7 +16,8 @@ from max.dtype.dtype import BIT_STORED
 from max.engine import threads
 from max.engine.compiler import native_lowering, passes
 from max.engine.compiler.fusion import fuse
-from max.engine.compiler.lower import lower, materialize_slots, resolve_attrs_now, torch_device
+from max.driver.buffer import numpy_to_torch
+from max.engine.compiler.lower import call_kernel, lower, materialize_slots, resolve_attrs_now, torch_device
 from max.engine.compiler.program import Program, from_graph
 from max.engine.kernels import load_builtin_kernels
 from max.engine.model import Model
@@ -27,6 +28,41 @@ class GPUProfilingMode(str, enum.Enum):
     OFF = "off"
     ON = "on"
     DETAILED = "detailed"
+
+
+class PrintStyle(str, enum.Enum):
+    """How ``ops.print`` writes tensors (see ``InferenceSession.set_debug_print_options``)."""
+
+    COMPACT = "COMPACT"
+    FULL = "FULL"
+    BINARY = "BINARY"
+    NONE = "NONE"
+
+
+@dataclass
+class DebugConfig:
+    """Debug settings of an InferenceSession: how ``ops.print`` output looks and where it goes."""
+
+    print_style: PrintStyle = PrintStyle.COMPACT
+    print_precision: int = 6
+    print_output_directory: str | None = None
+
+
+class CompiledModel:
+    """A compiled graph not yet bound to weights (``InferenceSession.compile``); ``init`` makes a Model.
+
+    ``expected_weights``: the graph's weights by name (each a ``Weight`` with its dtype and shape).
+    """
+
+    def __init__(self, handle: Any, graph: Any, expected_weights: Mapping[str, Any],
+                 custom_extensions: Any = None) -> None:
+        self._session = handle
+        self._graph = graph
+        self.expected_weights = dict(expected_weights)
+        self._custom_extensions = custom_extensions
+
+    def __repr__(self) -> str:
+        return f"CompiledModel({self._graph.name!r}, weights={sorted(self.expected_weights)})"
 
 
 class LogLevel(str, enum.Enum):
@@ -88,6 +124,68 @@ class InferenceSession:
     @property
     def devices(self) -> list[Any]:
         return list(self._devices)
+
+    # ------------------------------------------------------------------ compile, then bind weights
+    def compile(self, model: Any, *, custom_extensions: Any = None) -> "CompiledModel":
+        """Compile ``model`` (a Graph) without binding weights: the artifact :meth:`init` turns into
+        a runnable Model, as often as wanted (e.g. with different weights)."""
+        from max.graph.graph import Graph
+
+        if not isinstance(model, Graph):
+            self.load(model)  # the same errors as load (paths, wrong types)
+        snapshot = model.copy()
+        expected = {name: w for name, w in snapshot.weights().items()}
+        return CompiledModel(self, snapshot, expected, custom_extensions)
+
+    def init(self, compiled: "CompiledModel", weights_registry: Mapping[str, Any] | None = None) -> Model:
+        """A runnable Model from :meth:`compile`'s artifact with ``weights_registry`` bound."""
+        if not isinstance(compiled, CompiledModel):
+            raise TypeError(f"InferenceSession.init: expected a CompiledModel from compile(), got "
+                            f"{type(compiled).__name__}")
+        missing = sorted(n for n in compiled.expected_weights if n not in (weights_registry or {}))
+        if missing:
+            raise ValueError(f"InferenceSession.init: weights_registry lacks weights {missing}")
+        return self.load(compiled._graph, custom_extensions=compiled._custom_extensions,
+                         weights_registry=weights_registry)
+
+    def init_all(self, compiled: Any, weights_registry: Mapping[str, Any] | None = None) -> list[Model]:
+        """:meth:`init` for each compiled artifact (one shared registry)."""
+        return [self.init(c, weights_registry) for c in compiled]
+
+    def load_all(self, models: Any, *, custom_extensions: Any = None,
+                 weights_registry: Mapping[str, Any] | None = None) -> list[Model]:
+        """Load several graphs with one weights registry (weights shared by name are bound once)."""
+        items = list(models)
+        if not items:
+            raise ValueError("InferenceSession.load_all: no models given")
+        return [self.load(m, custom_extensions=custom_extensions, weights_registry=weights_registry) for m in items]
+
+    # ------------------------------------------------------------------ debugging
+    def set_debug_print_options(self, style: "PrintStyle | str" = "COMPACT", precision: int = 6,
+                                output_directory: str | None = None) -> None:
+        """How ``ops.print`` shows tensors while this session's models run: ``PrintStyle.COMPACT``
+        (summarised), ``FULL`` (every value), ``BINARY`` (``<label>.npy`` files in
+        ``output_directory``) or ``NONE`` (silent), with ``precision`` digits."""
+        from max.engine.kernels import debug
+
+        st = PrintStyle(style.value if isinstance(style, PrintStyle) else str(style).upper())
+        if isinstance(precision, bool) or not isinstance(precision, int) or precision < 0:
+            raise ValueError(f"set_debug_print_options: precision must be a non-negative int, got {precision!r}")
+        if st is PrintStyle.BINARY and not output_directory:
+            raise ValueError("set_debug_print_options: PrintStyle.BINARY needs an output_directory")
+        debug.OPTIONS.update(style=st.value, precision=precision, directory=output_directory)
+        self._debug = DebugConfig(print_style=st, print_precision=precision, print_output_directory=output_directory)
+
+    @property
+    def debug(self) -> "DebugConfig":
+        """The session's debug configuration (print options); assign a DebugConfig to change it."""
+        return getattr(self, "_debug", DebugConfig())
+
+    @debug.setter
+    def debug(self, config: "DebugConfig") -> None:
+        if not isinstance(config, DebugConfig):
+            raise TypeError(f"InferenceSession.debug: expected a DebugConfig, got {type(config).__name__}")
+        self.set_debug_print_options(config.print_style, config.print_precision, config.print_output_directory)
 
     @property
     def num_threads(self) -> int:
@@ -211,22 +309,6 @@ def _check_devices(prog: Program, devices: list[Any]) -> None:
                 )
 
 
-def _np_to_torch(arr: np.ndarray) -> torch.Tensor:
-    dt = DType.from_numpy(arr.dtype)
-    if dt.is_float8() or dt is DType.bfloat16:
-        view = arr.view(np.uint8 if dt.size_in_bytes == 1 else np.uint16)
-        return _from_numpy_ro(view).view(dt.to_torch())
-    return _from_numpy_ro(arr)
-
-
-def _from_numpy_ro(arr: np.ndarray) -> torch.Tensor:
-    if not arr.flags.writeable:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            return torch.from_numpy(arr)
-    return torch.from_numpy(arr)
-
-
 def weight_to_torch(value: Any, name: str) -> torch.Tensor:
     """A weights_registry value as a torch tensor, without copying where possible."""
     if isinstance(value, torch.Tensor):
@@ -238,7 +320,7 @@ def weight_to_torch(value: Any, name: str) -> torch.Tensor:
     if inner is not None and hasattr(value, "quantization_encoding") and not isinstance(value, np.ndarray):
         return weight_to_torch(inner, name)  # WeightData
     if isinstance(value, np.ndarray):
-        return _np_to_torch(np.ascontiguousarray(value))
+        return numpy_to_torch(value)
     if hasattr(value, "__dlpack__"):
         return torch.from_dlpack(value)
     if isinstance(value, (int, float, bool, np.generic)):
@@ -251,7 +333,7 @@ def compile_program(prog: Program, registry: Mapping[str, Any], prefix: str, sta
     """Passes, lowering and binding of one program (regions compile recursively)."""
     kernels = load_builtin_kernels()
     stats = {} if stats is None else stats
-    stats["folded"] = stats.get("folded", 0) + passes.fold_constants(prog, resolve_attrs_now)
+    stats["folded"] = stats.get("folded", 0) + passes.fold_constants(prog)
     stats["cse"] = stats.get("cse", 0) + passes.cse(prog)
     if opt_level >= 1:
         for k, c in fuse(prog).items():
@@ -298,7 +380,7 @@ def _fold_weights(prog: Program, registry: Mapping[str, Any], prefix: str) -> in
             continue
         if n.op == "constant":
             out.append(n)
-            known[n.outs[0]] = _np_to_torch(n.attrs["value"]).to(torch_device(n.types[0].device))
+            known[n.outs[0]] = numpy_to_torch(n.attrs["value"]).to(torch_device(n.types[0].device))
             continue
         spec = KERNELS.get(n.op)
         if (spec is None or not spec.pure or not spec.foldable or n.side_effects or n.regions or not n.inputs
@@ -311,7 +393,7 @@ def _fold_weights(prog: Program, registry: Mapping[str, Any], prefix: str) -> in
             out.append(n)
             continue
         try:
-            res = spec.fn(*[known[i] for i in n.inputs], **resolve_attrs_now(n.attrs, None))
+            res, _ = call_kernel(spec, [known[i] for i in n.inputs], n.attrs)
         except Exception:  # noqa: BLE001 - leave it to run (and report) at execution time
             out.append(n)
             continue
@@ -362,7 +444,7 @@ def _bind_consts(entries: list, registry: Mapping[str, Any], prog: Program, pref
     out: list[Any] = []
     for kind, payload, typ in entries:
         if kind == "constant":
-            out.append(_np_to_torch(payload).to(torch_device(typ.device)))
+            out.append(numpy_to_torch(payload).to(torch_device(typ.device)))
         elif kind == "bound":
             out.append(payload)
         elif kind == "weight":

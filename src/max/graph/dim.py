@@ -90,6 +90,12 @@ class Dim:
 
     __slots__ = ()
 
+    def __deepcopy__(self, memo: dict) -> "Any":
+        return self  # immutable
+
+    def __copy__(self) -> "Any":
+        return self
+
     def __new__(cls, value: DimLike = None):  # type: ignore[misc]
         if cls is Dim:
             if isinstance(value, Dim):

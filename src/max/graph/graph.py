@@ -10,6 +10,7 @@ values, threaded through ``Graph._current_chain``, so they never reorder.
 from __future__ import annotations
 
 import contextvars
+import enum
 import os
 import sys
 from collections import defaultdict
@@ -61,6 +62,18 @@ class Node:
         return f"Node({self.op}, loc={self.loc})"
 
 
+class DevicePlacementPolicy(enum.Enum):
+    """What building an op that must run on the host does with operands on an accelerator
+    (libremax's host-only kernels: ``non_maximum_suppression`` and casts to/from float4/float6):
+    ``Ignore`` transfers silently, ``Warn`` (the default) also emits a UserWarning naming the op,
+    ``Error`` raises ValueError at build time.  Set with ``Graph(..., strict_device_placement=...)``.
+    """
+
+    Ignore = "ignore"
+    Warn = "warn"
+    Error = "error"
+
+
 class NoGraphError(LookupError, RuntimeError):
     """An op (or weight) was used while no graph is being built.
 
@@ -101,6 +114,7 @@ class Graph(metaclass=_GraphMeta):
         kernel_library: Any = None,
         module: Any = None,
         _parent: "Graph | None" = None,
+        strict_device_placement: "DevicePlacementPolicy | str" = "warn",
         **kwargs: Any,
     ) -> None:
         from max.graph.value import _make_value
@@ -121,6 +135,12 @@ class Graph(metaclass=_GraphMeta):
         self._kernel_paths: list[Path] = []
         self._custom_extensions = _as_extension_list(custom_extensions)
         self.kernel_library = kernel_library
+        try:
+            self.strict_device_placement = DevicePlacementPolicy(
+                getattr(strict_device_placement, "value", strict_device_placement))
+        except ValueError:
+            raise ValueError(f"Graph {name!r}: strict_device_placement must be a DevicePlacementPolicy "
+                             f"(ignore/warn/error), got {strict_device_placement!r}") from None
         self._entered = 0
         self._version = 0  # bumped on every mutation (engine caches check it)
 
@@ -314,13 +334,52 @@ class Graph(metaclass=_GraphMeta):
         input_types: Iterable[Type] = (),
         path: Path | None = None,
         custom_extensions: Sequence[Any] = (),
+        devices: Sequence[Any] = (),
     ) -> "Graph":
-        """Create a subgraph (callable with ``ops.call``); a chain input is appended automatically."""
+        """Create a subgraph (callable with ``ops.call``); a chain input is appended automatically.
+
+        ``devices`` (DeviceRefs or driver Devices) records where the subgraph's work runs
+        (``sub.devices``); every device its input types name must be among them.
+        """
+        from max.graph.type import _as_device_ref
+
         if name in self._subgraphs:
             raise ValueError(f"add_subgraph: graph {self.name!r} already has a subgraph named {name!r}")
+        devs = [_as_device_ref(d, "add_subgraph") for d in devices]
+        if devs:
+            for t in input_types:
+                dev = getattr(t, "device", None)
+                if dev is not None and dev not in devs:
+                    raise ValueError(f"add_subgraph({name!r}): input type {t} is on {dev}, not one of devices {devs}")
         sub = Graph(name, forward, input_types, path, custom_extensions=custom_extensions, _parent=self)
+        sub.devices = devs
         self._subgraphs[name] = sub
         return sub
+
+    # ------------------------------------------------------------------ copies
+    def copy(self) -> "Graph":
+        """An independent copy: same nodes, values, weights and subgraphs, new objects throughout
+        (building more ops into one does not change the other)."""
+        import copy as _copy
+
+        return _copy.deepcopy(self)
+
+    def __deepcopy__(self, memo: dict) -> "Graph":
+        import copy as _copy
+
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        for k, v in self.__dict__.items():
+            if k in ("device_chains", "_token_stack"):
+                continue
+            setattr(new, k, _copy.deepcopy(v, memo))
+        new._entered = 0
+        new._token_stack = []
+        chains = defaultdict(lambda: new._current_chain)
+        for k, v in self.device_chains.items():
+            chains[k] = _copy.deepcopy(v, memo)
+        new.device_chains = chains
+        return new
 
     @property
     def kernel_libraries_paths(self) -> list[Path]:

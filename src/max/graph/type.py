@@ -32,6 +32,12 @@ class DeviceRef:
 
     __slots__ = ("device_type", "id")
 
+    def __deepcopy__(self, memo: dict) -> "Any":
+        return self  # immutable
+
+    def __copy__(self) -> "Any":
+        return self
+
     def __init__(self, device_type: DeviceKind | str, id: int = 0) -> None:
         kind = device_type if isinstance(device_type, DeviceKind) else DeviceKind.from_string(device_type)
         if isinstance(id, bool) or not isinstance(id, int):
@@ -150,6 +156,12 @@ class Type:
 
     __slots__ = ()
 
+    def __deepcopy__(self, memo: dict) -> "Any":
+        return self  # immutable
+
+    def __copy__(self) -> "Any":
+        return self
+
     def to_mlir(self) -> str:
         return str(self)
 
@@ -225,6 +237,12 @@ class TensorType(_ShapedType):
 
     __slots__ = ()
     _kind = "tensor"
+
+    def cast(self, dtype: DType) -> "TensorType":
+        """The same shape and device with ``dtype``."""
+        if not isinstance(dtype, DType):
+            raise TypeError(f"TensorType.cast: dtype must be a DType, got {type(dtype).__name__} {dtype!r}")
+        return TensorType(dtype, self.shape, self.device)
 
     def as_buffer(self) -> "BufferType":
         return BufferType(self.dtype, self.shape, self.device)

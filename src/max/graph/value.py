@@ -8,7 +8,7 @@ effects.
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, Union
 
 import numpy as np
 
@@ -38,6 +38,19 @@ class Value(Generic[T]):
 
     def __init__(self, value: Any = None, *a: Any, **k: Any) -> None:
         pass
+
+    def __deepcopy__(self, memo: dict) -> "Value":
+        """A copy belonging to the deep copy of its graph (``Graph.copy``)."""
+        import copy
+
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        for cls in type(self).__mro__:
+            for slot in getattr(cls, "__slots__", ()):
+                if slot == "__weakref__" or not hasattr(self, slot):
+                    continue
+                object.__setattr__(new, slot, copy.deepcopy(getattr(self, slot), memo))
+        return new
 
     @property
     def type(self) -> T:
@@ -353,4 +366,7 @@ class _OpaqueValue(Value[_OpaqueType]):
 TensorValueLike = Any  # Value[TensorType] | TensorValue | Shape | Dim | int | float | np.ndarray ...
 ChainValue = _ChainValue
 OpaqueValue = _OpaqueValue
-_ = np
+
+
+# Python and numpy numbers an op accepts where a tensor is expected (weak scalars).
+Numeric = Union[int, float, np.integer, np.floating]

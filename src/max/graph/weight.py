@@ -8,7 +8,7 @@ first time an op uses it (``Graph.add_weight``).  Its data comes from the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from max.dtype import DType
 from max.graph.shape import Shape
@@ -45,6 +45,7 @@ class Weight(TensorValue):
 
     __slots__ = (
         "name",
+        "_local_name",
         "quantization_encoding",
         "align",
         "_sharding_strategy",
@@ -80,6 +81,7 @@ class Weight(TensorValue):
         self._node = None
         self._index = 0
         self.name = name
+        self._local_name = name  # the name it was created with (max.nn keys a module's weights by it)
         self.quantization_encoding = quantization_encoding
         self.align = align
         self._sharding_strategy = sharding_strategy
@@ -154,6 +156,3 @@ class Weight(TensorValue):
         return f"Weight({self.name!r}, {self.dtype}, {self.shape}, {self.device}{enc})"
 
     __hash__ = object.__hash__
-
-
-_ = Callable

@@ -8,6 +8,7 @@ access when they exist.
 
 from max.nn.conv import Conv1D, Conv1DV1, Conv2d, Conv2dV1, Conv3D, Conv3DV1
 from max.nn.embedding import Embedding, EmbeddingV1, EmbeddingV2, VocabParallelEmbedding
+from max.nn.identity import Identity
 from max.nn.layer import (
     Layer,
     LayerList,
@@ -28,7 +29,7 @@ from max.nn.linear import (
     LinearV1,
     QLinearV1,
 )
-from max.nn.norm import GroupNorm, LayerNorm, LayerNormV1, RMSNorm, RMSNormV1
+from max.nn.norm import ConstantLayerNorm, GroupNorm, LayerNorm, LayerNormV1, RMSNorm, RMSNormV1
 from max.nn.rotary_embedding import (
     DeepseekYarnRopeScalingParams,
     DeepseekYarnRotaryEmbedding,
@@ -43,11 +44,24 @@ from max.nn.rotary_embedding import (
     YarnScalingParams,
 )
 from max.nn.sequential import Sequential
+from max.nn.stacked_linear import StackedLinear
 
 Conv2D = Conv2d  # common spelling
 
 __all__ = [
+    "AttentionWithRope",
+    "ConstantLayerNorm",
+    "Identity",
+    "KVCacheParams",
     "MLP",
+    "MoE",
+    "MoEGate",
+    "MultiheadAttention",
+    "RaggedAttention",
+    "ReturnLogits",
+    "StackedLinear",
+    "Transformer",
+    "TransformerBlock",
     "MLPV1",
     "ColumnParallelLinear",
     "Conv1D",
@@ -93,12 +107,22 @@ __all__ = [
     "recursive_named_layers",
 ]
 
-_LAZY_SUBMODULES = ("attention", "kv_cache", "transformer", "kernels")
+_LAZY_SUBMODULES = ("attention", "kv_cache", "transformer", "kernels", "moe")
+# Names re-exported from sub-packages, imported on first access (they pull in the KV cache and
+# kernels, which plain layer users do not need).
+_LAZY_NAMES = {
+    "AttentionWithRope": "attention", "RaggedAttention": "attention",
+    "MultiheadAttention": "attention.multihead_attention", "KVCacheParams": "kv_cache",
+    "ReturnLogits": "transformer", "Transformer": "transformer", "TransformerBlock": "transformer",
+    "MoE": "moe", "MoEGate": "moe",
+}
 
 
 def __getattr__(name: str):
-    if name in _LAZY_SUBMODULES:
-        import importlib
+    import importlib
 
+    if name in _LAZY_SUBMODULES:
         return importlib.import_module(f"max.nn.{name}")
+    if name in _LAZY_NAMES:
+        return getattr(importlib.import_module(f"max.nn.{_LAZY_NAMES[name]}"), name)
     raise AttributeError(f"module 'max.nn' has no attribute {name!r}")

@@ -14,7 +14,7 @@ form used by the reference's module example) builds a :class:`Conv1DV1`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 from max.dtype import DType
 from max.graph import DeviceRef, FilterLayout, TensorValue, Weight, ops
@@ -266,6 +266,3 @@ class Conv3DV1(Layer):
 
     def __call__(self, x: Any) -> TensorValue:
         return _v1_call(self, 3, x)
-
-
-_ = Sequence

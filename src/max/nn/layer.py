@@ -99,11 +99,12 @@ class Layer:
 
 # --------------------------------------------------------------------- Module
 class _State:
-    __slots__ = ("sublayers", "weights", "shared", "values", "path")
+    __slots__ = ("sublayers", "weights", "keys", "shared", "values", "path")
 
     def __init__(self) -> None:
         self.sublayers: dict[str, Module] = {}
         self.weights: dict[str, Weight] = {}
+        self.keys: dict[str, str] = {}  # attribute -> the weight's name within this module
         self.shared: dict[str, Weight] = {}
         self.values: dict[str, Any] = {}
         self.path: str | None = None  # dotted path from the outermost parent; None = a root
@@ -139,20 +140,27 @@ class Module(Layer):
         if not name.startswith("_max_nn_"):
             st.sublayers.pop(name, None)
             st.weights.pop(name, None)
+            st.keys.pop(name, None)
             st.shared.pop(name, None)
             st.values.pop(name, None)
             if isinstance(value, Module):
                 st.sublayers[name] = value
-                _assign_paths(value, _join(st.path, name) if st.path is not None else name)
+                if st.path is not None:
+                    _assign_paths(value, _child_path(self, st.path, name, value))
+                elif getattr(value, "_max_nn_omit_attr_name", False):
+                    _assign_paths(value, "")
+                else:
+                    _assign_paths(value, name)
             elif isinstance(value, Weight):
                 st.weights[name] = value
+                st.keys[name] = _local_key(st, name, value)
                 if st.path is not None and value._shard_parent is None:
-                    value.name = _join(st.path, name)
+                    value.name = _join(st.path, st.keys[name])
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
         st = self._mstate()
-        for d in (st.sublayers, st.weights, st.shared, st.values):
+        for d in (st.sublayers, st.weights, st.keys, st.shared, st.values):
             d.pop(name, None)
         object.__delattr__(self, name)
 
@@ -191,11 +199,12 @@ class Module(Layer):
         """``(full name, owning module, attribute, weight)`` for each owned weight, first path wins."""
         seen: set[int] = set()
         for prefix, layer in recursive_named_layers(self):
-            for attr, w in layer._mstate().weights.items():
+            st = layer._mstate()
+            for attr, w in st.weights.items():
                 if id(w) in seen:
                     continue
                 seen.add(id(w))
-                yield _join(prefix, attr), layer, attr, w
+                yield _join(prefix, st.keys.get(attr, attr)), layer, attr, w
 
     def raw_state_dict(self) -> dict[str, Weight]:
         """All ``Weight`` objects in the model by dotted name relative to this module.
@@ -357,6 +366,22 @@ def _finalize(w: Weight, name: str) -> None:
         w.name = name
 
 
+def _local_key(st: _State, attr: str, w: Weight) -> str:
+    """A weight's name within its module, as MAX names it: the name it was created with
+    (``Linear(name="lin")`` owns ``lin.weight``, ``Embedding(name="emb")`` owns ``emb``), the
+    attribute name for shards or when two weights of the module would share a name."""
+    key = getattr(w, "_local_name", None) or attr
+    if w._shard_parent is not None or any(k == key and a != attr for a, k in st.keys.items()):
+        return attr
+    return key
+
+
+def _child_path(parent: Module, p: str, attr: str, sub: Module) -> str:
+    """The path of child ``sub`` (attribute ``attr``); a module that omits its attribute name
+    (unfused StackedLinear) passes its parent's path on to its children."""
+    return p if getattr(sub, "_max_nn_omit_attr_name", False) else _join(p, attr)
+
+
 def _assign_paths(module: Module, path: str) -> None:
     """Give ``module`` (and everything below it) its dotted path; rename owned weights accordingly."""
     seen: set[int] = set()
@@ -369,9 +394,9 @@ def _assign_paths(module: Module, path: str) -> None:
         st.path = p
         for attr, w in st.weights.items():
             if w._shard_parent is None:  # shards keep their parent-derived names
-                w.name = _join(p, attr)
+                w.name = _join(p, st.keys.get(attr, attr))
         for attr, sub in st.sublayers.items():
-            walk(sub, _join(p, attr))
+            walk(sub, _child_path(m, p, attr, sub))
 
     walk(module, path)
 
@@ -386,7 +411,7 @@ def recursive_named_layers(parent: Module, prefix: str = "") -> Iterable[tuple[s
         seen.add(id(m))
         yield p, m
         for attr, sub in m._mstate().sublayers.items():
-            yield from walk(sub, _join(p, attr))
+            yield from walk(sub, _child_path(m, p, attr, sub))
 
     yield from walk(parent, prefix)
 

@@ -222,6 +222,12 @@ def test_semantics_max_enforces():
         _g(lambda: ops.range(0.5, 3, 1, dtype=DType.int32))
     with pytest.raises(ValueError, match="range: out_dim is 4 but"):
         _g(lambda: ops.range(0, 3, 1, out_dim=4, dtype=DType.int64))
+    # broadcast_to onto a symbolic target: only size-1 dims (or the same symbol) broadcast
+    with pytest.raises(ValueError, match=r"broadcast_to: cannot broadcast \[3\] to \[n\]"):
+        _g(lambda x: ops.broadcast_to(x, ["n"]), (f32, [3]))
+    with pytest.raises(ValueError, match=r"broadcast_to: cannot broadcast \[m\] to \[n\]"):
+        _g(lambda x: ops.broadcast_to(x, ["n"]), (f32, ["m"]))
+    assert _g(lambda x: ops.broadcast_to(x, ["n", 2]), (f32, [1, 2])).output_types[0].shape == ["n", 2]
     # transpose(0, 0) of a scalar is the scalar itself
     g = _g(lambda x: ops.transpose(x, 0, 0), (f32, []))
     assert g.output_types[0].shape == []

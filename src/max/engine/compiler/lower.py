@@ -14,7 +14,7 @@ import operator
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -93,6 +93,22 @@ def resolve_env(v: Any, env: dict) -> Any:
 def resolve_attrs_now(attrs: dict, env: dict | None) -> dict:
     """Resolve attributes eagerly (constant folding / eager execution)."""
     return {k: resolve_env(v, env or {}) for k, v in attrs.items() if not k.startswith("_")}
+
+
+class UnboundDimError(KeyError):
+    """A node attribute names a symbolic dim with no value in ``env``."""
+
+
+def call_kernel(spec: Any, args: list, attrs: dict, env: dict | None = None) -> tuple[Any, dict]:
+    """Run one node's kernel now: ``spec.fn(*args, **kwargs)`` with ``attrs`` resolved against
+    ``env`` (symbolic dim values); returns ``(result, kwargs)``.  The one path for constant
+    folding, load-time weight folding and eager tensors (the lowered code makes the same call
+    from generated Python).  UnboundDimError when a symbolic dim has no value."""
+    try:
+        kwargs = resolve_attrs_now(attrs, env)
+    except KeyError as e:
+        raise UnboundDimError(*e.args) from None
+    return spec.fn(*args, **kwargs), kwargs
 
 
 def _bind_dims(env: dict, t: torch.Tensor, shape: Shape, what: str) -> torch.Tensor:
@@ -325,6 +341,3 @@ def locate_error(lowered: Lowered, prog: Program, tb: Any) -> PNode | None:
                 node = prog.nodes[lowered.node_of_var[m.group(1)]]
         tb = tb.tb_next
     return node
-
-
-_ = Callable

@@ -10,7 +10,7 @@ import numpy as np
 
 from max.engine.compiler.program import PNode, Program
 from max.engine.kernels import KERNELS
-from max.graph.dim import Dim, StaticDim
+from max.graph.dim import Dim
 from max.graph.shape import Shape
 from max.graph.type import TensorType
 
@@ -89,11 +89,10 @@ def cse(prog: Program) -> int:
     return merged
 
 
-def fold_constants(prog: Program, resolve_attrs: Any) -> int:
+def fold_constants(prog: Program) -> int:
     """Evaluate pure nodes whose operands are all constants (results up to FOLD_MAX_ELEMENTS)."""
-    import torch
-
-    from max.dtype import DType
+    from max.driver.buffer import numpy_to_torch, torch_to_numpy
+    from max.engine.compiler.lower import call_kernel
 
     consts: dict[int, np.ndarray] = {}
     folded = 0
@@ -117,42 +116,17 @@ def fold_constants(prog: Program, resolve_attrs: Any) -> int:
             out.append(n)
             continue
         try:
-            attrs = resolve_attrs(n.attrs, None)
-            args = [_np_to_torch(consts[i]) for i in n.inputs]
-            res = spec.fn(*args, **attrs)
+            res, _ = call_kernel(spec, [numpy_to_torch(consts[i], copy=True) for i in n.inputs], n.attrs)
         except Exception:
             out.append(n)  # leave it to run (and report) at execution time
             continue
         results = res if isinstance(res, (tuple, list)) else (res,)
         for o, t, r in zip(n.outs, n.types, results):
-            arr = _torch_to_np(r.detach().to("cpu"), t.dtype)
+            arr = torch_to_numpy(r.to("cpu"), t.dtype).copy()
             arr.setflags(write=False)
             consts[o] = arr
             out.append(PNode("constant", (), {"value": arr}, (t,), (o,), n.loc))
         folded += 1
     prog.nodes = out
-    _ = (DType, torch, StaticDim)
     return folded
 
-
-def _np_to_torch(arr: np.ndarray) -> Any:
-    import torch
-
-    from max.dtype import DType
-
-    dt = DType.from_numpy(arr.dtype)
-    if dt.is_float8() or dt is DType.bfloat16:
-        return torch.from_numpy(arr.view(np.uint8 if dt.size_in_bytes == 1 else np.uint16).copy()).view(dt.to_torch())
-    return torch.from_numpy(arr.copy())
-
-
-def _torch_to_np(t: Any, dtype: Any) -> np.ndarray:
-    import torch
-
-    from max.dtype import DType
-
-    t = t.contiguous()
-    if dtype.is_float8() or dtype is DType.bfloat16:
-        raw = t.view(torch.uint8 if dtype.size_in_bytes == 1 else torch.int16).numpy()
-        return raw.view(dtype.to_numpy()).copy()
-    return t.numpy().copy()

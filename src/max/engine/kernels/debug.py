@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import os
 import sys
 
 import numpy as np
@@ -16,8 +17,15 @@ _NUMPY_OK = {
 }
 
 
+# set by InferenceSession.set_debug_print_options (PrintStyle values)
+OPTIONS: dict = {"style": "COMPACT", "precision": 6, "directory": None}
+
+
 @kernel("print", pure=False)
 def print_(*ts: torch.Tensor, label: str = "debug_tensor", text: str | None = None) -> None:
+    style = OPTIONS["style"]
+    if style == "NONE":
+        return None
     if text is not None:
         builtins.print(text, file=sys.stdout, flush=True)
         return None
@@ -25,5 +33,11 @@ def print_(*ts: torch.Tensor, label: str = "debug_tensor", text: str | None = No
     if t.dtype not in _NUMPY_OK:
         t = t.to(torch.float32)
     arr = t.cpu().numpy()
-    builtins.print(f"{label}: {np.array2string(arr, separator=', ')}", file=sys.stdout, flush=True)
+    if style == "BINARY":
+        os.makedirs(OPTIONS["directory"], exist_ok=True)
+        np.save(os.path.join(OPTIONS["directory"], f"{label}.npy"), arr)
+        return None
+    threshold = sys.maxsize if style == "FULL" else 1000
+    body = np.array2string(arr, separator=", ", precision=OPTIONS["precision"], threshold=threshold)
+    builtins.print(f"{label}: {body}", file=sys.stdout, flush=True)
     return None

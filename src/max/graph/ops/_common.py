@@ -234,5 +234,24 @@ def static_int(d: Dim, op: str, what: str) -> int:
     return d.dim  # type: ignore[union-attr]
 
 
+def host_only(op: str, *vals: TensorValue) -> None:
+    """Apply the graph's DevicePlacementPolicy to an op whose kernel runs on the host when an
+    operand lives on an accelerator (warn by default, raise under ``Error``)."""
+    gpu = [v for v in vals if v.device.is_gpu()]
+    if not gpu:
+        return
+    from max.graph.graph import DevicePlacementPolicy
+
+    policy = current_graph(op)._root().strict_device_placement
+    msg = (f"{op}: runs on the host; its operand on {gpu[0].device} is transferred to the CPU and back "
+           "(strict_device_placement)")
+    if policy is DevicePlacementPolicy.Error:
+        fail(op, msg.split(": ", 1)[1])
+    if policy is DevicePlacementPolicy.Warn:
+        import warnings
+
+        warnings.warn(msg, UserWarning, stacklevel=4)
+
+
 def as_device_ref(device: Any, op: str) -> DeviceRef:
     return _as_device_ref(device, op)

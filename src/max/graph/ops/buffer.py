@@ -14,7 +14,7 @@ from typing import Any
 from max.graph.ops._common import as_tensor, broadcast_shapes, current_graph, fail
 from max.graph.ops.elementwise import cast
 from max.graph.dim import StaticDim
-from max.graph.type import BufferType, TensorType, _ChainType
+from max.graph.type import BufferType, _ChainType
 from max.graph.value import BufferValue, TensorValue
 
 __all__ = ["buffer_create", "buffer_load", "buffer_store", "buffer_store_slice"]
@@ -105,6 +105,3 @@ def buffer_store_slice(destination: Any, source: Any, indices: Any) -> None:
             fail(op, "negative-step slices cannot be stored into; store a flipped source into a positive-step slice")
     src = _store_source(source, view.shape, b, op)
     _chained(op, [b, src] + operands, [], attrs)
-
-
-_ = TensorType

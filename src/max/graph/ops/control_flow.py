@@ -8,11 +8,11 @@ so buffer mutations stay ordered across control flow.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable
 
 from max.dtype import DType
 from max.graph.ops._common import as_tensor, current_graph, fail
-from max.graph.type import BufferType, TensorType, Type, _ChainType
+from max.graph.type import Type, _ChainType
 from max.graph.value import BufferValue, TensorValue, Value
 
 __all__ = ["cond", "while_loop", "call", "fence"]
@@ -171,6 +171,3 @@ def fence(*values: Any) -> list[Value]:
                       side_effects=True)
     g._current_chain = res[-1]
     return res[:-1]
-
-
-_ = (Sequence, TensorType, BufferType)

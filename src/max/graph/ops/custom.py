@@ -7,7 +7,7 @@ from typing import Any, Mapping, Sequence
 from max.dtype import DType
 from max.graph.kernel_library import _REGISTRY, unknown_kernel_message
 from max.graph.ops._common import as_device_ref, as_tensor, current_graph, fail
-from max.graph.type import BufferType, TensorType, Type, _ChainType
+from max.graph.type import Type, _ChainType
 from max.graph.value import BufferValue, Value
 
 __all__ = ["custom", "inplace_custom"]
@@ -69,6 +69,3 @@ def inplace_custom(name: str, device: Any, values: Sequence[Any], out_types: Seq
                    parameters: Mapping[str, Any] | None = None) -> list:
     """Call the custom kernel ``name`` that mutates its buffer operands (ordered by the chain)."""
     return _stage_custom("inplace_custom", name, device, values, out_types or [], parameters, True)
-
-
-_ = (TensorType, BufferType)

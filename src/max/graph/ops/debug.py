@@ -7,7 +7,6 @@ never removed, merged or constant-folded.
 
 from __future__ import annotations
 
-import builtins
 from typing import Any
 
 from max.graph.ops._common import as_tensor, current_graph, fail, stage
@@ -35,6 +34,3 @@ def print(value: Any, label: str = "debug_tensor") -> None:  # noqa: A001 - refe
     (chain,) = stage(op, operands + [graph._current_chain], [_ChainType()], attrs, side_effects=True)
     graph._current_chain = chain
     return None
-
-
-_ = builtins

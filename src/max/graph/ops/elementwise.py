@@ -20,6 +20,7 @@ from max.graph.ops._common import (
     binary_operands,
     broadcast_shapes,
     fail,
+    host_only,
     promote,
     same_device,
     stage1,
@@ -44,6 +45,7 @@ def cast(x: Any, dtype: DType) -> TensorValue:
         return x
     if x.dtype in BIT_STORED or dtype in BIT_STORED:
         # float4/float6 have no torch dtype: converted through ml_dtypes (bit patterns in uint8)
+        host_only("cast", x)
         return stage1("cast_bits", [x], TensorType(dtype, x.shape, x.device), {"src": x.dtype.name, "dst": dtype.name})
     return stage1("cast", [x], TensorType(dtype, x.shape, x.device), {"dtype": dtype})
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from max.dtype import DType
 from max.graph.dim import Dim, StaticDim
-from max.graph.ops._common import as_tensor, fail, same_device, stage1
+from max.graph.ops._common import as_tensor, fail, host_only, same_device, stage1
 from max.graph.shape import Shape
 from max.graph.type import TensorType
 from max.graph.value import TensorValue
@@ -110,6 +110,7 @@ def non_maximum_suppression(boxes: Any, scores: Any, max_output_boxes_per_class:
         if not v.dtype.is_float() or v.dtype.is_float8():
             fail(op, f"{name} must be a floating-point tensor, got {v.dtype}", TypeError)
     same_device(op, b, s)
+    host_only(op, b, s)
     k = _count(op, "max_output_boxes_per_class", max_output_boxes_per_class, 0)
     iou = _number(op, "iou_threshold", iou_threshold)
     if not 0.0 <= iou <= 1.0:

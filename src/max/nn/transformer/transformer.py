@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 from typing import Any, Sequence
 
-import numpy as np
 
 from max.dtype import DType
 from max.graph import TensorValue, ops
@@ -104,6 +103,3 @@ class Transformer(Module):
         if self.logits_postprocessor is not None:
             logits = self.logits_postprocessor(logits)
         return logits
-
-
-_ = np

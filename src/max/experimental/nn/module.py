@@ -1,0 +1,274 @@
+"""``Module``: a tree of child modules and tensor parameters with one ``forward``.
+
+A module's *parameters* are its attributes holding :class:`Tensor`s, its
+*children* the attributes holding modules (``ModuleList`` entries are named
+``"0"``, ``"1"``, ...).  The qualified name of a parameter is the dotted path
+to it (``"layers.0.weight"``).  Nothing is registered: the tree is read from
+the attributes each time, so plain assignment is all a subclass does.
+
+The same ``forward`` runs three ways:
+
+* **eagerly** on :class:`Tensor` arguments (``module(x)``);
+* **traced** inside ``with Graph(...)`` on graph values: the arguments are
+  wrapped as tensors of that graph, parameters become constants, and the
+  results come back as graph values;
+* **compiled** with :meth:`Module.compile(*input_types) <Module.compile>`: the
+  forward is traced into a Graph whose parameters are weights (named by their
+  qualified names), compiled once, and returned as a :class:`CompiledModel`
+  that runs on tensors.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, ParamSpec, TypeVar
+
+import numpy as np
+
+from max import driver
+from max.dtype import DType
+from max.experimental import _trace as trace_graph
+from max.experimental.tensor import Tensor
+
+__all__ = ["CompiledModel", "Module", "ModuleList", "Sequential", "module_dataclass"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_M = TypeVar("_M", bound="Module")
+
+
+class Module(Generic[_P, _R]):
+    """The core unit of composition: child modules, tensor parameters and ``forward``."""
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.forward is not defined")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return trace_graph.call_module(self, args, kwargs)
+
+    # ---------------------------------------------------------------- the tree
+    @property
+    def local_parameters(self) -> Iterator[tuple[str, Tensor]]:
+        """``(name, tensor)`` for the tensors stored directly on this module."""
+        for name, v in vars(self).items():
+            if isinstance(v, Tensor) and not name.startswith("_"):
+                yield name, v
+
+    @property
+    def children(self) -> Iterator[tuple[str, "Module"]]:
+        """``(name, module)`` for the modules stored directly on this module."""
+        for name, v in vars(self).items():
+            if isinstance(v, Module) and not name.startswith("_"):
+                yield name, v
+
+    @property
+    def descendants(self) -> Iterator[tuple[str, "Module"]]:
+        """``(qualified name, module)`` for every module below this one (depth first)."""
+        for name, child in self.children:
+            yield name, child
+            for sub, d in child.descendants:
+                yield f"{name}.{sub}", d
+
+    @property
+    def parameters(self) -> Iterator[tuple[str, Tensor]]:
+        """``(qualified name, tensor)`` for every parameter of this module and its descendants."""
+        yield from self.local_parameters
+        for name, child in self.children:
+            for sub, t in child.parameters:
+                yield f"{name}.{sub}", t
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """The parameters by qualified name."""
+        return dict(self.parameters)
+
+    @property
+    def device(self) -> Any:
+        """The device of the parameters (the default device when there are none)."""
+        for _, t in self.parameters:
+            return t.device
+        from max.experimental.tensor import defaults
+
+        return defaults()[1]
+
+    # ---------------------------------------------------------------- transforming parameters
+    def apply_to_local_parameters(self, f: Callable[[str, Tensor], Tensor]) -> None:
+        """Replace each local parameter ``t`` named ``n`` by ``f(n, t)`` (in place)."""
+        for name, t in list(self.local_parameters):
+            setattr(self, name, _as_tensor(f(name, t), name))
+
+    def apply_to_parameters(self, f: Callable[[str, Tensor], Tensor]) -> None:
+        """Replace every parameter ``t`` by ``f(qualified_name, t)``, in place (children included)."""
+        self._apply("", f)
+
+    def _apply(self, prefix: str, f: Callable[[str, Tensor], Tensor]) -> None:
+        for name, t in list(self.local_parameters):
+            setattr(self, name, _as_tensor(f(prefix + name, t), prefix + name))
+        for name, child in list(self.children):
+            child._apply(f"{prefix}{name}.", f)
+
+    def map_parameters(self: _M, f: Callable[[str, Tensor], Tensor]) -> _M:
+        """A copy of the module tree with every parameter replaced by ``f(qualified_name, t)``;
+        this module is left unchanged."""
+        clone = copy.copy(self)
+        clone._copy_tree()
+        clone.apply_to_parameters(f)
+        return clone
+
+    def _copy_tree(self) -> None:
+        for name, child in list(self.children):
+            c = copy.copy(child)
+            c._copy_tree()
+            if isinstance(self, list):
+                self[int(name)] = c
+            else:
+                object.__setattr__(self, name, c)
+
+    def load_state(self, lookup: Callable[[str, Tensor], Any]) -> None:
+        """Replace every parameter by ``lookup(qualified_name, current)`` (any DLPack array);
+        the new value must have the parameter's dtype and shape."""
+
+        def load(name: str, t: Tensor) -> Tensor:
+            new = _as_tensor(lookup(name, t), name)
+            if new.dtype is not t.dtype:
+                raise ValueError(f"load_state: {name!r} has dtype {t.dtype}, the new value {new.dtype}")
+            if list(new.shape) != list(t.shape):
+                raise ValueError(f"load_state: {name!r} has shape {[int(d) for d in t.shape]}, the new value "
+                                 f"{[int(d) for d in new.shape]}")
+            return new.to(t.device) if new.device != t.device else new
+
+        self.apply_to_parameters(load)
+
+    def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
+        """Load parameters from ``state`` (qualified name -> DLPack array).
+
+        ``strict``: every parameter must have an entry and every entry a parameter
+        (KeyError naming the names otherwise).  Dtypes and shapes must match (ValueError).
+        """
+        names = [n for n, _ in self.parameters]
+        if strict:
+            missing = [n for n in names if n not in state]
+            extra = [k for k in state if k not in set(names)]
+            if missing or extra:
+                raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {extra}")
+        self.load_state(lambda name, t: state[name] if name in state else t)
+
+    def to(self: _M, device: Any) -> _M:
+        """Move every parameter to ``device`` (in place); returns the module."""
+        self.apply_to_parameters(lambda _n, t: t.to(device))
+        return self
+
+    # ---------------------------------------------------------------- compile
+    def compile(self, *input_types: Any, weights: Mapping[str, Any] | None = None) -> "CompiledModel":
+        """Trace ``forward`` against ``input_types`` into a Graph and compile it.
+
+        Parameters become graph weights named by their qualified names, bound to the
+        module's current values (or to ``weights``, a name -> array mapping).
+        """
+        return trace_graph.compile_module(self, input_types, weights)
+
+    # ---------------------------------------------------------------- printing
+    def _repr_fields(self) -> list[str]:
+        out = []
+        for name, v in vars(self).items():
+            if name.startswith("_") or isinstance(v, Module):
+                continue
+            if isinstance(v, Tensor):
+                out.append(f"{name}={_short(v)}")
+            elif isinstance(v, (int, float, bool, str, DType)) or v is None:
+                out.append(f"{name}={v!r}")
+        return out
+
+    def __repr__(self) -> str:
+        head = f"{type(self).__name__}({', '.join(self._repr_fields())}"
+        kids = list(self.children)
+        if not kids:
+            return head + ")"
+        body = "\n".join(f"  ({n}): " + repr(c).replace("\n", "\n  ") for n, c in kids)
+        return f"{head}\n{body}\n)"
+
+
+def _short(t: Tensor) -> str:
+    return f"Tensor({t.dtype.name}, {[str(d) for d in t.shape]}, {t.device})"
+
+
+def _as_tensor(v: Any, name: str) -> Tensor:
+    if isinstance(v, Tensor):
+        return v
+    if isinstance(v, (np.ndarray, driver.Buffer)) or hasattr(v, "__dlpack__"):
+        return Tensor.from_dlpack(v)
+    raise TypeError(f"parameter {name!r}: expected a Tensor or DLPack array, got {type(v).__name__}")
+
+
+def module_dataclass(cls: type | None = None, /, **kwargs: Any) -> Any:
+    """Make a class a dataclass suitable for a Module: fields holding tensors are its parameters,
+    fields holding modules its children (``repr`` and ``eq`` stay the Module's)."""
+
+    def wrap(c: type) -> type:
+        kwargs.setdefault("repr", False)
+        kwargs.setdefault("eq", False)
+        dc = dataclasses.dataclass(c, **kwargs)
+        if not issubclass(dc, Module):
+            raise TypeError(f"module_dataclass: {c.__name__} must subclass max.experimental.nn.Module")
+        return dc
+
+    return wrap(cls) if cls is not None else wrap
+
+
+class ModuleList(list, Module):
+    """A list of modules; its children are named by index (``"0"``, ``"1"``, ...)."""
+
+    def __init__(self, modules: Iterable[Module] = ()) -> None:
+        super().__init__(modules)
+        for i, m in enumerate(self):
+            if not isinstance(m, Module):
+                raise TypeError(f"{type(self).__name__}: entry {i} is a {type(m).__name__}, not a Module")
+
+    @property
+    def children(self) -> Iterator[tuple[str, Module]]:
+        for i, m in enumerate(self):
+            yield str(i), m
+        yield from Module.children.fget(self)  # type: ignore[attr-defined]
+
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __repr__(self) -> str:
+        return Module.__repr__(self)
+
+
+class Sequential(ModuleList):
+    """Modules applied in order: ``Sequential(a, b)(x) == b(a(x))``."""
+
+    def __init__(self, *modules: Module) -> None:
+        if len(modules) == 1 and not isinstance(modules[0], Module):
+            modules = tuple(modules[0])
+        super().__init__(modules)
+
+    def forward(self, x: Any) -> Any:
+        for m in self:
+            x = m(x)
+        return x
+
+
+class CompiledModel:
+    """A module compiled by :meth:`Module.compile`: call it with tensors (or DLPack arrays)."""
+
+    def __init__(self, model: Any, graph: Any, structure: Any, module: Module) -> None:
+        self._model = model
+        self.graph = graph
+        self._structure = structure
+        self._module_type = type(module).__name__
+
+    @property
+    def input_types(self) -> list:
+        return [t for t in self.graph._input_types]
+
+    def __call__(self, *args: Any) -> Any:
+        return trace_graph.run_compiled(self, args)
+
+    def __repr__(self) -> str:
+        ins = ", ".join(str(t) for t in self.input_types)
+        return f"CompiledModel({self._module_type}, inputs=[{ins}])"
