@@ -122,3 +122,22 @@ def test_bad_adapter_requests_are_400(lora_server, path, body, param):
     r = _post(lora_server, path, body)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+
+
+def test_prefix_cache_pages_are_not_shared_across_adapters(lora_server):
+    """A prompt longer than a KV page, served first without and then with an adapter (and back): each
+    answer is the one its own model gives (pages computed under one adapter are never reused by another)."""
+    srv = lora_server
+    prompt = "x = self.norm(hidden_states)\n" * 11
+    ids = srv.tokenizer.encode_sync(prompt).tolist()
+    assert len(ids) > 128
+    for model, ref in (("tiny", None), ("sql", "sql"), ("tiny", None), ("chat", "chat")):
+        r = _post(srv, "/v1/completions", {"model": model, "prompt": prompt, "max_tokens": 4, "temperature": 0,
+                                           "ignore_eos": True})
+        assert r.status_code == 200, r.text
+        got = r.json()["choices"][0]["text"]
+        with torch.no_grad():
+            out = srv.refs[ref].generate(torch.as_tensor([ids]), max_new_tokens=4, do_sample=False,
+                                         eos_token_id=None, pad_token_id=0)
+        want = srv.tokenizer.decode_sync(out[0, len(ids):].tolist(), skip_special_tokens=True)
+        assert got == want.rstrip("\ufffd"), model  # the server holds back an incomplete UTF-8 character

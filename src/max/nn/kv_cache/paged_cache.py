@@ -60,6 +60,15 @@ logger = logging.getLogger("max.nn.kv_cache")
 _ROOT_HASH = b"\x00" * 16
 
 
+def _root_hash(ctx: Any) -> bytes:
+    """The hash chain's root: shared by every request, unless the context carries a ``cache_salt``
+    (e.g. its LoRA adapter: pages computed under another adapter hold other keys and values)."""
+    salt = getattr(ctx, "cache_salt", None)
+    if not salt:
+        return _ROOT_HASH
+    return hashlib.blake2b(_ROOT_HASH + str(salt).encode("utf-8"), digest_size=16).digest()
+
+
 class InsufficientPagesError(RuntimeError):
     """``fetch`` needs more free pages than the pool has."""
 
@@ -476,7 +485,7 @@ class PagedKVCacheManager(KVCacheManager[Any]):
             and not wants_prompt_logits
         ):
             tokens = ctx.tokens
-            parent = req.hashes[num_committed - 1] if num_committed else _ROOT_HASH
+            parent = req.hashes[num_committed - 1] if num_committed else _root_hash(ctx)
             i = num_committed
             while (i + 1) * P < active:  # leave >= 1 token to compute
                 h = hash_page(parent, tokens[i * P : (i + 1) * P])
@@ -635,7 +644,7 @@ class PagedKVCacheManager(KVCacheManager[Any]):
             if full <= req.num_committed:
                 continue
             tokens = ctx.tokens
-            parent = req.hashes[-1] if req.hashes else _ROOT_HASH
+            parent = req.hashes[-1] if req.hashes else _root_hash(ctx)
             for i in range(req.num_committed, full):
                 h = hash_page(parent, tokens[i * P : (i + 1) * P])
                 existing = self.pool.lookup(h)

@@ -257,6 +257,10 @@ class TextGenerationPipeline(Pipeline):
     def _step(self, ctxs: list[Any]) -> None:
         """One model call: prompt chunks and decode tokens together, then sample."""
         mgr = self._pipeline_model.kv_manager
+        lora = getattr(self._pipeline_model, "lora_manager", None)
+        if lora is not None:  # prefix-cache pages are shared only between requests of the same adapter
+            for c in ctxs:
+                c.cache_salt = f"lora:{c.model_name}" if lora.has(getattr(c, "model_name", None)) else None
         chunked: dict[int, int] = {}
         if self._chunk is not None:
             reuse = getattr(mgr, "reuse_cached_prefix", None)
