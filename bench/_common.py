@@ -35,3 +35,47 @@ def fmt_s(s: float) -> str:
     if s < 1:
         return f"{s * 1e3:.2f} ms"
     return f"{s:.2f} s"
+
+
+def start_max_serve(extra_args: list, timeout: float = 300.0) -> tuple:
+    """Start ``max serve`` (this environment's console script) on a free port of 127.0.0.1 with
+    ``extra_args``; wait for ``/health``.  Returns ``(process, base_url, seconds_to_ready)``; exits with
+    the server's stderr when it dies or does not come up in ``timeout`` s."""
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    from max.serve.server import free_port
+
+    port = free_port()
+    exe = os.path.join(os.path.dirname(sys.executable), "max")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([exe, "serve", "--port", str(port), *map(str, extra_args)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    while True:
+        if proc.poll() is not None:
+            raise SystemExit(f"max serve exited:\n{proc.stderr.read()[-3000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url, time.perf_counter() - t0
+        except httpx.HTTPError:
+            pass
+        if time.perf_counter() - t0 > timeout:
+            proc.kill()
+            raise SystemExit(f"max serve did not come up in {timeout:.0f} s")
+        time.sleep(0.25)
+
+
+def stop_process(proc, timeout: float = 30.0) -> int:
+    """SIGTERM ``proc``, wait up to ``timeout`` s (then kill); its exit status."""
+    import subprocess
+
+    proc.terminate()
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()

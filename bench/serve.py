@@ -21,39 +21,20 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import table  # noqa: E402
+from _common import start_max_serve, stop_process, table  # noqa: E402
 
 
 def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str, float]:
-    import httpx
-
-    from max.serve.server import free_port
-
-    port = free_port()
-    exe = os.path.join(os.path.dirname(sys.executable), "max")
-    cmd = [exe, "serve", "--port", str(port), "--devices", args.devices, "--max-batch-size",
-           str(max(args.concurrency)), "--log-level", "warning"]
+    cmd = ["--devices", args.devices, "--max-batch-size", str(max(args.concurrency)), "--log-level", "warning"]
     if args.model_path:
         cmd += ["--model-path", args.model_path]
     if args.max_length:
         cmd += ["--max-length", str(args.max_length)]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    while True:
-        if proc.poll() is not None:
-            raise SystemExit(f"max serve exited:\n{proc.stderr.read()[-3000:]}")
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url, time.perf_counter() - t0
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
+    return start_max_serve(cmd)
 
 
 def main() -> None:
@@ -131,11 +112,7 @@ def throughput(args: argparse.Namespace) -> None:
             results.append(res)
             print(f"concurrency {c:>3}: {res['output_throughput']:.1f} tok/s", file=sys.stderr)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
     base = results[0]
     rows = []
     for r in results:

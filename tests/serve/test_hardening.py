@@ -86,6 +86,10 @@ def test_oversized_body_is_413_before_parsing(server):
         _err(post(server, "/v1/completions", content=chunks(), headers={"content-type": "application/json"}), 413)
         r = post(server, "/v1/completions", json={"prompt": "x" * 100, "max_tokens": 1})
         assert r.status_code == 200, r.text
+        # a client still sending a big body gets the 413 itself, not a reset connection
+        big = json.dumps({"prompt": "y" * (4 << 20), "max_tokens": 1}).encode()
+        for _ in range(5):
+            _err(post(server, "/v1/completions", content=big, headers={"content-type": "application/json"}), 413)
     finally:
         state.max_request_bytes = old
     wait_idle(server)

@@ -78,6 +78,7 @@ def test_sigterm_drains_ends_streams_and_exits_0(tmp_path):
         assert proc.wait(timeout=30) == 0
         stderr = proc.stderr.read()
         assert "Traceback" not in stderr, stderr[-3000:]
+        assert "KV cache: " in stderr and " tokens = " in stderr  # the cache's size is printed at start
     finally:
         if proc.poll() is None:
             proc.kill()

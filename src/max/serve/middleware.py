@@ -72,33 +72,41 @@ class AuthAndCount:
                 self.state.metrics.request_done(endpoint, status[0])
 
 
+DRAIN_LIMIT = 64 << 20
+"""How much of an oversized body is read (and dropped) before the 413, so the client, still sending,
+gets the answer instead of a reset connection; beyond it the connection is closed."""
+
+
 async def _bounded_body(scope: Any, receive: Any, limit: Any) -> tuple[Any, Any]:
     """``(receive, None)`` replaying the whole body once it is known to be within ``limit`` bytes, or
-    ``(receive, APIError 413)`` as soon as it is known not to be (from ``Content-Length`` before reading,
-    else while reading); ``APIError`` with status 0 when the client disconnected meanwhile."""
+    ``(receive, APIError 413)`` for a bigger one (known from ``Content-Length`` or while reading; the
+    rest of it is read and dropped, never kept or parsed); ``APIError`` with status 0 when the client
+    disconnected meanwhile."""
     if not limit:
         return receive, None
-
-    def too_large(n: Any) -> APIError:
-        return APIError(413, f"the request body has {n} bytes, more than this server's limit of {limit} bytes "
-                        "(max serve --max-request-bytes)", code="request_too_large", headers={"Connection": "close"})
-
     declared = dict(scope.get("headers") or []).get(b"content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return receive, too_large(int(declared))
+    n_declared = int(declared) if declared is not None and declared.isdigit() else None
+    over = n_declared is not None and n_declared > limit
     chunks: list[bytes] = []
     size = 0
-    while True:
+    more = not (over and n_declared > DRAIN_LIMIT)  # far too big: do not even read it
+    while more:
         message = await receive()
         if message["type"] == "http.disconnect":
             return receive, APIError(0, "client disconnected")
         body = message.get("body", b"")
         size += len(body)
-        if size > limit:
-            return receive, too_large(f"more than {limit}")
-        chunks.append(body)
-        if not message.get("more_body", False):
+        over = over or size > limit
+        if not over:
+            chunks.append(body)
+        more = message.get("more_body", False)
+        if over and size > DRAIN_LIMIT:
             break
+    if over:
+        got = f"has {n_declared} bytes, more than" if n_declared is not None else "is larger than"
+        return receive, APIError(413, f"the request body {got} this server's limit of {limit} bytes (max serve "
+                                 "--max-request-bytes)", code="request_too_large",
+                                 headers={"Connection": "close"} if more else None)
     pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
 
     async def replay() -> Any:
