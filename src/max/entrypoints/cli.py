@@ -74,6 +74,9 @@ def _model_options(f: Any) -> Any:
                      help="Speculative decoding: a small draft model with the same vocabulary."),
         click.option("--num-speculative-tokens", type=int, default=None,
                      help="Draft tokens proposed per step (default 3)."),
+        click.option("--fallback/--no-fallback", "hf_fallback", default=True, show_default=True,
+                     help="Run a causal LM whose architecture libremax has no native implementation of through "
+                          "Hugging Face transformers (with a warning); --no-fallback makes it an error."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -158,7 +161,7 @@ def _sampling_params(**kw: Any) -> Any:
 @click.option("--grammar", default=None, help="Constrain the output with a Lark or GBNF grammar (text or file).")
 def generate(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
              prefill_chunk_size: Any, enable_prefix_caching: bool, kv_cache_memory: Any, device_memory_utilization: Any,
-             draft_model_path: Any, num_speculative_tokens: Any,
+             draft_model_path: Any, num_speculative_tokens: Any, hf_fallback: bool,
              prompt: str, chat: bool, max_new_tokens: int, temperature: float, top_k: int, top_p: float, min_p: float,
              frequency_penalty: float, presence_penalty: float, repetition_penalty: float, seed: Any,
              json_schema: Any, json_object: bool, regex: Any, grammar: Any) -> None:
@@ -174,7 +177,8 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
         cfg = build_config(model_path, quantization_encoding, devices, max_length, max_batch_size,
                            prefill_chunk_size, enable_prefix_caching, kv_cache_memory=kv_cache_memory,
                            device_memory_utilization=device_memory_utilization,
-                           draft_model_path=draft_model_path, num_speculative_tokens=num_speculative_tokens)
+                           draft_model_path=draft_model_path, num_speculative_tokens=num_speculative_tokens,
+                           hf_fallback=hf_fallback)
         ctx = _checked_context(cfg, prompt, params, chat, response_format)  # before the model loads
         from max.entrypoints.llm import LLM
 
@@ -362,7 +366,7 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
 @click.option("--max-lora-rank", type=int, default=None, help="Largest LoRA rank accepted (default 16).")
 def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
           prefill_chunk_size: Any, enable_prefix_caching: bool, kv_cache_memory: Any, device_memory_utilization: Any,
-          draft_model_path: Any, num_speculative_tokens: Any,
+          draft_model_path: Any, num_speculative_tokens: Any, hf_fallback: bool,
           host: str, port: int, api_key: Any, max_queue_size: Any, metrics_port: Any, served_model_name: Any,
           max_request_bytes: int, drain_timeout: float, log_level: str, tool_call_parser: Any,
           enable_echo: bool, lora_paths: tuple, enable_lora: bool, max_num_loras: Any, max_lora_rank: Any) -> None:
@@ -386,7 +390,8 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
                            enable_lora=(enable_lora or bool(lora_paths)) or None, lora_paths=list(lora_paths) or None,
                            max_num_loras=max_num_loras, max_lora_rank=max_lora_rank,
                            kv_cache_memory=kv_cache_memory, device_memory_utilization=device_memory_utilization,
-                           draft_model_path=draft_model_path, num_speculative_tokens=num_speculative_tokens)
+                           draft_model_path=draft_model_path, num_speculative_tokens=num_speculative_tokens,
+                           hf_fallback=hf_fallback)
         click.echo(f"Loading {cfg.model_config.model_path} ...", err=True)
         if served_model_name is None and model_path is None:  # the bundled model: a short id
             served_model_name = BUNDLED[0].served_name

@@ -42,6 +42,7 @@ from max.nn.rotary_embedding import (
     YarnRotaryEmbedding,
     YarnScalingParams,
 )
+from max.nn.moe import MoE, MoEGate
 from max.nn.sequential import Sequential
 
 Conv2D = Conv2d  # common spelling
@@ -78,6 +79,8 @@ __all__ = [
     "Llama3RotaryEmbedding",
     "LongRoPERotaryEmbedding",
     "LongRoPEScalingParams",
+    "MoE",
+    "MoEGate",
     "Module",
     "QLinearV1",
     "RMSNorm",
@@ -93,7 +96,7 @@ __all__ = [
     "recursive_named_layers",
 ]
 
-_LAZY_SUBMODULES = ("attention", "kv_cache", "transformer", "kernels")
+_LAZY_SUBMODULES = ("attention", "kv_cache", "transformer", "kernels", "kernels_decoder")
 
 
 def __getattr__(name: str):
