@@ -1,10 +1,12 @@
-"""A Hugging Face transformers model on the same (dequantised, float32) weights as a libremax GGUF model.
+"""A Hugging Face transformers model on the same (dequantised, float32) weights as a libremax model.
 
-Used by bench/generate.py and the SmolLM2 correctness test as the independent reference: the config
-is transformers' own reading of the GGUF metadata, the GGUF tensors are dequantised with the `gguf`
-package (not libremax), Llama-family q/k rows are un-permuted back to Hugging Face's rotate-half
-layout, and transformers' own model class runs them.  (Only the tensor *names* come from libremax's
-llama.cpp name map.)
+Used by bench/generate.py, bench/families.py and the SmolLM2 correctness test as the independent
+reference.  ``hf_reference_model(path)``: a model folder loads with ``from_pretrained``; a GGUF file of
+any family transformers reads loads with ``from_pretrained(gguf_file=...)`` (transformers' own
+metadata reading, name map, q/k un-permutation and dequantisation; needs ``accelerate``).
+``hf_model_from_gguf`` is the faster path for Llama/Mistral GGUF files: transformers' config, the
+tensors dequantised with the `gguf` package (not libremax), q/k rows un-permuted back to Hugging
+Face's rotate-half layout.  (Only the tensor *names* come from libremax's llama.cpp name map.)
 """
 
 from __future__ import annotations
@@ -39,3 +41,22 @@ def hf_model_from_gguf(path: str):
     missing, unexpected = model.load_state_dict(sd, strict=False)
     assert not unexpected and all("rotary" in m for m in missing), (missing, unexpected)
     return model
+
+
+def hf_reference_model(path: str):
+    """transformers' float32 model for a model folder or a GGUF file (see the module docstring)."""
+    import torch
+    import transformers
+
+    if os.path.isdir(path):
+        return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    cfg = transformers.AutoConfig.from_pretrained(os.path.dirname(os.path.abspath(path)),
+                                                  gguf_file=os.path.basename(path))
+    if cfg.model_type in ("llama", "mistral"):
+        return hf_model_from_gguf(path)
+    import importlib.util
+
+    if importlib.util.find_spec("accelerate") is None:
+        raise RuntimeError("transformers needs `accelerate` to load a GGUF file: pip install accelerate")
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(os.path.abspath(path)), gguf_file=os.path.basename(path), dtype=torch.float32).eval()

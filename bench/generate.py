@@ -122,13 +122,13 @@ def run_transformers(path: str, n: int, prompt_tokens: int, threads: int) -> dic
     import torch
 
     sys.path.insert(0, HERE)
-    from _hf_ref import hf_model_from_gguf
+    from _hf_ref import hf_reference_model
 
     from max.pipelines.lib.tokenizer import TextTokenizer
 
     torch.set_num_threads(threads)
     t0 = time.perf_counter()
-    model = hf_model_from_gguf(path)
+    model = hf_reference_model(path)
     tok = TextTokenizer(path)
     load = time.perf_counter() - t0
     long_prompt = prompt_of(lambda s: tok.encode_sync(s).tolist(), lambda ids: tok.delegate.decode(ids),

@@ -31,7 +31,7 @@ def _randomize(model: Any, *suffixes: str, std: float = 0.5) -> None:
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith(suffixes):
-                p.normal_(0, std) if not name.endswith("norm.weight") else p.uniform_(0.5, 1.5)
+                p.normal_(0, std) if not name.endswith("norm.weight") else p.uniform_(-0.5, 0.5)
 
 
 FamilySpec = tuple[Callable[[dict], Any], Callable[[Any], None] | None]
@@ -43,6 +43,38 @@ FAMILIES: dict[str, FamilySpec] = {
               lambda m: _randomize(m, "q_proj.bias", "k_proj.bias", "v_proj.bias")),
     "qwen3": (lambda d: transformers.Qwen3Config(**d, head_dim=32, tie_word_embeddings=True),
               lambda m: _randomize(m, "q_norm.weight", "k_norm.weight")),
+    # sliding + global layer, each with its own RoPE (global one linearly scaled), final soft-capping
+    "gemma3": (lambda d: transformers.Gemma3TextConfig(
+        **d, head_dim=32, query_pre_attn_scalar=24, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"], final_logit_softcapping=3.0,
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
+               lambda m: _randomize(m, "norm.weight", "layernorm.weight")),
+    "phi3": (lambda d: transformers.Phi3Config(**d, tie_word_embeddings=False), None),
+    # Phi-4-mini-style: half of each head rotates, LongRoPE (short factors: max_length 128 <= 128)
+    "phi3-longrope": (lambda d: transformers.Phi3Config(**d, rope_parameters=dict(
+        rope_type="longrope", rope_theta=1e4, partial_rotary_factor=0.5, original_max_position_embeddings=128,
+        short_factor=[1.0, 1.5, 2.0, 4.0], long_factor=[2.0, 3.0, 5.0, 9.0])), None),
+    "granite": (lambda d: transformers.GraniteConfig(**d, embedding_multiplier=3.0, residual_multiplier=0.5,
+                                                     attention_multiplier=0.1, logits_scaling=4.0), None),
+    "olmo2": (lambda d: transformers.Olmo2Config(**d), lambda m: _randomize(m, "norm.weight", "layernorm.weight")),
+    "gpt_oss": (lambda d: transformers.GptOssConfig(**d, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+                                                    sliding_window=8, attn_implementation="eager"),
+                lambda m: _randomize(m, "sinks", "_bias", ".bias", std=1.0)),
+    # MLA (q_lora, YaRN with mscale), MoE with shared experts and group-limited routing; layer 0 dense
+    "deepseek_v2": (lambda d: transformers.DeepseekV2Config(
+        **{**d, "num_key_value_heads": 4}, kv_lora_rank=32, q_lora_rank=48, qk_rope_head_dim=8, qk_nope_head_dim=16,
+        v_head_dim=12, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+        first_k_dense_replace=1, topk_method="group_limited_greedy", n_group=2, topk_group=1,
+        routed_scaling_factor=1.5, rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                    "original_max_position_embeddings": 64, "mscale": 0.707,
+                                                    "mscale_all_dim": 0.707, "beta_fast": 32, "beta_slow": 1}),
+        lambda m: _randomize(m, "layernorm.weight")),
+    "mixtral": (lambda d: transformers.MixtralConfig(**d, num_local_experts=4, num_experts_per_tok=2), None),
+    # layer 0 dense (mlp_only_layers), layer 1 experts with renormalised top-2 weights
+    "qwen3_moe": (lambda d: transformers.Qwen3MoeConfig(**d, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                                                         moe_intermediate_size=32, norm_topk_prob=True,
+                                                         mlp_only_layers=[0]), None),
 }
 
 
@@ -89,3 +121,110 @@ def assert_close(ours: np.ndarray, ref: np.ndarray, what: str) -> None:
     span = float(ref.max() - ref.min())
     err = float(np.abs(ours - ref).max())
     assert err <= 1e-4 * span, f"{what}: max |diff| {err:.3g} > 1e-4 of the logit range {span:.3g}"
+
+
+# --------------------------------------------------------------------------- GGUF copies (llama.cpp layout)
+# family -> (llama.cpp architecture, transformers config for what GGUF can express, q/k rows permuted,
+#            norms stored as 1 + w, extra per-layer name map HF -> llama.cpp, extra metadata)
+GGUF_FAMILIES: dict[str, tuple] = {
+    "llama": ("llama", lambda d: transformers.LlamaConfig(**d, tie_word_embeddings=False), True, False, {}, {}),
+    "mistral": ("mistral", lambda d: transformers.MistralConfig(**d, sliding_window=8), True, False, {},
+                {"attention.sliding_window": 8}),
+    "qwen2": ("qwen2", lambda d: transformers.Qwen2Config(**d, tie_word_embeddings=True), False, False, {}, {}),
+    "qwen3": ("qwen3", lambda d: transformers.Qwen3Config(**d, head_dim=32), False, False, {}, {}),
+    "gemma3": ("gemma3", lambda d: transformers.Gemma3TextConfig(**d, head_dim=32, query_pre_attn_scalar=32,
+                                                                  sliding_window=8), False, True,
+               {"post_attention_layernorm": "post_attention_norm", "pre_feedforward_layernorm": "ffn_norm",
+                "post_feedforward_layernorm": "post_ffw_norm"}, {"attention.sliding_window": 8}),
+    "phi3": ("phi3", lambda d: transformers.Phi3Config(**d, tie_word_embeddings=False), False, False,
+             {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}, {}),
+    "granite": ("granite", lambda d: transformers.GraniteConfig(**d, embedding_multiplier=3.0, residual_multiplier=0.5,
+                                                                 attention_multiplier=0.1, logits_scaling=4.0),
+                True, False, {}, {"embedding_scale": 3.0, "residual_scale": 0.5, "attention.scale": 0.1,
+                                  "logit_scale": 4.0}),
+    "olmo2": ("olmo2", lambda d: transformers.Olmo2Config(**d), False, False,
+              {"post_attention_layernorm": "post_attention_norm", "post_feedforward_layernorm": "post_ffw_norm"}, {}),
+}
+
+_LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+          "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+          "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate",
+          "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
+def _gguf_name(hf_name: str, extra: dict) -> str:
+    if hf_name == "model.embed_tokens.weight":
+        return "token_embd.weight"
+    if hf_name == "model.norm.weight":
+        return "output_norm.weight"
+    if hf_name == "lm_head.weight":
+        return "output.weight"
+    _, _, i, rest = hf_name.split(".", 3)
+    mod, leaf = rest.rsplit(".", 1)
+    return f"blk.{i}.{extra.get(mod) or _LAYER[mod]}.{leaf}"
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_gguf(name: str) -> tuple[str, Any, Any]:
+    """``(gguf path, hf_model, tokenizer)``: a tiny random model of the family written as llama.cpp would
+    (its names, q/k permutation, Gemma's 1 + w norms), float32 tensors and a byte-level BPE vocabulary."""
+    import json
+
+    import gguf
+
+    arch, make_config, permuted, plus_one, extra, meta = GGUF_FAMILIES[name]
+    tok = transformers.AutoTokenizer.from_pretrained(make_bpe_tokenizer())
+    cfg = make_config({**DIMS, "vocab_size": len(tok), "bos_token_id": tok.bos_token_id,
+                       "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id})
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval().float()
+    _randomize(model, "norm.weight", "layernorm.weight", "_proj.bias")
+    nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // nh
+    path = os.path.join(tempfile.mkdtemp(prefix=f"libremax-gguf-{name}-"), f"tiny-{name}.gguf")
+    w = gguf.GGUFWriter(path, arch)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(nh)
+    w.add_head_count_kv(nkv)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim)
+    rope = cfg.rope_parameters.get("full_attention", cfg.rope_parameters)
+    w.add_rope_freq_base(float(rope["rope_theta"]))
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_vocab_size(cfg.vocab_size)
+    for k, v in meta.items():
+        key = f"{arch}.{k}"
+        w.add_uint32(key, v) if isinstance(v, int) else w.add_float32(key, v)
+    tj = json.loads(tok.backend_tokenizer.to_str())
+    tokens = [t for t, _ in sorted(tj["model"]["vocab"].items(), key=lambda kv: kv[1])]
+    special = {a["content"] for a in tj["added_tokens"]}
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t in special else 1 for t in tokens])
+    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]])
+    w.add_bos_token_id(tok.bos_token_id)
+    w.add_eos_token_id(tok.eos_token_id)
+    w.add_add_bos_token(False)
+
+    def permute(a: np.ndarray, heads: int) -> np.ndarray:
+        return a.reshape(heads, 2, a.shape[0] // heads // 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)
+
+    for k, v in model.state_dict().items():
+        if k == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue
+        a = v.detach().float().numpy().copy()
+        if permuted and (".q_proj." in k or ".k_proj." in k):
+            a = permute(a, nh if ".q_proj." in k else nkv)
+        if plus_one and k.endswith("norm.weight"):
+            a = a + 1.0
+        w.add_tensor(_gguf_name(k, extra), a.astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path, model, tok

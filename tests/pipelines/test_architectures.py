@@ -80,7 +80,7 @@ def test_gguf_architecture_map_is_built_from_the_folders():
     from max.pipelines.lib.registry import gguf_architectures
 
     m = gguf_architectures()
-    assert [a.name for a in m["llama"]] == ["LlamaForCausalLM"]
+    assert sorted(a.name for a in m["llama"]) == ["LlamaForCausalLM", "MixtralForCausalLM"]
     assert [a.name for a in m["qwen2"]] == ["Qwen2ForCausalLM"]
 
 
@@ -103,8 +103,11 @@ def test_every_checkpoint_weight_comes_from_the_factory(family):
         if isinstance(layer, (Linear, Embedding)):
             assert id(layer) in made, f"{family}: {path} was not made by the weight factory"
             assert factory.created[path] is layer
-    sd = {k.removeprefix("model."): v for k, v in hf.state_dict().items()}
-    assert set(module.raw_state_dict()) == set(sd) - ({"lm_head.weight"} if cfg.tie_word_embeddings else set())
+    from max.graph.weights import WeightsFormat, load_weights
+
+    d, _, _ = tiny_family(family)
+    adapted = cls.weight_adapters[WeightsFormat.safetensors](dict(load_weights([f"{d}/model.safetensors"]).items()))
+    assert set(module.raw_state_dict()) == set(adapted)
 
 
 def test_compute_dtype_policy(monkeypatch):
@@ -157,3 +160,14 @@ def test_factory_rejects_a_module_not_placed_at_its_name():
     m.other = f.linear("proj", 4, 3)
     with pytest.raises(RuntimeError, match="proj"):
         f.check_paths(m)
+
+
+def test_mla_cache_holds_only_the_latent():
+    """DeepSeek-V2's paged cache stores kv_lora_rank + qk_rope_head_dim values per token and layer (split
+    across the K and V planes), not per-head keys and values."""
+    from family_support import family_llm
+
+    llm = family_llm("deepseek_v2")
+    pm = llm.pipeline.pipeline_model
+    e = pm.config.extra
+    assert pm.kv_params.bytes_per_token(1) == (e["kv_lora_rank"] + e["qk_rope_head_dim"]) * 4

@@ -14,7 +14,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nn"))
 
 pytest.importorskip("transformers")
 
-from family_support import FAMILIES, assert_close, family_llm, hf_greedy, hf_next_logits, tiny_family  # noqa: E402
+from family_support import (  # noqa: E402
+    FAMILIES,
+    GGUF_FAMILIES,
+    assert_close,
+    family_llm,
+    hf_greedy,
+    hf_next_logits,
+    tiny_family,
+    tiny_gguf,
+)
 from test_kv_cache_context import FakeContext  # noqa: E402
 
 
@@ -76,3 +85,18 @@ def test_greedy_16_tokens_identical_alone_and_batched(family):
     assert run(prompts) == want
     mgr = llm.pipeline.kv_managers[0]
     assert mgr.num_free_pages == mgr.total_num_pages
+
+
+@pytest.mark.parametrize("family", sorted(GGUF_FAMILIES))
+def test_gguf_copy_matches_transformers(family):
+    """The family's llama.cpp-layout GGUF (float32) loads through the GGUF translation and adapter and
+    gives the same logits as transformers on the original weights."""
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    path, model, tok = tiny_gguf(family)
+    llm = LLM(PipelineConfig(model_path=path, max_length=128, max_batch_size=4, kv_cache_page_size=16))
+    assert llm.pipeline_config.model_config.architectures == [type(model).__name__]
+    rng = np.random.default_rng(1)
+    _steps(llm, model, {"a": rng.integers(0, len(tok), 20).tolist(), "b": rng.integers(0, len(tok), 5).tolist()},
+           n_decode=2)

@@ -92,6 +92,8 @@ __all__ = [
     "Llama3RotaryEmbedding",
     "LongRoPERotaryEmbedding",
     "LongRoPEScalingParams",
+    "MoE",
+    "MoEGate",
     "Module",
     "QLinearV1",
     "RMSNorm",
@@ -107,7 +109,7 @@ __all__ = [
     "recursive_named_layers",
 ]
 
-_LAZY_SUBMODULES = ("attention", "kv_cache", "transformer", "kernels", "moe")
+_LAZY_SUBMODULES = ("attention", "kv_cache", "transformer", "kernels", "kernels_decoder")
 # Names re-exported from sub-packages, imported on first access (they pull in the KV cache and
 # kernels, which plain layer users do not need).
 _LAZY_NAMES = {

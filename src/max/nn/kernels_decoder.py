@@ -1,6 +1,6 @@
-"""Graph ops the model families' decoders use beside ``max.nn.kernels``: RoPE on projected q/k
-(optionally on only the first dims of each head), and writing already-projected K/V rows into the
-paged cache, so projections can be any layer (quantised, LoRA-wrapped, fused or not).
+"""Graph ops the model families' decoders use beside ``max.nn.kernels``: RoPE on tensors that are not
+a layer's q/k heads (DeepSeek's shared RoPE key), writing K/V rows of any layout into the paged cache
+(the MLA latent), attention with sinks / soft-capping, and absorbed latent attention.
 
 Each function is a type rule staging one node; its torch kernel lives in
 ``max.engine.kernels.decoder``.  Ragged layout and cache addressing as in ``max.nn.kernels``.
@@ -16,7 +16,8 @@ from max.graph.ops._common import as_tensor, fail, stage
 from max.nn.kernels import _chained, _coll, _layer, _offsets, _plan
 from max.nn.kv_cache.cache_params import KVCacheParams
 
-__all__ = ["ragged_rope", "ragged_rope_tables", "ragged_write_plan", "store_kv_ragged"]
+__all__ = ["mla_attention_ragged", "ragged_attention", "ragged_rope", "ragged_rope_tables", "ragged_write_plan",
+           "store_kv_ragged"]
 
 
 def ragged_write_plan(input_row_offsets: Any, kv_collection: Any) -> tuple[TensorValue, TensorValue, TensorValue]:
@@ -79,3 +80,54 @@ def store_kv_ragged(kv_params: KVCacheParams, k: Any, v: Any, kv_collection: Any
     wp = as_tensor(write_page, op=op, arg="write_page")
     wo = as_tensor(write_offset, op=op, arg="write_offset")
     _chained(op, [kt, vt, coll.blocks, wp, wo], [], {"layer": layer})
+
+
+def ragged_attention(kv_params: KVCacheParams, q: Any, input_row_offsets: Any, kv_collection: Any, layer_idx: Any,
+                     scale: float, window: int | None = None, sinks: Any = None,
+                     softcap: float | None = None) -> TensorValue:
+    """Causal attention of this step's queries ``[total_seq_len, n_heads, head_dim]`` over each request's
+    cached keys/values, with what ``max.nn.kernels.flash_attention_ragged`` lacks: attention sinks
+    (``sinks`` ``[n_heads]``: one extra logit per head in the softmax's denominator, GPT-OSS) and
+    logit soft-capping (``softcap * tanh(scores / softcap)``, Gemma 2).  ``window``: sliding window."""
+    op = "ragged_attention"
+    coll = _coll(op, kv_collection)
+    qv = as_tensor(q, op=op, arg="q")
+    offs = _offsets(op, input_row_offsets)
+    layer = _layer(op, layer_idx, coll)
+    D = kv_params.head_dim
+    if qv.rank != 3 or int(qv.shape[2]) != D:
+        fail(op, f"q must be [total_seq_len, n_heads, head_dim={D}], got {qv.shape}")
+    operands = [qv, coll.blocks] + _plan(op, offs, coll, "read")
+    if sinks is not None:
+        sv = as_tensor(sinks, op=op, arg="sinks")
+        if sv.rank != 1 or sv.shape[0] != qv.shape[1]:
+            fail(op, f"sinks must be [n_heads={qv.shape[1]}], got {sv.shape}")
+        operands.append(sv)
+    if softcap is not None and softcap <= 0:
+        fail(op, f"softcap must be > 0, got {softcap}")
+    (out,) = _chained(op, operands, [qv.type], {"layer": layer, "scale": float(scale), "window": int(window or -1),
+                                                "softcap": float(softcap or 0.0), "has_sinks": sinks is not None})
+    return out
+
+
+def mla_attention_ragged(kv_params: KVCacheParams, q: Any, input_row_offsets: Any, kv_collection: Any,
+                         layer_idx: Any, scale: float, latent_dim: int) -> TensorValue:
+    """Absorbed multi-head latent attention: queries ``[total_seq_len, n_heads, width]`` attend over each
+    request's cached latent rows (``width`` = the K plane's and V plane's halves of one KV head, joined);
+    the values are the rows' first ``latent_dim`` entries.  Returns ``[total_seq_len, n_heads, latent_dim]``."""
+    op = "mla_attention_ragged"
+    coll = _coll(op, kv_collection)
+    qv = as_tensor(q, op=op, arg="q")
+    offs = _offsets(op, input_row_offsets)
+    layer = _layer(op, layer_idx, coll)
+    width = 2 * kv_params.n_kv_heads_per_device * kv_params.head_dim
+    if kv_params.n_kv_heads_per_device != 1:
+        fail(op, f"the latent cache must have one KV head, got {kv_params.n_kv_heads_per_device}")
+    if qv.rank != 3 or int(qv.shape[2]) != width:
+        fail(op, f"q must be [total_seq_len, n_heads, {width}], got {qv.shape}")
+    if not 0 < latent_dim <= width:
+        fail(op, f"latent_dim must be in (0, {width}], got {latent_dim}")
+    out_t = TensorType(qv.dtype, [qv.shape[0], qv.shape[1], latent_dim], qv.device)
+    (out,) = _chained(op, [qv, coll.blocks] + _plan(op, offs, coll, "read"), [out_t],
+                      {"layer": layer, "scale": float(scale), "latent_dim": int(latent_dim)})
+    return out

@@ -31,6 +31,7 @@ _FAMILIES = (
     "quantized",
     "ragged",
     "decoder",
+    "moe",
     "conv", "pool", "signal", "distributed", "complex", "vision", "random",
 )
 

@@ -34,3 +34,58 @@ def store_kv_ragged(k: torch.Tensor, v: torch.Tensor, blocks: torch.Tensor, writ
                     write_offset: torch.Tensor, layer: int) -> None:
     blocks[write_page, 0, layer, write_offset] = k.to(blocks.dtype)
     blocks[write_page, 1, layer, write_offset] = v.to(blocks.dtype)
+
+
+@kernel("ragged_attention", pure=False)
+def ragged_attention(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tensor, read_page: torch.Tensor,
+                     read_off: torch.Tensor, key_valid: torch.Tensor, q_pos: torch.Tensor, causal_mask: torch.Tensor,
+                     *sinks: torch.Tensor, layer: int, scale: float, window: int, softcap: float,
+                     has_sinks: bool) -> torch.Tensor:
+    T, H, D = q.shape
+    B = q_index.shape[0]
+    if B == 0 or T == 0:
+        return q.clone()
+    kv = blocks[read_page, :, layer, read_off].float()  # [B, L, 2, Hkv, D]
+    kv.masked_fill_(~key_valid[:, :, None, None, None], 0)
+    k, v = kv[:, :, 0], kv[:, :, 1]
+    if k.shape[2] != H:
+        k, v = k.repeat_interleave(H // k.shape[2], dim=2), v.repeat_interleave(H // v.shape[2], dim=2)
+    qp = q[q_index.clamp(min=0)].float()  # [B, qmax, H, D]
+    mask = causal_mask
+    if window > 0:
+        kj = torch.arange(k.shape[1], device=q.device)
+        mask = mask & ((kj[None, None, :] > q_pos[:, :, None] - window) | (q_pos[:, :, None] < 0))
+    scores = torch.einsum("bqhd,bkhd->bhqk", qp, k) * scale
+    if softcap > 0:
+        scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.masked_fill(~mask[:, None], float("-inf"))
+    if has_sinks:
+        sink = sinks[0].float()[None, :, None, None].expand(B, H, scores.shape[2], 1)
+        probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(scores, dim=-1)
+    out = torch.einsum("bhqk,bkhd->bqhd", probs, v).to(q.dtype)
+    valid = q_index >= 0
+    res = torch.empty_like(q)
+    res[q_index[valid]] = out[valid]
+    return res
+
+
+@kernel("mla_attention_ragged", pure=False)
+def mla_attention_ragged(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tensor, read_page: torch.Tensor,
+                         read_off: torch.Tensor, key_valid: torch.Tensor, q_pos: torch.Tensor,
+                         causal_mask: torch.Tensor, layer: int, scale: float, latent_dim: int) -> torch.Tensor:
+    T, H, W = q.shape
+    B = q_index.shape[0]
+    if B == 0 or T == 0:
+        return q.new_zeros(T, H, latent_dim)
+    rows = blocks[read_page, :, layer, read_off].float()  # [B, L, 2, 1, W/2]: the latent's two halves
+    rows = rows.reshape(B, rows.shape[1], W).masked_fill(~key_valid[:, :, None], 0)
+    qp = q[q_index.clamp(min=0)].float()  # [B, qmax, H, W]
+    scores = torch.einsum("bqhw,bkw->bhqk", qp, rows) * scale
+    probs = torch.softmax(scores.masked_fill(~causal_mask[:, None], float("-inf")), dim=-1)
+    out = torch.einsum("bhqk,bkc->bqhc", probs, rows[..., :latent_dim]).to(q.dtype)
+    valid = q_index >= 0
+    res = q.new_empty(T, H, latent_dim)
+    res[q_index[valid]] = out[valid]
+    return res

@@ -636,6 +636,7 @@ class _PipelineFields(_ConfigBase):
     enable_echo: bool = False
     enable_in_flight_batching: bool = False
     enable_prioritize_first_decode: bool = False
+    hf_fallback: bool = True
     max_batch_size: Optional[int] = None
     max_ce_batch_size: int = 192
     max_length: Optional[int] = None
@@ -704,7 +705,9 @@ class PipelineConfig(_PipelineFields):
     ``enable_in_flight_batching``, ``enable_prioritize_first_decode``,
     ``max_batch_size``, ``max_ce_batch_size``, ``max_length``, ``max_num_steps``,
     ``max_queue_size_tg``, ``min_batch_size_tg``, ``pdl_level``, ``pipeline_role``,
-    ``pool_embeddings``, ``prefill_chunk_size``, ``use_experimental_kernels``.
+    ``pool_embeddings``, ``prefill_chunk_size``, ``use_experimental_kernels``; libremax's
+    ``hf_fallback`` (default True): a causal LM whose architecture has no native folder runs through
+    transformers (one warning); False makes that the "unsupported architecture" error.
     Nested: ``model_config`` (:class:`MAXModelConfig`), ``kv_cache_config``,
     ``sampling_config``, ``profiling_config``, ``lora_config``; their fields may be
     passed flat (``model_path=..., quantization_encoding="q4_k", kv_cache_page_size=64,

@@ -110,7 +110,7 @@ class EmbeddingsPipeline(Pipeline):
         batch = inputs.batch
         if not batch:
             return {}
-        from max.pipelines.architectures.bert.model import _tokens_of
+        from max.pipelines.architectures.common.encoder import tokens_of as _tokens_of
 
         rows = []
         for rid, ctx in batch.items():

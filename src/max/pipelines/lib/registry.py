@@ -93,8 +93,12 @@ class SupportedArchitecture:
 class PipelineRegistry:
     """Registered architectures, looked up by the model's HF class name."""
 
-    def __init__(self, architectures: list[SupportedArchitecture]) -> None:
+    def __init__(self, architectures: list[SupportedArchitecture], *, hf_fallback: bool = False) -> None:
         self.architectures: dict[str, SupportedArchitecture] = {}
+        self.hf_fallback = hf_fallback
+        """libremax extension: run causal LMs without a registered architecture through transformers
+        (when ``PipelineConfig.hf_fallback`` allows it); the built-in registry does."""
+        self._fallbacks: dict[str, SupportedArchitecture] = {}
         self._cached_huggingface_configs: dict[HuggingFaceRepo, Any] = {}
         self._cached_huggingface_tokenizers: dict[HuggingFaceRepo, Any] = {}
         for arch in architectures:
@@ -164,6 +168,9 @@ class PipelineRegistry:
             names.extend(getattr(cfg, "architectures", None) or [])
             if not names:  # configs saved without ``architectures``: the model_type's classes
                 names.extend(classes_for_model_type(getattr(cfg, "model_type", None), self))
+            if _is_sentence_transformers(huggingface_repo.local_path):
+                # an embedding model saved with its LM class name (Qwen3-Embedding): its base model first
+                names[:0] = [n[: -len("ForCausalLM")] + "Model" for n in names if n.endswith("ForCausalLM")]
         return names
 
     def retrieve_architecture(self, huggingface_repo: HuggingFaceRepo) -> Optional[SupportedArchitecture]:
@@ -176,6 +183,8 @@ class PipelineRegistry:
     def _require(self, pipeline_config: "PipelineConfig", override_architecture: Optional[str] = None
                  ) -> SupportedArchitecture:
         if override_architecture is not None:
+            if override_architecture in self._fallbacks:
+                return self._fallbacks[override_architecture]
             if override_architecture not in self.architectures:
                 raise ValueError(f"architecture {override_architecture!r} is not registered; supported: "
                                  f"{sorted(self.architectures)}")
@@ -184,11 +193,43 @@ class PipelineRegistry:
         arch = self.retrieve_architecture(repo)
         if arch is None:
             names = self._names_for(repo)
+            fallback = self._fallback_for(pipeline_config, names)
+            if fallback is not None:
+                return fallback
+            hint = ""
+            if self.hf_fallback and any(_fallback_class(n) is not None for n in names):
+                hint = (" (transformers could run it: remove --no-fallback / leave PipelineConfig.hf_fallback "
+                        "at True)")
             raise ValueError(
                 f"No supported architecture for {pipeline_config.model_config.model_path!r} (model declares "
                 f"{names or 'no architecture'}); supported architectures: {sorted(self.architectures) or 'none'}"
-                + ("" if self.architectures else " (call register_all_models() to register the built-in ones)"))
+                + ("" if self.architectures else " (call register_all_models() to register the built-in ones)")
+                + hint)
         return arch
+
+    def _fallback_for(self, pipeline_config: "PipelineConfig", names: list[str]) -> Optional[SupportedArchitecture]:
+        """The transformers fallback architecture for a causal LM transformers knows (warns once per name)."""
+        if not self.hf_fallback or not getattr(pipeline_config, "hf_fallback", True):
+            return None
+        for n in names:
+            if _fallback_class(n) is None:
+                continue
+            if n not in self._fallbacks:
+                from max.pipelines.lib.hf_fallback import HFFallbackModel
+                from max.pipelines.lib.tokenizer import TextTokenizer
+
+                logger.warning("%s has no native libremax architecture: running it through Hugging Face "
+                               "transformers (no paged KV cache; slower). Pass --no-fallback (hf_fallback=False) "
+                               "to make this an error.", n)
+                self._fallbacks[n] = SupportedArchitecture(
+                    name=n, example_repo_ids=[], default_encoding="float32",
+                    supported_encodings={e: [KVCacheStrategy.MODEL_DEFAULT] for e in
+                                         ("float32", "bfloat16", "float16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0",
+                                          "q4_k", "q5_k", "q6_k")},
+                    pipeline_model=HFFallbackModel, task=PipelineTask.TEXT_GENERATION, tokenizer=TextTokenizer,
+                    default_weights_format=WeightsFormat.safetensors, prefix_caching_supported=False)
+            return self._fallbacks[n]
+        return None
 
     def retrieve_pipeline_task(self, pipeline_config: "PipelineConfig") -> PipelineTask:
         """The task of the model's architecture; ValueError if none matches."""
@@ -252,6 +293,24 @@ def get_pipeline_for_task(task: PipelineTask, pipeline_config: "PipelineConfig")
     return getattr(importlib.import_module(module), name)
 
 
+def _fallback_class(name: str) -> Any:
+    from max.pipelines.lib.hf_fallback import fallback_class
+
+    return fallback_class(name)
+
+
+def _is_sentence_transformers(folder: Any) -> bool:
+    """Whether a model folder is a sentence-transformers embedding model (``modules.json`` with a Pooling)."""
+    import json
+    from pathlib import Path
+
+    p = Path(folder) / "modules.json"
+    try:
+        return p.is_file() and any(str(m.get("type", "")).endswith("Pooling") for m in json.loads(p.read_text()))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def gguf_architectures() -> dict[str, list[SupportedArchitecture]]:
     """The one GGUF-name map: ``general.architecture`` -> the built-in (and other registered)
     architectures that load it (several when the name is shared, e.g. ``llama`` for Llama and
@@ -290,7 +349,7 @@ def classes_for_model_type(model_type: Optional[str], registry: Optional["Pipeli
     return sorted(cands, key=lambda c: c not in registry.architectures)
 
 
-PIPELINE_REGISTRY = PipelineRegistry([])
+PIPELINE_REGISTRY = PipelineRegistry([], hf_fallback=True)
 """The shared registry the built-in architectures register into."""
 
 ARCHITECTURES_PACKAGE = "max.pipelines.architectures"

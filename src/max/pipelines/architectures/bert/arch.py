@@ -4,7 +4,7 @@ from max.graph.weights import WeightsFormat
 from max.interfaces import PipelineTask
 from max.nn.kv_cache import KVCacheStrategy
 from max.pipelines.architectures.bert.model import BertPipelineModel
-from max.pipelines.architectures.bert.tokenizer import EmbeddingsTokenizer
+from max.pipelines.lib.embeddings_tokenizer import EmbeddingsTokenizer
 from max.pipelines.lib.registry import SupportedArchitecture
 
 bert_arch = SupportedArchitecture(

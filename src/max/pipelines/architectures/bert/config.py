@@ -34,6 +34,10 @@ class BertConfig:
     architecture: str = "BertModel"
 
     @property
+    def max_input_length(self) -> int:
+        return self.max_position_embeddings
+
+    @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 

@@ -20,19 +20,20 @@ padding mask; the engine's fusion pass turns it into one SDPA call.
 
 from __future__ import annotations
 
-import time
-from typing import Any, Sequence
+from typing import Any
 
-import numpy as np
-
-from max.driver import Buffer
 from max.dtype import DType
-from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
+from max.graph import DeviceRef, Graph, TensorValue, ops
 from max.nn import LayerList, Module
 from max.nn import LayerNorm as _LayerNorm
 from max.pipelines.architectures.bert.config import ACTIVATIONS, BertConfig
-from max.pipelines.architectures.common.weights import WeightFactory, compute_dtype, load_weights_into
-from max.pipelines.lib.pipeline import ModelInputs, ModelOutputs, PipelineModel, upper_bounded_default
+from max.pipelines.architectures.common.encoder import (
+    EncoderPipelineModel,
+    additive_mask,
+    build_encoder_graph,
+    mean_pool,
+)
+from max.pipelines.architectures.common.weights import WeightFactory
 
 __all__ = ["BertEmbeddings", "BertLayer", "BertModel", "BertPipelineModel", "build_graph", "convert_state_dict"]
 
@@ -156,31 +157,13 @@ class BertModel(Module):
         f.check_paths(self)
 
     def __call__(self, input_ids: TensorValue, attention_mask: TensorValue) -> TensorValue:
-        valid = ops.cast(attention_mask, self.dtype)  # [b, s], 1 = token
-        # additive mask [b, 1, 1, s]: 0 on tokens, the dtype's most negative value on padding
-        neg = float(np.finfo(self.dtype.to_numpy()).min)
-        mask = ops.unsqueeze(ops.unsqueeze((1.0 - valid) * neg, 1), 1)
-        h = self.encoder(self.embeddings(input_ids), mask)
-        if self.dtype is not DType.float32:
-            h = ops.cast(h, DType.float32)
-        if not self.pool_embeddings:
-            return h
-        m = ops.unsqueeze(ops.cast(attention_mask, DType.float32), -1)  # [b, s, 1]
-        summed = ops.sum(h * m, axis=1)  # [b, 1, H]
-        count = ops.max(ops.sum(m, axis=1), 1e-9)  # [b, 1, 1]
-        pooled = ops.squeeze(summed / count, 1)  # [b, H]
-        norm = ops.sqrt(ops.sum(pooled * pooled, axis=-1))  # [b, 1]
-        return pooled / ops.max(norm, 1e-12)
+        h = self.encoder(self.embeddings(input_ids), additive_mask(attention_mask, self.dtype))
+        return mean_pool(h, attention_mask, self.pool_embeddings)
 
 
 def build_graph(model: BertModel, device: DeviceRef, name: str = "bert") -> Graph:
-    """The encoder graph over a padded batch (see the module docstring)."""
-    ids_t = TensorType(DType.int64, ["batch", "seq"], device)
-    mask_t = TensorType(DType.int64, ["batch", "seq"], device)
-    with Graph(name, input_types=[ids_t, mask_t]) as g:
-        ids, mask = g.inputs
-        g.output(model(ids.tensor, mask.tensor))
-    return g
+    """The encoder graph over a padded batch (see ``common.encoder``)."""
+    return build_encoder_graph(model, device, name)
 
 
 # --------------------------------------------------------------------------- weights
@@ -209,82 +192,13 @@ def convert_state_dict(state_dict: dict[str, Any], **_: Any) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- pipeline model
-def bert_config_for(pipeline_config: Any) -> BertConfig:
-    hf = pipeline_config.model_config.huggingface_config
-    return BertConfig.from_hf(hf.to_dict() if hasattr(hf, "to_dict") else dict(hf))
+class BertPipelineModel(EncoderPipelineModel):
+    """A compiled BERT encoder for ``EmbeddingsPipeline`` (see ``common.encoder.EncoderPipelineModel``)."""
 
+    config_from_hf = staticmethod(BertConfig.from_hf)
+    convert_state_dict = staticmethod(convert_state_dict)
 
-class BertPipelineModel(PipelineModel):
-    """A compiled BERT encoder for ``EmbeddingsPipeline`` (no KV cache).
+    @staticmethod
+    def build_module(cfg: BertConfig, dtype: DType, device: DeviceRef, pool: bool, factory: WeightFactory) -> Module:
+        return BertModel(cfg, dtype, device, pool_embeddings=pool, factory=factory)
 
-    ``prepare_initial_token_inputs`` pads a batch of contexts (or token-id
-    arrays) to its longest row; ``execute`` returns float32 embeddings as a
-    torch tensor in ``ModelOutputs.logits`` (``[batch, hidden]`` pooled, or
-    ``[batch, seq, hidden]``).
-    """
-
-    task = "embeddings_generation"
-
-    def __init__(self, pipeline_config: Any, session: Any, huggingface_config: Any, encoding: Any, devices: list,
-                 kv_cache_config: Any, weights: Any, adapter: Any, return_logits: Any = None) -> None:
-        super().__init__(pipeline_config, session, huggingface_config, encoding, devices, kv_cache_config, weights,
-                         adapter, return_logits)
-        t0 = time.perf_counter()
-        cfg = bert_config_for(pipeline_config)
-        self.config = cfg
-        dev_ref = DeviceRef.from_device(devices[0])
-        dt = compute_dtype(encoding, dev_ref)
-        self.compute_dtype = dt
-        self.pool_embeddings = bool(getattr(pipeline_config, "pool_embeddings", True))
-        self.max_seq_len = self.calculate_max_seq_len(pipeline_config, huggingface_config)
-        self.pad_token_id = cfg.pad_token_id
-        checkpoint = (adapter or convert_state_dict)(dict(weights.items()), huggingface_config=huggingface_config,
-                                                     pipeline_config=pipeline_config)
-        module = BertModel(cfg, dt, dev_ref, pool_embeddings=self.pool_embeddings,
-                           factory=WeightFactory(dt, dev_ref, checkpoint))
-        load_weights_into(module, checkpoint, cfg.architecture)
-        self.weights_seconds = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        graph = build_graph(module, dev_ref, name=cfg.architecture)
-        self.model = session.load(graph, weights_registry=module.state_dict())
-        self.compile_seconds = time.perf_counter() - t1
-
-    @classmethod
-    def calculate_max_seq_len(cls, pipeline_config: Any, huggingface_config: Any) -> int:
-        return upper_bounded_default(bert_config_for(pipeline_config).max_position_embeddings,
-                                     pipeline_config.max_length)
-
-    @property
-    def hidden_size(self) -> int:
-        return self.config.hidden_size
-
-    def prepare_initial_token_inputs(self, context_batch: Sequence[Any], kv_cache_inputs: Any = None,
-                                     return_n_logits: int = 1) -> ModelInputs:
-        rows = [_tokens_of(c) for c in context_batch]
-        if not rows:
-            raise ValueError("BertPipelineModel: empty batch")
-        width = max(len(r) for r in rows)
-        ids = np.full((len(rows), width), self.pad_token_id, dtype=np.int64)
-        mask = np.zeros((len(rows), width), dtype=np.int64)
-        for i, r in enumerate(rows):
-            ids[i, : len(r)] = r
-            mask[i, : len(r)] = 1
-        dev = self.devices[0]
-        on_host = DeviceRef.from_device(dev).is_cpu()
-        ids_b, mask_b = Buffer.from_numpy(ids), Buffer.from_numpy(mask)
-        if not on_host:
-            ids_b, mask_b = ids_b.to(dev), mask_b.to(dev)
-        return ModelInputs(input_ids=ids_b, attention_mask=mask_b, lengths=[len(r) for r in rows])
-
-    def execute(self, model_inputs: ModelInputs) -> ModelOutputs:
-        (out,) = self.model.execute(model_inputs.input_ids, model_inputs.attention_mask)
-        return ModelOutputs(logits=out._torch())
-
-
-def _tokens_of(ctx: Any) -> np.ndarray:
-    """The prompt token ids of a context (``TextContext``) or a plain id sequence."""
-    for attr in ("prompt_tokens", "all_tokens"):
-        v = getattr(ctx, attr, None)
-        if v is not None:
-            return np.asarray(v, dtype=np.int64)
-    return np.asarray(ctx, dtype=np.int64).reshape(-1)

@@ -12,7 +12,9 @@ Interfaces other work builds on (keep them stable):
 1. **Weight factory** (``weights.WeightFactory``): every checkpoint-weight-bearing projection and
    embedding of the shared decoder and of every family is made by
    ``factory.linear(name, in_dim, out_dim, has_bias=False, tied_to=None)`` or
-   ``factory.embedding(name, vocab_size, dim)``, where ``name`` is the module path
+   ``factory.embedding(name, vocab_size, dim)``, and MoE experts by
+   ``factory.experts(name, num_experts, in_dim, out_dim, has_bias=False)`` (weight
+   ``[num_experts, out_dim, in_dim]``), where ``name`` is the module path
    (``layers.0.mlp.gate_proj``, ``embed_tokens``, ``lm_head``) = the checkpoint tensor's name after
    the family adapter, minus ``.weight``.  ``factory.fuse(linears)`` returns a function equal to
    concatenating their outputs (q/k/v run as one matmul when the factory can fuse them).  The
@@ -33,6 +35,7 @@ Interfaces other work builds on (keep them stable):
 
 from max.pipelines.architectures.common.config import DecoderConfig, NormPlan, gguf_hf_config, hf_common
 from max.pipelines.architectures.common.weights import (
+    Derived,
     WeightFactory,
     compute_dtype,
     convert_weight,
@@ -43,6 +46,7 @@ from max.pipelines.architectures.common.weights import (
 
 __all__ = [
     "DecoderConfig",
+    "Derived",
     "NormPlan",
     "WeightFactory",
     "compute_dtype",

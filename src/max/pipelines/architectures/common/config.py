@@ -81,10 +81,14 @@ class DecoderConfig:
     """Logits are divided by it (Granite)."""
     final_logit_softcapping: float | None = None
     attn_logit_softcapping: float | None = None
+    attention_sinks: bool = False
+    """Each layer has ``self_attn.sinks`` ``[n_heads]``: a learned logit per head in the softmax (GPT-OSS)."""
     interleaved_rope: bool = False
     """q/k rows are in the interleaved-pair layout (llama.cpp's permuted GGUF q/k of Llama-family files)."""
     bos_token_id: int | None = None
     eos_token_ids: list[int] = field(default_factory=list)
+    moe: Any = None
+    """A ``common.moe.MoESpec`` when the MLPs are mixtures of experts (its ``dense_layers`` keep a plain MLP)."""
     extra: dict = field(default_factory=dict)
     """Family-specific values its own modules read (MoE, MLA ...)."""
 
@@ -122,7 +126,7 @@ def hf_common(hf: Mapping[str, Any], architecture: str) -> dict[str, Any]:
         rms_norm_eps=float(hf["rms_norm_eps"]),
         rope_theta=float(rope["rope_theta"]),
         rope_scaling=scaling,
-        partial_rotary_factor=float(hf.get("partial_rotary_factor") or 1.0),
+        partial_rotary_factor=float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0),
         max_position_embeddings=int(hf["max_position_embeddings"]),
         tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
         attention_bias=bool(hf.get("attention_bias", False)),
@@ -175,6 +179,10 @@ def gguf_hf_config(meta: Any, model_type: str, architecture: str, rope_dim_is_he
         eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),
         pad_token_id=meta.get("tokenizer.ggml.padding_token_id"),
     )
+    stops = [meta.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot", "eom")]
+    stops = list(dict.fromkeys(int(t) for t in stops if t is not None))
+    if len(stops) > 1:  # end-of-turn / end-of-message tokens stop generation too (chat models)
+        d["eos_token_id"] = stops
     if "rope_theta" in rope or rope["rope_type"] != "default":
         d["rope_parameters"] = rope
     return {k: _plain(v) for k, v in d.items() if v is not None}

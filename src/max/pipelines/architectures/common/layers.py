@@ -12,10 +12,10 @@ import math
 from typing import Any, Callable
 
 from max.dtype import DType
-from max.graph import DeviceRef, TensorValue, ops
+from max.graph import DeviceRef, TensorValue, Weight, ops
 from max.nn import kernels
 from max.nn.kernels import MHAMaskVariant
-from max.nn.kernels_decoder import ragged_rope_tables
+from max.nn.kernels_decoder import ragged_attention, ragged_rope_tables
 from max.nn.kv_cache import FetchPagedKVCacheCollection, KVCacheParams
 from max.nn.layer import LayerList, Module
 from max.nn.norm import RMSNorm
@@ -24,8 +24,6 @@ from max.nn.rotary_embedding import (
     Llama3RopeScalingParams,
     Llama3RotaryEmbedding,
     RotaryEmbedding,
-    YarnRotaryEmbedding,
-    YarnScalingParams,
 )
 from max.nn.transformer import ReturnLogits, Transformer
 from max.pipelines.architectures.common.config import DecoderConfig
@@ -86,16 +84,13 @@ def make_rope(cfg: DecoderConfig, max_seq_len: int, device: DeviceRef, theta: fl
             orig_max_position=int(sc.get("original_max_position_embeddings", 8192))))
     elif kind == "linear":
         table = _LinearRotaryEmbedding(**common, scaling_params=LinearScalingParams(factor=float(sc["factor"])))
+    elif kind == "longrope":
+        table = _LongRotaryEmbedding(**common, scaling=sc, max_position_embeddings=cfg.max_position_embeddings)
     elif kind == "yarn":
-        table = YarnRotaryEmbedding(**common, scaling_params=YarnScalingParams(
-            factor=float(sc["factor"]), beta_fast=float(sc.get("beta_fast") or 32.0),
-            beta_slow=float(sc.get("beta_slow") or 1.0),
-            original_max_position_embeddings=int(sc.get("original_max_position_embeddings")
-                                                 or cfg.max_position_embeddings),
-            truncate=bool(sc.get("truncate", True))))
+        table = _YarnRotaryEmbedding(**common, scaling=sc, max_position_embeddings=cfg.max_position_embeddings)
     else:
         raise NotImplementedError(f"{cfg.architecture}: RoPE scaling {kind!r} is not supported yet "
-                                  "(supported: default, linear, llama3, yarn)")
+                                  "(supported: default, linear, llama3, longrope, yarn)")
     return _Rope(table, cfg.interleaved_rope)
 
 
@@ -110,13 +105,78 @@ class _LinearRotaryEmbedding(RotaryEmbedding):
         return super()._inv_freq() / self.scaling_params.factor
 
 
+class _LongRotaryEmbedding(RotaryEmbedding):
+    """LongRoPE (Phi-3/3.5/4-mini): per-frequency divisors, and the attention factor
+    ``sqrt(1 + ln(s) / ln(original_max))`` (``s = max_position_embeddings / original_max`` unless
+    ``factor`` is given) folded into the cos/sin table.
+
+    The divisors are chosen once for the model: ``short_factor`` when the longest sequence this model
+    runs (``max_seq_len``) fits the original context, ``long_factor`` otherwise (llama.cpp's choice;
+    transformers switches per forward pass on the current length, so the two agree whenever every
+    sequence stays within the original context or the model's ``max_length`` exceeds it and so does
+    the sequence)."""
+
+    def __init__(self, *, scaling: dict, max_position_embeddings: int, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.scaling = scaling
+        self.max_position_embeddings = max_position_embeddings
+        half = self._rope_dim() // 2
+        for what in ("short_factor", "long_factor"):
+            if len(scaling[what]) != half:
+                raise ValueError(f"longrope: {what} has {len(scaling[what])} entries, expected rope_dim / 2 = {half}")
+
+    def _table(self) -> Any:
+        import numpy as np
+
+        from max.nn.rotary_embedding import _cis_table
+
+        sc = self.scaling
+        orig = int(sc["original_max_position_embeddings"])
+        factor = sc.get("factor") or self.max_position_embeddings / orig
+        att = sc.get("attention_factor")
+        if att is None:
+            att = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
+        ext = np.asarray(sc["long_factor"] if self.max_seq_len > orig else sc["short_factor"], np.float64)
+        return _cis_table(np.arange(self._num_positions()), super()._inv_freq() / ext, float(att))
+
+
+class _YarnRotaryEmbedding(RotaryEmbedding):
+    """YaRN: frequencies blended between interpolated (``/ factor``) and original over a ramp of dims
+    set by ``beta_fast``/``beta_slow``; the attention factor (``attention_factor``, else
+    ``mscale(factor, mscale) / mscale(factor, mscale_all_dim)``, else ``0.1 ln(factor) + 1``) folded into
+    the cos/sin table.  ``factor`` defaults to ``max_position_embeddings / original_max_position_embeddings``."""
+
+    def __init__(self, *, scaling: dict, max_position_embeddings: int, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.scaling = scaling
+        self.max_position_embeddings = max_position_embeddings
+
+    def _table(self) -> Any:
+        import numpy as np
+
+        from max.nn.rotary_embedding import _cis_table, _yarn_inv_freq, _yarn_mscale
+
+        sc = self.scaling
+        orig = int(sc.get("original_max_position_embeddings") or self.max_position_embeddings)
+        factor = float(sc.get("factor") or self.max_position_embeddings / orig)
+        att = sc.get("attention_factor")
+        if att is None:
+            m, m_all = sc.get("mscale"), sc.get("mscale_all_dim")
+            att = _yarn_mscale(factor, m) / _yarn_mscale(factor, m_all) if m and m_all else _yarn_mscale(factor)
+        inv = _yarn_inv_freq(self.theta, self._rope_dim(), factor, float(sc.get("beta_fast") or 32),
+                             float(sc.get("beta_slow") or 1), orig, bool(sc.get("truncate", True)))
+        return _cis_table(np.arange(self._num_positions()), inv, float(att))
+
+
 class DecoderAttention(Module):
     """Self-attention of one layer over the paged KV cache.
 
     q/k/v come from the factory's projections (one fused matmul where the factory can fuse them,
-    or the checkpoint's own ``qkv_proj``), optional q/k RMSNorm (per head or over the whole
-    projection), RoPE on q and k, K/V written to the cache, causal (optionally sliding-window)
-    attention over each request's cached positions, and ``o_proj``.
+    or the checkpoint's own ``qkv_proj``); optional q/k RMSNorm (over the whole projections here, per
+    head inside the next kernel), then ``max.nn.kernels.ragged_qkv_store`` (per-head norm, RoPE on the
+    first rotary dims, K/V written to the cache), causal (optionally sliding-window) attention over
+    each request's cached positions (``ragged_attention`` when the layer has sinks or soft-capping),
+    and ``o_proj``.
     """
 
     def __init__(self, cfg: DecoderConfig, layer: int, factory: WeightFactory, kv_params: KVCacheParams,
@@ -150,6 +210,8 @@ class DecoderAttention(Module):
             self.k_norm = rms_norm(cfg, Hkv * D, factory.dtype)
         elif cfg.qk_norm is not None:
             raise ValueError(f"{cfg.architecture}: qk_norm must be 'head', 'full' or None, got {cfg.qk_norm!r}")
+        self.softcap = cfg.attn_logit_softcapping
+        self.sinks = Weight("sinks", factory.dtype, [H], factory.device) if cfg.attention_sinks else None
 
     def __call__(self, layer_idx: Any, x: TensorValue, kv_collection: Any, freqs_cis: Any,
                  input_row_offsets: TensorValue) -> TensorValue:
@@ -167,9 +229,13 @@ class DecoderAttention(Module):
                                      freqs_cis=self.rope.table.freqs_cis if self.rope is not None else None,
                                      interleaved=self.rope.interleaved if self.rope is not None else False,
                                      q_norm=q_norm, k_norm=k_norm, norm_eps=eps)
-        variant = MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK if self.window else MHAMaskVariant.CAUSAL_MASK
-        attn = kernels.flash_attention_ragged(self.kv_params, q, input_row_offsets, kv_collection, layer_idx,
-                                              variant, self.scale, local_window_size=self.window or -1)
+        if self.sinks is not None or self.softcap:
+            attn = ragged_attention(self.kv_params, q, input_row_offsets, kv_collection, layer_idx, self.scale,
+                                    self.window, sinks=self.sinks, softcap=self.softcap)
+        else:
+            variant = MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK if self.window else MHAMaskVariant.CAUSAL_MASK
+            attn = kernels.flash_attention_ragged(self.kv_params, q, input_row_offsets, kv_collection, layer_idx,
+                                                  variant, self.scale, local_window_size=self.window or -1)
         return self.o_proj(ops.reshape(attn, [x.shape[0], H * D]))
 
 
@@ -245,20 +311,26 @@ AttentionBuilder = Callable[[DecoderConfig, int, WeightFactory, KVCacheParams, i
 
 
 def default_mlp(cfg: DecoderConfig, layer: int, factory: WeightFactory) -> Module:
+    """The layer's gated MLP, or its mixture of experts when ``cfg.moe`` says so."""
+    if cfg.moe is not None and layer not in cfg.moe.dense_layers:
+        from max.pipelines.architectures.common.moe import DecoderMoE
+
+        return DecoderMoE(cfg, layer, factory)
     return GatedMLP(f"layers.{layer}.mlp", factory, cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act,
                     fused=cfg.fused_gate_up, has_bias=cfg.mlp_bias, who=cfg.architecture)
 
 
 def build_decoder(cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams, max_seq_len: int,
                   make_mlp: MlpBuilder | None = None, make_attention: AttentionBuilder | None = None,
-                  return_logits: ReturnLogits = ReturnLogits.LAST_TOKEN) -> Transformer:
+                  return_logits: ReturnLogits = ReturnLogits.LAST_TOKEN, head: Module | None = None) -> Transformer:
     """The whole decoder: embedding (scaled by ``embedding_multiplier``), layers, final norm, lm_head
     (tied to the embedding when ``tie_word_embeddings``), logits divided by ``logits_scaling`` and
     soft-capped by ``final_logit_softcapping``.
 
     Layers use ``cfg.layer_window(i)``; sliding-window layers use an unscaled RoPE of base
     ``cfg.local_rope_theta`` when it is set.  ``make_mlp`` / ``make_attention`` replace the gated MLP
-    or the attention of each layer (MoE, MLA ...).
+    or the attention of each layer (MoE, MLA ...).  ``head`` replaces ``lm_head`` (an embedding model's
+    pooling head: no vocabulary projection).
     """
     device = factory.device
     rope = make_rope(cfg, max_seq_len, device)
@@ -274,8 +346,8 @@ def build_decoder(cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCache
         mlp = (make_mlp or default_mlp)(cfg, i, factory)
         layers.append(DecoderLayer(cfg, attn, mlp, factory.dtype))
     embedding = factory.embedding("embed_tokens", cfg.vocab_size, cfg.hidden_size)
-    lm_head = factory.linear("lm_head", cfg.hidden_size, cfg.vocab_size,
-                             tied_to=embedding if cfg.tie_word_embeddings else None)
+    lm_head = head if head is not None else factory.linear(
+        "lm_head", cfg.hidden_size, cfg.vocab_size, tied_to=embedding if cfg.tie_word_embeddings else None)
     model = Transformer(
         dim=cfg.hidden_size, n_heads=cfg.num_attention_heads, layers=layers,
         norm=rms_norm(cfg, cfg.hidden_size, factory.dtype), output=lm_head, embedding=embedding,

@@ -29,8 +29,7 @@ from max.pipelines.architectures.common.weights import (
     compute_dtype,
     keeps_quantized,
     load_weights_into,
-    rename_gguf,
-    rename_hf,
+    standard_adapters,
     storage_dtype,
 )
 from max.pipelines.lib.pipeline import ModelInputs, ModelOutputs, PipelineModel, upper_bounded_default
@@ -38,11 +37,13 @@ from max.pipelines.lib.pipeline import ModelInputs, ModelOutputs, PipelineModel,
 __all__ = ["DecoderPipelineModel", "build_graph", "kv_params_for"]
 
 
-def kv_params_for(cfg: DecoderConfig, dtype: DType, page_size: int = 128,
-                  enable_prefix_caching: bool = True) -> KVCacheParams:
-    """The paged cache's parameters for a decoder (one K and one V row of ``head_dim`` per KV head)."""
-    return KVCacheParams(dtype=dtype, n_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
-                         page_size=page_size, enable_prefix_caching=enable_prefix_caching)
+def kv_params_for(cfg: DecoderConfig, dtype: DType, page_size: int = 128, enable_prefix_caching: bool = True,
+                  shape: tuple[int, int] | None = None) -> KVCacheParams:
+    """The paged cache's parameters for a decoder: ``shape`` = (KV heads, head_dim), by default one K and
+    one V row of ``head_dim`` per KV head."""
+    n_kv, head_dim = shape or (cfg.num_key_value_heads, cfg.head_dim)
+    return KVCacheParams(dtype=dtype, n_kv_heads=n_kv, head_dim=head_dim, page_size=page_size,
+                         enable_prefix_caching=enable_prefix_caching)
 
 
 def build_graph(model: Module, kv_input_symbols: Any, device: DeviceRef, name: str = "decoder",
@@ -79,18 +80,24 @@ class DecoderPipelineModel(PipelineModel):
     - ``gguf_interleaved_rope``: whether llama.cpp stored this family's q/k rows permuted for
       interleaved RoPE (Llama-style ``NORM`` rope);
     - optionally ``build_module(cfg, factory, kv_params, max_seq_len) -> Module`` (default:
-      :func:`build_decoder`).
+      :func:`build_decoder`) and ``kv_cache_shape(cfg)``.
     """
 
     config_from_hf: Callable[[dict], DecoderConfig]
-    weight_adapters: dict[WeightsFormat, Adapter] = {WeightsFormat.safetensors: rename_hf, WeightsFormat.pytorch: rename_hf,
-                                                     WeightsFormat.gguf: rename_gguf}
+    weight_adapters: dict[WeightsFormat, Adapter] = standard_adapters()
     gguf_interleaved_rope: bool = False
+    default_max_batch = 16
+    """Requests sharing a step (and the KV cache's size) when ``PipelineConfig.max_batch_size`` is unset."""
 
     @classmethod
     def build_module(cls, cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams,
                      max_seq_len: int) -> Module:
         return build_decoder(cfg, factory, kv_params, max_seq_len)
+
+    @classmethod
+    def kv_cache_shape(cls, cfg: DecoderConfig) -> tuple[int, int]:
+        """(KV heads, head_dim) of the paged cache (MLA families store a latent instead)."""
+        return cfg.num_key_value_heads, cfg.head_dim
 
     def __init__(self, pipeline_config: Any, session: Any, huggingface_config: Any, encoding: Any, devices: list,
                  kv_cache_config: Any, weights: Any, adapter: Any, return_logits: ReturnLogits) -> None:
@@ -107,9 +114,9 @@ class DecoderPipelineModel(PipelineModel):
         self.max_seq_len = self.calculate_max_seq_len(pipeline_config, huggingface_config)
         kvc = kv_cache_config
         kv_params = kv_params_for(cfg, kvc.cache_dtype or dt, page_size=kvc.kv_cache_page_size,
-                                  enable_prefix_caching=kvc.enable_prefix_caching)
+                                  enable_prefix_caching=kvc.enable_prefix_caching, shape=self.kv_cache_shape(cfg))
         self.kv_params = kv_params
-        max_batch = pipeline_config.max_batch_size or 16
+        max_batch = pipeline_config.max_batch_size or self.default_max_batch
         self.kv_manager = PagedKVCacheManager(
             kv_params, max_batch_size=max_batch, max_seq_len=self.max_seq_len, num_layers=cfg.num_hidden_layers,
             devices=devices, session=session,

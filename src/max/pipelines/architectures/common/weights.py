@@ -8,7 +8,8 @@ must touch is in this file:
 - :func:`compute_dtype` -- the one dtype policy: ``(encoding, device) -> DType`` of activations and
   of every float weight.
 - :class:`WeightFactory` -- ``linear(name, in_dim, out_dim, has_bias=False, tied_to=None)``,
-  ``embedding(name, vocab_size, dim)``, ``fuse(linears)``; ``name`` is the module path the
+  ``embedding(name, vocab_size, dim)``, ``experts(name, num_experts, in_dim, out_dim, has_bias=False)``
+  (stacked MoE expert weights), ``fuse(linears)``; ``name`` is the module path the
   result is assigned to (``layers.0.mlp.gate_proj``, ``embed_tokens``, ``lm_head``), which is also
   the checkpoint tensor's name after the family's adapter renamed it (``+ ".weight"``).
 - :func:`convert_weight` -- one checkpoint tensor (after renaming) -> the value the module's
@@ -34,6 +35,7 @@ from max.nn.layer import Module, check_input
 logger = logging.getLogger("max.pipelines")
 
 __all__ = [
+    "Derived",
     "GGUF_GLOBAL_NAMES",
     "GGUF_LAYER_NAMES",
     "WeightFactory",
@@ -43,9 +45,11 @@ __all__ = [
     "keeps_quantized",
     "storage_dtype",
     "convert_weight",
+    "float_tensor",
     "load_weights_into",
     "rename_gguf",
     "rename_hf",
+    "standard_adapters",
 ]
 
 
@@ -223,6 +227,11 @@ class WeightFactory:
             emb = Embedding(vocab_size, dim, self.dtype, self.device)
         return self._record(name, emb)
 
+    def experts(self, name: str, num_experts: int, in_dim: int, out_dim: int, has_bias: bool = False) -> Module:
+        """Stacked expert projections: ``weight`` ``[num_experts, out_dim, in_dim]`` named ``{name}.weight``
+        (and ``bias`` ``[num_experts, out_dim]``), as ``max.nn.moe.moe_experts_ffn`` takes them."""
+        return self._record(name, ExpertWeights(num_experts, in_dim, out_dim, self.dtype, self.device, has_bias))
+
     def fuse(self, linears: Sequence[Module]) -> Callable[[TensorValue], TensorValue]:
         """A function equal to ``concat([l(x) for l in linears], axis=-1)``.
 
@@ -257,11 +266,45 @@ class WeightFactory:
             raise RuntimeError(f"WeightFactory: modules created as {wrong} were not assigned at those paths")
 
 
+class ExpertWeights(Module):
+    """The stacked weights of one projection of every expert (no call: ``moe_experts_ffn`` reads them)."""
+
+    def __init__(self, num_experts: int, in_dim: int, out_dim: int, dtype: DType, device: DeviceRef,
+                 has_bias: bool = False) -> None:
+        super().__init__()
+        self.weight = Weight("weight", dtype, [num_experts, out_dim, in_dim], device)
+        self.bias = Weight("bias", dtype, [num_experts, out_dim], device) if has_bias else None
+
+
 # --------------------------------------------------------------------------- the one conversion
+class Derived:
+    """A tensor an adapter computes at load time from checkpoint tensors: ``fn(*sources)``, each source
+    dequantised to float32 first (Gemma's GGUF norms minus 1, per-expert tensors stacked ...)."""
+
+    def __init__(self, fn: Callable[..., torch.Tensor], *sources: Any) -> None:
+        self.fn = fn
+        self.sources = sources
+
+    def value(self) -> torch.Tensor:
+        return self.fn(*[float_tensor(s) for s in self.sources])
+
+
+def float_tensor(value: Any) -> torch.Tensor:
+    """A checkpoint tensor (handle, WeightData, array, :class:`Derived`) as a float32 (or wider) torch tensor."""
+    t, enc = _torch_of(value)
+    if enc is not None:
+        from max.engine.kernels.quantization import dequantize
+
+        t = dequantize(t, enc)
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
+
+
 def _torch_of(value: Any) -> tuple[torch.Tensor, Any]:
-    """``(tensor, quantization_encoding)`` of a checkpoint handle / WeightData / array."""
+    """``(tensor, quantization_encoding)`` of a checkpoint handle / WeightData / array / Derived."""
     from max.graph.weights.weight_data import WeightData, as_torch
 
+    if isinstance(value, Derived):
+        return value.value(), None
     if hasattr(value, "data") and callable(value.data) and not isinstance(value, torch.Tensor):
         value = value.data()  # a Weights handle: read (memory-mapped) now
     if isinstance(value, WeightData):
@@ -282,8 +325,8 @@ def _checkpoint_encoding(value: Any) -> Any:
 def convert_weight(name: str, value: Any, target: Weight) -> torch.Tensor:
     """One checkpoint tensor as the value ``target`` (a module's ``Weight``) binds.
 
-    ``value``: a ``Weights`` handle, ``WeightData``, numpy array or torch tensor (the family
-    adapter's output for ``name``).  A quantised ``target`` (uint8 with a GGML encoding) binds the
+    ``value``: a ``Weights`` handle, ``WeightData``, numpy array, torch tensor or :class:`Derived` (the
+    family adapter's output for ``name``).  A quantised ``target`` (uint8 with a GGML encoding) binds the
     checkpoint's blocks as they are (zero-copy from the memory-mapped file) or, for a float
     checkpoint tensor, the blocks of ggml's reference quantizer; otherwise GGML-block tensors are
     dequantised (bit-exact with ``gguf.quants``) and every tensor is cast to ``target.dtype``.
@@ -425,6 +468,19 @@ def rename_gguf(state_dict: Mapping[str, Any], layer_names: Mapping[str, str] | 
     if skipped:
         logger.debug("GGUF tensors not used by the model: %s", skipped)
     return out
+
+
+def standard_adapters(gguf_layer_names: Mapping[str, str] | None = None,
+                      gguf_post: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[Any, Callable]:
+    """``{WeightsFormat: adapter}``: Hugging Face names minus ``model.`` (safetensors, PyTorch) and
+    llama.cpp names via ``gguf_layer_names`` (default :data:`GGUF_LAYER_NAMES`), then ``gguf_post``."""
+    from max.graph.weights import WeightsFormat
+
+    def gguf(state_dict: Mapping[str, Any], **_: Any) -> dict[str, Any]:
+        out = rename_gguf(state_dict, gguf_layer_names)
+        return gguf_post(out) if gguf_post is not None else out
+
+    return {WeightsFormat.safetensors: rename_hf, WeightsFormat.pytorch: rename_hf, WeightsFormat.gguf: gguf}
 
 
 def rename_hf(state_dict: Mapping[str, Any], prefix: str = "model.",

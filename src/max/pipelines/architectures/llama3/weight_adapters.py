@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-from max.graph.weights import WeightsFormat
-from max.pipelines.architectures.common import rename_gguf, rename_hf
+from max.pipelines.architectures.common.weights import standard_adapters
 
-WEIGHT_ADAPTERS = {WeightsFormat.safetensors: rename_hf, WeightsFormat.pytorch: rename_hf,
-                   WeightsFormat.gguf: rename_gguf}
+WEIGHT_ADAPTERS = standard_adapters()
 
 GGUF_INTERLEAVED_ROPE = True
 """llama.cpp permutes Llama q/k rows for its interleaved (``NORM``) RoPE."""

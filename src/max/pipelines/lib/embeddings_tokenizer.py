@@ -1,4 +1,4 @@
-"""Tokenizer for encoder (embeddings) models: ``TextTokenizer`` without generation limits.
+"""Tokenizer for embeddings models (BERT, MPNet, decoder embedders): ``TextTokenizer`` without generation limits.
 
 BERT-style tokenizers have no EOS token; ``eos`` falls back to ``[SEP]`` (then the
 pad token) so the pipeline registry can build the pipeline.  ``new_context``

@@ -1,0 +1,14 @@
+"""The Granite pipeline model: the shared decoder with Granite's multipliers.
+
+GGUF: llama.cpp's standard names; q/k rows permuted for interleaved RoPE as for Llama.
+"""
+
+from __future__ import annotations
+
+from max.pipelines.architectures.common.model import DecoderPipelineModel
+from max.pipelines.architectures.granite.config import config_from_hf
+
+
+class GraniteModel(DecoderPipelineModel):
+    config_from_hf = staticmethod(config_from_hf)
+    gguf_interleaved_rope = True

@@ -1,0 +1,8 @@
+"""OLMo 2 checkpoints: Hugging Face names minus ``model.``; llama.cpp's GGUF names with the post-norms."""
+
+from __future__ import annotations
+
+from max.pipelines.architectures.common.weights import GGUF_LAYER_NAMES, standard_adapters
+
+WEIGHT_ADAPTERS = standard_adapters({**GGUF_LAYER_NAMES, "post_attention_norm": "post_attention_layernorm",
+                                     "post_ffw_norm": "post_feedforward_layernorm"})

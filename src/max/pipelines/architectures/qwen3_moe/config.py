@@ -1,0 +1,33 @@
+"""Qwen3-MoE configuration from a Hugging Face ``config.json`` or GGUF metadata (``qwen3moe``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from max.pipelines.architectures.common import DecoderConfig, gguf_hf_config, hf_common
+from max.pipelines.architectures.common.moe import MoESpec
+
+
+def config_from_hf(hf: dict) -> DecoderConfig:
+    c = hf_common(hf, "Qwen3MoeForCausalLM")
+    n = int(hf.get("num_local_experts") or hf["num_experts"])
+    step = int(hf.get("decoder_sparse_step") or 1)
+    only = set(hf.get("mlp_only_layers") or [])
+    dense = {i for i in range(c["num_hidden_layers"]) if i in only or not (n > 0 and (i + 1) % step == 0)}
+    c.update(qk_norm="head", moe=MoESpec(num_experts=n, top_k=int(hf["num_experts_per_tok"]),
+                                         moe_dim=int(hf["moe_intermediate_size"]), routing="softmax_topk",
+                                         renormalize=bool(hf.get("norm_topk_prob", False)),
+                                         activation=c["hidden_act"], dense_layers=dense))
+    return DecoderConfig(**c)
+
+
+def config_from_gguf(meta: Any) -> dict:
+    """llama.cpp always renormalises Qwen3-MoE's top-k weights (as the released models' configs say:
+    ``norm_topk_prob: true``); transformers' GGUF reader leaves the class default (False)."""
+    g = meta.arch_get
+    d = gguf_hf_config(meta, "qwen3_moe", "Qwen3MoeForCausalLM")
+    d.update(num_experts=int(g("expert_count")), num_experts_per_tok=int(g("expert_used_count")),
+             norm_topk_prob=True)
+    if g("expert_feed_forward_length"):
+        d["moe_intermediate_size"] = int(g("expert_feed_forward_length"))
+    return d
