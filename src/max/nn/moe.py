@@ -102,6 +102,9 @@ class MoEGate(Module):
                  routing: str = "softmax_topk", renormalize: bool = False, scaling: float = 1.0, n_group: int = 1,
                  topk_group: int = 1, has_bias: bool = False) -> None:
         super().__init__()
+        if not 1 <= num_experts_per_token <= num_experts:
+            raise ValueError(f"MoEGate: num_experts_per_token must be in [1, {num_experts}], "
+                             f"got {num_experts_per_token}")
         self.devices = list(devices) or [DeviceRef.CPU()]
         self.hidden_dim, self.num_experts, self.num_experts_per_token = hidden_dim, num_experts, num_experts_per_token
         self.dtype = dtype
