@@ -97,3 +97,60 @@ def test_no_fusion_when_intermediate_is_shared():
 def test_bad_optimization_level():
     with pytest.raises(ValueError, match="optimization_level must be 0, 1 or 2"):
         InferenceSession(optimization_level=5)
+
+
+
+def _weighted(name, arrays, k, m, body):
+    """A graph of ``body(x, weights)`` whose weights are named graph weights (as a model's are)."""
+    from max.graph import Weight
+
+    with Graph(name, input_types=[TensorType(DType.float32, (m, k), CPU)]) as g:
+        ws = {n: Weight(n, DType.float32, a.shape, CPU) for n, a in arrays.items()}
+        out = body(g.inputs[0], ws)
+        g.output(*out) if isinstance(out, tuple) else g.output(out)
+    return g
+
+
+def _rms(x, g, eps):
+    return x * ops.rsqrt(ops.mean(x * x, axis=-1) + eps) * g
+
+
+@pytest.mark.parametrize("glu", [False, True])
+@pytest.mark.parametrize("m", [1, 5])
+def test_rms_norm_folds_into_the_projection_that_reads_it(glu, m):
+    """``P(rms_norm(h))`` is one fused_matmul_t that normalises ``h`` itself."""
+    k, n = 64, 48
+    arrays = {"g": rng.standard_normal(k).astype(np.float32),
+              "w1": (rng.standard_normal((n, k)) / 8).astype(np.float32),
+              "w2": (rng.standard_normal((n, k)) / 8).astype(np.float32)}
+
+    def body(x, w):
+        h = _rms(x, w["g"], 1e-5)
+        p1 = h @ w["w1"].T
+        return ops.silu(p1) * (h @ w["w2"].T) if glu else p1
+
+    x = (rng.standard_normal((m, k)) * 3).astype(np.float32)
+    s = InferenceSession()
+    (out,) = s.load(_weighted("prenorm", arrays, k, m, body), weights_registry=arrays).execute(x)
+    x64 = x.astype(np.float64)
+    h = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-5) * arrays["g"]
+    want = h @ arrays["w1"].T.astype(np.float64)
+    if glu:
+        want = want / (1 + np.exp(-want)) * (h @ arrays["w2"].T.astype(np.float64))
+    np.testing.assert_allclose(out.to_numpy(), want, rtol=1e-4, atol=1e-4)
+    assert s.last_compile_stats["fused"].get("fused_matmul_t+prenorm") == 1, s.last_compile_stats
+
+
+def test_shared_rms_norm_is_not_folded():
+    """A norm whose output is also a graph output stays its own op."""
+    k = 32
+    arrays = {"g": rng.standard_normal(k).astype(np.float32), "w1": rng.standard_normal((16, k)).astype(np.float32)}
+
+    def body(x, w):
+        h = _rms(x, w["g"], 1e-6)
+        return h @ w["w1"].T, h
+
+    s = InferenceSession()
+    s.load(_weighted("shared", arrays, k, 2, body), weights_registry=arrays)
+    fused = s.last_compile_stats["fused"]
+    assert fused.get("fused_rms_norm") == 1 and "fused_matmul_t+prenorm" not in fused, fused

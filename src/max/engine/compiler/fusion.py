@@ -77,7 +77,7 @@ def _scalar(arr: np.ndarray | None) -> float | None:
 def fuse(prog: Program) -> dict[str, int]:
     """Apply every pattern; returns counts per fused kernel."""
     counts: Counter = Counter()
-    for rule in (*linear_fusion.RULES, _attention, _swiglu, _rms_norm, _linear):
+    for rule in (*linear_fusion.RULES, _attention, _swiglu, _rms_norm, _linear, *linear_fusion.LATE_RULES):
         v = _View(prog)
         out = []
         # Walk from the outputs back so the outermost match wins; nodes that a
@@ -90,7 +90,8 @@ def fuse(prog: Program) -> dict[str, int]:
                 continue
             new = rule(v, n)
             if new is not None:
-                counts[new.op] += 1
+                # a rule that refines an already fused node counts under its own name
+                counts[new.op if new.op != n.op else f"{new.op}+{rule.__name__}"] += 1
                 for i in n.inputs:
                     v.uses[i] -= 1
                 for i in new.inputs:

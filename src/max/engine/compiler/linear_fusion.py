@@ -11,7 +11,9 @@ or GGML block-quantised (``qmatmul``) -- and optionally a gated activation
 - ``+ b`` on a single projection;
 - ``concat([P_1(x), ..., P_n(x)], axis=-1)`` of projections of the same ``x``
   (q/k/v: one call, weights never concatenated in memory, encodings may differ);
-- ``silu(P_1(x)) * P_2(x)`` and ``gelu(P_1(x)) * P_2(x)`` (gated MLPs).
+- ``silu(P_1(x)) * P_2(x)`` and ``gelu(P_1(x)) * P_2(x)`` (gated MLPs);
+- ``P(rms_norm(h))`` when the norm feeds only the projection (``prenorm``, run after the norm
+  patterns are fused): the kernel normalises ``h`` itself (one call instead of two).
 
 Because the weight stays ``[N, K]``, load-time folding no longer makes a
 transposed copy of every projection.
@@ -48,9 +50,15 @@ def _node(like: PNode, x: int, weights: list[int], biases: list[int], kinds: tup
 
 
 def parts(n: PNode) -> tuple[int, list[int], list[int]]:
-    """(x, weights, biases) of a fused_matmul_t node."""
+    """(x, weights, biases) of a fused_matmul_t node (a fused norm's weight, if any, is not included)."""
     nw = len(n.attrs["kinds"])
-    return n.inputs[0], list(n.inputs[1:1 + nw]), list(n.inputs[1 + nw:])
+    nb = sum(n.attrs["has_bias"])
+    return n.inputs[0], list(n.inputs[1:1 + nw]), list(n.inputs[1 + nw:1 + nw + nb])
+
+
+def norm_operand(n: PNode) -> list[int]:
+    """The fused RMSNorm's weight operand (``[]`` without one)."""
+    return list(n.inputs[1 + len(n.attrs["kinds"]) + sum(n.attrs["has_bias"]):])
 
 
 def projection(v: Any, n: PNode) -> PNode | None:
@@ -157,4 +165,20 @@ def glu(v: Any, n: PNode) -> PNode | None:
     return None
 
 
+def prenorm(v: Any, n: PNode) -> PNode | None:
+    """``fused_matmul_t(fused_rms_norm(h, g))`` -> ``fused_matmul_t(h, ..., g)`` with ``norm_eps``."""
+    if n.op != OP or "norm_eps" in n.attrs:
+        return None
+    x = n.inputs[0]
+    r = v.node(x, "fused_rms_norm")
+    if r is None or not v.single(x) or len(r.inputs) != 2:
+        return None
+    h, g = r.inputs
+    if v.rank(g) != 1 or v.prog.types[g].dtype != v.prog.types[h].dtype:
+        return None
+    attrs = dict(n.attrs, norm_eps=float(r.attrs.get("eps", 1e-6)))
+    return PNode(OP, (h, *n.inputs[1:], g), attrs, n.types, n.outs, n.loc)
+
+
 RULES = (projection, bias, concat, glu)
+LATE_RULES = (prenorm,)

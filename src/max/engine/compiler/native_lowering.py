@@ -69,7 +69,8 @@ def lower(prog: Program) -> dict[str, int]:
                 counts["pack_qweight"] += 1
             if new_ws != ws:
                 attrs = dict(n.attrs, kinds=tuple(kinds))
-                n = PNode(n.op, (x, *new_ws, *bs), attrs, n.types, n.outs, n.loc, n.side_effects, n.regions)
+                n = PNode(n.op, (x, *new_ws, *bs, *linear_fusion.norm_operand(n)), attrs, n.types, n.outs, n.loc,
+                          n.side_effects, n.regions)
         elif n.op == "flash_attention_ragged" and on_cpu and n.attrs.get("native_operands"):
             # operands: q, blocks, 6 read-plan tensors, offsets, cache_lengths, lookup (+ chain)
             q, blocks = n.inputs[0], n.inputs[1]

@@ -62,9 +62,10 @@ def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
 _PLANS: dict[tuple, tuple] = {}
 
 
-def _plan_for(weights: tuple, biases: list, kinds: tuple, ns: tuple, k: int) -> Any:
+def _plan_for(weights: tuple, biases: list, kinds: tuple, ns: tuple, k: int, norm: tuple | None = None) -> Any:
     """A native MatmulPlan for these bound tensors, built once (keyed by the tensors' identity)."""
-    key = tuple(id(t) for t in weights) + tuple(id(b) if b is not None else 0 for b in biases)
+    key = tuple(id(t) for t in weights) + tuple(id(b) if b is not None else 0 for b in biases) + (
+        (id(norm[0]), norm[1]) if norm is not None else ())
     hit = _PLANS.get(key)
     if hit is not None and all(r() is t for r, t in zip(hit[0], weights)):
         return hit[1]
@@ -81,7 +82,7 @@ def _plan_for(weights: tuple, biases: list, kinds: tuple, ns: tuple, k: int) -> 
         else:
             codes.append(native.GGML_KINDS[kind])
             modes.append("ggml")
-    plan = native.MatmulPlan(list(weights), codes, modes, list(ns), k, biases)
+    plan = native.MatmulPlan(list(weights), codes, modes, list(ns), k, biases, norm=norm)
     refs = tuple(weakref.ref(t) for t in weights)
     if len(_PLANS) > 4096:
         _PLANS.clear()
@@ -116,16 +117,23 @@ def _gate(y: torch.Tensor, act: str) -> torch.Tensor:
     return F.gelu(g, approximate="tanh" if act == "gelu_tanh" else "none") * u
 
 
-@kernel("fused_matmul_t")
-def fused_matmul_t(x: torch.Tensor, *operands: torch.Tensor, kinds: tuple, ns: tuple, k: int, has_bias: tuple,
-                   act: str | None, exact: bool = False) -> torch.Tensor:
-    """``concat_i(x @ W_iᵀ (+ b_i))`` [gated].  Quantised weights run on the native kernels with 8-bit
-    activation codes (one scale per 32 values) unless ``exact``: then float32 activations times the
-    dequantised weight."""
+def _split(operands: tuple, kinds: tuple, has_bias: tuple, norm_eps: float | None) -> tuple:
     nw = len(kinds)
-    weights = operands[:nw]
+    weights = tuple(operands[:nw])
     it = iter(operands[nw:])
     biases = [next(it) if hb else None for hb in has_bias]
+    gamma = next(it) if norm_eps is not None else None
+    return weights, biases, gamma
+
+
+@kernel("fused_matmul_t")
+def fused_matmul_t(x: torch.Tensor, *operands: torch.Tensor, kinds: tuple, ns: tuple, k: int, has_bias: tuple,
+                   act: str | None, exact: bool = False, norm_eps: float | None = None) -> torch.Tensor:
+    """``concat_i(x' @ W_iᵀ (+ b_i))`` [gated], ``x' = rms_norm(x, gamma, norm_eps)`` when a norm was fused
+    (its weight is the last operand).  Quantised weights run on the native kernels with 8-bit activation
+    codes (one scale per 32 values) unless ``exact``: then float32 activations times the dequantised
+    weight."""
+    weights, biases, gamma = _split(operands, kinds, has_bias, norm_eps)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
@@ -134,12 +142,15 @@ def fused_matmul_t(x: torch.Tensor, *operands: torch.Tensor, kinds: tuple, ns: t
     if not dense_big and not exact and _native_ok(x2, weights, kinds):
         if x2.stride(1) != 1:
             x2 = x2.contiguous()
-        y = _plan_for(weights, biases, kinds, ns, k)(x2)
+        norm = (gamma, norm_eps) if gamma is not None else None
+        y = _plan_for(weights, biases, kinds, ns, k, norm)(x2)
         if act is not None:
             from max.engine import native
 
             y = native.glu(y, 0 if act == "silu" else 1) if act in ("silu", "gelu_tanh") else _gate(y, act)
     else:
+        if gamma is not None:
+            x2 = rms_norm(x2, gamma, norm_eps, multiply_before_cast=True)
         cols = []
         for kind, w, b in zip(kinds, weights, biases):
             if kind == "dense":
@@ -162,33 +173,47 @@ def fused_matmul_t(x: torch.Tensor, *operands: torch.Tensor, kinds: tuple, ns: t
 
 @preparer("fused_matmul_t")
 def prepare_fused_matmul_t(operands: list, kinds: tuple, ns: tuple, k: int, has_bias: tuple, act: str | None,
-                           exact: bool = False) -> Any:
+                           exact: bool = False, norm_eps: float | None = None) -> Any:
     """With constant weights: the native plan is built once; each call quantises/streams only ``x``."""
-    consts = operands[1:]
+    consts = tuple(operands[1:])
     if operands[0] is not None or any(c is None for c in consts) or exact:
         return None
-    nw = len(kinds)
-    weights = tuple(consts[:nw])
-    it = iter(consts[nw:])
-    biases = [next(it) if hb else None for hb in has_bias]
+    weights, biases, gamma = _split(consts, kinds, has_bias, norm_eps)
     probe = torch.empty(1, k, dtype=torch.float32)
     if not _native_ok(probe, weights, kinds):
         return None
-    plan = _plan_for(weights, biases, kinds, ns, k)
+    plan = _plan_for(weights, biases, kinds, ns, k, (gamma, norm_eps) if gamma is not None else None)
     dense_f32 = all(kd == "dense" and w.dtype == torch.float32 for kd, w in zip(kinds, weights))
     from max.engine import native
 
+    so = native.lib()
     glu_code = {"silu": 0, "gelu_tanh": 1}.get(act) if act else None
-    fallback_attrs = dict(kinds=kinds, ns=ns, k=k, has_bias=has_bias, act=act)
-    f32 = torch.float32
+    fallback_attrs = dict(kinds=kinds, ns=ns, k=k, has_bias=has_bias, act=act, norm_eps=norm_eps)
+    f32, n_out = torch.float32, plan.n_out
+    big = DENSE_NATIVE_MAX_M if dense_f32 else 1 << 62
+    empty = torch.empty
+    half = n_out // 2
+    (fn, args, col), = plan.calls if len(plan.calls) == 1 else ((None, None, None),)
+    nwp, eps = plan.norm
 
     def run(x: torch.Tensor) -> torch.Tensor:
-        x2 = x.reshape(-1, k)
-        if x2.dtype is not f32 or not x2.is_cpu or x2.stride(1) != 1 or (dense_f32 and x2.shape[0] >= DENSE_NATIVE_MAX_M):
+        x2 = x if x.dim() == 2 else x.reshape(-1, k)
+        m = x2.shape[0]
+        if x2.dtype is not f32 or not x2.is_cpu or x2.stride(1) != 1 or m >= big:
             return fused_matmul_t(x, *consts, **fallback_attrs)
-        y = plan(x2)
-        if act is not None:
-            y = native.glu(y, glu_code) if glu_code is not None else _gate(y, act)
+        if fn is None:
+            y = plan(x2)
+        else:  # one native call: no per-call bookkeeping beyond the pointers
+            y = empty((m, n_out), dtype=f32)
+            rc = fn(m, k, x2.data_ptr(), x2.stride(0), *args, y.data_ptr(), n_out, 0, nwp, eps)
+            if rc:
+                raise RuntimeError(f"native matmul failed with code {rc}")
+        if glu_code is not None:
+            out = empty((m, half), dtype=f32)
+            so.lmx_glu(y.data_ptr(), m, half, n_out, glu_code, out.data_ptr(), half)
+            y = out
+        elif act is not None:
+            y = _gate(y, act)
         return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
 
     return run
@@ -201,14 +226,20 @@ def prepare_fused_rms_norm(operands: list, eps: float = 1e-6) -> Any:
     w = operands[1]
     from max.engine import native
 
-    if native.lib() is None or w.dtype != torch.float32 or not w.is_cpu:
+    so = native.lib()
+    if so is None or w.dtype != torch.float32 or not w.is_cpu:
         return None
     w = w.contiguous()
-    f32 = torch.float32
+    wp, f32, empty = w.data_ptr(), torch.float32, torch.empty_like
+    k = w.shape[0]
 
     def run(x: torch.Tensor) -> torch.Tensor:
-        if x.dtype is not f32 or not x.is_cpu or x.stride(-1) != 1:
+        if x.dtype is not f32 or not x.is_cpu or x.stride(-1) != 1 or x.shape[-1] != k:
             return fused_rms_norm(x, w, eps)
-        return native.rmsnorm(x.reshape(-1, x.shape[-1]), w, eps).reshape(x.shape)
+        if not x.is_contiguous():
+            x = x.contiguous()
+        out = empty(x)
+        so.lmx_rmsnorm(x.data_ptr(), x.numel() // k, k, k, wp, eps, out.data_ptr(), k)
+        return out
 
     return run

@@ -40,7 +40,7 @@ _F = ctypes.c_float
 def _declare(so: ctypes.CDLL) -> None:
     for name in ("lmx_qmatmul", "lmx_dense_matmul"):
         fn = getattr(so, name)
-        fn.argtypes = [_I64, _I64, _P, _I64, _INT, _P, _P, _P, _P, _P, _P, _I64, _INT]
+        fn.argtypes = [_I64, _I64, _P, _I64, _INT, _P, _P, _P, _P, _P, _P, _I64, _INT, _P, _F]
         fn.restype = _INT
     so.lmx_gather_rows.argtypes = [_INT, _P, _I64, _I64, _I64, _P, _I64, _P]
     so.lmx_gather_rows.restype = _INT
@@ -64,7 +64,7 @@ def _declare(so: ctypes.CDLL) -> None:
     so.lmx_pack.restype = _INT
     so.lmx_packed_row.argtypes = [_INT, _P, _I64, _I64, _I64, _P]
     so.lmx_packed_row.restype = _INT
-    so.lmx_packed_matmul.argtypes = [_I64, _I64, _P, _I64, _INT, _P, _P, _P, _P, _P, _I64, _INT]
+    so.lmx_packed_matmul.argtypes = [_I64, _I64, _P, _I64, _INT, _P, _P, _P, _P, _P, _I64, _INT, _P, _F]
     so.lmx_packed_matmul.restype = _INT
 
 
@@ -193,19 +193,25 @@ class MatmulPlan:
     Each weight is ``(tensor, kind, mode)``: mode ``"dense"`` (float32/float16/bfloat16 ``[N_i, K]``),
     ``"ggml"`` (uint8 GGML blocks ``[N_i, row_bytes]``) or ``"packed"`` (1-D uint8 from :func:`pack`;
     its ``N_i`` comes from ``ns``).  Weights of one mode run as one native call writing their columns
-    of the output; the plan keeps references to every tensor it points at.
+    of the output; the plan keeps references to every tensor it points at.  ``norm``: ``(weight, eps)``
+    of an RMSNorm applied to ``x`` first (the norm feeding the projection, fused into the call).
     """
 
-    __slots__ = ("so", "n_out", "k", "calls", "keep")
+    __slots__ = ("so", "n_out", "k", "calls", "keep", "norm")
 
     def __init__(self, weights: Sequence[torch.Tensor], kinds: Sequence[int], modes: Sequence[str],
                  ns: Sequence[int], k: int, biases: Sequence[torch.Tensor | None] | None = None,
-                 so: ctypes.CDLL | None = None) -> None:
+                 so: ctypes.CDLL | None = None, norm: tuple[torch.Tensor, float] | None = None) -> None:
         self.so = so or lib()
         assert self.so is not None
         self.k = k
         self.n_out = sum(ns)
         self.keep: list[torch.Tensor] = []
+        self.norm = (0, 0.0)
+        if norm is not None:
+            nw_t = norm[0].detach().to(torch.float32).contiguous()
+            self.keep.append(nw_t)
+            self.norm = (nw_t.data_ptr(), float(norm[1]))
         biases = list(biases) if biases is not None else [None] * len(weights)
         groups: dict[str, list[int]] = {}
         for i, m in enumerate(modes):
@@ -246,8 +252,9 @@ class MatmulPlan:
         if out is None:
             out = torch.empty((M, self.n_out), dtype=torch.float32)
         xp, xs, yp, ys = x.data_ptr(), x.stride(0), out.data_ptr(), out.stride(0)
+        nwp, eps = self.norm
         for fn, args, col in self.calls:
-            rc = fn(M, self.k, xp, xs, *args, yp + 4 * col, ys, int(scalar))
+            rc = fn(M, self.k, xp, xs, *args, yp + 4 * col, ys, int(scalar), nwp, eps)
             if rc != 0:
                 raise RuntimeError(f"native matmul failed with code {rc} (K={self.k})")
         return out

@@ -114,5 +114,7 @@ int lmx_num_threads(void);
 int64_t lmx_block_bytes(int kind);
 int64_t lmx_block_elems(int kind);
 int lmx_dequant_row(int kind, const uint8_t *src, float *dst, int64_t n);
+void lmx_rmsnorm(const float *x, int64_t M, int64_t K, int64_t xs, const float *w, float eps, float *out, int64_t os);
+const float *lmx_prenorm(const float *x, int64_t M, int64_t K, int64_t xs, const float *w, float eps);
 
 #endif

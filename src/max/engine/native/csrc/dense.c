@@ -109,7 +109,13 @@ static void drows(int kind, const uint8_t *w, int64_t rb, int64_t r0, int64_t r1
  * stride row_bytes[i].  Returns 0, -1 for a bad kind, -3 without memory. */
 LMX_API int lmx_dense_matmul(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,
                              const uint8_t *const *w, const int *kinds, const int64_t *N, const int64_t *row_bytes,
-                             const float *const *bias, float *y, int64_t y_stride, int force_scalar) {
+                             const float *const *bias, float *y, int64_t y_stride, int force_scalar, const float *norm_w, float norm_eps) {
+    if (norm_w) { /* RMSNorm of x first (the norm feeding this projection, fused) */
+        x = lmx_prenorm(x, M, K, x_stride, norm_w, norm_eps);
+        if (!x) return -3;
+        x_stride = K;
+    }
+
     int64_t total = 0, offs[64];
     if (nw < 1 || nw > 64) return -1;
     for (int i = 0; i < nw; i++) {

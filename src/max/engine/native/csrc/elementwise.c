@@ -33,6 +33,24 @@ LMX_API void lmx_rmsnorm(const float *x, int64_t M, int64_t K, int64_t xs, const
     }
 }
 
+static __thread float *prenorm_mem = NULL;
+static __thread size_t prenorm_cap = 0;
+
+/* RMS-normalise x [M, K] (row stride xs) by weight w into the calling thread's scratch buffer and
+ * return it (row stride K), for a matmul that consumes the normalised rows right away; NULL without
+ * memory.  Valid until the thread's next call. */
+const float *lmx_prenorm(const float *x, int64_t M, int64_t K, int64_t xs, const float *w, float eps) {
+    size_t need = (size_t)(M * K);
+    if (need > prenorm_cap) {
+        free(prenorm_mem);
+        prenorm_mem = (float *)malloc(need * 4);
+        prenorm_cap = prenorm_mem ? need : 0;
+        if (!prenorm_mem) return NULL;
+    }
+    lmx_rmsnorm(x, M, K, xs, w, eps, prenorm_mem, K);
+    return prenorm_mem;
+}
+
 LMX_INLINE float gelu_tanh(float x) {
     const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
     return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));

@@ -505,7 +505,13 @@ int lmx_act_prepare(int64_t M, int64_t K, const float *x, int64_t xs, const int8
  * Returns 0, -1 for a kind that is not packable, -2 for a bad K, -3 without memory. */
 LMX_API int lmx_packed_matmul(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,
                               const uint8_t *const *w, const int *kinds, const int64_t *N, const float *const *bias,
-                              float *y, int64_t y_stride, int force_scalar) {
+                              float *y, int64_t y_stride, int force_scalar, const float *norm_w, float norm_eps) {
+    if (norm_w) { /* RMSNorm of x first (the norm feeding this projection, fused) */
+        x = lmx_prenorm(x, M, K, x_stride, norm_w, norm_eps);
+        if (!x) return -3;
+        x_stride = K;
+    }
+
     if (nw < 1 || nw > 64) return -1;
     int64_t offs[64], goffs[65], total = 0;
     goffs[0] = 0;
