@@ -154,3 +154,39 @@ def test_shared_rms_norm_is_not_folded():
     s.load(_weighted("shared", arrays, k, 2, body), weights_registry=arrays)
     fused = s.last_compile_stats["fused"]
     assert fused.get("fused_rms_norm") == 1 and "fused_matmul_t+prenorm" not in fused, fused
+
+
+def test_level_2_runs_through_torch_compile_and_falls_back_when_dynamo_fails(monkeypatch):
+    """Level 2 gives the same result as level 1; when TorchDynamo cannot compile the graph the model
+    warns once and runs uncompiled instead of failing the request."""
+    import torch
+    import torch._dynamo.exc as dexc
+
+    def build():
+        with Graph("l2", input_types=[TensorType(DType.float32, (4, 8), CPU)]) as g:
+            (x,) = g.inputs
+            g.output(ops.silu(x) * 2.0 + 1.0)
+        return g
+
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    want = InferenceSession(optimization_level=1).load(build()).execute(x)[0].to_numpy()
+    torch._dynamo.reset()
+    got = InferenceSession(optimization_level=2).load(build()).execute(x)[0].to_numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+    calls = []
+
+    def failing_compile(module, **kw):
+        def run(*a):
+            calls.append(1)
+            raise dexc.InternalTorchDynamoError("cannot trace this kernel")
+        return run
+
+    monkeypatch.setattr(torch, "compile", failing_compile)
+    m = InferenceSession(optimization_level=2).load(build())
+    with pytest.warns(RuntimeWarning, match="could not compile graph 'l2'.*running it uncompiled"):
+        first = m.execute(x)[0].to_numpy()
+    second = m.execute(x)[0].to_numpy()  # no second attempt, no second warning
+    assert len(calls) == 1
+    np.testing.assert_allclose(first, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(second, want, rtol=1e-6, atol=1e-6)

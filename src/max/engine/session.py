@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -232,7 +233,7 @@ class InferenceSession:
         names = [f"input{i}" for i, t in enumerate(prog.input_types) if not _is_chain(t)]
         model = Model._create(self, prog, lowered, consts, names)
         if self._opt_level >= 2:
-            model._fn = torch.compile(lowered.module, dynamic=None)
+            model._fn = _compiled_or_eager(lowered.module, graph_name=getattr(prog, "name", "graph"))
         return model
 
     # ------------------------------------------------------------------ settings
@@ -509,3 +510,27 @@ def _bind_weight(name: str, typ: TensorType, registry: Mapping[str, Any], prog: 
 
 
 _TORCH_OK = {d.to_torch() for d in DType if d not in BIT_STORED}
+
+
+def _compiled_or_eager(module: Any, graph_name: str) -> Any:
+    """``torch.compile(module)`` that falls back, with one warning, to the uncompiled forward when
+    TorchDynamo or Inductor cannot handle the graph (errors raised by the kernels themselves propagate)."""
+    compiled = torch.compile(module, dynamic=None)
+    state = {"fn": compiled}
+
+    def call(*args: Any) -> Any:
+        fn = state["fn"]
+        if fn is not compiled:
+            return fn(*args)
+        try:
+            return compiled(*args)
+        except Exception as e:  # noqa: BLE001 -- filtered on the raising package below
+            if not type(e).__module__.startswith(("torch._dynamo", "torch._inductor")):
+                raise
+            warnings.warn(f"optimization_level=2: torch.compile could not compile graph {graph_name!r} "
+                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); running it "
+                          f"uncompiled", RuntimeWarning, stacklevel=3)
+            state["fn"] = module.forward
+            return module.forward(*args)
+
+    return call
