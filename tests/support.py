@@ -87,3 +87,17 @@ def q8_activation_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     q = np.clip(np.rint(xb * inv), -127, 127)
     xq = (q.astype(np.float64) * d.astype(np.float64)).reshape(*lead, k)
     return xq @ np.asarray(w, np.float64).T
+
+
+def scheduled_greedy(llm: Any, prompts: Sequence[str], max_new_tokens: int, params: Any = None) -> list[list[int]]:
+    """Greedy tokens of ``prompts`` submitted together to ``llm``'s scheduler (one ragged batch),
+    in prompt order; ``params`` overrides the greedy ``SamplingParams``."""
+    from max.interfaces import SamplingParams
+
+    params = params or SamplingParams(top_k=1, max_new_tokens=max_new_tokens, ignore_eos=True)
+    ctxs = [llm.make_context(p, params) for p in prompts]
+    toks: dict[str, list[int]] = {c.request_id: [] for c in ctxs}
+    for c in ctxs:
+        llm.scheduler.submit(c, lambda o: toks[o.request_id].extend(o.tokens))
+    llm.scheduler.run_until_idle()
+    return [toks[c.request_id] for c in ctxs]

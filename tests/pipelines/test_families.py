@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support import scheduled_greedy  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nn"))
 
 pytest.importorskip("transformers")
@@ -65,20 +67,12 @@ def test_prefill_and_decode_logits_match_transformers(family):
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_greedy_16_tokens_identical_alone_and_batched(family):
-    from max.interfaces import SamplingParams
-
     d, model, tok = tiny_family(family)
     llm = family_llm(family)
     prompts = ["def forward(self, x):", "import os"]
-    params = SamplingParams(top_k=1, max_new_tokens=16, ignore_eos=True)
 
     def run(ps):
-        ctxs = [llm.make_context(p, params) for p in ps]
-        got = {c.request_id: [] for c in ctxs}
-        for c in ctxs:
-            llm.scheduler.submit(c, lambda o: got[o.request_id].extend(o.tokens))
-        llm.scheduler.run_until_idle()
-        return [got[c.request_id] for c in ctxs]
+        return scheduled_greedy(llm, ps, 16)
 
     want = [hf_greedy(model, tok(p)["input_ids"], 16) for p in prompts]
     assert run(prompts[:1]) == want[:1]

