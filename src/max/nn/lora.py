@@ -10,7 +10,9 @@ that adds, for each token, the low-rank update of the adapter its request uses::
 ``alpha / rank`` scale), and ``mask`` ``[tokens, L*r]`` has ones in the columns of each token's slot
 (a token without an adapter has none).  The stacks and the mask are graph *inputs* shared through one
 :class:`LoRAGraphInputs`, so adapters load and unload at run time without recompiling, and a batch
-mixing adapters costs two thin matmuls per projection.
+mixing adapters costs two thin matmuls per projection.  The update is one op,
+:func:`lora_delta_add` (kernel: ``max.engine.kernels.lora``), which returns ``y`` untouched when no
+token of the step uses an adapter.
 """
 
 from __future__ import annotations
@@ -19,9 +21,31 @@ from typing import Any, Optional
 
 from max.dtype import DType
 from max.graph import DeviceRef, TensorType, TensorValue
+from max.graph.ops._common import as_tensor, fail, stage
 from max.nn.linear import Linear
 
-__all__ = ["LoRAGraphInputs", "LoRALinear"]
+__all__ = ["LoRAGraphInputs", "LoRALinear", "lora_delta_add"]
+
+
+def lora_delta_add(y: Any, x: Any, mask: Any, a: Any, b: Any) -> TensorValue:
+    """``y + (((x @ a) * mask) @ b)`` for ``y`` ``[tokens, out]``, ``x`` ``[tokens, in]``, ``mask``
+    ``[tokens, w]``, ``a`` ``[in, w]``, ``b`` ``[w, out]`` (``x`` is cast to ``a``'s dtype and the update
+    to ``y``'s); a step whose mask is all zero returns ``y`` without computing the update."""
+    op = "lora_delta_add"
+    yv, xv, mv, av, bv = (as_tensor(t, op=op, arg=n) for t, n in ((y, "y"), (x, "x"), (mask, "mask"), (a, "a"),
+                                                                 (b, "b")))
+    for v, n in ((yv, "y"), (xv, "x"), (mv, "mask"), (av, "a"), (bv, "b")):
+        if v.rank != 2 or not v.dtype.is_float():
+            fail(op, f"{n} must be a rank-2 float tensor, got {v.type}")
+    if mv.dtype != av.dtype or bv.dtype != av.dtype:
+        fail(op, f"mask, a and b must share one dtype, got {mv.dtype}, {av.dtype}, {bv.dtype}", TypeError)
+    din, w, dout = av.shape[0], av.shape[1], bv.shape[1]
+    if xv.shape[1] != din or bv.shape[0] != w or mv.shape[1] != w or yv.shape[1] != dout:
+        fail(op, f"shapes do not fit: y {yv.shape}, x {xv.shape}, mask {mv.shape}, a {av.shape}, b {bv.shape} "
+                 "(want y [T, out], x [T, in], mask [T, w], a [in, w], b [w, out])")
+    if not (yv.shape[0] == xv.shape[0] == mv.shape[0]):
+        fail(op, f"y, x and mask must have the same number of rows, got {yv.shape[0]}, {xv.shape[0]}, {mv.shape[0]}")
+    return stage(op, [yv, xv, mv, av, bv], [yv.type], {})[0]
 
 
 class LoRAGraphInputs:
@@ -79,5 +103,4 @@ class LoRALinear(Linear):
         if ab is None or self._lora.mask is None:
             return y  # graph built without LoRA inputs
         a, b = ab
-        low = (x.cast(a.dtype) @ a) * self._lora.mask
-        return y + (low @ b).cast(y.dtype)
+        return lora_delta_add(y, x, self._lora.mask, a, b)

@@ -31,7 +31,7 @@ _FAMILIES = (
     "quantized",
     "ragged",
     "decoder",
-    "moe",
+    "moe", "lora",
     "conv", "pool", "signal", "distributed", "complex", "vision", "random",
 )
 
