@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from max.interfaces import TextGenerationRequest, TextGenerationRequestMessage, TextGenerationRequestTool
-from max.pipelines.core import TextAndVisionContext, TextContext
+from max.pipelines.core import ImageMetadata, TextAndVisionContext, TextContext
 from max.pipelines.lib.gguf_utils import is_gguf_file
 from max.pipelines.lib.hf_utils import eos_token_ids_from_configs, generate_local_model_path, load_generation_config
 
@@ -313,8 +313,13 @@ class TextTokenizer(_HFTokenizerMixin):
             raise ValueError(f"request {request.request_id}: no prompt and no messages")
         return self.encode_sync(request.prompt, add_special_tokens=True)
 
-    def _new_context(self, request: TextGenerationRequest, cls: type, **extra: Any) -> Any:
-        ids = self._prompt_ids(request)
+    def _new_context(self, request: TextGenerationRequest, cls: type, ids: Optional[npt.NDArray[np.int64]] = None,
+                     **extra: Any) -> Any:
+        if ids is None:
+            if request.images:
+                raise ValueError(f"request {request.request_id}: this model takes text only; the request has "
+                                 f"{len(request.images)} image(s)")
+            ids = self._prompt_ids(request)
         if len(ids) == 0:
             raise ValueError(f"request {request.request_id}: the prompt encodes to no tokens")
         n_vocab = self.vocab_size  # token-id prompts were checked against it by encode_sync
@@ -375,17 +380,51 @@ class TextTokenizer(_HFTokenizerMixin):
 
 
 class TextAndVisionTokenizer(TextTokenizer):
-    """Text tokenizer that builds ``TextAndVisionContext`` objects.
+    """Builds ``TextAndVisionContext`` objects through the model folder's own ``transformers`` processor
+    (``AutoProcessor``: its image processor resizes/normalises/patches the images, and it expands each
+    image placeholder to the model's number of image tokens).
 
-    Image inputs need a model-specific processor, which libremax does not provide yet:
-    requests with images raise ValueError; text requests work as with
-    :class:`TextTokenizer`.
+    Images come from ``request.images`` (encoded bytes) and from the chat messages' ``image_url`` /
+    ``image`` parts (``data:`` URIs, local paths; see ``max.pipelines.lib.images``), messages' images
+    first, in order.  A plain prompt without the processor's image placeholder gets one placeholder per
+    image in front of it.  Bad images, remote URLs and prompts that no longer fit ``max_length`` with
+    their image tokens raise ValueError before any model work.
     """
 
     def __init__(self, model_path: str, *, revision: Optional[str] = None, max_length: Optional[int] = None,
-                 trust_remote_code: bool = False, **unused_kwargs: Any) -> None:
+                 trust_remote_code: bool = False, pipeline_config: Optional["PipelineConfig"] = None,
+                 **unused_kwargs: Any) -> None:
         super().__init__(model_path, revision=revision, max_length=max_length, trust_remote_code=trust_remote_code,
-                         **unused_kwargs)
+                         pipeline_config=pipeline_config, **unused_kwargs)
+        from transformers import AutoProcessor
+
+        folder = os.path.expanduser(self.model_path)
+        if os.path.isfile(folder):
+            folder = os.path.dirname(os.path.abspath(folder))
+        try:
+            self.processor = AutoProcessor.from_pretrained(folder, trust_remote_code=trust_remote_code)
+        except Exception as e:  # noqa: BLE001 - any loader failure: say what is missing
+            raise ValueError(f"{folder}: cannot load the model's image processor ({e}); a vision-language model "
+                             "folder needs its processor files (preprocessor_config.json / processor_config.json)") \
+                from None
+        if getattr(self.processor, "image_processor", None) is None:
+            raise ValueError(f"{folder}: the processor has no image processor")
+        self.image_token_id = self._image_token_id(folder)
+
+    def _image_token_id(self, folder: str) -> int:
+        cfg: Any = None
+        if self.pipeline_config is not None:
+            cfg = self.pipeline_config.model_config.huggingface_config
+            cfg = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+        elif os.path.isfile(os.path.join(folder, "config.json")):
+            cfg = json.loads(Path(folder, "config.json").read_text())
+        for key in ("image_token_index", "image_token_id"):
+            if cfg and cfg.get(key) is not None:
+                return int(cfg[key])
+        tid = getattr(self.processor, "image_token_id", None)
+        if tid is None:
+            raise ValueError(f"{folder}: no image token id in config.json or the processor")
+        return int(tid)
 
     @property
     def expects_content_wrapping(self) -> bool:
@@ -394,12 +433,106 @@ class TextAndVisionTokenizer(TextTokenizer):
     def apply_chat_template(self, messages: list[TextGenerationRequestMessage],  # type: ignore[override]
                             tools: Optional[list[TextGenerationRequestTool]] = None,
                             chat_template_options: Optional[dict[str, Any]] = None) -> str:
-        return super().apply_chat_template(messages, tools, chat_template_options)
+        """The prompt text; image parts become the template's ``{"type": "image"}`` parts."""
+        msgs, _ = _split_images(messages)
+        opts = dict(chat_template_options or {})
+        opts.setdefault("add_generation_prompt", True)
+        if getattr(self.processor, "chat_template", None):
+            return self.processor.apply_chat_template(msgs, tools=tools, tokenize=False, **opts)
+        if not getattr(self.delegate, "chat_template", None):
+            raise ValueError(f"{self.model_path}: the model has no chat template; send a plain prompt")
+        return self.delegate.apply_chat_template(msgs, tools=tools, tokenize=False, **opts)
 
     async def new_context(self, request: TextGenerationRequest) -> TextAndVisionContext:  # type: ignore[override]
-        if request.images:
-            raise ValueError("TextAndVisionTokenizer: image inputs are not supported yet (no image processor)")
-        return self._new_context(request, TextAndVisionContext)
+        return self.new_context_sync(request)
+
+    def new_context_sync(self, request: TextGenerationRequest) -> TextAndVisionContext:
+        from max.pipelines.lib.images import decode_image
+
+        refs: list[Any] = []
+        if request.messages:
+            _, refs = _split_images(request.messages)
+        refs += list(request.images or [])
+        if not refs:
+            return self._new_context(request, TextAndVisionContext)
+        images = [decode_image(r, f"image {i}") for i, r in enumerate(refs)]
+        placeholder = getattr(self.processor, "image_token", None) or getattr(self.processor, "boi_token", None)
+        if request.messages:
+            text, special = self.apply_chat_template(request.messages, request.tools, request.chat_template_options), \
+                False
+        elif isinstance(request.prompt, str):
+            text, special = request.prompt, True
+            if placeholder and placeholder not in text:
+                text = placeholder * len(images) + text
+        else:
+            raise ValueError(f"request {request.request_id}: images need a text prompt or chat messages, not token ids")
+        try:
+            out = self.processor(text=[text], images=[images], return_tensors="np", add_special_tokens=special)
+        except ValueError as e:  # e.g. the number of placeholders differs from the number of images
+            raise ValueError(f"request {request.request_id}: the processor rejected the prompt and images: {e}") \
+                from None
+        ids = np.asarray(out["input_ids"][0], dtype=np.int64)
+        pixels = np.asarray(out["pixel_values"], dtype=np.float32)
+        spans = _runs(ids, self.image_token_id)
+        if len(spans) != len(pixels):
+            raise ValueError(f"request {request.request_id}: {len(pixels)} processed images but {len(spans)} image "
+                             "placeholder spans in the prompt")
+        if self.max_length is not None and len(ids) >= self.max_length:
+            raise ValueError(f"request {request.request_id}: the prompt with its {len(images)} image(s) is {len(ids)} "
+                             f"tokens, which leaves no room to generate within the maximum length {self.max_length}; "
+                             "send fewer or smaller images")
+        import hashlib
+
+        metas = [ImageMetadata(start_idx=a, end_idx=b, pixel_values=pixels[i],
+                               image_hash=hashlib.sha256(pixels[i].tobytes()).hexdigest())
+                 for i, (a, b) in enumerate(spans)]
+        salt = "images:" + hashlib.sha256("".join(m.image_hash or "" for m in metas).encode()).hexdigest()
+        return self._new_context(request, TextAndVisionContext, ids=ids, pixel_values=tuple(pixels[i] for i in
+                                                                                            range(len(pixels))),
+                                 images=metas, vision_token_ids=[self.image_token_id], cache_salt=salt)
+
+
+def _split_images(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], list[Any]]:
+    """``(messages for the chat template, image references in order)``: OpenAI ``image_url`` parts (and
+    ``image`` parts carrying ``image``/``url``) become ``{"type": "image"}``."""
+    out: list[dict[str, Any]] = []
+    refs: list[Any] = []
+    for m in messages:
+        m = dict(m)
+        c = m.get("content")
+        if isinstance(c, list):
+            parts = []
+            for part in c:
+                kind = part.get("type")
+                if kind == "image_url":
+                    iu = part.get("image_url")
+                    url = iu.get("url") if isinstance(iu, dict) else iu
+                    if not url:
+                        raise ValueError("an image_url part needs image_url.url")
+                    refs.append(url)
+                    parts.append({"type": "image"})
+                elif kind == "image":
+                    ref = part.get("image", part.get("url"))
+                    if ref is None:
+                        raise ValueError("an image part needs 'image' (bytes, data: URI or path) or 'url'")
+                    refs.append(ref)
+                    parts.append({"type": "image"})
+                elif kind == "text":
+                    parts.append({"type": "text", "text": part.get("text", part.get("content", ""))})
+                else:
+                    raise ValueError(f"unsupported content part type {kind!r} (supported: text, image_url)")
+            m["content"] = parts
+        elif c is None:
+            m["content"] = ""
+        out.append(m)
+    return out, refs
+
+
+def _runs(ids: npt.NDArray[np.int64], token: int) -> list[tuple[int, int]]:
+    """``[(start, end)]`` of the maximal runs of ``token`` in ``ids``."""
+    hit = np.concatenate([[False], ids == token, [False]])
+    edges = np.flatnonzero(hit[1:] != hit[:-1])
+    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
 
 
 class PreTrainedPipelineTokenizer(_HFTokenizerMixin):
