@@ -228,3 +228,27 @@ def test_image_sent_to_a_text_only_tokenizer(vlm):
                                          {"type": "text", "text": "hi"}]}]
     with pytest.raises(ValueError, match="text only"):
         run_coro(tok.new_context(TextGenerationRequest(request_id="r2", model_name="m", messages=msgs)))
+
+
+# --------------------------------------------------------------------------- command line
+def test_max_generate_with_images_and_max_list(vlm, tmp_path):
+    from click.testing import CliRunner
+
+    from max.entrypoints.cli import main
+
+    d, model, llm = vlm
+    paths = []
+    for i, seed in enumerate((16, 17)):
+        p = tmp_path / f"im{i}.png"
+        p.write_bytes(image_bytes(seed, (30 + 10 * i, 20)))
+        paths.append(str(p))
+    want = llm.generate("Compare them.", max_new_tokens=8, images=paths, use_tqdm=False)[0]
+    args = ["generate", "--model-path", d, "--devices", "cpu", "--max-length", "128", "--prompt", "Compare them.",
+            "--max-new-tokens", "8", "--image", paths[0], "--image", paths[1]]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert want in res.output and "Prompt size:" in res.output
+    bad = CliRunner().invoke(main, args[:-1] + [str(tmp_path / "missing.png")])
+    assert bad.exit_code != 0 and "no such file" in bad.output
+    listed = CliRunner().invoke(main, ["list"])
+    assert "Gemma3ForConditionalGeneration\n    task: text_generation (text and images)" in listed.output
