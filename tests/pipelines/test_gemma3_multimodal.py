@@ -146,6 +146,22 @@ def test_same_text_different_images_do_not_share_the_prefix_cache(vlm):
     assert a.cache_salt != b.cache_salt
 
 
+def test_prefix_cache_keeps_images_apart(vlm):
+    """With prefix caching on, a request whose text matches an earlier one's but whose image differs must not
+    reuse that request's pages (the placeholder tokens are the same; the images are not)."""
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    d, model, llm = vlm
+    cached = LLM(PipelineConfig(model_path=d, max_length=128, max_batch_size=2, kv_cache_page_size=4,
+                                enable_prefix_caching=True))
+    a, b = image_bytes(30), image_bytes(31)
+    first = cached.generate("Same words here.", max_new_tokens=8, images=[a], use_tqdm=False)
+    assert cached.generate("Same words here.", max_new_tokens=8, images=[b], use_tqdm=False) == \
+        llm.generate("Same words here.", max_new_tokens=8, images=[b], use_tqdm=False)
+    assert cached.generate("Same words here.", max_new_tokens=8, images=[a], use_tqdm=False) == first
+
+
 def test_chunked_prefill_never_cuts_an_image():
     from max.pipelines.core import ImageMetadata, TextAndVisionContext
     from max.pipelines.lib.pipeline import _chunk_end
@@ -168,9 +184,21 @@ def test_chunked_prefill_matches_unchunked(vlm):
     d, model, llm = vlm
     small = LLM(PipelineConfig(model_path=d, max_length=128, max_batch_size=2, kv_cache_page_size=16,
                                prefill_chunk_size=9))
+    pm = small.pipeline.pipeline_model
+    steps = []
+    prepare = pm.prepare_initial_token_inputs
+
+    def spy(ctxs, *a, **k):
+        steps.extend((c.start_idx, c.active_idx, [(im.start_idx, im.end_idx) for im in c.images]) for c in ctxs)
+        return prepare(ctxs, *a, **k)
+
+    pm.prepare_initial_token_inputs = spy
     img = image_bytes(9)
     out = small.generate("Look.", max_new_tokens=8, images=[img], use_tqdm=False)
     assert out == llm.generate("Look.", max_new_tokens=8, images=[img], use_tqdm=False)
+    (lo, hi), = steps[0][2]
+    assert lo < 9 < hi  # the chunk size would cut the image ...
+    assert steps[0][:2] == (0, lo) and steps[1][:2] == (lo, lo + 9)  # ... so the first chunk ends before it
 
 
 # --------------------------------------------------------------------------- bad input
