@@ -5,16 +5,13 @@ bad images get an OpenAI-shaped 400 and leave the server serving; a text-only mo
 from __future__ import annotations
 
 import base64
-import os
 import subprocess
-import sys
-import time
 
-import httpx
 import pytest
 
 pytest.importorskip("PIL")
 
+from serve_support import start_max_serve  # noqa: E402
 from vlm_support import image_bytes, tiny_gemma3_vlm  # noqa: E402
 
 
@@ -24,27 +21,10 @@ def _uri(data: bytes, mime: str = "image/png") -> str:
 
 @pytest.fixture(scope="module")
 def vlm_server():
-    from max.serve.server import free_port
-
     d, _, _ = tiny_gemma3_vlm()
-    port = free_port()
-    exe = os.path.join(os.path.dirname(sys.executable), "max")
-    proc = subprocess.Popen([exe, "serve", "--model-path", d, "--devices", "cpu", "--port", str(port),
-                             "--max-length", "128", "--served-model-name", "tiny-vlm", "--log-level", "warning",
-                             "--drain-timeout", "0"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_max_serve(d, "--max-length", "128", "--served-model-name", "tiny-vlm", "--log-level", "warning",
+                                "--drain-timeout", "0")
     try:
-        t0 = time.monotonic()
-        while True:
-            assert proc.poll() is None, proc.stderr.read()[-2000:]
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() - t0 < 90, "max serve did not come up"
-            time.sleep(0.1)
         yield d, url
     finally:
         proc.terminate()

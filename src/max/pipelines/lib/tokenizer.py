@@ -86,22 +86,14 @@ def load_hf_tokenizer(source: str | os.PathLike, *, revision: Optional[str] = No
 
 
 def _flatten_content(messages: Sequence[TextGenerationRequestMessage]) -> list[dict[str, Any]]:
-    """OpenAI content-part lists -> plain strings (text parts joined by newlines)."""
-    out = []
-    for m in messages:
-        m = dict(m)
-        c = m.get("content")
-        if isinstance(c, list):
-            texts = []
-            for part in c:
-                if part.get("type") == "text":
-                    texts.append(part.get("text", part.get("content", "")))
-                elif part.get("type") in ("image", "image_url"):
-                    raise ValueError("this model's tokenizer takes text only; the message has an image part")
-            m["content"] = "\n".join(texts)
-        elif c is None:
-            m["content"] = ""
-        out.append(m)
+    """OpenAI content-part lists -> plain strings (text parts joined by newlines); ValueError for image
+    parts (a text-only model) and unknown part types."""
+    out, images = _split_images(messages)
+    if images:
+        raise ValueError("this model's tokenizer takes text only; the message has an image part")
+    for m in out:
+        if isinstance(m["content"], list):
+            m["content"] = "\n".join(p["text"] for p in m["content"])
     return out
 
 
