@@ -80,3 +80,102 @@ def tiny_gemma3_vlm() -> tuple[str, Any, Any]:
     model.save_pretrained(d)
     proc.save_pretrained(d)
     return d, model, proc
+
+
+VS, IP, VE = "<|vision_start|>", "<|image_pad|>", "<|vision_end|>"
+QWEN_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for p in m['content'] %}{% if p['type'] == 'image' %}" + VS + IP + VE +
+    "{% elif p['type'] == 'text' %}{{ p['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_qwen2_5_vl() -> tuple[str, Any, Any]:
+    """``(folder, hf_model, processor)``: a tiny random ``Qwen2_5_VLForConditionalGeneration`` (4x4 patches,
+    2x2 merge, 16-pixel windows: a 32x32 image has 4 windows; block 1 of 2 attends over the whole image)."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer
+
+    from lm_support import _bpe_json
+
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_bpe_json(600, (VS, IP, VE))), bos_token="<s>", eos_token="</s>",
+        pad_token="<pad>", chat_template=QWEN_TEMPLATE,
+        extra_special_tokens={"image_token": IP, "vision_start_token": VS, "vision_end_token": VE})
+    text = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+                initializer_range=0.2,
+                bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    vision = dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=4, out_hidden_size=64, patch_size=4,
+                  spatial_merge_size=2, temporal_patch_size=2, window_size=16, fullatt_block_indexes=[1],
+                  in_channels=3, hidden_act="silu", initializer_range=0.2)
+    cfg = transformers.Qwen2_5_VLConfig(text_config=text, vision_config=vision,
+                                        image_token_id=tok.convert_tokens_to_ids(IP),
+                                        vision_start_token_id=tok.convert_tokens_to_ids(VS),
+                                        vision_end_token_id=tok.convert_tokens_to_ids(VE), tie_word_embeddings=False,
+                                        initializer_range=0.2)
+    torch.manual_seed(0)
+    model = transformers.Qwen2_5_VLForConditionalGeneration(cfg).eval().float()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("norm.weight", "ln_q.weight", "norm1.weight", "norm2.weight")):
+                p.uniform_(0.5, 1.5)
+            elif name.endswith(".bias"):
+                p.normal_(0, 0.3)
+    ip = transformers.Qwen2VLImageProcessorPil(patch_size=4, merge_size=2, temporal_patch_size=2,
+                                               min_pixels=16 * 16, max_pixels=48 * 48)
+    d = tempfile.mkdtemp(prefix="libremax-qwen2_5_vl-")
+    model.save_pretrained(d)
+    ip.save_pretrained(d)  # (no Qwen2_5_VLProcessor: its video processor needs torchvision)
+    tok.save_pretrained(d)
+    with open(os.path.join(d, "chat_template.jinja"), "w") as f:
+        f.write(QWEN_TEMPLATE)
+    return d, model, ip
+
+
+def check_steps(llm: Any, ctx: Any, hf_model: Any, hf_inputs: Any, n_decode: int = 3) -> None:
+    """Prefill ``ctx`` and decode ``n_decode`` greedy steps through the pipeline model, comparing each step's
+    logits with transformers' full forward over the tokens so far (``hf_model(**hf_inputs(hf_model, ctx,
+    ids))``, within 1e-4 of the logit range); the images are encoded exactly once."""
+    import numpy as np
+    import torch
+
+    from family_support import assert_close
+
+    def hf_logits(ids: list[int]) -> Any:
+        with torch.no_grad():
+            return hf_model(**hf_inputs(hf_model, ctx, ids)).logits[0, -1].double().numpy()
+
+    pm = llm.pipeline.pipeline_model
+    mgr = pm.kv_manager
+    before = pm.vision_encodes
+    seq = ctx.tokens[:ctx.active_idx].tolist()
+    mgr.claim(ctx.request_id)
+    try:
+        for step in range(n_decode + 1):
+            kv = mgr.fetch([ctx])
+            logits = pm.execute(pm.prepare_initial_token_inputs([ctx], kv)).logits.numpy()[0]
+            assert_close(logits, hf_logits(seq), f"step {step}")
+            tok = int(np.argmax(logits))
+            seq.append(tok)
+            ctx.update(tok)
+            mgr.step([ctx])
+    finally:
+        mgr.release(ctx.request_id)
+    assert pm.vision_encodes == before + (1 if ctx.pixel_values else 0)
+
+
+def run_greedy(llm: Any, requests: list[tuple[str, list]], n: int = 16) -> tuple[list, list[list[int]]]:
+    """``(contexts, tokens)``: ``requests`` ``[(prompt, images)]`` submitted together, ``n`` greedy tokens each."""
+    from max.interfaces import SamplingParams
+
+    params = SamplingParams(top_k=1, max_new_tokens=n, ignore_eos=True)
+    ctxs = [llm.make_context(p, params, images=ims) for p, ims in requests]
+    got: dict[str, list[int]] = {c.request_id: [] for c in ctxs}
+    for c in ctxs:
+        llm.scheduler.submit(c, lambda o: got[o.request_id].extend(o.tokens))
+    llm.scheduler.run_until_idle()
+    return ctxs, [got[c.request_id] for c in ctxs]

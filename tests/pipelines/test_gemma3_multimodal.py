@@ -14,8 +14,7 @@ pytest.importorskip("PIL")
 
 import torch  # noqa: E402
 
-from family_support import assert_close  # noqa: E402
-from vlm_support import image_bytes, tiny_gemma3_vlm  # noqa: E402
+from vlm_support import check_steps, image_bytes, run_greedy, tiny_gemma3_vlm  # noqa: E402
 
 from max.interfaces import SamplingParams  # noqa: E402
 
@@ -77,28 +76,10 @@ def test_prefill_and_decode_logits_match_transformers(vlm, n_images):
     its own); three decode steps after it (the embeddings are not recomputed) still match transformers'
     full forward.  Without images the model is Gemma 3's text decoder."""
     d, model, llm = vlm
-    pm = llm.pipeline.pipeline_model
-    mgr = pm.kv_manager
     images = [image_bytes(3), image_bytes(33, (64, 16))][:n_images]
     ctx = llm.make_context("Describe the picture.", SamplingParams(max_new_tokens=8), images=images)
     assert [im.end_idx - im.start_idx for im in ctx.images] == [4] * n_images
-    seq = ctx.tokens[:ctx.active_idx].tolist()
-    before = pm.vision_encodes
-    mgr.claim(ctx.request_id)
-    try:
-        for step in range(4):
-            kv = mgr.fetch([ctx])
-            logits = pm.execute(pm.prepare_initial_token_inputs([ctx], kv)).logits.numpy()[0]
-            with torch.no_grad():
-                ref = model(**_hf_inputs(model, ctx, seq)).logits[0, -1].double().numpy()
-            assert_close(logits, ref, f"step {step}")
-            tok = int(np.argmax(logits))
-            seq.append(tok)
-            ctx.update(tok)
-            mgr.step([ctx])
-    finally:
-        mgr.release(ctx.request_id)
-    assert pm.vision_encodes == before + (1 if n_images else 0)
+    check_steps(llm, ctx, model, _hf_inputs)
 
 
 def test_bidirectional_image_block_changes_the_result(vlm):
@@ -118,16 +99,11 @@ def test_bidirectional_image_block_changes_the_result(vlm):
 def test_greedy_16_alone_and_batched_with_another_image(vlm):
     d, model, llm = vlm
     pm = llm.pipeline.pipeline_model
-    params = SamplingParams(top_k=1, max_new_tokens=16, ignore_eos=True)
-    reqs = [("What is in the image?", image_bytes(5, (40, 28))), ("Describe it.", image_bytes(6, (13, 70), "JPEG"))]
+    reqs = [("What is in the image?", [image_bytes(5, (40, 28))]),
+            ("Describe it.", [image_bytes(6, (13, 70), "JPEG")])]
 
     def run(rs):
-        ctxs = [llm.make_context(p, params, images=[im]) for p, im in rs]
-        got = {c.request_id: [] for c in ctxs}
-        for c in ctxs:
-            llm.scheduler.submit(c, lambda o: got[o.request_id].extend(o.tokens))
-        llm.scheduler.run_until_idle()
-        return ctxs, [got[c.request_id] for c in ctxs]
+        return run_greedy(llm, rs)
 
     n0 = pm.vision_encodes
     ctxs, alone = run(reqs[:1])

@@ -6,8 +6,9 @@ Step graph inputs: the shared decoder's (``tokens``, ``input_row_offsets``, ``re
 ``[n_image_tokens, 1]`` (their rows in this step's ragged tokens), then the family's own step inputs
 (:meth:`VisionDecoderPipelineModel.step_input_types`), then the KV cache's inputs.
 
-A family subclasses :class:`VisionDecoderPipelineModel` and sets ``build_vision(...)`` (the compiled image
-graph, made once after the decoder) and ``encode(contexts)`` (that graph over the contexts' images ->
+A family subclasses :class:`VisionDecoderPipelineModel` and sets ``vision_config_from_hf``,
+``vision_module``, ``vision_graph`` and ``vision_adapter`` (the image graph, compiled once after the
+decoder by ``build_vision``) and ``encode(contexts)`` (that graph over the contexts' images ->
 each context's embeddings ``[n_image_tokens, hidden]``, in the order of its placeholder tokens).  A
 request's images are encoded on its first step that holds image tokens (one call for every context of
 the step that needs it); the embeddings stay on the context (``TextAndVisionContext.vision_embeddings``),
@@ -17,7 +18,7 @@ so decode steps and later prefill chunks never re-encode (``vision_encodes`` cou
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -27,9 +28,34 @@ from max.dtype import DType
 from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
 from max.nn.layer import Module
 from max.pipelines.architectures.common.model import DecoderPipelineModel
+from max.pipelines.architectures.common.weights import load_weights_into
 from max.pipelines.lib.pipeline import ModelInputs, ModelOutputs
 
-__all__ = ["VisionDecoderPipelineModel", "image_rows"]
+__all__ = ["VisionDecoderPipelineModel", "image_rows", "split_adapters"]
+
+
+def split_adapters(route: Callable[[str], tuple[bool, str]]) -> tuple[dict, Callable]:
+    """``(decoder weight adapters, vision adapter)`` for safetensors and PyTorch checkpoints.  ``route(name)``
+    (the checkpoint name without a leading ``model.``) -> ``(is_vision, module name)``; rotary-embedding
+    buffers some checkpoints carry are dropped."""
+    from max.graph.weights import WeightsFormat
+
+    def split(state_dict: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        parts: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+        for name, w in state_dict.items():
+            n = name[len("model."):] if name.startswith("model.") else name
+            if not n.endswith("rotary_emb.inv_freq"):
+                is_vision, module_name = route(n)
+                parts[is_vision][module_name] = w
+        return parts
+
+    def text(state_dict: Mapping[str, Any], **_: Any) -> dict[str, Any]:
+        return split(state_dict)[0]
+
+    def vision(state_dict: Mapping[str, Any], **_: Any) -> dict[str, Any]:
+        return split(state_dict)[1]
+
+    return {WeightsFormat.safetensors: text, WeightsFormat.pytorch: text}, vision
 
 
 def image_rows(c: Any) -> np.ndarray:
@@ -60,8 +86,21 @@ class VisionDecoderPipelineModel(DecoderPipelineModel):
         self.vision_encodes = 0
 
     # ------------------------------------------------------------------ family hooks
+    vision_config_from_hf: Callable[[dict], Any]
+    vision_module: type
+    """``vision_module(vision_config, factory)``: the image model (its ``__call__`` takes the image graph's inputs)."""
+    vision_graph: Callable[[Module, DeviceRef], Graph]
+    vision_adapter: Callable[..., dict]
+
     def build_vision(self, hf: dict, pipeline_config: Any, encoding: Any, weights: Any, device: DeviceRef) -> None:
-        raise NotImplementedError
+        """``self.vision_config`` and ``self.vision_model`` (the compiled image graph, weights bound)."""
+        cls = type(self)
+        self.vision_config = cls.vision_config_from_hf(hf)
+        checkpoint = cls.vision_adapter(dict(weights.items()))
+        factory = self.weight_factory(pipeline_config, encoding, self.compute_dtype, device, checkpoint)
+        vision = cls.vision_module(self.vision_config, factory)
+        load_weights_into(vision, checkpoint, f"{self.config.architecture} (vision)")
+        self.vision_model = self.session.load(cls.vision_graph(vision, device), weights_registry=vision.state_dict())
 
     def encode(self, contexts: Sequence[Any]) -> list[torch.Tensor]:
         """Each context's image embeddings ``[n_image_tokens, hidden]`` (one image-graph call)."""

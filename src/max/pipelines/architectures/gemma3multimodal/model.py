@@ -18,7 +18,6 @@ from max.dtype import DType
 from max.graph import DeviceRef, TensorType, TensorValue
 from max.nn.layer import Module
 from max.pipelines.architectures.common.multimodal import VisionDecoderPipelineModel
-from max.pipelines.architectures.common.weights import load_weights_into
 from max.pipelines.architectures.gemma3multimodal.config import ARCHITECTURE, config_from_hf, vision_config_from_hf
 from max.pipelines.architectures.gemma3multimodal.vision import Gemma3VisionModel, build_vision_graph
 from max.pipelines.architectures.gemma3multimodal.weight_adapters import WEIGHT_ADAPTERS, vision_weights
@@ -28,13 +27,10 @@ class Gemma3MultimodalModel(VisionDecoderPipelineModel):
     config_from_hf = staticmethod(config_from_hf)
     weight_adapters = WEIGHT_ADAPTERS
 
-    def build_vision(self, hf: dict, pipeline_config: Any, encoding: Any, weights: Any, device: DeviceRef) -> None:
-        self.vision_config = vision_config_from_hf(hf)
-        checkpoint = vision_weights(dict(weights.items()))
-        factory = self.weight_factory(pipeline_config, encoding, self.compute_dtype, device, checkpoint)
-        vision = Gemma3VisionModel(self.vision_config, factory)
-        load_weights_into(vision, checkpoint, f"{ARCHITECTURE} (vision tower)")
-        self.vision_model = self.session.load(build_vision_graph(vision, device), weights_registry=vision.state_dict())
+    vision_config_from_hf = staticmethod(vision_config_from_hf)
+    vision_module = Gemma3VisionModel
+    vision_graph = staticmethod(build_vision_graph)
+    vision_adapter = staticmethod(vision_weights)
 
     def encode(self, contexts: Sequence[Any]) -> list[torch.Tensor]:
         pixels = np.stack([p for c in contexts for p in c.pixel_values]).astype(np.float32, copy=False)
