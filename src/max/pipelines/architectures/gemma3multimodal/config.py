@@ -8,39 +8,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from max.pipelines.architectures.common import DecoderConfig
+from max.pipelines.architectures.common.siglip import SiglipConfig, siglip_fields
 from max.pipelines.architectures.gemma3.config import config_from_hf as gemma3_text_config
 
 ARCHITECTURE = "Gemma3ForConditionalGeneration"
 
 
 @dataclass(frozen=True)
-class VisionConfig:
+class VisionConfig(SiglipConfig):
     """The SigLIP vision tower and Gemma 3's multimodal projector."""
 
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    image_size: int
-    patch_size: int
-    num_channels: int
-    layer_norm_eps: float
-    hidden_act: str
-    mm_tokens_per_image: int
-    text_hidden_size: int
-    image_token_id: int
-
-    @property
-    def patches_per_side(self) -> int:
-        return self.image_size // self.patch_size
+    mm_tokens_per_image: int = 256
+    text_hidden_size: int = 0
+    image_token_id: int = 262144
 
     @property
     def tokens_per_side(self) -> int:
         return int(round(self.mm_tokens_per_image ** 0.5))
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
 
 
 def _text(hf: dict) -> dict:
@@ -63,13 +47,9 @@ def vision_config_from_hf(hf: dict) -> VisionConfig:
         raise ValueError(f"{ARCHITECTURE}: the config has no vision_config")
     if v.get("vision_use_head"):
         raise NotImplementedError(f"{ARCHITECTURE}: a SigLIP pooling head (vision_use_head) is not supported")
-    c = VisionConfig(
-        hidden_size=int(v["hidden_size"]), intermediate_size=int(v["intermediate_size"]),
-        num_hidden_layers=int(v["num_hidden_layers"]), num_attention_heads=int(v["num_attention_heads"]),
-        image_size=int(v["image_size"]), patch_size=int(v["patch_size"]), num_channels=int(v.get("num_channels", 3)),
-        layer_norm_eps=float(v.get("layer_norm_eps", 1e-6)), hidden_act=str(v.get("hidden_act", "gelu_pytorch_tanh")),
-        mm_tokens_per_image=int(hf.get("mm_tokens_per_image", 256)), text_hidden_size=int(_text(hf)["hidden_size"]),
-        image_token_id=int(hf.get("image_token_index", hf.get("image_token_id", 262144))))
+    c = VisionConfig(**siglip_fields(v), mm_tokens_per_image=int(hf.get("mm_tokens_per_image", 256)),
+                     text_hidden_size=int(_text(hf)["hidden_size"]),
+                     image_token_id=int(hf.get("image_token_index", hf.get("image_token_id", 262144))))
     if c.tokens_per_side ** 2 != c.mm_tokens_per_image or c.patches_per_side % c.tokens_per_side:
         raise ValueError(f"{ARCHITECTURE}: mm_tokens_per_image {c.mm_tokens_per_image} must be a square whose side "
                          f"divides the patch grid side {c.patches_per_side}")
