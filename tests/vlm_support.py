@@ -20,6 +20,10 @@ CHAT_TEMPLATE = (
     "{% if p['type'] == 'image' %}" + BOI + "{% elif p['type'] == 'text' %}{{ p['text'] }}{% endif %}"
     "{% endfor %}{% endif %}" + EOT + "\n{% endfor %}{% if add_generation_prompt %}" + SOT + "model\n{% endif %}")
 IMAGE_SIZE, PATCH, MM_TOKENS = 32, 8, 4
+VS, IP, VE = "<|vision_start|>", "<|image_pad|>", "<|vision_end|>"
+FAKE, IMAGE, GLOBAL, EOU = "<fake_token_around_image>", "<image>", "<global-img>", "<end_of_utterance>"
+_SPECIALS = (BOI, IMG, EOI, SOT, EOT, VS, IP, VE, FAKE, IMAGE, GLOBAL, EOU)
+"""Every family's special tokens in one vocabulary: the BPE is trained once per process."""
 
 
 def image_bytes(seed: int, size: tuple[int, int] = (40, 28), fmt: str = "PNG") -> bytes:
@@ -46,7 +50,7 @@ def tiny_gemma3_vlm() -> tuple[str, Any, Any]:
     from lm_support import _bpe_json
 
     tok = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer.from_str(_bpe_json(600, (BOI, IMG, EOI, SOT, EOT))), bos_token="<s>",
+        tokenizer_object=Tokenizer.from_str(_bpe_json(600, _SPECIALS)), bos_token="<s>",
         eos_token="</s>", pad_token="<pad>", chat_template=CHAT_TEMPLATE,
         extra_special_tokens={"boi_token": BOI, "image_token": IMG, "eoi_token": EOI})
     text = transformers.Gemma3TextConfig(
@@ -82,7 +86,6 @@ def tiny_gemma3_vlm() -> tuple[str, Any, Any]:
     return d, model, proc
 
 
-VS, IP, VE = "<|vision_start|>", "<|image_pad|>", "<|vision_end|>"
 QWEN_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
     "{% else %}{% for p in m['content'] %}{% if p['type'] == 'image' %}" + VS + IP + VE +
@@ -101,7 +104,7 @@ def tiny_qwen2_5_vl() -> tuple[str, Any, Any]:
     from lm_support import _bpe_json
 
     tok = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer.from_str(_bpe_json(600, (VS, IP, VE))), bos_token="<s>", eos_token="</s>",
+        tokenizer_object=Tokenizer.from_str(_bpe_json(600, _SPECIALS)), bos_token="<s>", eos_token="</s>",
         pad_token="<pad>", chat_template=QWEN_TEMPLATE,
         extra_special_tokens={"image_token": IP, "vision_start_token": VS, "vision_end_token": VE})
     text = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
@@ -179,3 +182,79 @@ def run_greedy(llm: Any, requests: list[tuple[str, list]], n: int = 16) -> tuple
         llm.scheduler.submit(c, lambda o: got[o.request_id].extend(o.tokens))
     llm.scheduler.run_until_idle()
     return ctxs, [got[c.request_id] for c in ctxs]
+
+
+IDEFICS_TEMPLATE = (
+    "<|im_start|>{% for m in messages %}{{ m['role'] | capitalize }}:{% if m['content'] is string %}"
+    "{{ ' ' + m['content'] }}{% else %}{% for p in m['content'] %}{% if p['type'] == 'image' %}<image>"
+    "{% elif p['type'] == 'text' %}{{ ' ' + p['text'] }}{% endif %}{% endfor %}{% endif %}<end_of_utterance>\n"
+    "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}")
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_idefics3() -> tuple[str, Any, Any]:
+    """``(folder, hf_model, processor)``: a tiny random ``Idefics3ForConditionalGeneration`` (32-pixel tiles of
+    8x8 patches, pixel shuffle 2: 4 tokens per tile; images split into up to 2x2 tiles plus a global one)."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer
+
+    from lm_support import _bpe_json
+
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_bpe_json(600, _SPECIALS)),
+        bos_token="<s>", eos_token="</s>", pad_token="<pad>", chat_template=IDEFICS_TEMPLATE,
+        extra_special_tokens={"fake_image_token": FAKE, "image_token": IMAGE, "global_image_token": GLOBAL,
+                              "end_of_utterance_token": EOU})
+    text = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.2, tie_word_embeddings=False,
+                bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    vision = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, image_size=32,
+                  patch_size=8, initializer_range=0.2)
+    cfg = transformers.Idefics3Config(text_config=text, vision_config=vision, scale_factor=2,
+                                      image_token_id=tok.convert_tokens_to_ids(IMAGE), tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = transformers.Idefics3ForConditionalGeneration(cfg).eval().float()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("norm.weight", "layernorm.weight", "layer_norm1.weight", "layer_norm2.weight")):
+                p.uniform_(0.5, 1.5)
+            elif name.endswith(".bias") or "position_embedding" in name:
+                p.normal_(0, 0.3)
+    ip = transformers.Idefics3ImageProcessorPil(size={"longest_edge": 64}, max_image_size={"longest_edge": 32})
+    proc = transformers.Idefics3Processor(image_processor=ip, tokenizer=tok, image_seq_len=4,
+                                          chat_template=IDEFICS_TEMPLATE)
+    d = tempfile.mkdtemp(prefix="libremax-idefics3-")
+    model.save_pretrained(d)
+    proc.save_pretrained(d)
+    return d, model, proc
+
+
+def check_greedy(llm: Any, hf_model: Any, hf_inputs: Any, requests: list[tuple[str, list]], n: int = 16) -> None:
+    """``n`` greedy tokens of each request equal ``transformers.generate``'s, the first request alone and all of
+    them batched; the requests' outputs differ."""
+    import torch
+
+    def hf_greedy(ctx: Any) -> list[int]:
+        seq = ctx.prompt_tokens.tolist()
+        with torch.no_grad():
+            g = hf_model.generate(**hf_inputs(hf_model, ctx, seq), max_new_tokens=n, do_sample=False,
+                                  eos_token_id=None, pad_token_id=0)
+        return g[0, len(seq):].tolist()
+
+    _, alone = run_greedy(llm, requests[:1], n)
+    ctxs, both = run_greedy(llm, requests, n)
+    want = [hf_greedy(c) for c in ctxs]
+    assert alone == want[:1] and both == want
+    assert len({tuple(w) for w in want}) == len(want), "different images should lead to different outputs"
+    mgr = llm.pipeline.kv_managers[0]
+    assert mgr.num_free_pages == mgr.total_num_pages
+
+
+def with_llm(build: Any, max_length: int) -> tuple[str, Any, Any]:
+    """``(folder, hf_model, LLM)`` for a checkpoint builder of this module."""
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    d, model, _ = build()
+    return d, model, LLM(PipelineConfig(model_path=d, max_length=max_length, max_batch_size=4, kv_cache_page_size=16))

@@ -14,19 +14,14 @@ pytest.importorskip("PIL")
 
 import torch  # noqa: E402
 
-from vlm_support import check_steps, image_bytes, run_greedy, tiny_gemma3_vlm  # noqa: E402
+from vlm_support import check_steps, image_bytes, run_greedy, tiny_gemma3_vlm, with_llm  # noqa: E402
 
 from max.interfaces import SamplingParams  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def vlm():
-    from max.entrypoints.llm import LLM
-    from max.pipelines import PipelineConfig
-
-    d, model, proc = tiny_gemma3_vlm()
-    llm = LLM(PipelineConfig(model_path=d, max_length=128, max_batch_size=4, kv_cache_page_size=16))
-    return d, model, llm
+    return with_llm(tiny_gemma3_vlm, 128)
 
 
 @pytest.fixture(scope="module")

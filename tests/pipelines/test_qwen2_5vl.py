@@ -12,18 +12,14 @@ pytest.importorskip("PIL")
 
 import torch  # noqa: E402
 
-from vlm_support import check_steps, image_bytes, run_greedy, tiny_qwen2_5_vl  # noqa: E402
+from vlm_support import check_greedy, check_steps, image_bytes, tiny_qwen2_5_vl, with_llm  # noqa: E402
 
 from max.interfaces import SamplingParams  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def qvl():
-    from max.entrypoints.llm import LLM
-    from max.pipelines import PipelineConfig
-
-    d, model, _ = tiny_qwen2_5_vl()
-    return d, model, LLM(PipelineConfig(model_path=d, max_length=256, max_batch_size=4, kv_cache_page_size=16))
+    return with_llm(tiny_qwen2_5_vl, 256)
 
 
 def _hf_inputs(model, ctx, seq):
@@ -64,20 +60,7 @@ def test_prefill_and_decode_logits_match_transformers(qvl, n_images):
 def test_greedy_16_alone_and_batched_with_another_image_size(qvl):
     d, model, llm = qvl
     reqs = [("Describe it.", [image_bytes(6, (40, 28))]), ("What is this?", [image_bytes(7, (20, 50))])]
-
-    def hf_greedy(ctx):
-        seq = ctx.prompt_tokens.tolist()
-        with torch.no_grad():
-            g = model.generate(**_hf_inputs(model, ctx, seq), max_new_tokens=16, do_sample=False, eos_token_id=None,
-                               pad_token_id=0)
-        return g[0, len(seq):].tolist()
-
-    _, alone = run_greedy(llm, reqs[:1])
-    ctxs, both = run_greedy(llm, reqs)
-    want = [hf_greedy(c) for c in ctxs]
-    assert alone == want[:1] and both == want and want[0] != want[1]
-    mgr = llm.pipeline.kv_managers[0]
-    assert mgr.num_free_pages == mgr.total_num_pages
+    check_greedy(llm, model, _hf_inputs, reqs)
 
 
 def test_registered_with_the_vision_tokenizer():

@@ -468,6 +468,14 @@ class TextAndVisionTokenizer(TextTokenizer):
             grid = np.asarray(out["image_grid_thw"], np.int64).reshape(-1, 3)
             extra["image_grid_thw"] = grid
             pixels = np.split(pixels, np.cumsum(grid.prod(axis=1))[:-1])
+        elif pixels.ndim == 5:  # [batch, tiles, C, H, W] (Idefics3): each tile has its own placeholder span
+            tiles = pixels[0]
+            real = np.flatnonzero(np.abs(tiles).reshape(len(tiles), -1).max(axis=1) > 0)  # all-zero: padding
+            mask = out.get("pixel_attention_mask")
+            if mask is not None and not np.asarray(mask)[0][real].all():
+                raise ValueError(f"request {request.request_id}: the processor padded inside an image tile, which "
+                                 "this model does not support")
+            pixels = tiles[real]
         spans = _runs(ids, self.image_token_id)
         if len(spans) != len(pixels):
             raise ValueError(f"request {request.request_id}: {len(pixels)} processed images but {len(spans)} image "

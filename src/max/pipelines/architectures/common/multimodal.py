@@ -103,8 +103,18 @@ class VisionDecoderPipelineModel(DecoderPipelineModel):
         self.vision_model = self.session.load(cls.vision_graph(vision, device), weights_registry=vision.state_dict())
 
     def encode(self, contexts: Sequence[Any]) -> list[torch.Tensor]:
-        """Each context's image embeddings ``[n_image_tokens, hidden]`` (one image-graph call)."""
-        raise NotImplementedError
+        """Each context's image embeddings ``[n_image_tokens, hidden]`` (one image-graph call).  Default: images
+        (or tiles) of one fixed size, ``vision_config.num_channels`` x ``image_size`` x ``image_size``, each giving
+        the same number of embedding rows, in the order of the context's ``pixel_values``."""
+        pixels = np.stack([p for c in contexts for p in c.pixel_values]).astype(np.float32, copy=False)
+        v = self.vision_config
+        want = (v.num_channels, v.image_size, v.image_size)
+        if pixels.shape[1:] != want:
+            raise ValueError(f"{self.config.architecture}: images must be processed to {list(want)}, got "
+                             f"{list(pixels.shape[1:])}")
+        (out,) = self.vision_model.execute(self.to_device(pixels))
+        emb = out._torch()  # [n_images, tokens per image, hidden]
+        return [e.reshape(-1, emb.shape[-1]) for e in torch.split(emb, [len(c.pixel_values) for c in contexts])]
 
     def step_input_types(self, device: DeviceRef) -> list[TensorType]:
         """The family's extra step-graph inputs (after the image rows)."""

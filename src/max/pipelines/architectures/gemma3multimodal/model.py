@@ -12,13 +12,12 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
-import torch
 
 from max.dtype import DType
 from max.graph import DeviceRef, TensorType, TensorValue
 from max.nn.layer import Module
 from max.pipelines.architectures.common.multimodal import VisionDecoderPipelineModel
-from max.pipelines.architectures.gemma3multimodal.config import ARCHITECTURE, config_from_hf, vision_config_from_hf
+from max.pipelines.architectures.gemma3multimodal.config import config_from_hf, vision_config_from_hf
 from max.pipelines.architectures.gemma3multimodal.vision import Gemma3VisionModel, build_vision_graph
 from max.pipelines.architectures.gemma3multimodal.weight_adapters import WEIGHT_ADAPTERS, vision_weights
 
@@ -26,26 +25,10 @@ from max.pipelines.architectures.gemma3multimodal.weight_adapters import WEIGHT_
 class Gemma3MultimodalModel(VisionDecoderPipelineModel):
     config_from_hf = staticmethod(config_from_hf)
     weight_adapters = WEIGHT_ADAPTERS
-
     vision_config_from_hf = staticmethod(vision_config_from_hf)
     vision_module = Gemma3VisionModel
     vision_graph = staticmethod(build_vision_graph)
     vision_adapter = staticmethod(vision_weights)
-
-    def encode(self, contexts: Sequence[Any]) -> list[torch.Tensor]:
-        pixels = np.stack([p for c in contexts for p in c.pixel_values]).astype(np.float32, copy=False)
-        v = self.vision_config
-        want = (v.num_channels, v.image_size, v.image_size)
-        if pixels.shape[1:] != want:
-            raise ValueError(f"{ARCHITECTURE}: images must be processed to {list(want)}, got {list(pixels.shape[1:])}")
-        (out,) = self.vision_model.execute(self.to_device(pixels))
-        emb = out._torch()  # [n_images, mm_tokens, hidden]
-        res, i = [], 0
-        for c in contexts:
-            n = len(c.pixel_values)
-            res.append(emb[i:i + n].reshape(-1, emb.shape[-1]))
-            i += n
-        return res
 
     def step_input_types(self, device: DeviceRef) -> list[TensorType]:
         return [TensorType(DType.int64, ["total_seq_len"], device)]
@@ -64,5 +47,3 @@ class Gemma3MultimodalModel(VisionDecoderPipelineModel):
                     blk[lo - c.start_idx:hi - c.start_idx] = k  # block ids only meet within one request
             blocks.append(blk)
         return [np.concatenate(blocks) if blocks else np.zeros(0, np.int64)]
-
-
