@@ -202,6 +202,47 @@ def test_bad_images_raise_before_any_work(vlm, ref, match):
         llm.generate("Describe.", max_new_tokens=2, images=[ref], use_tqdm=False)
 
 
+def test_image_urls_are_fetched_only_when_allowed(vlm, tmp_path, monkeypatch):
+    import functools
+    import http.server
+    import threading
+
+    from max.interfaces import TextGenerationRequest
+    from max.pipelines.lib.tokenizer import TextAndVisionTokenizer
+
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    d, model, llm = vlm
+    raw = image_bytes(40)
+    (tmp_path / "a.png").write_bytes(raw)
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path)))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{srv.server_port}"
+
+    def request(url):
+        return TextGenerationRequest(request_id="u", model_name="m", messages=[{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "hi"}]}])
+
+    try:
+        with pytest.raises(ValueError, match="allow-image-urls"):
+            llm.tokenizer.new_context_sync(request(base + "/a.png"))
+        tok = TextAndVisionTokenizer(d, max_length=128, allow_image_urls=True)
+        ctx = tok.new_context_sync(request(base + "/a.png"))
+        want = llm.make_context("hi", SamplingParams(max_new_tokens=2), images=[raw])
+        np.testing.assert_array_equal(ctx.pixel_values[0], want.pixel_values[0])
+        assert ctx.tokens[:ctx.active_idx].tolist() == want.tokens[:want.active_idx].tolist()
+        with pytest.raises(ValueError, match="HTTP 404"):
+            tok.new_context_sync(request(base + "/missing.png"))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_too_many_images_for_the_context(vlm):
     d, model, llm = vlm
     with pytest.raises(ValueError, match="fewer or smaller images"):

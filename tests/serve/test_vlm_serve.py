@@ -93,7 +93,8 @@ def test_bad_images_are_400_and_the_server_keeps_serving(vlm_server, vlm_client,
 def test_too_many_images_is_400(vlm_client):
     import openai
 
-    content = [{"type": "image_url", "image_url": {"url": _uri(image_bytes(26))}}] * 16 + [{"type": "text", "text": "x"}]
+    content = [{"type": "image_url", "image_url": {"url": _uri(image_bytes(26))}}] * 16
+    content.append({"type": "text", "text": "x"})
     with pytest.raises(openai.BadRequestError) as e:
         vlm_client.chat.completions.create(model="tiny-vlm", messages=[{"role": "user", "content": content}],
                                            max_tokens=4)

@@ -80,6 +80,9 @@ def _model_options(f: Any) -> Any:
         click.option("--num-threads", type=click.IntRange(min=1), default=None,
                      help="CPU threads of the one pool torch and libremax's kernels share (default: "
                           "LIBREMAX_NUM_THREADS, else the physical cores)."),
+        click.option("--allow-image-urls", is_flag=True,
+                     help="Vision-language models: fetch http(s) image URLs (off: only data: URIs and local paths; a "
+                          "URL is refused with a clear error).  Fetches use a 10 s timeout and a 32 MiB limit."),
         click.option("--fallback/--no-fallback", "hf_fallback", default=True, show_default=True,
                      help="Run a causal LM whose architecture libremax has no native implementation of through "
                           "Hugging Face transformers (with a warning); --no-fallback makes it an error."),
@@ -170,8 +173,10 @@ def _sampling_params(**kw: Any) -> Any:
 @click.option("--grammar", default=None, help="Constrain the output with a Lark or GBNF grammar (text or file).")
 def generate(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
              prefill_chunk_size: Any, enable_prefix_caching: bool, kv_cache_memory: Any, device_memory_utilization: Any,
-             draft_model_path: Any, num_speculative_tokens: Any, num_threads: Any, hf_fallback: bool,
-             prompt: str, chat: bool, images: tuple, max_new_tokens: int, temperature: float, top_k: int, top_p: float, min_p: float,
+             draft_model_path: Any, num_speculative_tokens: Any, num_threads: Any,
+             allow_image_urls: bool, hf_fallback: bool,
+             prompt: str, chat: bool, images: tuple, max_new_tokens: int, temperature: float, top_k: int,
+             top_p: float, min_p: float,
              frequency_penalty: float, presence_penalty: float, repetition_penalty: float, seed: Any,
              json_schema: Any, json_object: bool, regex: Any, grammar: Any) -> None:
     """Generate a continuation of --prompt (or, with --chat, the model's reply to it) and print it,
@@ -187,7 +192,8 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
                            prefill_chunk_size, enable_prefix_caching, kv_cache_memory=kv_cache_memory,
                            device_memory_utilization=device_memory_utilization,
                            draft_model_path=draft_model_path, num_speculative_tokens=num_speculative_tokens,
-                           num_threads=num_threads, hf_fallback=hf_fallback)
+                           num_threads=num_threads, hf_fallback=hf_fallback,
+                           allow_image_urls=allow_image_urls or None)
         ctx = _checked_context(cfg, prompt, params, chat, response_format, images)  # before the model loads
         from max.entrypoints.llm import LLM
 
@@ -381,7 +387,8 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
 @click.option("--max-lora-rank", type=int, default=None, help="Largest LoRA rank accepted (default 16).")
 def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
           prefill_chunk_size: Any, enable_prefix_caching: bool, kv_cache_memory: Any, device_memory_utilization: Any,
-          draft_model_path: Any, num_speculative_tokens: Any, num_threads: Any, hf_fallback: bool,
+          draft_model_path: Any, num_speculative_tokens: Any, num_threads: Any, allow_image_urls: bool,
+          hf_fallback: bool,
           host: str, port: int, api_key: Any, max_queue_size: Any, metrics_port: Any, served_model_name: Any,
           max_request_bytes: int, drain_timeout: float, log_level: str, tool_call_parser: Any,
           enable_echo: bool, lora_paths: tuple, enable_lora: bool, max_num_loras: Any, max_lora_rank: Any) -> None:
@@ -406,7 +413,8 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
                            max_num_loras=max_num_loras, max_lora_rank=max_lora_rank,
                            kv_cache_memory=kv_cache_memory, device_memory_utilization=device_memory_utilization,
                            draft_model_path=draft_model_path, num_speculative_tokens=num_speculative_tokens,
-                           num_threads=num_threads, hf_fallback=hf_fallback)
+                           num_threads=num_threads, hf_fallback=hf_fallback,
+                           allow_image_urls=allow_image_urls or None)
         click.echo(f"Loading {cfg.model_config.model_path} ...", err=True)
         if served_model_name is None and model_path is None:  # the bundled model: a short id
             served_model_name = BUNDLED[0].served_name

@@ -377,17 +377,22 @@ class TextAndVisionTokenizer(TextTokenizer):
     image placeholder to the model's number of image tokens).
 
     Images come from ``request.images`` (encoded bytes) and from the chat messages' ``image_url`` /
-    ``image`` parts (``data:`` URIs, local paths; see ``max.pipelines.lib.images``), messages' images
-    first, in order.  A plain prompt without the processor's image placeholder gets one placeholder per
-    image in front of it.  Bad images, remote URLs and prompts that no longer fit ``max_length`` with
-    their image tokens raise ValueError before any model work.
+    ``image`` parts (``data:`` URIs, local paths, http(s) URLs when ``allow_image_urls``; see
+    ``max.pipelines.lib.images``), messages' images first, in order.  A plain prompt without the
+    processor's image placeholder gets one placeholder per image in front of it.  Bad images, refused
+    URLs and prompts that no longer fit ``max_length`` with their image tokens raise ValueError before
+    any model work.
     """
 
     def __init__(self, model_path: str, *, revision: Optional[str] = None, max_length: Optional[int] = None,
                  trust_remote_code: bool = False, pipeline_config: Optional["PipelineConfig"] = None,
-                 **unused_kwargs: Any) -> None:
+                 allow_image_urls: Optional[bool] = None, **unused_kwargs: Any) -> None:
         super().__init__(model_path, revision=revision, max_length=max_length, trust_remote_code=trust_remote_code,
                          pipeline_config=pipeline_config, **unused_kwargs)
+        if allow_image_urls is None:
+            allow_image_urls = bool(getattr(pipeline_config, "allow_image_urls", False))
+        self.allow_image_urls = allow_image_urls
+        """Whether http(s) image URLs are fetched (default: ``PipelineConfig.allow_image_urls``)."""
         from transformers import AutoProcessor
 
         folder = os.path.expanduser(self.model_path)
@@ -445,7 +450,7 @@ class TextAndVisionTokenizer(TextTokenizer):
         refs += list(request.images or [])
         if not refs:
             return self._new_context(request, TextAndVisionContext)
-        images = [decode_image(r, f"image {i}") for i, r in enumerate(refs)]
+        images = [decode_image(r, f"image {i}", self.allow_image_urls) for i, r in enumerate(refs)]
         placeholder = getattr(self.processor, "image_token", None) or getattr(self.processor, "boi_token", None)
         if request.messages:
             text, special = self.apply_chat_template(request.messages, request.tools, request.chat_template_options), \

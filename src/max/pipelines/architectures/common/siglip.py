@@ -59,7 +59,7 @@ class SiglipEmbeddings(Module):
         g, p = c.patches_per_side, c.patch_size
         n = pixels.shape[0]
         x = ops.reshape(pixels, [n, c.num_channels, g, p, g, p])
-        x = ops.permute(x, [0, 2, 4, 1, 3, 5])  # [n, row, col, channel, py, px]: a patch's pixels as the conv reads them
+        x = ops.permute(x, [0, 2, 4, 1, 3, 5])  # [n, row, col, channel, py, px]: as the conv reads a patch
         x = ops.reshape(x, [n, g * g, c.num_channels * p * p])
         return self.patch_embedding(x) + self.position_embedding.weight
 
