@@ -38,10 +38,22 @@ def image_bytes(seed: int, size: tuple[int, int] = (40, 28), fmt: str = "PNG") -
     return buf.getvalue()
 
 
+def _over(defaults: dict, changes: tuple) -> dict:
+    """``defaults`` updated with ``changes``: ``(key, value)`` pairs, hashable for the builders' caches (a value
+    that is itself a tuple of pairs becomes a dict, any other tuple a list)."""
+    def plain(v: Any) -> Any:
+        if isinstance(v, tuple) and v and all(isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str)
+                                              for x in v):
+            return {k: plain(x) for k, x in v}
+        return list(v) if isinstance(v, tuple) else v
+
+    return {**defaults, **{k: plain(v) for k, v in changes}}
+
+
 @functools.lru_cache(maxsize=None)
-def tiny_gemma3_vlm() -> tuple[str, Any, Any]:
+def tiny_gemma3_vlm(text_kw: tuple = (), vision_kw: tuple = (), mm_tokens: int = MM_TOKENS) -> tuple[str, Any, Any]:
     """``(folder, hf_model, processor)``: the checkpoint, its transformers model (float32, eval) and
-    processor."""
+    processor.  ``text_kw``/``vision_kw`` (``(key, value)`` pairs) change the sizes (benchmarks)."""
     import torch
     import transformers
 
@@ -53,17 +65,17 @@ def tiny_gemma3_vlm() -> tuple[str, Any, Any]:
         tokenizer_object=Tokenizer.from_str(_bpe_json(600, _SPECIALS)), bos_token="<s>",
         eos_token="</s>", pad_token="<pad>", chat_template=CHAT_TEMPLATE,
         extra_special_tokens={"boi_token": BOI, "image_token": IMG, "eoi_token": EOI})
-    text = transformers.Gemma3TextConfig(
+    text = transformers.Gemma3TextConfig(**_over(dict(
         vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
         layer_types=["sliding_attention", "full_attention"], max_position_embeddings=256, initializer_range=0.2,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=False)  # a tied random head mostly repeats the last token
-    vision = transformers.SiglipVisionConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                             num_attention_heads=4, image_size=IMAGE_SIZE, patch_size=PATCH,
-                                             layer_norm_eps=1e-6, vision_use_head=False)
+        tie_word_embeddings=False), text_kw))  # a tied random head mostly repeats the last token
+    vision = transformers.SiglipVisionConfig(**_over(dict(
+        hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, image_size=IMAGE_SIZE,
+        patch_size=PATCH, layer_norm_eps=1e-6, vision_use_head=False), vision_kw))
     cfg = transformers.Gemma3Config(text_config=text.to_dict(), vision_config=vision.to_dict(),
-                                    mm_tokens_per_image=MM_TOKENS, image_token_index=tok.convert_tokens_to_ids(IMG),
+                                    mm_tokens_per_image=mm_tokens, image_token_index=tok.convert_tokens_to_ids(IMG),
                                     boi_token_index=tok.convert_tokens_to_ids(BOI),
                                     eoi_token_index=tok.convert_tokens_to_ids(EOI),
                                     eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
@@ -77,9 +89,9 @@ def tiny_gemma3_vlm() -> tuple[str, Any, Any]:
                 p.uniform_(-0.5, 0.5) if "language_model" in name or "mm_soft" in name else p.uniform_(0.5, 1.5)
             elif name.endswith(".bias") or "position_embedding" in name or "mm_input_projection" in name:
                 p.normal_(0, 0.3)
-    ip = transformers.Gemma3ImageProcessorPil(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    ip = transformers.Gemma3ImageProcessorPil(size={"height": vision.image_size, "width": vision.image_size})
     proc = transformers.Gemma3Processor(image_processor=ip, tokenizer=tok, chat_template=CHAT_TEMPLATE,
-                                        image_seq_length=MM_TOKENS)
+                                        image_seq_length=mm_tokens)
     d = tempfile.mkdtemp(prefix="libremax-gemma3-vlm-")
     model.save_pretrained(d)
     proc.save_pretrained(d)
@@ -94,7 +106,7 @@ QWEN_TEMPLATE = (
 
 
 @functools.lru_cache(maxsize=None)
-def tiny_qwen2_5_vl() -> tuple[str, Any, Any]:
+def tiny_qwen2_5_vl(text_kw: tuple = (), vision_kw: tuple = (), max_pixels: int = 48 * 48) -> tuple[str, Any, Any]:
     """``(folder, hf_model, processor)``: a tiny random ``Qwen2_5_VLForConditionalGeneration`` (4x4 patches,
     2x2 merge, 16-pixel windows: a 32x32 image has 4 windows; block 1 of 2 attends over the whole image)."""
     import torch
@@ -107,14 +119,15 @@ def tiny_qwen2_5_vl() -> tuple[str, Any, Any]:
         tokenizer_object=Tokenizer.from_str(_bpe_json(600, _SPECIALS)), bos_token="<s>", eos_token="</s>",
         pad_token="<pad>", chat_template=QWEN_TEMPLATE,
         extra_special_tokens={"image_token": IP, "vision_start_token": VS, "vision_end_token": VE})
-    text = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False,
-                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
-                initializer_range=0.2,
-                bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    vision = dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=4, out_hidden_size=64, patch_size=4,
-                  spatial_merge_size=2, temporal_patch_size=2, window_size=16, fullatt_block_indexes=[1],
-                  in_channels=3, hidden_act="silu", initializer_range=0.2)
+    text = _over(dict(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+        initializer_range=0.2, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id), text_kw)
+    vision = _over(dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=4, out_hidden_size=64, patch_size=4,
+                        spatial_merge_size=2, temporal_patch_size=2, window_size=16, fullatt_block_indexes=[1],
+                        in_channels=3, hidden_act="silu", initializer_range=0.2), vision_kw)
     cfg = transformers.Qwen2_5_VLConfig(text_config=text, vision_config=vision,
                                         image_token_id=tok.convert_tokens_to_ids(IP),
                                         vision_start_token_id=tok.convert_tokens_to_ids(VS),
@@ -128,8 +141,9 @@ def tiny_qwen2_5_vl() -> tuple[str, Any, Any]:
                 p.uniform_(0.5, 1.5)
             elif name.endswith(".bias"):
                 p.normal_(0, 0.3)
-    ip = transformers.Qwen2VLImageProcessorPil(patch_size=4, merge_size=2, temporal_patch_size=2,
-                                               min_pixels=16 * 16, max_pixels=48 * 48)
+    side = vision["patch_size"] * 4
+    ip = transformers.Qwen2VLImageProcessorPil(patch_size=vision["patch_size"], merge_size=2, temporal_patch_size=2,
+                                               min_pixels=side * side, max_pixels=max_pixels)
     d = tempfile.mkdtemp(prefix="libremax-qwen2_5_vl-")
     model.save_pretrained(d)
     ip.save_pretrained(d)  # (no Qwen2_5_VLProcessor: its video processor needs torchvision)
@@ -192,7 +206,7 @@ IDEFICS_TEMPLATE = (
 
 
 @functools.lru_cache(maxsize=None)
-def tiny_idefics3() -> tuple[str, Any, Any]:
+def tiny_idefics3(text_kw: tuple = (), vision_kw: tuple = ()) -> tuple[str, Any, Any]:
     """``(folder, hf_model, processor)``: a tiny random ``Idefics3ForConditionalGeneration`` (32-pixel tiles of
     8x8 patches, pixel shuffle 2: 4 tokens per tile; images split into up to 2x2 tiles plus a global one)."""
     import torch
@@ -206,11 +220,12 @@ def tiny_idefics3() -> tuple[str, Any, Any]:
         bos_token="<s>", eos_token="</s>", pad_token="<pad>", chat_template=IDEFICS_TEMPLATE,
         extra_special_tokens={"fake_image_token": FAKE, "image_token": IMAGE, "global_image_token": GLOBAL,
                               "end_of_utterance_token": EOU})
-    text = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.2, tie_word_embeddings=False,
-                bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    vision = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, image_size=32,
-                  patch_size=8, initializer_range=0.2)
+    text = _over(dict(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.2, tie_word_embeddings=False,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id), text_kw)
+    vision = _over(dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, image_size=32,
+                        patch_size=8, initializer_range=0.2), vision_kw)
     cfg = transformers.Idefics3Config(text_config=text, vision_config=vision, scale_factor=2,
                                       image_token_id=tok.convert_tokens_to_ids(IMAGE), tie_word_embeddings=False)
     torch.manual_seed(0)
@@ -221,8 +236,10 @@ def tiny_idefics3() -> tuple[str, Any, Any]:
                 p.uniform_(0.5, 1.5)
             elif name.endswith(".bias") or "position_embedding" in name:
                 p.normal_(0, 0.3)
-    ip = transformers.Idefics3ImageProcessorPil(size={"longest_edge": 64}, max_image_size={"longest_edge": 32})
-    proc = transformers.Idefics3Processor(image_processor=ip, tokenizer=tok, image_seq_len=4,
+    tile = vision["image_size"]
+    ip = transformers.Idefics3ImageProcessorPil(size={"longest_edge": 2 * tile}, max_image_size={"longest_edge": tile})
+    proc = transformers.Idefics3Processor(image_processor=ip, tokenizer=tok,
+                                          image_seq_len=(tile // vision["patch_size"] // 2) ** 2,
                                           chat_template=IDEFICS_TEMPLATE)
     d = tempfile.mkdtemp(prefix="libremax-idefics3-")
     model.save_pretrained(d)
@@ -258,3 +275,41 @@ def with_llm(build: Any, max_length: int) -> tuple[str, Any, Any]:
 
     d, model, _ = build()
     return d, model, LLM(PipelineConfig(model_path=d, max_length=max_length, max_batch_size=4, kv_cache_page_size=16))
+
+
+# --------------------------------------------------------------------------- transformers' inputs of a context
+def hf_inputs_gemma3(model: Any, ctx: Any, seq: list[int]) -> dict:
+    """Gemma 3: ``token_type_ids`` mark the image tokens (transformers then attends within an image both ways)."""
+    import numpy as np
+    import torch
+
+    ids = torch.tensor([seq])
+    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    if ctx.pixel_values:
+        kw.update(pixel_values=torch.from_numpy(np.stack(ctx.pixel_values)),
+                  token_type_ids=(ids == model.config.image_token_index).long())
+    return kw
+
+
+def hf_inputs_qwen2_5_vl(model: Any, ctx: Any, seq: list[int]) -> dict:
+    import numpy as np
+    import torch
+
+    ids = torch.tensor([seq])
+    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    if ctx.pixel_values:
+        kw.update(pixel_values=torch.from_numpy(np.concatenate(ctx.pixel_values)),
+                  image_grid_thw=torch.from_numpy(ctx.extra_model_args["image_grid_thw"]),
+                  mm_token_type_ids=(ids == model.config.image_token_id).int())
+    return kw
+
+
+def hf_inputs_idefics3(model: Any, ctx: Any, seq: list[int]) -> dict:
+    import numpy as np
+    import torch
+
+    ids = torch.tensor([seq])
+    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    if ctx.pixel_values:
+        kw["pixel_values"] = torch.from_numpy(np.stack(ctx.pixel_values))[None]
+    return kw

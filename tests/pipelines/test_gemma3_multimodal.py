@@ -14,7 +14,7 @@ pytest.importorskip("PIL")
 
 import torch  # noqa: E402
 
-from vlm_support import check_steps, image_bytes, run_greedy, tiny_gemma3_vlm, with_llm  # noqa: E402
+from vlm_support import check_steps, hf_inputs_gemma3, image_bytes, run_greedy, tiny_gemma3_vlm, with_llm  # noqa: E402
 
 from max.interfaces import SamplingParams  # noqa: E402
 
@@ -34,13 +34,7 @@ def alt_llm(vlm):
                               enable_prefix_caching=True, prefill_chunk_size=9))
 
 
-def _hf_inputs(model, ctx, seq):
-    ids = torch.tensor([seq])
-    if not ctx.pixel_values:
-        return dict(input_ids=ids, attention_mask=torch.ones_like(ids))
-    tt = (ids == model.config.image_token_index).long()
-    return dict(input_ids=ids, pixel_values=torch.from_numpy(np.stack(ctx.pixel_values)), token_type_ids=tt,
-                attention_mask=torch.ones_like(ids))
+_hf_inputs = hf_inputs_gemma3
 
 
 def _hf_greedy(model, ctx, n):

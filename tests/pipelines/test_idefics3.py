@@ -12,7 +12,14 @@ pytest.importorskip("PIL")
 
 import torch  # noqa: E402
 
-from vlm_support import check_greedy, check_steps, image_bytes, tiny_idefics3, with_llm  # noqa: E402
+from vlm_support import (  # noqa: E402
+    check_greedy,
+    check_steps,
+    hf_inputs_idefics3,
+    image_bytes,
+    tiny_idefics3,
+    with_llm,
+)
 
 from max.interfaces import SamplingParams  # noqa: E402
 
@@ -22,12 +29,7 @@ def idf():
     return with_llm(tiny_idefics3, 512)
 
 
-def _hf_inputs(model, ctx, seq):
-    ids = torch.tensor([seq])
-    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
-    if ctx.pixel_values:
-        kw["pixel_values"] = torch.from_numpy(np.stack(ctx.pixel_values))[None]
-    return kw
+_hf_inputs = hf_inputs_idefics3
 
 
 def test_tiles_through_siglip_and_connector_match_transformers(idf):

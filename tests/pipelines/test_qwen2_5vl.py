@@ -12,7 +12,14 @@ pytest.importorskip("PIL")
 
 import torch  # noqa: E402
 
-from vlm_support import check_greedy, check_steps, image_bytes, tiny_qwen2_5_vl, with_llm  # noqa: E402
+from vlm_support import (  # noqa: E402
+    check_greedy,
+    check_steps,
+    hf_inputs_qwen2_5_vl,
+    image_bytes,
+    tiny_qwen2_5_vl,
+    with_llm,
+)
 
 from max.interfaces import SamplingParams  # noqa: E402
 
@@ -22,14 +29,7 @@ def qvl():
     return with_llm(tiny_qwen2_5_vl, 256)
 
 
-def _hf_inputs(model, ctx, seq):
-    ids = torch.tensor([seq])
-    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
-    if ctx.pixel_values:
-        kw.update(pixel_values=torch.from_numpy(np.concatenate(ctx.pixel_values)),
-                  image_grid_thw=torch.from_numpy(ctx.extra_model_args["image_grid_thw"]),
-                  mm_token_type_ids=(ids == model.config.image_token_id).int())
-    return kw
+_hf_inputs = hf_inputs_qwen2_5_vl
 
 
 def test_vision_transformer_matches_transformers(qvl):
