@@ -92,7 +92,9 @@ def ragged_attention(kv_params: KVCacheParams, q: Any, input_row_offsets: Any, k
 
     ``groups`` (int64 ``[total_seq_len]``): a block id per token of this step (-1: none); a query also
     attends to the later keys of this step that carry its own block id (bidirectional attention within
-    an image's tokens, Gemma 3).  The sliding window still applies: ``AND(window, OR(causal, block))``."""
+    an image's tokens, Gemma 3).  The sliding window still applies: ``AND(window, OR(causal, block))``.
+    A step whose tokens carry no block id (decode steps, text-only prompts) is plain causal attention and
+    runs ``flash_attention_ragged``'s kernel."""
     op = "ragged_attention"
     coll = _coll(op, kv_collection)
     qv = as_tensor(q, op=op, arg="q")
@@ -111,7 +113,8 @@ def ragged_attention(kv_params: KVCacheParams, q: Any, input_row_offsets: Any, k
         gv = as_tensor(groups, op=op, arg="groups")
         if gv.rank != 1 or gv.dtype is not DType.int64:
             fail(op, f"groups must be an int64 [total_seq_len] tensor, got {gv.type}")
-        operands.append(gv)
+        # the raw step inputs too: a step without any block runs the paged kernel flash_attention_ragged uses
+        operands += [gv, offs, coll.cache_lengths, coll.lookup_table]
     if softcap is not None and softcap <= 0:
         fail(op, f"softcap must be > 0, got {softcap}")
     (out,) = _chained(op, operands, [qv.type], {"layer": layer, "scale": float(scale), "window": int(window or -1),

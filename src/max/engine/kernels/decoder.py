@@ -53,7 +53,11 @@ def ragged_attention(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tenso
     qp = q[q_index.clamp(min=0)].float()  # [B, qmax, H, D]
     mask = causal_mask
     if has_groups:
-        mask = mask | _same_block(extra[int(has_sinks)], q_index, q_pos, key_valid)
+        groups, offsets, cache_lengths, lookup = extra[int(has_sinks):int(has_sinks) + 4]
+        if not has_sinks and softcap <= 0 and not bool((groups >= 0).any()):  # no block: plain causal attention
+            return _causal(q, blocks, q_index, read_page, read_off, key_valid, q_pos, causal_mask, offsets,
+                           cache_lengths, lookup, layer, scale, window)
+        mask = mask | _same_block(groups, q_index, q_pos, key_valid)
     if window > 0:
         kj = torch.arange(k.shape[1], device=q.device)
         mask = mask & ((kj[None, None, :] > q_pos[:, :, None] - window) | (q_pos[:, :, None] < 0))
@@ -71,6 +75,24 @@ def ragged_attention(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tenso
     res = torch.empty_like(q)
     res[q_index[valid]] = out[valid]
     return res
+
+
+def _causal(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tensor, read_page: torch.Tensor,
+            read_off: torch.Tensor, key_valid: torch.Tensor, q_pos: torch.Tensor, causal_mask: torch.Tensor,
+            offsets: torch.Tensor, cache_lengths: torch.Tensor, lookup: torch.Tensor, layer: int, scale: float,
+            window: int) -> torch.Tensor:
+    """Causal attention as ``flash_attention_ragged`` computes it: the native paged kernel where the native
+    lowering would pick it (CPU, float32 queries, float32/bfloat16 cache), else its SDPA path."""
+    from max.engine import native
+    from max.engine.kernels.ragged import flash_attention_ragged, flash_attention_ragged_native
+
+    D = q.shape[-1]
+    if (q.device.type == "cpu" and q.dtype == torch.float32 and blocks.dtype in (torch.float32, torch.bfloat16)
+            and native.lib() is not None):
+        return flash_attention_ragged_native(q, blocks, offsets, cache_lengths, lookup, layer=layer, scale=scale,
+                                             causal=True, window=window, head_dim=D)
+    return flash_attention_ragged(q, blocks, q_index, read_page, read_off, key_valid, q_pos, causal_mask,
+                                  layer=layer, scale=scale, causal=True, window=window, head_dim=D)
 
 
 def _same_block(groups: torch.Tensor, q_index: torch.Tensor, q_pos: torch.Tensor, key_valid: torch.Tensor
