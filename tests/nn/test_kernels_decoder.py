@@ -18,7 +18,7 @@ from test_kv_cache_context import FakeContext
 H, HKV, D, PAGE = 4, 2, 8, 4
 
 
-def _run(lengths, *, window=None, sinks=None, softcap=None, rot=D, interleaved=False, seed=0):
+def _run(lengths, *, window=None, sinks=None, softcap=None, rot=D, interleaved=False, seed=0, groups=None):
     rng = np.random.default_rng(seed)
     T = sum(lengths)
     q = rng.standard_normal((T, H, D)).astype(np.float32)
@@ -35,17 +35,24 @@ def _run(lengths, *, window=None, sinks=None, softcap=None, rot=D, interleaved=F
     dev = DeviceRef.CPU()
     types = [TensorType(DType.float32, [T, H, D], dev), TensorType(DType.float32, [T, HKV, D], dev),
              TensorType(DType.float32, [T, HKV, D], dev), TensorType(DType.uint32, [len(lengths) + 1], dev)]
+    types += [TensorType(DType.int64, [T], dev)] if groups is not None else []
     with Graph("attn", input_types=types + list(mgr.input_symbols()[0])) as g:
         qv, kv_, vv, offs, *cache = g.inputs
+        gv = None
+        if groups is not None:
+            gv, *cache = cache
+            gv = gv.tensor
         coll = FetchPagedKVCacheCollection(kvp, 1)(*cache)
         pos, page, off = ragged_write_plan(offs.tensor, coll)
         cos, sin = ragged_rope_tables(freqs, pos)
         qr = ragged_rope(qv.tensor, cos, sin, interleaved)
         kr = ragged_rope(kv_.tensor, cos, sin, interleaved)
         store_kv_ragged(kvp, kr, vv.tensor, coll, page, off, 0)
-        g.output(ragged_attention(kvp, qr, offs.tensor, coll, 0, 0.3, window, sinks=sinks, softcap=softcap), qr)
+        g.output(ragged_attention(kvp, qr, offs.tensor, coll, 0, 0.3, window, sinks=sinks, softcap=softcap,
+                                  groups=gv), qr)
     offsets = np.cumsum([0] + list(lengths)).astype(np.uint32)
-    out, qrot = InferenceSession().load(g).execute(*[Buffer.from_numpy(a) for a in (q, k, v, offsets)], *kv_in)
+    arrays = (q, k, v, offsets) + ((np.asarray(groups, np.int64),) if groups is not None else ())
+    out, qrot = InferenceSession().load(g).execute(*[Buffer.from_numpy(a) for a in arrays], *kv_in)
     return (q, k, v, freqs, lengths), out.to_numpy(), qrot.to_numpy()
 
 
@@ -61,11 +68,12 @@ def _rope_ref(x, freqs, pos, rot, interleaved):
     return x
 
 
-def _attn_ref(inputs, window, sinks, softcap, rot, interleaved):
+def _attn_ref(inputs, window, sinks, softcap, rot, interleaved, groups=None):
     q, k, v, freqs, lengths = inputs
     out = []
     start = 0
     for n in lengths:
+        grp = np.full(n, -1) if groups is None else np.asarray(groups[start:start + n])
         pos = np.arange(n)
         qq = _rope_ref(q[start:start + n], freqs, pos, rot, interleaved)
         kk = _rope_ref(k[start:start + n], freqs, pos, rot, interleaved).repeat(H // HKV, axis=1)
@@ -73,7 +81,7 @@ def _attn_ref(inputs, window, sinks, softcap, rot, interleaved):
         s = np.einsum("qhd,khd->hqk", qq, kk) * 0.3
         if softcap:
             s = np.tanh(s / softcap) * softcap
-        allowed = pos[None, :] <= pos[:, None]
+        allowed = (pos[None, :] <= pos[:, None]) | ((grp[:, None] == grp[None, :]) & (grp[:, None] >= 0))
         if window:
             allowed &= pos[None, :] > pos[:, None] - window
         s = np.where(allowed[None], s, -np.inf)
@@ -100,6 +108,18 @@ def test_attention_with_sinks_softcap_window_and_partial_rope(window, sinks, sof
     np.testing.assert_allclose(out, _attn_ref(inputs, window, sinks, softcap, rot, interleaved), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("window,sinks", [(None, None), (3, None), (None, [0.5, -1.0, 2.0, 0.0])])
+@pytest.mark.parametrize("groups", [
+    [-1, 0, 0, 0, -1, 1, 1, -1] + [-1] + [-1, 4, 4, 4, 4, 4, 4, -1, -1],  # blocks (one wider than the window)
+    [-1] * 18,  # no block: the plain causal kernel
+])
+def test_attention_with_bidirectional_blocks(window, sinks, groups):
+    """Tokens of one block attend to each other both ways (Gemma 3's image tokens); the window still applies."""
+    sk = None if sinks is None else np.asarray(sinks, np.float32)
+    inputs, out, _ = _run([8, 1, 9], window=window, sinks=sk, groups=groups)
+    np.testing.assert_allclose(out, _attn_ref(inputs, window, sinks, None, D, False, groups), rtol=1e-4, atol=1e-4)
+
+
 def test_bad_arguments_name_the_op():
     kvp = KVCacheParams(DType.float32, HKV, D, page_size=PAGE)
     mgr = PagedKVCacheManager(kvp, 2, 16, 1, [CPU()], total_num_pages=8)
@@ -110,6 +130,8 @@ def test_bad_arguments_name_the_op():
         coll = FetchPagedKVCacheCollection(kvp, 1)(*cache)
         with pytest.raises(ValueError, match="ragged_attention: sinks must be"):
             ragged_attention(kvp, q, offs, coll, 0, 1.0, sinks=np.zeros(3, np.float32))
+        with pytest.raises(ValueError, match="ragged_attention: groups must be an int64"):
+            ragged_attention(kvp, q, offs, coll, 0, 1.0, groups=np.zeros(3, np.float32))
         with pytest.raises(ValueError, match="store_kv_ragged: k must be"):
             store_kv_ragged(kvp, q, q, coll, offs, offs, 0)
         with pytest.raises(ValueError, match="ragged_rope: rope_dim"):

@@ -34,3 +34,34 @@ def make_context(server, prompt: str, params):
 
     req = TextGenerationRequest(request_id=uuid.uuid4().hex, model_name="tiny", prompt=prompt, sampling_params=params)
     return asyncio.run(server.engine.tokenizer.new_context(req))
+
+
+def start_max_serve(model: str, *args: str, timeout: float = 90.0) -> tuple:
+    """``(process, url)``: a real ``max serve`` process for ``model`` on a free port (``args`` are more
+    options), once its ``/health`` answers 200; its stderr is a pipe."""
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    from max.serve.server import free_port
+
+    port = free_port()
+    exe = os.path.join(os.path.dirname(sys.executable), "max")
+    proc = subprocess.Popen([exe, "serve", "--model-path", model, "--devices", "cpu", "--port", str(port), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    while True:
+        if proc.poll() is not None:
+            raise AssertionError(proc.stderr.read()[-2000:])
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() - t0 > timeout:
+            proc.kill()
+            raise AssertionError("max serve did not come up")
+        time.sleep(0.1)

@@ -5,41 +5,22 @@ short request finish, ends a stream that outlasts the drain timeout with an Open
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import httpx
 import pytest
 
-from serve_support import make_tiny_llama
+from serve_support import make_tiny_llama, start_max_serve
 
 
 def test_sigterm_drains_ends_streams_and_exits_0(tmp_path):
     sig = signal.SIGTERM
-    from max.serve.server import free_port
-
     model = make_tiny_llama(str(tmp_path / "m"), max_position_embeddings=4096)
-    port = free_port()
-    exe = os.path.join(os.path.dirname(sys.executable), "max")
-    proc = subprocess.Popen([exe, "serve", "--model-path", model, "--devices", "cpu", "--port", str(port),
-                             "--max-length", "4096", "--drain-timeout", "3", "--served-model-name", "tiny",
-                             "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_max_serve(model, "--max-length", "4096", "--drain-timeout", "3", "--served-model-name", "tiny",
+                                "--log-level", "warning")
     try:
-        t0 = time.monotonic()
-        while True:
-            assert proc.poll() is None, proc.stderr.read()[-2000:]
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() - t0 < 90, "max serve did not come up"
-            time.sleep(0.1)
         short: dict = {}
         body = {"model": "tiny", "messages": [{"role": "user", "content": "go"}], "max_tokens": 4000,
                 "ignore_eos": True, "stream": True}

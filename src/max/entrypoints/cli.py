@@ -80,6 +80,9 @@ def _model_options(f: Any) -> Any:
         click.option("--num-threads", type=click.IntRange(min=1), default=None,
                      help="CPU threads of the one pool torch and libremax's kernels share (default: "
                           "LIBREMAX_NUM_THREADS, else the physical cores)."),
+        click.option("--allow-image-urls", is_flag=True,
+                     help="Vision-language models: fetch http(s) image URLs (off: only data: URIs and local paths; a "
+                          "URL is refused with a clear error).  Fetches use a 10 s timeout and a 32 MiB limit."),
         click.option("--fallback/--no-fallback", "hf_fallback", default=True, show_default=True,
                      help="Run a causal LM whose architecture libremax has no native implementation of through "
                           "Hugging Face transformers (with a warning); --no-fallback makes it an error."),
@@ -142,6 +145,9 @@ def _sampling_params(**kw: Any) -> Any:
 @click.option("--prompt", default="The capital of France is", show_default=True, callback=_non_empty,
               help="Text to continue (with --chat: the user's message).")
 @click.option("--chat/--no-chat", default=False, help="Wrap the prompt in the model's chat template as a user turn.")
+@click.option("--image", "images", multiple=True, metavar="PATH",
+              help="An image for a vision-language model (repeatable; a local file or a data: URI).  The "
+              "prompt becomes a chat user turn with the images before the text.")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=64, show_default=True,
               help="Most tokens to generate (generation also stops at EOS and at --max-length).")
 @click.option("--temperature", type=float, default=0.0, show_default=True,
@@ -167,8 +173,10 @@ def _sampling_params(**kw: Any) -> Any:
 @click.option("--grammar", default=None, help="Constrain the output with a Lark or GBNF grammar (text or file).")
 def generate(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
              prefill_chunk_size: Any, enable_prefix_caching: bool, kv_cache_memory: Any, device_memory_utilization: Any,
-             draft_model_path: Any, num_speculative_tokens: Any, num_threads: Any, hf_fallback: bool,
-             prompt: str, chat: bool, max_new_tokens: int, temperature: float, top_k: int, top_p: float, min_p: float,
+             draft_model_path: Any, num_speculative_tokens: Any, num_threads: Any,
+             allow_image_urls: bool, hf_fallback: bool,
+             prompt: str, chat: bool, images: tuple, max_new_tokens: int, temperature: float, top_k: int,
+             top_p: float, min_p: float,
              frequency_penalty: float, presence_penalty: float, repetition_penalty: float, seed: Any,
              json_schema: Any, json_object: bool, regex: Any, grammar: Any) -> None:
     """Generate a continuation of --prompt (or, with --chat, the model's reply to it) and print it,
@@ -184,8 +192,9 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
                            prefill_chunk_size, enable_prefix_caching, kv_cache_memory=kv_cache_memory,
                            device_memory_utilization=device_memory_utilization,
                            draft_model_path=draft_model_path, num_speculative_tokens=num_speculative_tokens,
-                           num_threads=num_threads, hf_fallback=hf_fallback)
-        ctx = _checked_context(cfg, prompt, params, chat, response_format)  # before the model loads
+                           num_threads=num_threads, hf_fallback=hf_fallback,
+                           allow_image_urls=allow_image_urls or None)
+        ctx = _checked_context(cfg, prompt, params, chat, response_format, images)  # before the model loads
         from max.entrypoints.llm import LLM
 
         click.echo(f"Loading {cfg.model_config.model_path} ...", err=True)
@@ -207,7 +216,7 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
         if out.error:
             click.echo(f"\nerror: {out.error}", err=True)
 
-    if not chat:
+    if not chat and not images:
         click.echo(prompt, nl=False)
     t_start = time.perf_counter()
     llm.scheduler.submit(ctx, on_output, stop=list(params.stop or []))
@@ -258,17 +267,21 @@ def _response_format(json_schema: Any, json_object: bool, regex: Any, grammar: A
     return None
 
 
-def _checked_context(cfg: Any, prompt: str, params: Any, chat: bool, response_format: Any = None) -> Any:
+def _checked_context(cfg: Any, prompt: str, params: Any, chat: bool, response_format: Any = None,
+                     images: Any = ()) -> Any:
     """The request's context, made with the model's tokenizer alone (a fraction of a second), so a
-    prompt that does not fit --max-length (or a bad constraint) fails before the model loads."""
+    prompt that does not fit --max-length (or a bad constraint or image) fails before the model loads."""
     from max.entrypoints.llm import make_context
     from max.pipelines.lib.registry import PIPELINE_REGISTRY, register_all_models
 
     register_all_models()
     tokenizer = PIPELINE_REGISTRY.retrieve_tokenizer(cfg)
     try:
-        return make_context(tokenizer, cfg, prompt, params, chat=chat, response_format=response_format)
+        return make_context(tokenizer, cfg, prompt, params, chat=chat, response_format=response_format,
+                            images=list(images))
     except ValueError as e:
+        if images and "maximum length" in str(e):
+            raise ValueError(f"{e}: use fewer --image or raise --max-length") from None
         if "maximum length" in str(e):
             raise ValueError(f"{e}: shorten --prompt or raise --max-length") from None
         raise
@@ -293,7 +306,9 @@ def list_architectures() -> None:
         PIPELINE_REGISTRY, "architectures") else []
     for a in archs:
         encs = ", ".join(e.value for e in a.supported_encodings)
-        click.echo(f"{a.name}\n    task: {a.task.value}\n    example: {', '.join(a.example_repo_ids)}\n"
+        inputs = "text and images" if getattr(a.tokenizer, "__name__", "") == "TextAndVisionTokenizer" else None
+        click.echo(f"{a.name}\n    task: {a.task.value}" + (f" ({inputs})" if inputs else "") +
+                   f"\n    example: {', '.join(a.example_repo_ids)}\n"
                    f"    encodings: {encs} (default {a.default_encoding.value})")
 
 
@@ -372,7 +387,8 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
 @click.option("--max-lora-rank", type=int, default=None, help="Largest LoRA rank accepted (default 16).")
 def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
           prefill_chunk_size: Any, enable_prefix_caching: bool, kv_cache_memory: Any, device_memory_utilization: Any,
-          draft_model_path: Any, num_speculative_tokens: Any, num_threads: Any, hf_fallback: bool,
+          draft_model_path: Any, num_speculative_tokens: Any, num_threads: Any, allow_image_urls: bool,
+          hf_fallback: bool,
           host: str, port: int, api_key: Any, max_queue_size: Any, metrics_port: Any, served_model_name: Any,
           max_request_bytes: int, drain_timeout: float, log_level: str, tool_call_parser: Any,
           enable_echo: bool, lora_paths: tuple, enable_lora: bool, max_num_loras: Any, max_lora_rank: Any) -> None:
@@ -397,7 +413,8 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
                            max_num_loras=max_num_loras, max_lora_rank=max_lora_rank,
                            kv_cache_memory=kv_cache_memory, device_memory_utilization=device_memory_utilization,
                            draft_model_path=draft_model_path, num_speculative_tokens=num_speculative_tokens,
-                           num_threads=num_threads, hf_fallback=hf_fallback)
+                           num_threads=num_threads, hf_fallback=hf_fallback,
+                           allow_image_urls=allow_image_urls or None)
         click.echo(f"Loading {cfg.model_config.model_path} ...", err=True)
         if served_model_name is None and model_path is None:  # the bundled model: a short id
             served_model_name = BUNDLED[0].served_name

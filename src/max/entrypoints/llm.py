@@ -24,15 +24,30 @@ def run_coro(coro: Any) -> Any:
 
 
 def make_context(tokenizer: Any, pipeline_config: Any, prompt: str, sampling_params: SamplingParams, *,
-                 request_id: Optional[str] = None, chat: bool = False, response_format: Optional[dict] = None
-                 ) -> Any:
+                 request_id: Optional[str] = None, chat: bool = False, response_format: Optional[dict] = None,
+                 images: Optional[Sequence[Any]] = None) -> Any:
     """A context for ``prompt`` (as a user turn through the chat template when ``chat``;
     ``response_format`` constrains the output, see :meth:`LLM.generate`); ValueError when the prompt
-    does not fit the maximum length or the constraint is invalid."""
+    does not fit the maximum length or the constraint is invalid.
+
+    ``images`` (paths, encoded bytes, ``data:`` URIs or PIL images) go before the text in the user turn
+    (the model's chat template decides where its image tokens go); a model without a chat template gets
+    its image placeholders in front of the prompt.  A text-only model raises ValueError."""
+    images = list(images or [])
+    content: Any = prompt
+    if images and getattr(getattr(tokenizer, "delegate", None), "chat_template", None) is not None or \
+            images and getattr(getattr(tokenizer, "processor", None), "chat_template", None):
+        chat = True
+        content = [*({"type": "image", "image": im} for im in images), {"type": "text", "text": prompt}]
+        images = []
+    elif images:
+        from max.pipelines.lib.images import image_bytes_of
+
+        images = [image_bytes_of(im, f"image {i}") if not hasattr(im, "convert") else im for i, im in enumerate(images)]
     req = TextGenerationRequest(
         request_id=request_id or uuid.uuid4().hex, model_name=str(pipeline_config.model_config.model_path),
-        prompt=None if chat else prompt, messages=[{"role": "user", "content": prompt}] if chat else None,
-        sampling_params=sampling_params, response_format=response_format)
+        prompt=None if chat else prompt, messages=[{"role": "user", "content": content}] if chat else None,
+        sampling_params=sampling_params, response_format=response_format, images=images or None)
     return run_coro(tokenizer.new_context(req))
 
 
@@ -51,15 +66,16 @@ class LLM:
         self._lock = threading.Lock()
 
     def make_context(self, prompt: str, sampling_params: SamplingParams, *, request_id: Optional[str] = None,
-                     chat: bool = False, response_format: Optional[dict] = None) -> Any:
+                     chat: bool = False, response_format: Optional[dict] = None,
+                     images: Optional[Sequence[Any]] = None) -> Any:
         """A ``TextContext`` for ``prompt`` (a user turn through the chat template when ``chat``);
-        ``response_format`` constrains the output (see :meth:`generate`)."""
+        ``response_format`` constrains the output, ``images`` go with the prompt (see :meth:`generate`)."""
         return make_context(self.tokenizer, self.pipeline_config, prompt, sampling_params, request_id=request_id,
-                            chat=chat, response_format=response_format)
+                            chat=chat, response_format=response_format, images=images)
 
     def generate(self, prompts: str | Sequence[str], max_new_tokens: int | None = 100, use_tqdm: bool = True,
-                 sampling_params: Optional[SamplingParams] = None, *, response_format: Optional[dict] = None
-                 ) -> Sequence[str]:
+                 sampling_params: Optional[SamplingParams] = None, *, response_format: Optional[dict] = None,
+                 images: Optional[Sequence[Any]] = None) -> Sequence[str]:
         """One completion per prompt (the continuation text only).
 
         ``response_format`` (as ``TextGenerationRequest.response_format``) constrains every output:
@@ -67,7 +83,11 @@ class LLM:
         {...}}}``, or the extensions ``{"type": "regex", "regex": ...}``, ``{"type": "grammar",
         "grammar": <Lark or GBNF>}``, ``{"type": "choice", "choice": [...]}``.
 
-        Raises ValueError for empty or invalid prompts and constraints (before any work),
+        ``images`` (vision-language models): for one prompt, a list of images; for a list of prompts, one
+        list (or None) per prompt.  An image is a local path, encoded bytes, a ``data:`` URI or a PIL image;
+        a prompt with images becomes a user turn of the model's chat template, images first.
+
+        Raises ValueError for empty or invalid prompts, images and constraints (before any work),
         RuntimeError when generation fails.
         """
         single = isinstance(prompts, str)
@@ -80,7 +100,9 @@ class LLM:
         base = sampling_params or SamplingParams(top_k=1)
         if max_new_tokens is not None:
             base = dataclasses.replace(base, max_new_tokens=int(max_new_tokens))
-        ctxs = [self.make_context(p, base, response_format=response_format) for p in plist]  # validates first
+        per_prompt = _images_per_prompt(images, single, len(plist))
+        ctxs = [self.make_context(p, base, response_format=response_format, images=im)
+                for p, im in zip(plist, per_prompt)]  # validates first
         results: dict[str, list[str]] = {c.request_id: [] for c in ctxs}
         errors: dict[str, str] = {}
         bar = None
@@ -107,3 +129,21 @@ class LLM:
             raise RuntimeError(f"LLM.generate: generation failed: {errors}")
         out = ["".join(results[c.request_id]) for c in ctxs]
         return out
+
+
+def _images_per_prompt(images: Any, single: bool, n: int) -> list[Any]:
+    """``LLM.generate``'s ``images`` as one list (or None) per prompt."""
+    if images is None:
+        return [None] * n
+    if isinstance(images, (str, bytes)) or not isinstance(images, Sequence):
+        raise ValueError("LLM.generate: images must be a list of images (one prompt) or a list of such lists")
+    if single:
+        return [list(images)]
+    if len(images) != n:
+        raise ValueError(f"LLM.generate: {n} prompts but {len(images)} image lists")
+    out = []
+    for i, im in enumerate(images):
+        if im is not None and (isinstance(im, (str, bytes)) or not isinstance(im, Sequence)):
+            raise ValueError(f"LLM.generate: images[{i}] must be a list of images or None")
+        out.append(None if im is None else list(im))
+    return out

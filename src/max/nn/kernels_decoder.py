@@ -84,11 +84,17 @@ def store_kv_ragged(kv_params: KVCacheParams, k: Any, v: Any, kv_collection: Any
 
 def ragged_attention(kv_params: KVCacheParams, q: Any, input_row_offsets: Any, kv_collection: Any, layer_idx: Any,
                      scale: float, window: int | None = None, sinks: Any = None,
-                     softcap: float | None = None) -> TensorValue:
+                     softcap: float | None = None, groups: Any = None) -> TensorValue:
     """Causal attention of this step's queries ``[total_seq_len, n_heads, head_dim]`` over each request's
     cached keys/values, with what ``max.nn.kernels.flash_attention_ragged`` lacks: attention sinks
     (``sinks`` ``[n_heads]``: one extra logit per head in the softmax's denominator, GPT-OSS) and
-    logit soft-capping (``softcap * tanh(scores / softcap)``, Gemma 2).  ``window``: sliding window."""
+    logit soft-capping (``softcap * tanh(scores / softcap)``, Gemma 2).  ``window``: sliding window.
+
+    ``groups`` (int64 ``[total_seq_len]``): a block id per token of this step (-1: none); a query also
+    attends to the later keys of this step that carry its own block id (bidirectional attention within
+    an image's tokens, Gemma 3).  The sliding window still applies: ``AND(window, OR(causal, block))``.
+    A step whose tokens carry no block id (decode steps, text-only prompts) is plain causal attention and
+    runs ``flash_attention_ragged``'s kernel."""
     op = "ragged_attention"
     coll = _coll(op, kv_collection)
     qv = as_tensor(q, op=op, arg="q")
@@ -103,10 +109,17 @@ def ragged_attention(kv_params: KVCacheParams, q: Any, input_row_offsets: Any, k
         if sv.rank != 1 or sv.shape[0] != qv.shape[1]:
             fail(op, f"sinks must be [n_heads={qv.shape[1]}], got {sv.shape}")
         operands.append(sv)
+    if groups is not None:
+        gv = as_tensor(groups, op=op, arg="groups")
+        if gv.rank != 1 or gv.dtype is not DType.int64:
+            fail(op, f"groups must be an int64 [total_seq_len] tensor, got {gv.type}")
+        # the raw step inputs too: a step without any block runs the paged kernel flash_attention_ragged uses
+        operands += [gv, offs, coll.cache_lengths, coll.lookup_table]
     if softcap is not None and softcap <= 0:
         fail(op, f"softcap must be > 0, got {softcap}")
     (out,) = _chained(op, operands, [qv.type], {"layer": layer, "scale": float(scale), "window": int(window or -1),
-                                                "softcap": float(softcap or 0.0), "has_sinks": sinks is not None})
+                                                "softcap": float(softcap or 0.0), "has_sinks": sinks is not None,
+                                                "has_groups": groups is not None})
     return out
 
 

@@ -310,23 +310,93 @@ class TextContext:
                 f"max_length={self.max_length}, status={self.status.value})")
 
 
+@dataclass(frozen=True)
+class ImageMetadata:
+    """One image of a request: its placeholder tokens are ``tokens[start_idx:end_idx]`` and its processed
+    pixels ``pixel_values`` (what the model's processor made of it)."""
+
+    start_idx: int
+    end_idx: int
+    pixel_values: npt.NDArray[Any]
+    image_hash: Optional[str] = None
+
+
 @dataclass(kw_only=True)
 class TextAndVisionContext(TextContext):
-    """A ``TextContext`` with image inputs (``pixel_values``) for vision-language models."""
+    """A ``TextContext`` with image inputs for vision-language models.
+
+    Both forms of the reference are kept: ``pixel_values`` (one processed array per image) and
+    ``images`` (:class:`ImageMetadata`: where each image's placeholder tokens are).  ``vision_token_ids``
+    are the placeholder ids; ``image_token_indices`` their positions in the token array.
+
+    The model encodes a request's images once, on its first prefill step, and keeps the embeddings in
+    ``vision_embeddings`` (decode steps and later prefill chunks never re-encode; they stay valid across
+    ``reset()``).  ``cache_salt`` (a hash of the pixels) keeps the prefix cache from sharing the K/V
+    of the same placeholder tokens between requests with different images.
+    """
 
     pixel_values: tuple[npt.NDArray[Any], ...] = ()
     extra_model_args: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
     _needs_vision_encoding: bool = True
+    vision_token_ids: list[int] = field(default_factory=list)
+    images: list[ImageMetadata] = field(default_factory=list)
+    cache_salt: Optional[str] = None
+    vision_embeddings: Any = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not self.pixel_values and self.images:
+            self.pixel_values = tuple(im.pixel_values for im in self.images)
+        if self.images and len(self.images) != len(self.pixel_values):
+            raise ValueError(f"TextAndVisionContext: {len(self.images)} image spans but {len(self.pixel_values)} "
+                             "pixel_values arrays")
+        for a, b in zip(self.images, self.images[1:]):
+            if b.start_idx < a.end_idx:
+                raise ValueError(f"TextAndVisionContext: image spans {a.start_idx}:{a.end_idx} and "
+                                 f"{b.start_idx}:{b.end_idx} overlap")
         if not self.pixel_values:
             self._needs_vision_encoding = False
 
     @property
     def needs_vision_encoding(self) -> bool:
         """Whether the images still have to go through the vision encoder."""
-        return self._needs_vision_encoding
+        return self._needs_vision_encoding and self.vision_embeddings is None
+
+    def mark_vision_encoded(self, embeddings: Any) -> None:
+        """Keep the images' embeddings (``[n_image_tokens, hidden]`` in image order) for every later step."""
+        self.vision_embeddings = embeddings
+        self._needs_vision_encoding = False
+
+    @property
+    def image_token_indices(self) -> npt.NDArray[np.int32]:
+        """Positions of the image placeholder tokens in the token array."""
+        if not self.images:
+            return np.zeros(0, np.int32)
+        return np.concatenate([np.arange(im.start_idx, im.end_idx, dtype=np.int32) for im in self.images])
+
+    @property
+    def image_idx(self) -> int:
+        """Index of the first image not yet fully in the KV cache."""
+        return next((i for i, im in enumerate(self.images) if im.end_idx > self.start_idx), len(self.images))
+
+    @property
+    def next_images(self) -> list[ImageMetadata]:
+        """The images not yet fully in the KV cache."""
+        return self.images[self.image_idx:]
+
+    def compute_image_aligned_idx(self, idx: int) -> int:
+        """``idx`` moved down to the start of the image whose span it cuts (unchanged otherwise)."""
+        for im in self.images:
+            if im.start_idx < idx < im.end_idx:
+                return im.start_idx
+        return idx
+
+    def image_span_end(self, idx: int) -> int:
+        """The end of the image whose span ``idx`` cuts (``idx`` itself otherwise)."""
+        for im in self.images:
+            if im.start_idx < idx < im.end_idx:
+                return im.end_idx
+        return idx
 
     def reset(self) -> None:
         super().reset()

@@ -77,9 +77,19 @@ class Transformer(Module):
 
     def __call__(self, tokens: Any, kv_cache_inputs: Sequence[Any], return_n_logits: Any,
                  input_row_offsets: Any) -> tuple:
+        return self.forward_embeddings(self.embed(tokens), kv_cache_inputs, return_n_logits, input_row_offsets)
+
+    def embed(self, tokens: Any) -> TensorValue:
+        """The scaled token embeddings ``[total_seq_len, dim]`` the layers start from."""
         h = self.embed_tokens(tokens)
         if self.embedding_multiplier != 1.0:
             h = h * self.embedding_multiplier
+        return h
+
+    def forward_embeddings(self, h: TensorValue, kv_cache_inputs: Sequence[Any], return_n_logits: Any,
+                           input_row_offsets: Any) -> tuple:
+        """The layers, final norm and logits from input embeddings ``h`` (what :meth:`embed` returns, or a
+        multimodal model's merge of it with image embeddings)."""
         kv = self.kv_collection_constructor(*kv_cache_inputs)
         freqs = self.rope.freqs_cis
         offsets = input_row_offsets.tensor if hasattr(input_row_offsets, "tensor") else input_row_offsets

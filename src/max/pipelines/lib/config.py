@@ -651,6 +651,7 @@ class _PipelineFields(_ConfigBase):
     use_experimental_kernels: str = "false"
     draft_model_path: Optional[str] = None
     num_speculative_tokens: int = 3
+    allow_image_urls: bool = False
 
 
 _PIPELINE_HELP = {
@@ -676,6 +677,8 @@ _PIPELINE_HELP = {
     "use_experimental_kernels": "Use experimental kernels ('true'/'false').",
     "draft_model_path": "Draft model (same vocabulary) for speculative decoding.",
     "num_speculative_tokens": "Draft tokens proposed per speculative decoding step.",
+    "allow_image_urls": "Fetch http(s) image URLs of vision-language requests (libremax; off: such URLs are "
+                        "refused with a 400, images come as data: URIs or local paths).",
 }
 
 _PIPELINE_FIELD_NAMES = _public_fields(_PipelineFields)

@@ -268,8 +268,10 @@ class TextGenerationPipeline(Pipeline):
                 if c.active_length > self._chunk and reuse is not None:
                     reuse(c)  # look the prefix cache up over the whole prompt before cutting it into chunks
                 if c.active_length > self._chunk:
-                    chunked[i] = c.active_idx
-                    c.set_token_indices(active_idx=c.start_idx + self._chunk)
+                    end = _chunk_end(c, c.start_idx + self._chunk)
+                    if end < c.active_idx:
+                        chunked[i] = c.active_idx
+                        c.set_token_indices(active_idx=end)
         kv = mgr.fetch(ctxs, 1)
         # the prefix cache may have advanced start_idx; a chunk boundary keeps its end
         model_inputs = self._pipeline_model.prepare_initial_token_inputs(ctxs, kv)
@@ -296,6 +298,16 @@ class TextGenerationPipeline(Pipeline):
             c = ctxs[i]
             c.set_token_indices(start_idx=c.active_idx, active_idx=end)
         mgr.step(ctxs)
+
+
+def _chunk_end(c: Any, end: int) -> int:
+    """Where a prefill chunk ending at ``end`` may end: never inside an image's tokens (they attend to each
+    other both ways, so they must be in one step): before the image, or after it when it starts the chunk."""
+    align = getattr(c, "compute_image_aligned_idx", None)
+    if align is None:
+        return end
+    a = align(end)
+    return a if a > c.start_idx else c.image_span_end(end)
 
 
 def _prompt_lp_wanted(c: Any) -> bool:

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from max.interfaces import TextGenerationRequest, TextGenerationRequestMessage, TextGenerationRequestTool
-from max.pipelines.core import TextAndVisionContext, TextContext
+from max.pipelines.core import ImageMetadata, TextAndVisionContext, TextContext
 from max.pipelines.lib.gguf_utils import is_gguf_file
 from max.pipelines.lib.hf_utils import eos_token_ids_from_configs, generate_local_model_path, load_generation_config
 
@@ -86,22 +86,14 @@ def load_hf_tokenizer(source: str | os.PathLike, *, revision: Optional[str] = No
 
 
 def _flatten_content(messages: Sequence[TextGenerationRequestMessage]) -> list[dict[str, Any]]:
-    """OpenAI content-part lists -> plain strings (text parts joined by newlines)."""
-    out = []
-    for m in messages:
-        m = dict(m)
-        c = m.get("content")
-        if isinstance(c, list):
-            texts = []
-            for part in c:
-                if part.get("type") == "text":
-                    texts.append(part.get("text", part.get("content", "")))
-                elif part.get("type") in ("image", "image_url"):
-                    raise ValueError("this model's tokenizer takes text only; the message has an image part")
-            m["content"] = "\n".join(texts)
-        elif c is None:
-            m["content"] = ""
-        out.append(m)
+    """OpenAI content-part lists -> plain strings (text parts joined by newlines); ValueError for image
+    parts (a text-only model) and unknown part types."""
+    out, images = _split_images(messages)
+    if images:
+        raise ValueError("this model's tokenizer takes text only; the message has an image part")
+    for m in out:
+        if isinstance(m["content"], list):
+            m["content"] = "\n".join(p["text"] for p in m["content"])
     return out
 
 
@@ -313,8 +305,13 @@ class TextTokenizer(_HFTokenizerMixin):
             raise ValueError(f"request {request.request_id}: no prompt and no messages")
         return self.encode_sync(request.prompt, add_special_tokens=True)
 
-    def _new_context(self, request: TextGenerationRequest, cls: type, **extra: Any) -> Any:
-        ids = self._prompt_ids(request)
+    def _new_context(self, request: TextGenerationRequest, cls: type, ids: Optional[npt.NDArray[np.int64]] = None,
+                     **extra: Any) -> Any:
+        if ids is None:
+            if request.images:
+                raise ValueError(f"request {request.request_id}: this model takes text only; the request has "
+                                 f"{len(request.images)} image(s)")
+            ids = self._prompt_ids(request)
         if len(ids) == 0:
             raise ValueError(f"request {request.request_id}: the prompt encodes to no tokens")
         n_vocab = self.vocab_size  # token-id prompts were checked against it by encode_sync
@@ -375,17 +372,54 @@ class TextTokenizer(_HFTokenizerMixin):
 
 
 class TextAndVisionTokenizer(TextTokenizer):
-    """Text tokenizer that builds ``TextAndVisionContext`` objects.
+    """Builds ``TextAndVisionContext`` objects through the model folder's own ``transformers`` processor
+    (``AutoProcessor``: its image processor resizes/normalises/patches the images, and it expands each
+    image placeholder to the model's number of image tokens).
 
-    Image inputs need a model-specific processor, which libremax does not provide yet:
-    requests with images raise ValueError; text requests work as with
-    :class:`TextTokenizer`.
+    Images come from ``request.images`` (encoded bytes) and from the chat messages' ``image_url`` /
+    ``image`` parts (``data:`` URIs, local paths, http(s) URLs when ``allow_image_urls``; see
+    ``max.pipelines.lib.images``), messages' images first, in order.  A plain prompt without the
+    processor's image placeholder gets one placeholder per image in front of it.  Bad images, refused
+    URLs and prompts that no longer fit ``max_length`` with their image tokens raise ValueError before
+    any model work.
     """
 
     def __init__(self, model_path: str, *, revision: Optional[str] = None, max_length: Optional[int] = None,
-                 trust_remote_code: bool = False, **unused_kwargs: Any) -> None:
+                 trust_remote_code: bool = False, pipeline_config: Optional["PipelineConfig"] = None,
+                 allow_image_urls: Optional[bool] = None, **unused_kwargs: Any) -> None:
         super().__init__(model_path, revision=revision, max_length=max_length, trust_remote_code=trust_remote_code,
-                         **unused_kwargs)
+                         pipeline_config=pipeline_config, **unused_kwargs)
+        if allow_image_urls is None:
+            allow_image_urls = bool(getattr(pipeline_config, "allow_image_urls", False))
+        self.allow_image_urls = allow_image_urls
+        """Whether http(s) image URLs are fetched (default: ``PipelineConfig.allow_image_urls``)."""
+        from transformers import AutoProcessor
+
+        folder = os.path.expanduser(self.model_path)
+        if os.path.isfile(folder):
+            folder = os.path.dirname(os.path.abspath(folder))
+        try:
+            self.processor = AutoProcessor.from_pretrained(folder, trust_remote_code=trust_remote_code)
+        except Exception as e:  # noqa: BLE001 - e.g. a video processor that needs torchvision: images alone
+            self.processor = _GridImageProcessor.load(folder, self.delegate, e)
+        if getattr(self.processor, "image_processor", None) is None:
+            raise ValueError(f"{folder}: the processor has no image processor")
+        self.image_token_id = self._image_token_id(folder)
+
+    def _image_token_id(self, folder: str) -> int:
+        cfg: Any = None
+        if self.pipeline_config is not None:
+            cfg = self.pipeline_config.model_config.huggingface_config
+            cfg = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+        elif os.path.isfile(os.path.join(folder, "config.json")):
+            cfg = json.loads(Path(folder, "config.json").read_text())
+        for key in ("image_token_index", "image_token_id"):
+            if cfg and cfg.get(key) is not None:
+                return int(cfg[key])
+        tid = getattr(self.processor, "image_token_id", None)
+        if tid is None:
+            raise ValueError(f"{folder}: no image token id in config.json or the processor")
+        return int(tid)
 
     @property
     def expects_content_wrapping(self) -> bool:
@@ -394,12 +428,167 @@ class TextAndVisionTokenizer(TextTokenizer):
     def apply_chat_template(self, messages: list[TextGenerationRequestMessage],  # type: ignore[override]
                             tools: Optional[list[TextGenerationRequestTool]] = None,
                             chat_template_options: Optional[dict[str, Any]] = None) -> str:
-        return super().apply_chat_template(messages, tools, chat_template_options)
+        """The prompt text; image parts become the template's ``{"type": "image"}`` parts."""
+        msgs, _ = _split_images(messages)
+        opts = dict(chat_template_options or {})
+        opts.setdefault("add_generation_prompt", True)
+        if getattr(self.processor, "chat_template", None):
+            return self.processor.apply_chat_template(msgs, tools=tools, tokenize=False, **opts)
+        if not getattr(self.delegate, "chat_template", None):
+            raise ValueError(f"{self.model_path}: the model has no chat template; send a plain prompt")
+        return self.delegate.apply_chat_template(msgs, tools=tools, tokenize=False, **opts)
 
     async def new_context(self, request: TextGenerationRequest) -> TextAndVisionContext:  # type: ignore[override]
-        if request.images:
-            raise ValueError("TextAndVisionTokenizer: image inputs are not supported yet (no image processor)")
-        return self._new_context(request, TextAndVisionContext)
+        return self.new_context_sync(request)
+
+    def new_context_sync(self, request: TextGenerationRequest) -> TextAndVisionContext:
+        from max.pipelines.lib.images import decode_image
+
+        refs: list[Any] = []
+        if request.messages:
+            _, refs = _split_images(request.messages)
+        refs += list(request.images or [])
+        if not refs:
+            return self._new_context(request, TextAndVisionContext)
+        images = [decode_image(r, f"image {i}", self.allow_image_urls) for i, r in enumerate(refs)]
+        placeholder = getattr(self.processor, "image_token", None) or getattr(self.processor, "boi_token", None)
+        if request.messages:
+            text, special = self.apply_chat_template(request.messages, request.tools, request.chat_template_options), \
+                False
+        elif isinstance(request.prompt, str):
+            text, special = request.prompt, True
+            if placeholder and placeholder not in text:
+                text = placeholder * len(images) + text
+        else:
+            raise ValueError(f"request {request.request_id}: images need a text prompt or chat messages, not token ids")
+        try:
+            out = self.processor(text=[text], images=[images], return_tensors="np", add_special_tokens=special)
+        except ValueError as e:  # e.g. the number of placeholders differs from the number of images
+            raise ValueError(f"request {request.request_id}: the processor rejected the prompt and images: {e}") \
+                from None
+        ids = np.asarray(out["input_ids"][0], dtype=np.int64)
+        pixels = np.asarray(out["pixel_values"], dtype=np.float32)
+        extra: dict[str, Any] = {}
+        if "image_grid_thw" in out:  # patches of every image in one array (Qwen2-VL family): split per image
+            grid = np.asarray(out["image_grid_thw"], np.int64).reshape(-1, 3)
+            extra["image_grid_thw"] = grid
+            pixels = np.split(pixels, np.cumsum(grid.prod(axis=1))[:-1])
+        elif pixels.ndim == 5:  # [batch, tiles, C, H, W] (Idefics3): each tile has its own placeholder span
+            tiles = pixels[0]
+            real = np.flatnonzero(np.abs(tiles).reshape(len(tiles), -1).max(axis=1) > 0)  # all-zero: padding
+            mask = out.get("pixel_attention_mask")
+            if mask is not None and not np.asarray(mask)[0][real].all():
+                raise ValueError(f"request {request.request_id}: the processor padded inside an image tile, which "
+                                 "this model does not support")
+            pixels = tiles[real]
+        spans = _runs(ids, self.image_token_id)
+        if len(spans) != len(pixels):
+            raise ValueError(f"request {request.request_id}: {len(pixels)} processed images but {len(spans)} image "
+                             "placeholder spans in the prompt")
+        if self.max_length is not None and len(ids) >= self.max_length:
+            raise ValueError(f"request {request.request_id}: the prompt with its {len(images)} image(s) is {len(ids)} "
+                             f"tokens, which leaves no room to generate within the maximum length {self.max_length}; "
+                             "send fewer or smaller images")
+        import hashlib
+
+        metas = [ImageMetadata(start_idx=a, end_idx=b, pixel_values=pixels[i],
+                               image_hash=hashlib.sha256(pixels[i].tobytes()).hexdigest())
+                 for i, (a, b) in enumerate(spans)]
+        salt = "images:" + hashlib.sha256("".join(m.image_hash or "" for m in metas).encode()).hexdigest()
+        return self._new_context(request, TextAndVisionContext, ids=ids, pixel_values=tuple(pixels[i] for i in
+                                                                                            range(len(pixels))),
+                                 images=metas, vision_token_ids=[self.image_token_id], cache_salt=salt,
+                                 extra_model_args=extra)
+
+
+class _GridImageProcessor:
+    """The model folder's image processor and tokenizer without its ``AutoProcessor`` (which may need more,
+    e.g. torchvision for a video processor), for image processors that report each image's patch grid
+    (``image_grid_thw``, Qwen2-VL family): each image placeholder token is repeated once per merged patch
+    (``t * h * w / merge_size**2``), as those processors do."""
+
+    def __init__(self, image_processor: Any, tokenizer: Any, chat_template: Optional[str]) -> None:
+        self.image_processor = image_processor
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+        self.image_token = getattr(tokenizer, "image_token", None)
+        if not self.image_token:
+            raise ValueError("the tokenizer names no image_token")
+
+    @classmethod
+    def load(cls, folder: str, tokenizer: Any, why: Exception) -> "_GridImageProcessor":
+        from transformers import AutoImageProcessor
+
+        try:
+            ip = AutoImageProcessor.from_pretrained(folder)
+            tpl = Path(folder, "chat_template.jinja")
+            return cls(ip, tokenizer, tpl.read_text() if tpl.is_file() else None)
+        except Exception as e:  # noqa: BLE001 - neither loader works: say both reasons
+            raise ValueError(f"{folder}: cannot load the model's processor ({why}) nor its image processor ({e}); a "
+                             "vision-language model folder needs its processor files") from None
+
+    def apply_chat_template(self, messages: Any, tools: Any = None, tokenize: bool = False, **opts: Any) -> str:
+        if self.chat_template is not None:
+            opts["chat_template"] = self.chat_template
+        return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, **opts)
+
+    def __call__(self, text: list[str], images: list[list[Any]], return_tensors: str = "np",
+                 add_special_tokens: bool = True) -> dict[str, Any]:
+        out = self.image_processor(images=images[0], return_tensors="np")
+        if "image_grid_thw" not in out:
+            raise ValueError("this image processor reports no image_grid_thw; the model's own processor is needed")
+        merge = int(getattr(self.image_processor, "merge_size", 1) or 1)
+        counts = [int(np.prod(g)) // (merge * merge) for g in np.asarray(out["image_grid_thw"])]
+        pieces = text[0].split(self.image_token)
+        if len(pieces) - 1 != len(counts):
+            raise ValueError(f"{len(pieces) - 1} image placeholders for {len(counts)} images")
+        expanded = pieces[0] + "".join(self.image_token * n + p for n, p in zip(counts, pieces[1:]))
+        ids = self.tokenizer(expanded, add_special_tokens=add_special_tokens)["input_ids"]
+        return {"input_ids": np.asarray([ids], np.int64), "pixel_values": np.asarray(out["pixel_values"]),
+                "image_grid_thw": np.asarray(out["image_grid_thw"])}
+
+
+def _split_images(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], list[Any]]:
+    """``(messages for the chat template, image references in order)``: OpenAI ``image_url`` parts (and
+    ``image`` parts carrying ``image``/``url``) become ``{"type": "image"}``."""
+    out: list[dict[str, Any]] = []
+    refs: list[Any] = []
+    for m in messages:
+        m = dict(m)
+        c = m.get("content")
+        if isinstance(c, list):
+            parts = []
+            for part in c:
+                kind = part.get("type")
+                if kind == "image_url":
+                    iu = part.get("image_url")
+                    url = iu.get("url") if isinstance(iu, dict) else iu
+                    if not url:
+                        raise ValueError("an image_url part needs image_url.url")
+                    refs.append(url)
+                    parts.append({"type": "image"})
+                elif kind == "image":
+                    ref = part.get("image", part.get("url"))
+                    if ref is None:
+                        raise ValueError("an image part needs 'image' (bytes, data: URI or path) or 'url'")
+                    refs.append(ref)
+                    parts.append({"type": "image"})
+                elif kind == "text":
+                    parts.append({"type": "text", "text": part.get("text", part.get("content", ""))})
+                else:
+                    raise ValueError(f"unsupported content part type {kind!r} (supported: text, image_url)")
+            m["content"] = parts
+        elif c is None:
+            m["content"] = ""
+        out.append(m)
+    return out, refs
+
+
+def _runs(ids: npt.NDArray[np.int64], token: int) -> list[tuple[int, int]]:
+    """``[(start, end)]`` of the maximal runs of ``token`` in ``ids``."""
+    hit = np.concatenate([[False], ids == token, [False]])
+    edges = np.flatnonzero(hit[1:] != hit[:-1])
+    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
 
 
 class PreTrainedPipelineTokenizer(_HFTokenizerMixin):

@@ -20,9 +20,11 @@ DECODER_ENCODINGS = ["float32", "bfloat16", "float16", "q4_0", "q4_1", "q5_0", "
 def decoder_architecture(name: str, example_repo_ids: list[str], pipeline_model: type,
                          gguf_architectures: list[str] | None = None,
                          config_from_gguf: Callable[[Any], dict] | None = None,
-                         encodings: list[str] | None = None, **kw: Any) -> SupportedArchitecture:
+                         encodings: list[str] | None = None, tokenizer: Callable[..., Any] = TextTokenizer,
+                         **kw: Any) -> SupportedArchitecture:
     """A text-generation ``SupportedArchitecture`` over the paged KV cache; ``pipeline_model``'s
-    ``weight_adapters`` are registered as the architecture's."""
+    ``weight_adapters`` are registered as the architecture's (``tokenizer``: ``TextAndVisionTokenizer``
+    for a vision-language model)."""
     return SupportedArchitecture(
         name=name,
         example_repo_ids=example_repo_ids,
@@ -30,7 +32,7 @@ def decoder_architecture(name: str, example_repo_ids: list[str], pipeline_model:
         supported_encodings={e: [KVCacheStrategy.PAGED] for e in (encodings or DECODER_ENCODINGS)},
         pipeline_model=pipeline_model,
         task=PipelineTask.TEXT_GENERATION,
-        tokenizer=TextTokenizer,
+        tokenizer=tokenizer,
         default_weights_format=WeightsFormat.safetensors,
         weight_adapters=dict(pipeline_model.weight_adapters),
         gguf_architectures=list(gguf_architectures or []),

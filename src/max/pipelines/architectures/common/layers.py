@@ -212,6 +212,9 @@ class DecoderAttention(Module):
             raise ValueError(f"{cfg.architecture}: qk_norm must be 'head', 'full' or None, got {cfg.qk_norm!r}")
         self.softcap = cfg.attn_logit_softcapping
         self.sinks = Weight("sinks", factory.dtype, [H], factory.device) if cfg.attention_sinks else None
+        self.block_groups: TensorValue | None = None
+        """Set while a graph is built: an int64 ``[total_seq_len]`` block id per token (-1: none); tokens of
+        one block attend to each other both ways (Gemma 3's image tokens), see ``ragged_attention``."""
 
     def __call__(self, layer_idx: Any, x: TensorValue, kv_collection: Any, freqs_cis: Any,
                  input_row_offsets: TensorValue) -> TensorValue:
@@ -229,9 +232,9 @@ class DecoderAttention(Module):
                                      freqs_cis=self.rope.table.freqs_cis if self.rope is not None else None,
                                      interleaved=self.rope.interleaved if self.rope is not None else False,
                                      q_norm=q_norm, k_norm=k_norm, norm_eps=eps)
-        if self.sinks is not None or self.softcap:
+        if self.sinks is not None or self.softcap or self.block_groups is not None:
             attn = ragged_attention(self.kv_params, q, input_row_offsets, kv_collection, layer_idx, self.scale,
-                                    self.window, sinks=self.sinks, softcap=self.softcap)
+                                    self.window, sinks=self.sinks, softcap=self.softcap, groups=self.block_groups)
         else:
             variant = MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK if self.window else MHAMaskVariant.CAUSAL_MASK
             attn = kernels.flash_attention_ragged(self.kv_params, q, input_row_offsets, kv_collection, layer_idx,

@@ -137,8 +137,8 @@ class DecoderPipelineModel(PipelineModel):
         load_weights_into(module, checkpoint, cfg.architecture)
         self.weights_seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
-        graph = build_graph(module, self.kv_manager.input_symbols()[0], dev_ref, name=cfg.architecture,
-                            lora=lora_inputs)
+        graph = self.build_step_graph(module, self.kv_manager.input_symbols()[0], dev_ref, cfg.architecture,
+                                      lora_inputs)
         self.model = session.load(graph, weights_registry=module.state_dict())
         self.compile_seconds = time.perf_counter() - t1
         self._lora = None
@@ -156,6 +156,11 @@ class DecoderPipelineModel(PipelineModel):
         if callable(release):
             release()
         self._n_logits = Buffer.from_numpy(np.array([1], np.int64))
+
+    def build_step_graph(self, module: Module, kv_input_symbols: Any, device: DeviceRef, name: str,
+                         lora: Any = None) -> Graph:
+        """The step graph (default :func:`build_graph`; a multimodal family adds its image inputs)."""
+        return build_graph(module, kv_input_symbols, device, name=name, lora=lora)
 
     @staticmethod
     def weight_factory(pipeline_config: Any, encoding: Any, dt: DType, device: DeviceRef,

@@ -1,0 +1,315 @@
+"""A tiny random-weight ``Gemma3ForConditionalGeneration`` checkpoint (transformers' own config classes,
+reduced sizes) saved with a locally trained tokenizer and a real ``Gemma3Processor``, plus generated
+images, shared by the pipeline and serving tests of vision-language models (unique module name)."""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+import tempfile
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+BOI, IMG, EOI = "<start_of_image>", "<image_soft_token>", "<end_of_image>"
+SOT, EOT = "<start_of_turn>", "<end_of_turn>"
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}" + SOT + "{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
+    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for p in m['content'] %}"
+    "{% if p['type'] == 'image' %}" + BOI + "{% elif p['type'] == 'text' %}{{ p['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}" + EOT + "\n{% endfor %}{% if add_generation_prompt %}" + SOT + "model\n{% endif %}")
+IMAGE_SIZE, PATCH, MM_TOKENS = 32, 8, 4
+VS, IP, VE = "<|vision_start|>", "<|image_pad|>", "<|vision_end|>"
+FAKE, IMAGE, GLOBAL, EOU = "<fake_token_around_image>", "<image>", "<global-img>", "<end_of_utterance>"
+_SPECIALS = (BOI, IMG, EOI, SOT, EOT, VS, IP, VE, FAKE, IMAGE, GLOBAL, EOU)
+"""Every family's special tokens in one vocabulary: the BPE is trained once per process."""
+
+
+def image_bytes(seed: int, size: tuple[int, int] = (40, 28), fmt: str = "PNG") -> bytes:
+    """A random RGB image encoded as ``fmt``."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    img = Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8), "RGB")
+    buf = io.BytesIO()
+    img.save(buf, format=fmt)
+    return buf.getvalue()
+
+
+def _over(defaults: dict, changes: tuple) -> dict:
+    """``defaults`` updated with ``changes``: ``(key, value)`` pairs, hashable for the builders' caches (a value
+    that is itself a tuple of pairs becomes a dict, any other tuple a list)."""
+    def plain(v: Any) -> Any:
+        if isinstance(v, tuple) and v and all(isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str)
+                                              for x in v):
+            return {k: plain(x) for k, x in v}
+        return list(v) if isinstance(v, tuple) else v
+
+    return {**defaults, **{k: plain(v) for k, v in changes}}
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_gemma3_vlm(text_kw: tuple = (), vision_kw: tuple = (), mm_tokens: int = MM_TOKENS) -> tuple[str, Any, Any]:
+    """``(folder, hf_model, processor)``: the checkpoint, its transformers model (float32, eval) and
+    processor.  ``text_kw``/``vision_kw`` (``(key, value)`` pairs) change the sizes (benchmarks)."""
+    import torch
+    import transformers
+
+    from tokenizers import Tokenizer
+
+    from lm_support import _bpe_json
+
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_bpe_json(600, _SPECIALS)), bos_token="<s>",
+        eos_token="</s>", pad_token="<pad>", chat_template=CHAT_TEMPLATE,
+        extra_special_tokens={"boi_token": BOI, "image_token": IMG, "eoi_token": EOI})
+    text = transformers.Gemma3TextConfig(**_over(dict(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"], max_position_embeddings=256, initializer_range=0.2,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=False), text_kw))  # a tied random head mostly repeats the last token
+    vision = transformers.SiglipVisionConfig(**_over(dict(
+        hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, image_size=IMAGE_SIZE,
+        patch_size=PATCH, layer_norm_eps=1e-6, vision_use_head=False), vision_kw))
+    cfg = transformers.Gemma3Config(text_config=text.to_dict(), vision_config=vision.to_dict(),
+                                    mm_tokens_per_image=mm_tokens, image_token_index=tok.convert_tokens_to_ids(IMG),
+                                    boi_token_index=tok.convert_tokens_to_ids(BOI),
+                                    eoi_token_index=tok.convert_tokens_to_ids(EOI),
+                                    eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
+                                    pad_token_id=tok.pad_token_id, initializer_range=0.2,
+                                    tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = transformers.Gemma3ForConditionalGeneration(cfg).eval().float()
+    with torch.no_grad():  # norms and biases that initialise to 0/1 made to matter
+        for name, p in model.named_parameters():
+            if name.endswith(("norm.weight", "layernorm.weight", "layer_norm1.weight", "layer_norm2.weight")):
+                p.uniform_(-0.5, 0.5) if "language_model" in name or "mm_soft" in name else p.uniform_(0.5, 1.5)
+            elif name.endswith(".bias") or "position_embedding" in name or "mm_input_projection" in name:
+                p.normal_(0, 0.3)
+    ip = transformers.Gemma3ImageProcessorPil(size={"height": vision.image_size, "width": vision.image_size})
+    proc = transformers.Gemma3Processor(image_processor=ip, tokenizer=tok, chat_template=CHAT_TEMPLATE,
+                                        image_seq_length=mm_tokens)
+    d = tempfile.mkdtemp(prefix="libremax-gemma3-vlm-")
+    model.save_pretrained(d)
+    proc.save_pretrained(d)
+    return d, model, proc
+
+
+QWEN_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for p in m['content'] %}{% if p['type'] == 'image' %}" + VS + IP + VE +
+    "{% elif p['type'] == 'text' %}{{ p['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_qwen2_5_vl(text_kw: tuple = (), vision_kw: tuple = (), max_pixels: int = 48 * 48) -> tuple[str, Any, Any]:
+    """``(folder, hf_model, processor)``: a tiny random ``Qwen2_5_VLForConditionalGeneration`` (4x4 patches,
+    2x2 merge, 16-pixel windows: a 32x32 image has 4 windows; block 1 of 2 attends over the whole image)."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer
+
+    from lm_support import _bpe_json
+
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_bpe_json(600, _SPECIALS)), bos_token="<s>", eos_token="</s>",
+        pad_token="<pad>", chat_template=QWEN_TEMPLATE,
+        extra_special_tokens={"image_token": IP, "vision_start_token": VS, "vision_end_token": VE})
+    text = _over(dict(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+        initializer_range=0.2, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id), text_kw)
+    vision = _over(dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=4, out_hidden_size=64, patch_size=4,
+                        spatial_merge_size=2, temporal_patch_size=2, window_size=16, fullatt_block_indexes=[1],
+                        in_channels=3, hidden_act="silu", initializer_range=0.2), vision_kw)
+    cfg = transformers.Qwen2_5_VLConfig(text_config=text, vision_config=vision,
+                                        image_token_id=tok.convert_tokens_to_ids(IP),
+                                        vision_start_token_id=tok.convert_tokens_to_ids(VS),
+                                        vision_end_token_id=tok.convert_tokens_to_ids(VE), tie_word_embeddings=False,
+                                        initializer_range=0.2)
+    torch.manual_seed(0)
+    model = transformers.Qwen2_5_VLForConditionalGeneration(cfg).eval().float()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("norm.weight", "ln_q.weight", "norm1.weight", "norm2.weight")):
+                p.uniform_(0.5, 1.5)
+            elif name.endswith(".bias"):
+                p.normal_(0, 0.3)
+    side = vision["patch_size"] * 4
+    ip = transformers.Qwen2VLImageProcessorPil(patch_size=vision["patch_size"], merge_size=2, temporal_patch_size=2,
+                                               min_pixels=side * side, max_pixels=max_pixels)
+    d = tempfile.mkdtemp(prefix="libremax-qwen2_5_vl-")
+    model.save_pretrained(d)
+    ip.save_pretrained(d)  # (no Qwen2_5_VLProcessor: its video processor needs torchvision)
+    tok.save_pretrained(d)
+    with open(os.path.join(d, "chat_template.jinja"), "w") as f:
+        f.write(QWEN_TEMPLATE)
+    return d, model, ip
+
+
+def check_steps(llm: Any, ctx: Any, hf_model: Any, hf_inputs: Any, n_decode: int = 3) -> None:
+    """Prefill ``ctx`` and decode ``n_decode`` greedy steps through the pipeline model, comparing each step's
+    logits with transformers' full forward over the tokens so far (``hf_model(**hf_inputs(hf_model, ctx,
+    ids))``, within 1e-4 of the logit range); the images are encoded exactly once."""
+    import numpy as np
+    import torch
+
+    from family_support import assert_close
+
+    def hf_logits(ids: list[int]) -> Any:
+        with torch.no_grad():
+            return hf_model(**hf_inputs(hf_model, ctx, ids)).logits[0, -1].double().numpy()
+
+    pm = llm.pipeline.pipeline_model
+    mgr = pm.kv_manager
+    before = pm.vision_encodes
+    seq = ctx.tokens[:ctx.active_idx].tolist()
+    mgr.claim(ctx.request_id)
+    try:
+        for step in range(n_decode + 1):
+            kv = mgr.fetch([ctx])
+            logits = pm.execute(pm.prepare_initial_token_inputs([ctx], kv)).logits.numpy()[0]
+            assert_close(logits, hf_logits(seq), f"step {step}")
+            tok = int(np.argmax(logits))
+            seq.append(tok)
+            ctx.update(tok)
+            mgr.step([ctx])
+    finally:
+        mgr.release(ctx.request_id)
+    assert pm.vision_encodes == before + (1 if ctx.pixel_values else 0)
+
+
+def run_greedy(llm: Any, requests: list[tuple[str, list]], n: int = 16) -> tuple[list, list[list[int]]]:
+    """``(contexts, tokens)``: ``requests`` ``[(prompt, images)]`` submitted together, ``n`` greedy tokens each."""
+    from max.interfaces import SamplingParams
+
+    params = SamplingParams(top_k=1, max_new_tokens=n, ignore_eos=True)
+    ctxs = [llm.make_context(p, params, images=ims) for p, ims in requests]
+    got: dict[str, list[int]] = {c.request_id: [] for c in ctxs}
+    for c in ctxs:
+        llm.scheduler.submit(c, lambda o: got[o.request_id].extend(o.tokens))
+    llm.scheduler.run_until_idle()
+    return ctxs, [got[c.request_id] for c in ctxs]
+
+
+IDEFICS_TEMPLATE = (
+    "<|im_start|>{% for m in messages %}{{ m['role'] | capitalize }}:{% if m['content'] is string %}"
+    "{{ ' ' + m['content'] }}{% else %}{% for p in m['content'] %}{% if p['type'] == 'image' %}<image>"
+    "{% elif p['type'] == 'text' %}{{ ' ' + p['text'] }}{% endif %}{% endfor %}{% endif %}<end_of_utterance>\n"
+    "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}")
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_idefics3(text_kw: tuple = (), vision_kw: tuple = ()) -> tuple[str, Any, Any]:
+    """``(folder, hf_model, processor)``: a tiny random ``Idefics3ForConditionalGeneration`` (32-pixel tiles of
+    8x8 patches, pixel shuffle 2: 4 tokens per tile; images split into up to 2x2 tiles plus a global one)."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer
+
+    from lm_support import _bpe_json
+
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_bpe_json(600, _SPECIALS)),
+        bos_token="<s>", eos_token="</s>", pad_token="<pad>", chat_template=IDEFICS_TEMPLATE,
+        extra_special_tokens={"fake_image_token": FAKE, "image_token": IMAGE, "global_image_token": GLOBAL,
+                              "end_of_utterance_token": EOU})
+    text = _over(dict(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.2, tie_word_embeddings=False,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id), text_kw)
+    vision = _over(dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, image_size=32,
+                        patch_size=8, initializer_range=0.2), vision_kw)
+    cfg = transformers.Idefics3Config(text_config=text, vision_config=vision, scale_factor=2,
+                                      image_token_id=tok.convert_tokens_to_ids(IMAGE), tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = transformers.Idefics3ForConditionalGeneration(cfg).eval().float()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("norm.weight", "layernorm.weight", "layer_norm1.weight", "layer_norm2.weight")):
+                p.uniform_(0.5, 1.5)
+            elif name.endswith(".bias") or "position_embedding" in name:
+                p.normal_(0, 0.3)
+    tile = vision["image_size"]
+    ip = transformers.Idefics3ImageProcessorPil(size={"longest_edge": 2 * tile}, max_image_size={"longest_edge": tile})
+    proc = transformers.Idefics3Processor(image_processor=ip, tokenizer=tok,
+                                          image_seq_len=(tile // vision["patch_size"] // 2) ** 2,
+                                          chat_template=IDEFICS_TEMPLATE)
+    d = tempfile.mkdtemp(prefix="libremax-idefics3-")
+    model.save_pretrained(d)
+    proc.save_pretrained(d)
+    return d, model, proc
+
+
+def check_greedy(llm: Any, hf_model: Any, hf_inputs: Any, requests: list[tuple[str, list]], n: int = 16) -> None:
+    """``n`` greedy tokens of each request equal ``transformers.generate``'s, the first request alone and all of
+    them batched; the requests' outputs differ."""
+    import torch
+
+    def hf_greedy(ctx: Any) -> list[int]:
+        seq = ctx.prompt_tokens.tolist()
+        with torch.no_grad():
+            g = hf_model.generate(**hf_inputs(hf_model, ctx, seq), max_new_tokens=n, do_sample=False,
+                                  eos_token_id=None, pad_token_id=0)
+        return g[0, len(seq):].tolist()
+
+    _, alone = run_greedy(llm, requests[:1], n)
+    ctxs, both = run_greedy(llm, requests, n)
+    want = [hf_greedy(c) for c in ctxs]
+    assert alone == want[:1] and both == want
+    assert len({tuple(w) for w in want}) == len(want), "different images should lead to different outputs"
+    mgr = llm.pipeline.kv_managers[0]
+    assert mgr.num_free_pages == mgr.total_num_pages
+
+
+def with_llm(build: Any, max_length: int) -> tuple[str, Any, Any]:
+    """``(folder, hf_model, LLM)`` for a checkpoint builder of this module."""
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    d, model, _ = build()
+    return d, model, LLM(PipelineConfig(model_path=d, max_length=max_length, max_batch_size=4, kv_cache_page_size=16))
+
+
+# --------------------------------------------------------------------------- transformers' inputs of a context
+def hf_inputs_gemma3(model: Any, ctx: Any, seq: list[int]) -> dict:
+    """Gemma 3: ``token_type_ids`` mark the image tokens (transformers then attends within an image both ways)."""
+    import numpy as np
+    import torch
+
+    ids = torch.tensor([seq])
+    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    if ctx.pixel_values:
+        kw.update(pixel_values=torch.from_numpy(np.stack(ctx.pixel_values)),
+                  token_type_ids=(ids == model.config.image_token_index).long())
+    return kw
+
+
+def hf_inputs_qwen2_5_vl(model: Any, ctx: Any, seq: list[int]) -> dict:
+    import numpy as np
+    import torch
+
+    ids = torch.tensor([seq])
+    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    if ctx.pixel_values:
+        kw.update(pixel_values=torch.from_numpy(np.concatenate(ctx.pixel_values)),
+                  image_grid_thw=torch.from_numpy(ctx.extra_model_args["image_grid_thw"]),
+                  mm_token_type_ids=(ids == model.config.image_token_id).int())
+    return kw
+
+
+def hf_inputs_idefics3(model: Any, ctx: Any, seq: list[int]) -> dict:
+    import numpy as np
+    import torch
+
+    ids = torch.tensor([seq])
+    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    if ctx.pixel_values:
+        kw["pixel_values"] = torch.from_numpy(np.stack(ctx.pixel_values))[None]
+    return kw
