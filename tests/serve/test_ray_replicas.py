@@ -1,0 +1,117 @@
+"""``max serve`` replicas on Ray Serve: a local Ray cluster on 127.0.0.1 serves the tiny Llama with 2
+replicas; 40 requests through the ``openai`` client (chat and completions, streamed and not, sent
+concurrently) each get the answer the single-process server gives (greedy decoding), both replicas
+answer some, ``/v1/models`` lists the model, and Ray is shut down.  Plus the CLI's checks that come
+before any model work (an unreachable ``--ray-address``, conflicting replica options).
+
+Skips only when ``ray[serve]`` is not installed (``pip install 'libremax[ray]'``; scripts/setup.sh
+installs it).  Takes ~40 s on a 2-core machine: most of it is Ray starting its controller, proxy
+and the two replica processes (each imports torch and compiles the model)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import socket
+
+import pytest
+
+from max.serve.ray import INSTALL_HINT, ray_available
+
+needs_ray = pytest.mark.skipif(not ray_available(), reason=f"ray[serve] is not installed ({INSTALL_HINT})")
+
+CHAT = [[{"role": "user", "content": "Hello there"}], [{"role": "user", "content": "What is 2 + 2?"}]]
+PROMPTS = ["def forward(self, x):", "import os"]
+
+
+def _ask(client, kind: str, i: int) -> tuple[str, str | None]:
+    """``(answer text, replica)`` of request ``i`` of ``kind`` (chat/completion, stream or not), greedy."""
+    stream = kind.endswith("stream")
+    if kind.startswith("chat"):
+        raw = client.chat.completions.with_raw_response.create(
+            model="tiny", messages=CHAT[i % 2], max_tokens=8, temperature=0, stream=stream)
+        body = raw.parse()
+        if stream:
+            text = "".join(c.choices[0].delta.content or "" for c in body if c.choices)
+        else:
+            assert body.choices[0].finish_reason in ("stop", "length")
+            assert body.usage.completion_tokens <= 8
+            text = body.choices[0].message.content
+    else:
+        raw = client.completions.with_raw_response.create(model="tiny", prompt=PROMPTS[i % 2], max_tokens=8,
+                                                          temperature=0, stream=stream)
+        body = raw.parse()
+        text = "".join(c.choices[0].text for c in body) if stream else body.choices[0].text
+    return text, raw.headers.get("x-max-replica")
+
+
+@needs_ray
+@pytest.mark.slow
+def test_two_replicas_answer_like_one_server(tiny_model, client):
+    import openai
+
+    from max.entrypoints.cli import config_kwargs
+    from max.serve import ray as max_ray
+    from max.serve.server import free_port
+
+    kinds = ["chat", "chat-stream", "completion", "completion-stream"]
+    # the reference: the single-process server of the other serving tests, same model, same options
+    want = {(k, i): _ask(client, k, i)[0] for k in kinds for i in range(2)}
+    assert all(want.values())
+    kw = config_kwargs(tiny_model, None, "cpu", 256, 16, num_threads=1)
+    port = free_port()
+    url = max_ray.run(kw, {"served_model_name": "tiny"}, host="127.0.0.1", port=port, num_replicas=2,
+                      blocking=False)
+    try:
+        assert url == f"http://127.0.0.1:{port}"
+        rc = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        assert [m.id for m in rc.models.list().data] == ["tiny"]
+        jobs = [(kinds[j % 4], j // 4) for j in range(40)]
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda job: (job, _ask(rc, *job)), jobs))
+        replicas = set()
+        for (kind, i), (text, replica) in answers:
+            assert text == want[(kind, i % 2)], f"{kind} #{i}: {text!r} != {want[(kind, i % 2)]!r} (replica {replica})"
+            assert replica
+            replicas.add(replica)
+        assert len(replicas) == 2, f"expected both replicas to answer, got {replicas}"
+    finally:
+        max_ray.shutdown()
+    import ray
+
+    assert not ray.is_initialized()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again on exit: nothing listens there
+
+
+@needs_ray
+def test_unreachable_ray_address_fails_before_model_work(tiny_model, monkeypatch):
+    from click.testing import CliRunner
+
+    from max.entrypoints.cli import main
+
+    def boom(*a, **k):
+        raise AssertionError("model work started")
+
+    monkeypatch.setattr("max.serve.ray.run", boom)
+    monkeypatch.setattr("max.pipelines.PipelineConfig", boom)
+    addr = f"127.0.0.1:{_closed_port()}"
+    res = CliRunner().invoke(main, ["serve", "--model-path", tiny_model, "--devices", "cpu", "--ray-address", addr])
+    assert res.exit_code != 0
+    assert f"cannot reach the Ray cluster at '{addr}'" in res.output
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--replicas", "2", "--max-replicas", "3"], "not both"),
+    (["--replicas", "2", "--lora-paths", "a=b"], "cannot be combined with Ray Serve"),
+])
+def test_conflicting_replica_options_are_usage_errors(tiny_model, args, match):
+    from click.testing import CliRunner
+
+    from max.entrypoints.cli import main
+
+    res = CliRunner().invoke(main, ["serve", "--model-path", tiny_model, "--devices", "cpu", *args])
+    assert res.exit_code == 2 and match in res.output, res.output
