@@ -115,3 +115,25 @@ def test_conflicting_replica_options_are_usage_errors(tiny_model, args, match):
 
     res = CliRunner().invoke(main, ["serve", "--model-path", tiny_model, "--devices", "cpu", *args])
     assert res.exit_code == 2 and match in res.output, res.output
+
+
+@needs_ray
+def test_deployment_options_reach_ray(tiny_model):
+    """The replica count, Ray's autoscaling config and the per-replica resources are what was asked for;
+    ``serve run max.serve.ray:app key=value`` checks the model's config before any replica starts."""
+    from max.serve import ray as max_ray
+
+    auto = max_ray.deployment({"model_path": tiny_model, "devices": "cpu"}, min_replicas=1, max_replicas=3,
+                              target_ongoing_requests=4)
+    cfg = auto._deployment_config.autoscaling_config
+    assert (cfg.min_replicas, cfg.max_replicas, cfg.target_ongoing_requests) == (1, 3, 4.0)
+    assert auto.ray_actor_options == {"num_cpus": 1, "num_gpus": 0}
+    fixed = max_ray.deployment({"model_path": tiny_model, "devices": "gpu:0,1"}, num_replicas=3, num_cpus=2)
+    assert fixed.num_replicas == 3 and fixed.ray_actor_options == {"num_cpus": 2, "num_gpus": 2}
+    assert fixed._deployment_config.autoscaling_config is None
+    built = max_ray.app({"model_path": tiny_model, "devices": "cpu", "num_replicas": "2", "max_length": "64"})
+    assert type(built).__name__ == "Application"
+    with pytest.raises(ValueError, match="unknown option .no_such_field."):
+        max_ray.app({"model_path": tiny_model, "no_such_field": "1"})
+    with pytest.raises(ValueError, match="not both"):
+        max_ray.deployment({"model_path": tiny_model}, num_replicas=2, min_replicas=1, max_replicas=3)
