@@ -1,7 +1,8 @@
 """``max serve`` replicas on Ray Serve: a local Ray cluster on 127.0.0.1 serves the tiny Llama with 2
 replicas; 40 requests through the ``openai`` client (chat and completions, streamed and not, sent
 concurrently) each get the answer the single-process server gives (greedy decoding), both replicas
-answer some, ``/v1/models`` lists the model, and Ray is shut down.  Plus the CLI's checks that come
+answer some, ``/v1/models`` lists the model, each replica's Prometheus metrics come out of Ray's
+metrics endpoint tagged by replica, and Ray is shut down.  Plus the CLI's checks that come
 before any model work (an unreachable ``--ray-address``, conflicting replica options).
 
 Skips only when ``ray[serve]`` is not installed (``pip install 'libremax[ray]'``; scripts/setup.sh
@@ -46,7 +47,7 @@ def _ask(client, kind: str, i: int) -> tuple[str, str | None]:
 
 @needs_ray
 @pytest.mark.slow
-def test_two_replicas_answer_like_one_server(tiny_model, client):
+def test_two_replicas_answer_like_one_server(tiny_model, client, monkeypatch):
     import openai
 
     from max.entrypoints.cli import config_kwargs
@@ -58,9 +59,10 @@ def test_two_replicas_answer_like_one_server(tiny_model, client):
     want = {(k, i): _ask(client, k, i)[0] for k in kinds for i in range(2)}
     assert all(want.values())
     kw = config_kwargs(tiny_model, None, "cpu", 256, 16, num_threads=1)
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
+    monkeypatch.setenv("RAY_metrics_report_interval_ms", "500")  # Ray's metrics agent: every 0.5 s, not 10 s
     url = max_ray.run(kw, {"served_model_name": "tiny"}, host="127.0.0.1", port=port, num_replicas=2,
-                      blocking=False)
+                      blocking=False, metrics_export_port=metrics_port)
     try:
         assert url == f"http://127.0.0.1:{port}"
         rc = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
@@ -74,11 +76,35 @@ def test_two_replicas_answer_like_one_server(tiny_model, client):
             assert replica
             replicas.add(replica)
         assert len(replicas) == 2, f"expected both replicas to answer, got {replicas}"
+        # each replica's Prometheus metrics, exported through Ray's metrics endpoint, tagged by replica
+        served = _replica_request_counts(metrics_port, want_total=40)
+        assert set(served) == replicas and sum(served.values()) == 40, served
     finally:
         max_ray.shutdown()
     import ray
 
     assert not ray.is_initialized()
+
+
+def _replica_request_counts(metrics_port: int, want_total: int, timeout: float = 30.0) -> dict[str, float]:
+    """``{replica: 200 answers to chat + completions}`` from Ray's metrics export (polled until they add
+    up to ``want_total``: replicas mirror their metrics every 2 s, Ray exports them shortly after)."""
+    import re
+    import time
+    import urllib.request
+
+    pat = re.compile(r'^ray_maxserve_requests_total\{([^}]*)\} ([0-9.e+]+)$', re.M)
+    t0 = time.monotonic()
+    while True:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        counts: dict[str, float] = {}
+        for labels, value in pat.findall(text):
+            tags = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+            if tags.get("status") == "200" and tags.get("endpoint") in ("/v1/chat/completions", "/v1/completions"):
+                counts[tags["replica"]] = counts.get(tags["replica"], 0.0) + float(value)
+        if sum(counts.values()) >= want_total or time.monotonic() - t0 > timeout:
+            return counts
+        time.sleep(0.5)
 
 
 def _closed_port() -> int:

@@ -308,7 +308,8 @@ def list_architectures() -> None:
 
 
 def _serve_on_ray(model_kw: dict, app_kw: dict, *, host: str, port: int, replicas: Any, min_replicas: Any,
-                  max_replicas: Any, target_ongoing_requests: Any, ray_address: Any, unsupported: dict) -> None:
+                  max_replicas: Any, target_ongoing_requests: Any, ray_address: Any, metrics_port: Any,
+                  unsupported: dict) -> None:
     """``max serve`` as Ray Serve replicas (:mod:`max.serve.ray`): every check (Ray installed, the
     cluster reachable, the options, the model's config) before any replica loads the model."""
     import os
@@ -320,6 +321,9 @@ def _serve_on_ray(model_kw: dict, app_kw: dict, *, host: str, port: int, replica
         raise click.UsageError(f"{', '.join(used)} cannot be combined with Ray Serve replicas yet")
     if replicas is not None and (min_replicas is not None or max_replicas is not None):
         raise click.UsageError("give --replicas or --min-replicas/--max-replicas, not both")
+    if metrics_port is not None and ray_address:
+        raise click.UsageError("--metrics-port sets the local Ray cluster's metrics export port; a cluster joined "
+                               "with --ray-address exports its metrics where `ray start --metrics-export-port` says")
     if not max_ray.ray_available():
         raise click.ClickException(max_ray.INSTALL_HINT)
     if ray_address:
@@ -350,11 +354,12 @@ def _serve_on_ray(model_kw: dict, app_kw: dict, *, host: str, port: int, replica
     try:
         url = max_ray.run(kw, app_kw, host=host, port=port, num_replicas=replicas, min_replicas=min_replicas,
                           max_replicas=max_replicas, target_ongoing_requests=target_ongoing_requests,
-                          ray_address=ray_address, blocking=False)
+                          ray_address=ray_address, blocking=False, metrics_export_port=metrics_port)
     except (RuntimeError, TimeoutError, ConnectionError) as e:
         max_ray.shutdown()
         raise click.ClickException(str(e)) from None
-    click.echo(f"Serving on {url}/v1 with Ray Serve; Ctrl-C stops the replicas and Ray.", err=True)
+    click.echo(f"Serving on {url}/v1 with Ray Serve; Ctrl-C stops the replicas and Ray."
+               + (f" Replica metrics (ray_maxserve_*) on :{metrics_port}/metrics." if metrics_port else ""), err=True)
     max_ray.wait_for_signal()
 
 
@@ -479,8 +484,9 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
                            api_key=api_key, max_queue_size=max_queue_size, tool_parser=tool_call_parser),
                       host=host, port=port, replicas=replicas, min_replicas=min_replicas, max_replicas=max_replicas,
                       target_ongoing_requests=target_ongoing_requests, ray_address=ray_address,
+                      metrics_port=metrics_port,
                       unsupported={"--lora-paths": lora_paths, "--enable-lora": enable_lora,
-                                   "--draft-model-path": draft_model_path, "--metrics-port": metrics_port})
+                                   "--draft-model-path": draft_model_path})
         return
     try:
         cfg = build_config(model_path, quantization_encoding, devices, max_length, max_batch_size,

@@ -15,9 +15,12 @@ Three ways in:
   field or one of the deployment options of :func:`deployment`);
 - :func:`deployment` from Python, to compose with other Ray Serve applications.
 
-Every response carries ``X-Max-Replica`` (the replica that answered); ``GET /metrics`` answers with
-the metrics of the replica that took the request, labelled by that header.  GPU replicas ask Ray for
-one GPU per device in ``devices``; Ray then shows each replica only its own GPUs, numbered from 0.
+Every response carries ``X-Max-Replica`` (the replica that answered).  ``GET /metrics`` answers with
+the metrics of the replica that took the request; every replica also mirrors its metrics into Ray's
+metrics (``ray_maxserve_*``, tagged ``replica``), which each Ray node exports for Prometheus
+(``ray start --metrics-export-port``; on the local cluster of ``max serve --replicas``, the port of
+``--metrics-port``).  GPU replicas ask Ray for one GPU per device in ``devices``; Ray then shows each
+replica only its own GPUs, numbered from 0.
 """
 
 from __future__ import annotations
@@ -84,16 +87,7 @@ class _ReplicaHeader:
 
     def _replica_id(self) -> bytes:
         if self._id is None:
-            rid = None
-            try:
-                from ray import serve
-
-                ctx = serve.get_replica_context()
-                rep = getattr(ctx, "replica_id", None)
-                rid = getattr(rep, "unique_id", None) or getattr(ctx, "replica_tag", None)
-            except Exception:  # noqa: BLE001 - outside a replica (tests of the app itself)
-                rid = None
-            self._id = str(rid or f"{socket.gethostname()}-{os.getpid()}").encode()
+            self._id = _replica_label().encode()
         return self._id
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -111,6 +105,53 @@ class _ReplicaHeader:
         await self.app(scope, receive, tagged)
 
 
+def _replica_label() -> str:
+    try:
+        from ray import serve
+
+        ctx = serve.get_replica_context()
+        rep = getattr(ctx, "replica_id", None)
+        rid = getattr(rep, "unique_id", None) or getattr(ctx, "replica_tag", None)
+    except Exception:  # noqa: BLE001 - outside a replica
+        rid = None
+    return str(rid or f"{socket.gethostname()}-{os.getpid()}")
+
+
+def _export_to_ray(registry: Any, interval: float = 2.0) -> threading.Thread:
+    """Mirror this replica's Prometheus metrics (``registry``) into Ray's metrics every ``interval`` s,
+    each sample tagged ``replica``: Ray exports them (as ``ray_maxserve_*``) from every node's metrics
+    endpoint (``ray start --metrics-export-port``), which Prometheus scrapes per node."""
+    from ray.util.metrics import Gauge
+
+    replica = _replica_label()
+    gauges: dict[str, Any] = {}
+
+    def sync() -> None:
+        for fam in registry.collect():
+            for smp in fam.samples:
+                if smp.name.endswith("_created"):
+                    continue
+                keys = tuple(sorted(smp.labels)) + ("replica",)
+                g = gauges.get(smp.name)
+                if g is None:
+                    g = gauges[smp.name] = Gauge(smp.name, fam.documentation or smp.name, tag_keys=keys)
+                g.set(float(smp.value), tags={**smp.labels, "replica": replica})
+
+    def loop() -> None:
+        import time
+
+        while True:
+            try:
+                sync()
+            except Exception:  # noqa: BLE001 - metrics must never take a replica down
+                logger.debug("exporting metrics to Ray failed", exc_info=True)
+            time.sleep(interval)
+
+    t = threading.Thread(target=loop, name="max-serve-ray-metrics", daemon=True)
+    t.start()
+    return t
+
+
 def _app_builder(config_kwargs: dict, app_kwargs: dict) -> Callable[[], Any]:
     """The function each replica calls (once, at start) to load the model and build its app."""
 
@@ -120,6 +161,7 @@ def _app_builder(config_kwargs: dict, app_kwargs: dict) -> Callable[[], Any]:
 
         asgi = build_app(PipelineConfig(**config_kwargs), **app_kwargs)
         asgi.add_middleware(_ReplicaHeader)
+        _export_to_ray(asgi.state.serve.metrics.registry)
         return asgi
 
     return build_replica_app
@@ -211,12 +253,14 @@ def app(args: dict) -> Any:
 def run(config_kwargs: dict, app_kwargs: Optional[dict] = None, *, host: str = "127.0.0.1", port: int = 8000,
         num_replicas: Optional[int] = None, min_replicas: Optional[int] = None, max_replicas: Optional[int] = None,
         target_ongoing_requests: Optional[float] = None, num_cpus: Optional[float] = None,
-        ray_address: Optional[str] = None, blocking: bool = True, wait_timeout: float = 600.0) -> str:
+        ray_address: Optional[str] = None, blocking: bool = True, wait_timeout: float = 600.0,
+        metrics_export_port: Optional[int] = None) -> str:
     """Serve the model on Ray Serve at ``http://host:port`` and return that URL once every replica is up.
 
     Without ``ray_address`` a local Ray cluster is started (with at least one logical CPU per
     replica); with it, the existing cluster is joined (:func:`check_ray_address` first: an
-    unreachable address fails before any model work).  ``blocking``: serve until SIGINT/SIGTERM, then
+    unreachable address fails before any model work; ``metrics_export_port``: where the local cluster
+    exports Ray's metrics, the replicas' among them).  ``blocking``: serve until SIGINT/SIGTERM, then
     shut Serve and Ray down; otherwise return at once and let the caller call :func:`shutdown`.
     """
     _require_ray()
@@ -233,7 +277,8 @@ def run(config_kwargs: dict, app_kwargs: Optional[dict] = None, *, host: str = "
         else:
             want = max(num_replicas or 1, max_replicas or 1, min_replicas or 1)
             cpus = max(os.cpu_count() or 1, int(want * (1 if num_cpus is None else num_cpus)) + 1)
-            ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING)
+            extra = {"_metrics_export_port": metrics_export_port} if metrics_export_port else {}
+            ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, **extra)
     serve.start(http_options={"host": host, "port": port})
     serve.run(dep.bind(), name="max", route_prefix="/", blocking=False)
     _wait_running(wait_timeout)
