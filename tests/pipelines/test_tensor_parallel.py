@@ -146,3 +146,21 @@ def test_bad_device_lists_are_clear_errors(spec, match):
     path, _ = tiny("llama")
     with pytest.raises(ValueError, match=match):
         _llm(path, spec)
+
+
+@pytest.mark.gpu
+def test_split_over_two_gpus_matches_one_gpu():
+    """The same check on real accelerators (peer copies between GPUs); needs 2 of them."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"needs 2 GPUs, torch sees {torch.cuda.device_count()}")
+    path, vocab = tiny("llama")
+    rng = np.random.default_rng(3)
+    prompts = {"a": rng.integers(0, vocab, 21).tolist(), "b": rng.integers(0, vocab, 6).tolist()}
+    forced = {rid: rng.integers(0, vocab, 3).tolist() for rid in prompts}
+    ref = _run(_llm(path, "gpu:0"), prompts, forced)
+    got = _run(_llm(path, "gpu:0,1"), prompts, forced)
+    for step, (g, r) in enumerate(zip(got, ref)):
+        scale = max(1.0, float(np.abs(r).max()))
+        assert float(np.abs(g - r).max()) <= 1e-4 * scale, f"step {step}"  # TF32/cuBLAS split sums
