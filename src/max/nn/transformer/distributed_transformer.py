@@ -22,9 +22,9 @@ from max.dtype import DType
 from max.graph import DeviceRef, TensorValue, ops
 from max.graph.weight import ShardingStrategy
 from max.nn.embedding import vocab_parallel_lookup
-from max.nn.layer import LayerList, Module, on_device
+from max.nn.layer import Module, on_device
 from max.nn.linear import ColumnParallelLinear, Linear, allreduce_parts
-from max.nn.transformer.transformer import ReturnLogits
+from max.nn.transformer.transformer import ReturnLogits, Transformer, finish_logits
 
 __all__ = ["DistributedTransformer", "DistributedTransformerBlock", "ShardableCallable", "distribute_value",
            "replicate_on"]
@@ -44,17 +44,23 @@ def distribute_value(v: TensorValue, devices: Sequence[DeviceRef]) -> list[Tenso
     return [on_device(v, d) for d in devices]
 
 
-def replicate_on(layer: Any, devices: Sequence[DeviceRef]) -> list[Any]:
-    """Per-device copies of a layer whose weights are replicated (a norm): its ``shard`` under a
-    replicate strategy (the weights bind once per device from the same checkpoint tensor)."""
+def _shards_of(layer: Any, devices: Sequence[DeviceRef], default: Any, cache_name: str) -> list[Any]:
+    """``layer.shard(devices)`` (under ``default(n)`` when it has no strategy yet), made once per device
+    list and kept on the layer."""
     devs = list(devices)
-    cache = layer.__dict__.setdefault("_max_nn_replicas", {})
+    cache = layer.__dict__.setdefault(cache_name, {})
     key = tuple(devs)
     if key not in cache:
         if getattr(layer, "sharding_strategy", None) is None:
-            layer.sharding_strategy = ShardingStrategy.replicate(len(devs))
+            layer.sharding_strategy = default(len(devs))
         cache[key] = list(layer.shard(devs))
     return cache[key]
+
+
+def replicate_on(layer: Any, devices: Sequence[DeviceRef]) -> list[Any]:
+    """Per-device copies of a layer whose weights are replicated (a norm): its ``shard`` under a
+    replicate strategy (the weights bind once per device from the same checkpoint tensor)."""
+    return _shards_of(layer, devices, ShardingStrategy.replicate, "_max_nn_replicas")
 
 
 class DistributedTransformerBlock(Module):
@@ -97,17 +103,11 @@ def mlp_shards_call(mlp: Any, xs: Sequence[TensorValue], devices: Sequence[Devic
                     signal_buffers: Any) -> list[TensorValue]:
     """A shardable MLP over per-device inputs: its tensor-parallel shards' partial outputs, all-reduced."""
     devs = list(devices)
-    cache = mlp.__dict__.setdefault("_max_nn_tp_shards", {})
-    key = tuple(devs)
-    if key not in cache:
-        if getattr(mlp, "sharding_strategy", None) is None:
-            mlp.sharding_strategy = ShardingStrategy.rowwise(len(devs))
-        cache[key] = list(mlp.shard(devs))
-    parts = [s(x) for s, x in zip(cache[key], xs)]
+    parts = [s(x) for s, x in zip(_shards_of(mlp, devs, ShardingStrategy.rowwise, "_max_nn_tp_shards"), xs)]
     return allreduce_parts(parts, devs, signal_buffers)
 
 
-class DistributedTransformer(Module):
+class DistributedTransformer(Transformer):
     """Embedding -> distributed blocks -> norm -> output projection over ``devices``; float32 logits.
 
     ``__call__(tokens, signal_buffers, kv_cache_inputs_per_dev, return_n_logits, input_row_offsets)``:
@@ -118,7 +118,8 @@ class DistributedTransformer(Module):
 
     ``embedding`` is a :class:`~max.nn.VocabParallelEmbedding` or a plain ``Embedding`` (split by rows
     here); ``output`` a :class:`~max.nn.ColumnParallelLinear` or a plain ``Linear`` (split by rows);
-    ``norm`` is replicated.  ``use_subgraphs`` is accepted and ignored (the layers are inlined).
+    ``norm`` is replicated.  ``use_subgraphs`` is accepted and ignored (the layers are inlined).  A
+    :class:`~max.nn.transformer.Transformer` with the same attributes, plus ``devices``.
     """
 
     def __init__(self, dim: int, n_heads: int, layers: Sequence[Any], norm: Any, output: Any, embedding: Any,
@@ -126,26 +127,15 @@ class DistributedTransformer(Module):
                  return_logits: ReturnLogits = ReturnLogits.LAST_TOKEN, use_subgraphs: bool = False,
                  subgraph_layer_groups: Any = None, logits_scaling: float = 1.0, embedding_multiplier: float = 1.0,
                  logits_postprocessor: Any = None) -> None:
-        super().__init__()
         devs = [DeviceRef.from_device(d) for d in devices]
         if len(devs) < 1:
             raise ValueError("DistributedTransformer: devices must not be empty")
         if len(set(devs)) != len(devs):
             raise ValueError(f"DistributedTransformer: devices must be distinct, got {[str(d) for d in devs]}")
-        self.dim = dim
-        self.n_heads = n_heads
-        self.layers = LayerList(list(layers))
-        self.norm = norm
-        self.lm_head = output
-        self.embed_tokens = embedding
-        self.kv_params = kv_params
-        self.kv_collection_constructor = kv_collection_constructor
+        super().__init__(dim, n_heads, layers, norm, output, embedding, kv_params, kv_collection_constructor, rope,
+                         return_logits=return_logits, embedding_multiplier=embedding_multiplier,
+                         logits_scaling=logits_scaling, logits_postprocessor=logits_postprocessor)
         self.devices = devs
-        self.rope = rope
-        self.return_logits = ReturnLogits(return_logits)
-        self.logits_scaling = logits_scaling
-        self.embedding_multiplier = embedding_multiplier
-        self.logits_postprocessor = logits_postprocessor
         self.use_subgraphs = use_subgraphs
 
     def _vocab(self) -> int:
@@ -207,11 +197,8 @@ class DistributedTransformer(Module):
             hs = [ops.gather(h, l, axis=0) for h, l in zip(hs, last)]
         elif self.return_logits is not ReturnLogits.ALL:
             raise NotImplementedError("DistributedTransformer: ReturnLogits.VARIABLE is not supported yet")
-        logits = self._head([nm(h) for nm, h in zip(norms, hs)], sigs).cast(DType.float32)
-        if self.logits_scaling != 1.0:
-            logits = logits / self.logits_scaling
-        if self.logits_postprocessor is not None:
-            logits = self.logits_postprocessor(logits)
+        logits = finish_logits(self._head([nm(h) for nm, h in zip(norms, hs)], sigs), self.logits_scaling,
+                               self.logits_postprocessor)
         if self.return_logits is ReturnLogits.ALL:
             return (logits, offsets)
         return (logits,)
