@@ -25,9 +25,10 @@ from test_kv_cache_context import FakeContext  # noqa: E402
 
 
 @functools.lru_cache(maxsize=None)
-def tiny(family: str, extra_vocab: int = 0) -> tuple[str, int]:
+def tiny(family: str, extra_vocab: int = 0, bf16: bool = False) -> tuple[str, int]:
     """A tiny random checkpoint: 8 query heads, 4 KV heads (GQA), 2 layers; vocabulary = the
-    tokenizer's (a multiple of 4) plus ``extra_vocab`` rows."""
+    tokenizer's (a multiple of 4) plus ``extra_vocab`` rows; ``bf16``: saved in bfloat16 (kept half
+    precision on the CPU, widened on use)."""
     import torch
 
     tok = transformers.AutoTokenizer.from_pretrained(make_bpe_tokenizer())
@@ -45,7 +46,7 @@ def tiny(family: str, extra_vocab: int = 0) -> tuple[str, int]:
             if name.endswith((".bias", "norm.weight")):
                 p.uniform_(-0.5, 0.5)
     d = tempfile.mkdtemp(prefix=f"libremax-tp-{family}-")
-    model.save_pretrained(d)
+    (model.to(torch.bfloat16) if bf16 else model).save_pretrained(d)
     tok.save_pretrained(d)
     return d, cfg.vocab_size
 
@@ -86,13 +87,14 @@ def _run(llm, prompts: dict[str, list[int]], forced: dict[str, list[int]]) -> li
     return out
 
 
-@pytest.mark.parametrize("family,n_dev,extra_vocab", [
-    ("llama", 2, 0), ("llama", 4, 0),
-    ("llama", 4, 2),  # vocabulary not a multiple of 4: embedding and lm_head run whole on the first device
-    ("qwen2", 2, 0),
+@pytest.mark.parametrize("family,n_dev,extra_vocab,bf16", [
+    ("llama", 2, 0, False), ("llama", 4, 0, False),
+    ("llama", 4, 2, False),  # vocabulary not a multiple of 4: embedding and lm_head run whole on the first device
+    ("qwen2", 2, 0, False),
+    ("qwen2", 2, 0, True),  # bfloat16 weights (and tied table) kept half precision, widened per shard
 ])
-def test_split_model_matches_one_device(family, n_dev, extra_vocab):
-    path, vocab = tiny(family, extra_vocab)
+def test_split_model_matches_one_device(family, n_dev, extra_vocab, bf16):
+    path, vocab = tiny(family, extra_vocab, bf16)
     rng = np.random.default_rng(1)
     prompts = {"a": rng.integers(0, vocab, 21).tolist(), "b": rng.integers(0, vocab, 6).tolist()}
     forced = {rid: rng.integers(0, vocab, 3).tolist() for rid in prompts}

@@ -117,7 +117,9 @@ class DistributedTransformer(Transformer):
     like :class:`~max.nn.transformer.Transformer` (``ALL``: ``(logits, offsets)``).
 
     ``embedding`` is a :class:`~max.nn.VocabParallelEmbedding` or a plain ``Embedding`` (split by rows
-    here); ``output`` a :class:`~max.nn.ColumnParallelLinear` or a plain ``Linear`` (split by rows);
+    here); ``output`` a :class:`~max.nn.ColumnParallelLinear` or a plain ``Linear`` (split by rows; a
+    ``Linear`` subclass whose class sets ``tensor_parallel_ok = True`` too, else it runs on the first
+    device);
     ``norm`` is replicated.  ``use_subgraphs`` is accepted and ignored (the layers are inlined).  A
     :class:`~max.nn.transformer.Transformer` with the same attributes, plus ``devices``.
     """
@@ -145,7 +147,9 @@ class DistributedTransformer(Transformer):
         devs = self.devices
         emb = self.embed_tokens
         if self._vocab() % len(devs) == 0 and emb.quantization_encoding is None:
-            return vocab_parallel_lookup(emb, tokens, devs, signal_buffers)
+            hs = vocab_parallel_lookup(emb, tokens, devs, signal_buffers)
+            widen = getattr(emb, "compute_dtype", None)  # a table stored narrower than the activations
+            return [h.cast(widen) for h in hs] if widen is not None else hs
         if hasattr(emb, "devices"):  # a VocabParallelEmbedding checks the split itself
             return emb(tokens, signal_buffers)
         return distribute_value(emb(on_device(tokens, devs[0])), devs)
@@ -155,12 +159,14 @@ class DistributedTransformer(Transformer):
         out = self.lm_head
         if isinstance(out, ColumnParallelLinear):
             return out(list(hs), signal_buffers)[0]
-        if type(out) is Linear and out.quantization_encoding is None and out.out_dim % len(devs) == 0:
+        splittable = type(out) is Linear or getattr(type(out), "tensor_parallel_ok", False)
+        if isinstance(out, Linear) and splittable and out.quantization_encoding is None \
+                and out.out_dim % len(devs) == 0:
             cache = self.__dict__.setdefault("_max_nn_head_shards", {})
             if "s" not in cache:
                 if out.sharding_strategy is None:
                     out.sharding_strategy = ShardingStrategy.rowwise(len(devs))
-                cache["s"] = Linear.shard(out, devs)
+                cache["s"] = out.shard(devs)
             parts = [lin(h) for lin, h in zip(cache["s"], hs)]
             if signal_buffers is not None:
                 return ops.allgather(parts, signal_buffers, axis=-1)[0]

@@ -292,8 +292,10 @@ class DecoderAttention(Module):
 
 
 def tp_linear(lin: Any) -> Linear:
-    """``lin`` when it is a plain float ``Linear`` (what tensor parallelism splits), else a clear error."""
-    if type(lin) is not Linear or lin.quantization_encoding is not None or lin.float8_config is not None:
+    """``lin`` when it is a float ``Linear`` (plain, or half-precision storage widened on use: what
+    tensor parallelism splits), else a clear error."""
+    ok = type(lin) is Linear or getattr(type(lin), "tensor_parallel_ok", False)
+    if not ok or lin.quantization_encoding is not None or lin.float8_config is not None:
         enc = getattr(lin, "quantization_encoding", None)
         raise NotImplementedError(
             f"tensor parallelism splits float weights only; {lin.weight.name} is "
