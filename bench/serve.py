@@ -59,6 +59,9 @@ def main() -> None:
                     choices=["structured", "speculative", "lora"], help="serving-feature tables to print")
     ap.add_argument("--skip-throughput", action="store_true", help="only the feature tables")
     ap.add_argument("--rounds", type=int, default=3, help="--replicas: runs per concurrency, the best kept")
+    ap.add_argument("--num-threads", type=int, default=1,
+                    help="--replicas: torch threads of every server and replica (the same for all, so only the "
+                         "serving stack differs)")
     ap.add_argument("--replicas", default=None,
                     help="comma-separated Ray Serve replica counts (e.g. 1,2) to compare with max serve alone")
     args = ap.parse_args()
@@ -150,7 +153,7 @@ def replicas(args: argparse.Namespace) -> None:
         extra = ["--replicas", str(r)] if r else []
         log = tempfile.NamedTemporaryFile(prefix="max-serve-", suffix=".log", delete=False).name
         cmd = ["--devices", args.devices, "--max-batch-size", str(max(args.concurrency)), "--log-level", "warning",
-               "--max-length", str(args.max_length), *extra]
+               "--max-length", str(args.max_length), "--num-threads", str(args.num_threads), *extra]
         if args.model_path:
             cmd += ["--model-path", args.model_path]
         proc, url, t_up = start_max_serve(cmd, stderr_file=log)
@@ -190,7 +193,8 @@ def replicas(args: argparse.Namespace) -> None:
             stop_process(proc, timeout=60)
         rows = [row[:-1] + (f"{peak[0]:.0f}",) if row[-1] is None else row for row in rows]
     table(f"max serve alone vs Ray Serve replicas ({args.devices}, {os.cpu_count()} cores; prompt "
-          f"{args.prompt_len} words, {args.output_len} output tokens, streaming chat; best of {args.rounds} runs)", rows,
+          f"{args.prompt_len} words, {args.output_len} output tokens, streaming chat; {args.num_threads} thread(s) "
+          f"per server/replica; best of {args.rounds} runs)", rows,
           ("server", "concurrency", "up in s", "req/s", "out tok/s", "vs alone", "TTFT p50/p90 ms",
            "TPOT p50/p90 ms", "peak RSS MiB (tree)"))
 
