@@ -159,6 +159,12 @@ def test_deployment_options_reach_ray(tiny_model):
     assert fixed._deployment_config.autoscaling_config is None
     built = max_ray.app({"model_path": tiny_model, "devices": "cpu", "num_replicas": "2", "max_length": "64"})
     assert type(built).__name__ == "Application"
+    try:  # what `serve run max.serve.ray:app key=value ...` does with the builder (Ray's own helper)
+        from ray.serve._private.api import call_user_app_builder_with_args_if_necessary as call_builder
+    except ImportError:
+        call_builder = None
+    if call_builder is not None:
+        assert type(call_builder(max_ray.app, {"model_path": tiny_model, "devices": "cpu"})).__name__ == "Application"
     with pytest.raises(ValueError, match="unknown option .no_such_field."):
         max_ray.app({"model_path": tiny_model, "no_such_field": "1"})
     with pytest.raises(ValueError, match="not both"):
