@@ -166,3 +166,39 @@ def test_split_over_two_gpus_matches_one_gpu():
     for step, (g, r) in enumerate(zip(got, ref)):
         scale = max(1.0, float(np.abs(r).max()))
         assert float(np.abs(g - r).max()) <= 1e-4 * scale, f"step {step}"  # TF32/cuBLAS split sums
+
+
+@pytest.mark.parametrize("family", ["mistral", "qwen3", "gemma3", "granite"])
+def test_other_families_split_over_two_devices(family):
+    """Sliding windows (Mistral, Gemma 3), per-head q/k norms (Qwen3), Gemma 3's extra norms, local RoPE
+    and soft-capping, Granite's multipliers: the same logits over 2 devices as over 1."""
+    from family_support import tiny_family
+
+    path, model, tok = tiny_family(family)
+    rng = np.random.default_rng(4)
+    prompts = {"a": rng.integers(0, len(tok), 21).tolist(), "b": rng.integers(0, len(tok), 6).tolist()}
+    forced = {rid: rng.integers(0, len(tok), 2).tolist() for rid in prompts}
+    ref = _run(_llm(path, "cpu"), prompts, forced)
+    got = _run(_llm(path, "cpu:0,1"), prompts, forced)
+    for step, (g, r) in enumerate(zip(got, ref)):
+        scale = max(1.0, float(np.abs(r).max()))
+        assert float(np.abs(g - r).max()) <= 1e-5 * scale, f"{family} step {step}"
+
+
+@pytest.mark.parametrize("family,match", [
+    ("phi3", "needs separate q/k/v and gate/up projections"),
+    ("olmo2", "q/k norm over the whole projection"),
+    ("mixtral", "mixture-of-experts"),
+    ("deepseek_v2", "mixture-of-experts|not supported for this architecture"),
+])
+def test_families_that_do_not_split_yet_say_so_before_model_work(family, match, monkeypatch):
+    from family_support import tiny_family
+
+    path, _, _ = tiny_family(family)
+
+    def boom(*a, **k):
+        raise AssertionError("model work started")
+
+    monkeypatch.setattr("max.nn.kv_cache.PagedKVCacheManager", boom)
+    with pytest.raises(NotImplementedError, match=match):
+        _llm(path, "cpu:0,1")
