@@ -349,7 +349,7 @@ def _serve_on_ray(model_kw: dict, app_kw: dict, *, host: str, port: int, replica
     except (ValueError, FileNotFoundError, TypeError, NotImplementedError) as e:
         raise click.ClickException(str(e)) from None
     what = (f"{replicas} replica(s)" if replicas is not None or min_replicas is None and max_replicas is None
-            else f"{min_replicas or 1}..{max_replicas or min_replicas} replicas (autoscaling)")
+            else f"{1 if min_replicas is None else min_replicas}..{max_replicas or min_replicas} replicas (autoscaling)")
     click.echo(f"Starting {what} of {kw['model_path']} on Ray Serve "
                f"({'cluster ' + ray_address if ray_address else 'a local Ray cluster'}) ...", err=True)
     app_kw = {k: v for k, v in app_kw.items() if v is not None}
@@ -494,7 +494,8 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
                            kv_cache_memory=kv_cache_memory, device_memory_utilization=device_memory_utilization,
                            num_threads=num_threads, hf_fallback=hf_fallback),
                       dict(served_model_name=served_model_name or (BUNDLED[0].served_name if model_path is None else None),
-                           api_key=api_key, max_queue_size=max_queue_size, tool_parser=tool_call_parser),
+                           api_key=api_key, max_queue_size=max_queue_size, tool_parser=tool_call_parser,
+                           max_request_bytes=max_request_bytes),
                       host=host, port=port, replicas=replicas, min_replicas=min_replicas, max_replicas=max_replicas,
                       target_ongoing_requests=target_ongoing_requests, ray_address=ray_address,
                       metrics_port=metrics_port,
