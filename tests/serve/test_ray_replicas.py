@@ -2,7 +2,8 @@
 replicas; 40 requests through the ``openai`` client (chat and completions, streamed and not, sent
 concurrently) each get the answer the single-process server gives (greedy decoding), both replicas
 answer some, ``/v1/models`` lists the model, each replica's Prometheus metrics come out of Ray's
-metrics endpoint tagged by replica, and Ray is shut down.  Plus the CLI's checks that come
+metrics endpoint tagged by replica; a tiny BERT as a second application answers ``/v1/embeddings``
+with the in-process pipeline's vectors; and Ray is shut down.  Plus the CLI's checks that come
 before any model work (an unreachable ``--ray-address``, conflicting replica options).
 
 Skips only when ``ray[serve]`` is not installed (``pip install 'libremax[ray]'``; scripts/setup.sh
@@ -47,7 +48,7 @@ def _ask(client, kind: str, i: int) -> tuple[str, str | None]:
 
 @needs_ray
 @pytest.mark.slow
-def test_two_replicas_answer_like_one_server(tiny_model, client, monkeypatch):
+def test_two_replicas_answer_like_one_server(tiny_model, tiny_bert, client, monkeypatch):
     import openai
 
     from max.entrypoints.cli import config_kwargs
@@ -79,11 +80,33 @@ def test_two_replicas_answer_like_one_server(tiny_model, client, monkeypatch):
         # each replica's Prometheus metrics, exported through Ray's metrics endpoint, tagged by replica
         served = _replica_request_counts(metrics_port, want_total=40)
         assert set(served) == replicas and sum(served.values()) == 40, served
+        _check_embeddings_app(url, tiny_bert)
     finally:
         max_ray.shutdown()
     import ray
 
     assert not ray.is_initialized()
+
+
+def _check_embeddings_app(url: str, bert_path: str) -> None:
+    """An embeddings model as a second application of the same cluster (route prefix ``/embed``, one
+    replica): ``/v1/embeddings`` through the ``openai`` client gives the in-process pipeline's vectors."""
+    import numpy as np
+    import openai
+    from ray import serve
+
+    from max.pipelines.lib.embeddings_pipeline import load_embeddings_pipeline
+    from max.serve import ray as max_ray
+
+    dep = max_ray.deployment({"model_path": bert_path, "devices": "cpu", "num_threads": 1},
+                             {"served_model_name": "bert"}, num_replicas=1, name="MaxEmbed")
+    serve.run(dep.bind(), name="embed", route_prefix="/embed", blocking=False)
+    max_ray.wait_running("embed", timeout=300)
+    texts = ["the cat sat on the mat", "hello world"]
+    r = openai.OpenAI(base_url=url + "/embed/v1", api_key="unused", max_retries=0, timeout=60).embeddings.create(
+        model="bert", input=texts)
+    want, _ = load_embeddings_pipeline(bert_path, device_specs="cpu").encode_texts(texts)
+    np.testing.assert_allclose(np.array([d.embedding for d in r.data]), want, rtol=1e-5, atol=1e-6)
 
 
 def _replica_request_counts(metrics_port: int, want_total: int, timeout: float = 30.0) -> dict[str, float]:

@@ -34,7 +34,8 @@ from typing import Any, Callable, Optional
 
 logger = logging.getLogger("max.serve")
 
-__all__ = ["app", "check_ray_address", "deployment", "ray_available", "run", "shutdown", "wait_for_signal"]
+__all__ = ["app", "check_ray_address", "deployment", "ray_available", "run", "shutdown", "wait_for_signal",
+           "wait_running"]
 
 INSTALL_HINT = "Ray Serve is not installed: pip install 'libremax[ray]' (or pip install 'ray[serve]')"
 
@@ -281,7 +282,7 @@ def run(config_kwargs: dict, app_kwargs: Optional[dict] = None, *, host: str = "
             ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, **extra)
     serve.start(http_options={"host": host, "port": port})
     serve.run(dep.bind(), name="max", route_prefix="/", blocking=False)
-    _wait_running(wait_timeout)
+    wait_running("max", wait_timeout)
     url = f"http://{host}:{port}"
     logger.info("serving on %s (Ray Serve)", url)
     if blocking:
@@ -301,14 +302,16 @@ def wait_for_signal() -> None:
         shutdown()
 
 
-def _wait_running(timeout: float) -> None:
+def wait_running(app_name: str = "max", timeout: float = 600.0) -> None:
+    """Wait until the Serve application ``app_name`` runs (every replica up); RuntimeError with Ray's
+    message when its replicas fail to start, TimeoutError after ``timeout`` s."""
     import time
 
     from ray import serve
 
     t0 = time.monotonic()
     while True:
-        st = serve.status().applications.get("max")
+        st = serve.status().applications.get(app_name)
         status = str(getattr(st, "status", ""))
         if status.endswith("RUNNING"):
             return
