@@ -7,7 +7,8 @@ layer, the all-gather of the logits) — the overhead a GPU split pays on top of
 configuration runs in its own process (load + compile, a warm-up, then prefill and decode steps at
 batch 1 and 8, best of 5 rounds of medians); peak RSS is that process's.  With one torch thread
 (the default) the process's CPU time per step is the work the step does, which another user's load
-on a shared machine barely changes; wall time is printed beside it.
+on a shared machine changes less than wall time (caches and clocks are still shared); wall time is
+printed beside it.
 
 Run: .venv/bin/python bench/tensor_parallel.py [--devices 1 2 4] [--steps 24] [--layers 8] [--hidden 512]
 """
