@@ -278,6 +278,8 @@ def run(config_kwargs: dict, app_kwargs: Optional[dict] = None, *, host: str = "
         else:
             want = max(num_replicas or 1, max_replicas or 1, min_replicas or 1)
             cpus = max(os.cpu_count() or 1, int(want * (1 if num_cpus is None else num_cpus)) + 1)
+            # libremax works offline: the local cluster sends no usage statistics unless the user asked
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             extra = {"_metrics_export_port": metrics_export_port} if metrics_export_port else {}
             ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING, **extra)
     serve.start(http_options={"host": host, "port": port})
