@@ -274,7 +274,11 @@ def run(config_kwargs: dict, app_kwargs: Optional[dict] = None, *, host: str = "
 
     if not ray.is_initialized():
         if ray_address:
-            ray.init(address=ray_address, logging_level=logging.WARNING)
+            try:
+                ray.init(address=ray_address, logging_level=logging.WARNING)
+            except ConnectionError as e:
+                raise ConnectionError(_join_error(ray_address, e)) from e
+            _JOINED.add("max")
         else:
             want = max(num_replicas or 1, max_replicas or 1, min_replicas or 1)
             cpus = max(os.cpu_count() or 1, int(want * (1 if num_cpus is None else num_cpus)) + 1)
@@ -327,12 +331,36 @@ def wait_running(app_name: str = "max", timeout: float = 600.0) -> None:
         time.sleep(0.5)
 
 
+_JOINED: set[str] = set()
+"""Serve applications this process deployed on a cluster it joined (only those are deleted at the end)."""
+
+
+def _join_error(address: str, e: BaseException) -> str:
+    """ray.init's failure to join ``address``, with the fix when the cluster wants an auth token."""
+    chain, cur = [], e
+    while cur is not None:
+        chain.append(str(cur))
+        cur = cur.__cause__ or cur.__context__
+    text = " ".join(chain)
+    if "AuthToken" in text or "Authentication" in text:
+        return (f"the Ray cluster at {address!r} uses token authentication: set RAY_AUTH_MODE=token and make "
+                "its token available here (RAY_AUTH_TOKEN, or the file ~/.ray/auth_token from the head node)")
+    return f"could not join the Ray cluster at {address!r}: {e}"
+
+
 def shutdown() -> None:
-    """Stop Ray Serve and disconnect from (or stop the local) Ray cluster."""
+    """End the serving: on a local cluster this process started, stop Ray Serve and the cluster; on a
+    joined cluster, delete only the applications this process deployed (others' keep running) and
+    disconnect."""
     import ray
     from ray import serve
 
     try:
-        serve.shutdown()
+        if _JOINED:
+            for name in sorted(_JOINED):
+                serve.delete(name)
+            _JOINED.clear()
+        else:
+            serve.shutdown()
     finally:
         ray.shutdown()
