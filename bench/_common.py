@@ -37,10 +37,11 @@ def fmt_s(s: float) -> str:
     return f"{s:.2f} s"
 
 
-def start_max_serve(extra_args: list, timeout: float = 300.0) -> tuple:
+def start_max_serve(extra_args: list, timeout: float = 300.0, stderr_file: str | None = None) -> tuple:
     """Start ``max serve`` (this environment's console script) on a free port of 127.0.0.1 with
     ``extra_args``; wait for ``/health``.  Returns ``(process, base_url, seconds_to_ready)``; exits with
-    the server's stderr when it dies or does not come up in ``timeout`` s."""
+    the server's stderr when it dies or does not come up in ``timeout`` s.  ``stderr_file``: the
+    server's stderr goes there instead of a pipe (a chatty server, e.g. Ray's logs, never blocks on it)."""
     import os
     import subprocess
     import sys
@@ -52,12 +53,14 @@ def start_max_serve(extra_args: list, timeout: float = 300.0) -> tuple:
     port = free_port()
     exe = os.path.join(os.path.dirname(sys.executable), "max")
     t0 = time.perf_counter()
+    err = open(stderr_file, "w") if stderr_file else subprocess.PIPE
     proc = subprocess.Popen([exe, "serve", "--port", str(port), *map(str, extra_args)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=err, text=True)
     url = f"http://127.0.0.1:{port}"
     while True:
         if proc.poll() is not None:
-            raise SystemExit(f"max serve exited:\n{proc.stderr.read()[-3000:]}")
+            tail = open(stderr_file).read() if stderr_file else proc.stderr.read()
+            raise SystemExit(f"max serve exited:\n{tail[-3000:]}")
         try:
             if httpx.get(url + "/health", timeout=1).status_code == 200:
                 return proc, url, time.perf_counter() - t0

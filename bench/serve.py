@@ -10,8 +10,14 @@ Then (``--features``, in-process on the same model) the serving features: JSON-s
 free tokens/s at batch 1 and 16, speculative decoding speed-up and acceptance at batch 1, and a batch of
 16 over 4 LoRA adapters vs no adapter (see ``bench/_serve_features.py``), with peak RSS.
 
+``--replicas 1,2``: instead, the same load against ``max serve`` alone and against ``max serve
+--replicas R`` (Ray Serve, a local cluster) for each R, with the peak RSS of each server's whole
+process tree (Ray's daemons and replicas included), as ratios to the plain server.  On a machine with
+few cores the replicas share them (each gets ``(cores - 1) / R`` threads, at least 1), so more replicas cannot add
+throughput there; the table then shows Ray's routing overhead.
+
 Run: .venv/bin/python bench/serve.py [--model-path PATH] [--devices cpu] [--output-len 32] [--json out.json]
-     [--features structured speculative lora] [--skip-throughput]
+     [--features structured speculative lora] [--skip-throughput] [--replicas 1,2]
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str, float
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model-path", default=None, help="default: the bundled SmolLM2-135M-Instruct")
+    ap.add_argument("--model-path", default=None,
+                    help="default: the bundled SmolLM2-135M-Instruct; 'tiny' (with --replicas): a tiny random Llama")
     ap.add_argument("--devices", default="default")
     ap.add_argument("--max-length", type=int, default=1024)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
@@ -51,7 +58,16 @@ def main() -> None:
     ap.add_argument("--features", nargs="*", default=["structured", "speculative", "lora"],
                     choices=["structured", "speculative", "lora"], help="serving-feature tables to print")
     ap.add_argument("--skip-throughput", action="store_true", help="only the feature tables")
+    ap.add_argument("--rounds", type=int, default=3, help="--replicas: runs per concurrency, the best kept")
+    ap.add_argument("--num-threads", type=int, default=1,
+                    help="--replicas: torch threads of every server and replica (the same for all, so only the "
+                         "serving stack differs)")
+    ap.add_argument("--replicas", default=None,
+                    help="comma-separated Ray Serve replica counts (e.g. 1,2) to compare with max serve alone")
     args = ap.parse_args()
+    if args.replicas:
+        replicas(args)
+        return
     if not args.skip_throughput:
         throughput(args)
     features(args)
@@ -91,6 +107,96 @@ def _tiny_pair() -> tuple[str, str]:
     root = tempfile.mkdtemp()
     return (make_tiny_llama(os.path.join(root, "target"), tokenizer=tok),
             make_tiny_llama(os.path.join(root, "draft"), tokenizer=tok, seed=5, num_hidden_layers=1))
+
+
+def _tree_rss_mib(pid: int) -> float:
+    """Resident MiB of ``pid`` and all its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo.extend(children.get(p, []))
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def replicas(args: argparse.Namespace) -> None:
+    """max serve alone vs --replicas R on Ray Serve, same load; peak RSS of each server's process tree."""
+    import tempfile
+    import threading
+    import time
+
+    from max.serve.benchmark import run_benchmark
+
+    counts = [int(x) for x in args.replicas.split(",") if x.strip()]
+    if args.model_path == "tiny":  # the tests' tiny random Llama: the serving stack's own costs dominate
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+        from lm_support import make_tiny_llama
+
+        args.model_path = make_tiny_llama(tempfile.mkdtemp(prefix="libremax-tiny-"))
+    rows, base = [], None
+    for r in [0, *counts]:
+        extra = ["--replicas", str(r)] if r else []
+        log = tempfile.NamedTemporaryFile(prefix="max-serve-", suffix=".log", delete=False).name
+        cmd = ["--devices", args.devices, "--max-batch-size", str(max(args.concurrency)), "--log-level", "warning",
+               "--max-length", str(args.max_length), "--num-threads", str(args.num_threads), *extra]
+        if args.model_path:
+            cmd += ["--model-path", args.model_path]
+        proc, url, t_up = start_max_serve(cmd, stderr_file=log)
+        peak = [0.0]
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                peak[0] = max(peak[0], _tree_rss_mib(proc.pid))
+                time.sleep(0.5)
+
+        th = threading.Thread(target=sample, daemon=True)
+        th.start()
+        try:
+            run_benchmark(url, num_prompts=4, concurrency=4, prompt_len=args.prompt_len, output_len=4)  # warm-up
+            for c in args.concurrency:
+                n = max(8, args.requests_per_slot * c)
+                # best of --rounds runs: on a shared machine other work only ever lowers throughput
+                res = max((run_benchmark(url, num_prompts=n, concurrency=c, prompt_len=args.prompt_len,
+                                         output_len=args.output_len) for _ in range(args.rounds)),
+                          key=lambda x: x["output_throughput"])
+                if res["failed"]:
+                    print(f"replicas {r} concurrency {c}: {res['failed']} failed: {res['errors']}", file=sys.stderr)
+                key = (c,)
+                if r == 0:
+                    base = base or {}
+                    base[key] = res["output_throughput"]
+                what = f"{r} replica(s), Ray Serve" if r else "max serve alone"
+                rows.append((what, c, f"{t_up:.1f}", f"{res['request_throughput']:.2f}",
+                             f"{res['output_throughput']:.1f}", f"{res['output_throughput'] / base[key]:.2f}x",
+                             f"{res['ttft_ms']['p50']:.0f} / {res['ttft_ms']['p90']:.0f}",
+                             f"{res['tpot_ms']['p50']:.1f} / {res['tpot_ms']['p90']:.1f}", None))
+                print(f"{what}, concurrency {c}: {res['output_throughput']:.1f} tok/s", file=sys.stderr)
+        finally:
+            stop.set()
+            th.join()
+            stop_process(proc, timeout=60)
+        rows = [row[:-1] + (f"{peak[0]:.0f}",) if row[-1] is None else row for row in rows]
+    table(f"max serve alone vs Ray Serve replicas ({args.devices}, {os.cpu_count()} cores; prompt "
+          f"{args.prompt_len} words, {args.output_len} output tokens, streaming chat; {args.num_threads} thread(s) "
+          f"per server/replica; best of {args.rounds} runs)", rows,
+          ("server", "concurrency", "up in s", "req/s", "out tok/s", "vs alone", "TTFT p50/p90 ms",
+           "TPOT p50/p90 ms", "peak RSS MiB (tree)"))
 
 
 def throughput(args: argparse.Namespace) -> None:

@@ -4,7 +4,8 @@
 #   - installs torch 2.13.0 first when torch is missing (on the project's machines
 #     pip resolves that to the local CPU wheel, so no CUDA build is ever pulled);
 #     an existing torch (e.g. a CUDA build on a GPU machine) is kept;
-#   - installs the package in editable mode with its dev extras.
+#   - installs the package in editable mode with its dev extras and the ray extra (Ray Serve replicas;
+#     LIBREMAX_NO_RAY=1 skips it).
 # Usage: scripts/setup.sh [extra pip requirement ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,10 +23,14 @@ if ! "$VPY" -c "import torch" 2>/dev/null; then
 fi
 "$VPY" -c "import torch" || { echo "[setup] torch failed to install" >&2; exit 1; }
 stamp=.venv/.libremax-setup
-want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16) $*"
+want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16) ${LIBREMAX_NO_RAY:-} $*"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    echo "[setup] installing libremax (editable) with dev extras"
-    pipq -e ".[dev]" "$@"
+    # The ray extra (ray[serve], ~1-2 min, ~70 MB wheel) lets the Ray Serve replica test run in CI
+    # instead of skipping; LIBREMAX_NO_RAY=1 leaves it out.
+    extras=dev
+    [ -n "${LIBREMAX_NO_RAY:-}" ] || extras=dev,ray
+    echo "[setup] installing libremax (editable) with extras: $extras"
+    pipq -e ".[$extras]" "$@"
     "$VPY" -c "import max, torch; print('[setup] libremax', max.__version__, 'torch', torch.__version__)"
     echo "$want" > "$stamp"
 fi

@@ -59,7 +59,9 @@ def _model_options(f: Any) -> Any:
                           "quantised on the CPU).  A quantised GGUF can also be dequantised on load (float32, "
                           "bfloat16, float16); float weights can be quantised on load (q4_0, q4_1, q5_0, q5_1, "
                           "q8_0)."),
-        click.option("--devices", default="default", show_default=True, help="'cpu', 'gpu', 'gpu:0,1' or 'default'."),
+        click.option("--devices", default="default", show_default=True,
+                     help="'cpu', 'gpu', 'default', or several devices to split the model over (tensor "
+                          "parallel): 'gpu:0,1' (GPUs 0 and 1), 'cpu:0,1' (logical CPU devices, for testing)."),
         click.option("--max-length", type=click.IntRange(min=1), default=None,
                      help="Max tokens per sequence, prompt + output (default: the model's context length)."),
         click.option("--max-batch-size", type=click.IntRange(min=1), default=None,
@@ -94,8 +96,16 @@ def _model_options(f: Any) -> Any:
 
 def build_config(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
                  prefill_chunk_size: Any = None, enable_prefix_caching: bool = True, **extra: Any) -> Any:
-    from max.entrypoints.default_model import default_model_path
     from max.pipelines import PipelineConfig
+
+    return PipelineConfig(**config_kwargs(model_path, quantization_encoding, devices, max_length, max_batch_size,
+                                          prefill_chunk_size, enable_prefix_caching, **extra))
+
+
+def config_kwargs(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
+                  prefill_chunk_size: Any = None, enable_prefix_caching: bool = True, **extra: Any) -> dict:
+    """The ``PipelineConfig`` keyword arguments of the model options (what Ray replicas rebuild it from)."""
+    from max.entrypoints.default_model import default_model_path
 
     kw: dict[str, Any] = {"model_path": model_path or default_model_path(), "device_specs": devices,
                           "enable_prefix_caching": enable_prefix_caching}
@@ -108,7 +118,7 @@ def build_config(model_path: Any, quantization_encoding: Any, devices: str, max_
     if prefill_chunk_size:
         kw["prefill_chunk_size"] = prefill_chunk_size
     kw.update({k: v for k, v in extra.items() if v is not None})
-    return PipelineConfig(**kw)
+    return kw
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -312,6 +322,75 @@ def list_architectures() -> None:
                    f"    encodings: {encs} (default {a.default_encoding.value})")
 
 
+def _serve_on_ray(model_kw: dict, app_kw: dict, *, host: str, port: int, replicas: Any, min_replicas: Any,
+                  max_replicas: Any, target_ongoing_requests: Any, ray_address: Any, metrics_port: Any,
+                  unsupported: dict) -> None:
+    """``max serve`` as Ray Serve replicas (:mod:`max.serve.ray`): every check (Ray installed, the
+    cluster reachable, the options, the model's config) before any replica loads the model."""
+    import os
+
+    from max.serve import ray as max_ray
+
+    used = [flag for flag, v in unsupported.items() if v]
+    if used:
+        raise click.UsageError(f"{', '.join(used)} cannot be combined with Ray Serve replicas yet")
+    if replicas is not None and (min_replicas is not None or max_replicas is not None):
+        raise click.UsageError("give --replicas or --min-replicas/--max-replicas, not both")
+    if metrics_port is not None and ray_address:
+        raise click.UsageError("--metrics-port sets the local Ray cluster's metrics export port; a cluster joined "
+                               "with --ray-address exports its metrics where `ray start --metrics-export-port` says")
+    if not max_ray.ray_available():
+        raise click.ClickException(max_ray.INSTALL_HINT)
+    if ray_address:
+        try:
+            max_ray.check_ray_address(ray_address)
+        except ConnectionError as e:
+            raise click.ClickException(str(e)) from None
+    n = max(replicas or 1, max_replicas or 1)
+    if model_kw.get("num_threads") is None and not ray_address:
+        # replicas share this machine's cores with Ray's proxy and controller: one core is left to those
+        # (measured on 2 cores: 1 replica with 2 threads served half the tokens/s of 1 replica with 1)
+        model_kw["num_threads"] = max(1, ((os.cpu_count() or 1) - 1) // n)
+    model_path = model_kw.pop("model_path")
+    try:
+        kw = config_kwargs(model_path, model_kw.pop("quantization_encoding"), model_kw.pop("devices"),
+                           model_kw.pop("max_length"), model_kw.pop("max_batch_size"),
+                           model_kw.pop("prefill_chunk_size"), model_kw.pop("enable_prefix_caching"), **model_kw)
+        from max.pipelines import PipelineConfig
+
+        PipelineConfig(**kw)  # a bad option or model path fails here, before Ray starts
+        max_ray.deployment(kw, app_kw, num_replicas=replicas, min_replicas=min_replicas, max_replicas=max_replicas,
+                           target_ongoing_requests=target_ongoing_requests)
+    except (ValueError, FileNotFoundError, TypeError, NotImplementedError) as e:
+        raise click.ClickException(str(e)) from None
+    what = (f"{replicas} replica(s)" if replicas is not None or min_replicas is None and max_replicas is None
+            else f"{1 if min_replicas is None else min_replicas}..{max_replicas or min_replicas} replicas (autoscaling)")
+    click.echo(f"Starting {what} of {kw['model_path']} on Ray Serve "
+               f"({'cluster ' + ray_address if ray_address else 'a local Ray cluster'}) ...", err=True)
+    app_kw = {k: v for k, v in app_kw.items() if v is not None}
+    import signal
+
+    def interrupt(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)  # stopped while the replicas start: Ray is still shut down
+    signal.signal(signal.SIGINT, interrupt)
+    try:
+        url = max_ray.run(kw, app_kw, host=host, port=port, num_replicas=replicas, min_replicas=min_replicas,
+                          max_replicas=max_replicas, target_ongoing_requests=target_ongoing_requests,
+                          ray_address=ray_address, blocking=False, metrics_export_port=metrics_port)
+    except (RuntimeError, TimeoutError, ConnectionError) as e:
+        max_ray.shutdown()
+        raise click.ClickException(str(e)) from None
+    except KeyboardInterrupt:
+        click.echo("Interrupted while the replicas started; stopping Ray.", err=True)
+        max_ray.shutdown()
+        return
+    click.echo(f"Serving on {url}/v1 with Ray Serve; Ctrl-C stops the replicas and Ray."
+               + (f" Replica metrics (ray_maxserve_*) on :{metrics_port}/metrics." if metrics_port else ""), err=True)
+    max_ray.wait_for_signal()
+
+
 # --------------------------------------------------------------------------- max encode
 @main.command()
 @click.option("--model-path", "model_path", default=None,
@@ -385,17 +464,34 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
               "adapters can then be loaded at run time (POST /v1/load_lora_adapter).")
 @click.option("--max-num-loras", type=int, default=None, help="LoRA adapters resident at once (default 1).")
 @click.option("--max-lora-rank", type=int, default=None, help="Largest LoRA rank accepted (default 16).")
+@click.option("--replicas", type=click.IntRange(min=1), default=None,
+              help="Serve N model replicas on Ray Serve behind one endpoint (needs libremax[ray]); without "
+                   "--ray-address a local Ray cluster is started.")
+@click.option("--min-replicas", type=click.IntRange(min=0), default=None,
+              help="Ray Serve autoscaling: fewest replicas (with --max-replicas).")
+@click.option("--max-replicas", type=click.IntRange(min=1), default=None,
+              help="Ray Serve autoscaling: most replicas.")
+@click.option("--target-ongoing-requests", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Ray Serve autoscaling: requests in flight per replica it aims for (default 2).")
+@click.option("--ray-address", default=None,
+              help="Join this Ray cluster (e.g. 10.0.0.1:6379 or ray://head:10001) instead of starting a "
+                   "local one; implies Ray Serve.")
 def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
           prefill_chunk_size: Any, enable_prefix_caching: bool, kv_cache_memory: Any, device_memory_utilization: Any,
           draft_model_path: Any, num_speculative_tokens: Any, num_threads: Any, allow_image_urls: bool,
           hf_fallback: bool,
           host: str, port: int, api_key: Any, max_queue_size: Any, metrics_port: Any, served_model_name: Any,
           max_request_bytes: int, drain_timeout: float, log_level: str, tool_call_parser: Any,
-          enable_echo: bool, lora_paths: tuple, enable_lora: bool, max_num_loras: Any, max_lora_rank: Any) -> None:
+          enable_echo: bool, lora_paths: tuple, enable_lora: bool, max_num_loras: Any, max_lora_rank: Any,
+          replicas: Any, min_replicas: Any, max_replicas: Any, target_ongoing_requests: Any, ray_address: Any) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (chat, completions, embeddings, metrics).
 
     SIGTERM or Ctrl-C shuts down gracefully: no new requests, --drain-timeout seconds for those in
     flight, then exit 0.
+
+    With --replicas, --min-replicas/--max-replicas or --ray-address the model runs as Ray Serve
+    replicas (each loads the model and serves the same routes; Ray spreads the requests and
+    autoscales between the bounds); see docs/deployment.md.
     """
     import logging
 
@@ -406,6 +502,22 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
     if metrics_port is not None and metrics_port == port:
         raise click.BadParameter("must differ from --port", param_hint="--metrics-port")
     t0 = time.perf_counter()
+    ray_mode = replicas is not None or min_replicas is not None or max_replicas is not None or ray_address is not None
+    if ray_mode:
+        _serve_on_ray(dict(model_path=model_path, quantization_encoding=quantization_encoding, devices=devices,
+                           max_length=max_length, max_batch_size=max_batch_size, prefill_chunk_size=prefill_chunk_size,
+                           enable_prefix_caching=enable_prefix_caching, enable_echo=enable_echo or None,
+                           kv_cache_memory=kv_cache_memory, device_memory_utilization=device_memory_utilization,
+                           num_threads=num_threads, hf_fallback=hf_fallback),
+                      dict(served_model_name=served_model_name or (BUNDLED[0].served_name if model_path is None else None),
+                           api_key=api_key, max_queue_size=max_queue_size, tool_parser=tool_call_parser,
+                           max_request_bytes=max_request_bytes),
+                      host=host, port=port, replicas=replicas, min_replicas=min_replicas, max_replicas=max_replicas,
+                      target_ongoing_requests=target_ongoing_requests, ray_address=ray_address,
+                      metrics_port=metrics_port,
+                      unsupported={"--lora-paths": lora_paths, "--enable-lora": enable_lora,
+                                   "--draft-model-path": draft_model_path})
+        return
     try:
         cfg = build_config(model_path, quantization_encoding, devices, max_length, max_batch_size,
                            prefill_chunk_size, enable_prefix_caching, enable_echo=enable_echo or None,
@@ -420,7 +532,7 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
             served_model_name = BUNDLED[0].served_name
         app = build_app(cfg, served_model_name=served_model_name, api_key=api_key, max_queue_size=max_queue_size,
                         tool_parser=tool_call_parser, max_request_bytes=max_request_bytes)
-    except (ValueError, FileNotFoundError, TypeError) as e:
+    except (ValueError, FileNotFoundError, TypeError, NotImplementedError) as e:
         raise click.ClickException(str(e)) from None
     state = app.state.serve
     kv = state.generator.kv_manager if state.generator is not None else None

@@ -23,6 +23,7 @@ from max.nn.linear import (
     MLPV1,
     ColumnParallelLinear,
     DistributedGemmConfig,
+    RowParallelLinear,
     GPTQLinear,
     GPTQLinearV1,
     Linear,
@@ -64,6 +65,7 @@ __all__ = [
     "TransformerBlock",
     "MLPV1",
     "ColumnParallelLinear",
+    "RowParallelLinear",
     "Conv1D",
     "Conv1DV1",
     "Conv2D",
@@ -113,9 +115,10 @@ _LAZY_SUBMODULES = ("attention", "kv_cache", "transformer", "kernels", "kernels_
 # Names re-exported from sub-packages, imported on first access (they pull in the KV cache and
 # kernels, which plain layer users do not need).
 _LAZY_NAMES = {
-    "AttentionWithRope": "attention", "RaggedAttention": "attention",
+    "AttentionWithRope": "attention", "RaggedAttention": "attention", "DistributedAttentionWithRope": "attention",
     "MultiheadAttention": "attention.multihead_attention", "KVCacheParams": "kv_cache",
     "ReturnLogits": "transformer", "Transformer": "transformer", "TransformerBlock": "transformer",
+    "DistributedTransformer": "transformer", "DistributedTransformerBlock": "transformer", "Signals": "signals",
     "MoE": "moe", "MoEGate": "moe",
 }
 

@@ -16,7 +16,7 @@ from max.graph.quantization import QuantizationEncoding
 from max.graph.weight import ShardingStrategy
 from max.nn.layer import Layer, Module, check_input, on_device
 
-__all__ = ["Embedding", "EmbeddingV1", "EmbeddingV2", "VocabParallelEmbedding"]
+__all__ = ["Embedding", "EmbeddingV1", "EmbeddingV2", "VocabParallelEmbedding", "vocab_parallel_lookup"]
 
 _INDEX_DTYPES = (DType.int32, DType.int64, DType.uint32, DType.uint64)
 
@@ -114,35 +114,44 @@ class VocabParallelEmbedding(Module):
                              DeviceRef.CPU(), quantization_encoding=quantization_encoding)
 
     def __call__(self, indices: Any, signal_buffers: Any = None) -> list[TensorValue]:
-        n = len(self.devices)
-        idx_in = list(indices) if isinstance(indices, (list, tuple)) else [indices] * n
-        if len(idx_in) != n:
-            raise ValueError(f"{self._layer_name}: got {len(idx_in)} index tensors for {n} devices")
-        w = self.weight
-        if w.sharding_strategy is None:
-            w.sharding_strategy = ShardingStrategy.rowwise(n)
-        shards = w.shard(self.devices)
-        per = self.vocab_size // n
-        parts = []
-        for i, (dev, shard, ix) in enumerate(zip(self.devices, shards, idx_in)):
-            ix = on_device(_indices(self, ix), dev)
-            local = ix - ops.constant(i * per, ix.dtype, dev) if i else ix
-            if ix.dtype in (DType.uint32, DType.uint64):
-                inside = ops.logical_and(ix >= i * per, ix < (i + 1) * per)
-                local = ops.where(inside, local, ops.constant(0, ix.dtype, dev))
-            else:
-                inside = ops.logical_and(local >= 0, local < per)
-                local = ops.where(inside, local, ops.constant(0, ix.dtype, dev))
-            rows = _lookup(shard, local, self.quantization_encoding, self._layer_name)
-            zero = ops.constant(0, rows.dtype, dev)
-            parts.append(ops.where(ops.unsqueeze(inside, -1), rows, zero))
-        outs = []
-        for dev in self.devices:
-            acc = on_device(parts[0], dev)
-            for p in parts[1:]:
-                acc = acc + on_device(p, dev)
-            outs.append(acc)
-        return outs
+        return vocab_parallel_lookup(self, indices, self.devices, signal_buffers)
+
+
+def vocab_parallel_lookup(table: Any, indices: Any, devices: Sequence[DeviceRef],
+                          signal_buffers: Any = None) -> list[TensorValue]:
+    """Embeddings of ``indices`` from ``table`` (an ``Embedding`` or ``VocabParallelEmbedding``) with
+    its rows split evenly across ``devices``: each device looks up the indices inside its slice (zeros
+    elsewhere) and the partial results are summed on every device (``ops.allreduce.sum`` when
+    ``signal_buffers`` are given).  ``indices``: one tensor, or one per device.  One result per device."""
+    who = getattr(table, "_layer_name", type(table).__name__)
+    devs = list(devices)
+    n = len(devs)
+    idx_in = list(indices) if isinstance(indices, (list, tuple)) else [indices] * n
+    if len(idx_in) != n:
+        raise ValueError(f"{who}: got {len(idx_in)} index tensors for {n} devices")
+    vocab = int(table.vocab_size)
+    if vocab % n:
+        raise ValueError(f"{who}: vocab_size {vocab} does not split evenly across {n} devices")
+    w = table.weight
+    if w.sharding_strategy is None:
+        w.sharding_strategy = ShardingStrategy.rowwise(n)
+    shards = w.shard(devs)
+    per = vocab // n
+    parts = []
+    for i, (dev, shard, ix) in enumerate(zip(devs, shards, idx_in)):
+        ix = on_device(_indices(table, ix), dev)
+        local = ix - ops.constant(i * per, ix.dtype, dev) if i else ix
+        if ix.dtype in (DType.uint32, DType.uint64):
+            inside = ops.logical_and(ix >= i * per, ix < (i + 1) * per)
+        else:
+            inside = ops.logical_and(local >= 0, local < per)
+        local = ops.where(inside, local, ops.constant(0, ix.dtype, dev))
+        rows = _lookup(shard, local, table.quantization_encoding, who)
+        zero = ops.constant(0, rows.dtype, dev)
+        parts.append(ops.where(ops.unsqueeze(inside, -1), rows, zero))
+    from max.nn.linear import allreduce_parts
+
+    return allreduce_parts(parts, devs, signal_buffers)
 
 
 @dataclass(eq=False)

@@ -19,6 +19,8 @@ from max.nn.layer import Layer, Module, check_input, on_device
 
 __all__ = [
     "ColumnParallelLinear",
+    "RowParallelLinear",
+    "allreduce_parts",
     "DistributedGemmConfig",
     "GPTQLinear",
     "GPTQLinearV1",
@@ -237,6 +239,56 @@ class ColumnParallelLinear(Linear):
             ys.append(lin(on_device(xi, dev)))
         # all-gather: every device gets the concatenation of all shards' outputs
         return [ops.concat([on_device(y, dev) for y in ys], axis=-1) for dev in self.devices]
+
+
+class RowParallelLinear(Linear):
+    """A Linear whose weight columns (``in_dim``) are split across ``devices``; the partial products
+    are summed (all-reduce) so every device gets ``y = x @ W.T + b``.
+
+    Call it with one input per device, each holding that device's slice of the ``in_dim`` features
+    (what a column-split layer before it produced), and the graph's signal buffers (one per device;
+    without them the sum is built from device copies).  The bias is added once, after the sum.
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, dtype: DType, devices: Sequence[DeviceRef],
+                 **kwargs: Any) -> None:
+        devs = list(devices)
+        if not devs:
+            raise ValueError("RowParallelLinear: devices must not be empty")
+        if in_dim % len(devs):
+            raise ValueError(f"RowParallelLinear: in_dim {in_dim} does not split evenly across {len(devs)} devices")
+        super().__init__(in_dim, out_dim, dtype, devs[0], **kwargs)
+        self.devices = devs
+
+    def __call__(self, x: Any, signal_buffers: Any = None) -> list[TensorValue]:  # type: ignore[override]
+        n = len(self.devices)
+        xs = list(x) if isinstance(x, (list, tuple)) else None
+        if xs is None or len(xs) != n:
+            raise ValueError(f"{self._layer_name}: expected a list of {n} inputs (one per device), got "
+                             f"{len(xs) if xs is not None else type(x).__name__}")
+        if self.sharding_strategy is None:
+            self.sharding_strategy = ShardingStrategy.columnwise(n)
+        shards = Linear.shard(self, self.devices)
+        parts = []
+        for lin, xi, dev in zip(shards, xs, self.devices):
+            xi = check_input(self, xi, min_rank=1, dtype=self._max_nn_dtype, last_dim=lin.in_dim)
+            parts.append(lin(on_device(xi, dev)))
+        return allreduce_parts(parts, self.devices, signal_buffers)
+
+
+def allreduce_parts(parts: Sequence[TensorValue], devices: Sequence[DeviceRef],
+                    signal_buffers: Any = None) -> list[TensorValue]:
+    """The sum of per-device partial results on every device: ``ops.allreduce.sum`` with signal
+    buffers, else device copies and adds."""
+    if signal_buffers is not None:
+        return ops.allreduce.sum(list(parts), signal_buffers)
+    outs = []
+    for dev in devices:
+        acc = on_device(parts[0], dev)
+        for p in parts[1:]:
+            acc = acc + on_device(p, dev)
+        outs.append(acc)
+    return outs
 
 
 @dataclass

@@ -21,7 +21,7 @@ from max.nn.layer import Module
 from max.nn.linear import Linear
 from max.nn.norm import RMSNorm
 
-__all__ = ["AttentionWithRope", "AttentionWithRopeNoOpaque", "RaggedAttention"]
+__all__ = ["AttentionWithRope", "AttentionWithRopeNoOpaque", "DistributedAttentionWithRope", "RaggedAttention"]
 
 
 class _RaggedAttentionBase(Module):
@@ -155,6 +155,95 @@ class AttentionWithRope(_RaggedAttentionBase):
 
 
 AttentionWithRopeNoOpaque = AttentionWithRope
+
+
+class DistributedAttentionWithRope(AttentionWithRope):
+    """:class:`AttentionWithRope` split over ``devices`` (at least 2) by heads: each device projects
+    its ``num_attention_heads / n`` query heads and ``num_key_value_heads / n`` KV heads (rows of
+    q/k/v_proj), keeps those KV heads in its own page pool (``kv_params.n_devices == n``), attends,
+    and applies its columns of ``o_proj``; the partial outputs are all-reduced.  Weights keep the
+    names and full shapes of :class:`AttentionWithRope` (one checkpoint loads either).
+
+    Called as ``attn(layer_idx, xs, signal_buffers, kv_collections, freqs_cis, input_row_offsets)``
+    with one hidden state, KV collection (and optionally layer index, RoPE table and row offsets) per
+    device; returns the attention output on every device.
+    """
+
+    def __init__(self, *, devices: Sequence[DeviceRef] | None = None, **kwargs: Any) -> None:
+        devs = list(devices or [])
+        if len(devs) < 2:
+            raise ValueError(f"DistributedAttentionWithRope: needs at least 2 devices, got {len(devs)}")
+        n = len(devs)
+        for what in ("num_attention_heads", "num_key_value_heads"):
+            if kwargs.get(what, 0) % n:
+                raise ValueError(f"DistributedAttentionWithRope: {what} = {kwargs.get(what)} does not split evenly "
+                                 f"across {n} devices")
+        if kwargs.get("stacked_qkv") or kwargs.get("clip_qkv") is not None:
+            raise NotImplementedError("DistributedAttentionWithRope: stacked_qkv and clip_qkv are not supported")
+        kvp = kwargs.get("kv_params")
+        if kvp is not None and kvp.n_devices != n:
+            raise ValueError(f"DistributedAttentionWithRope: kv_params.n_devices is {kvp.n_devices}, expected {n} "
+                             "(each device caches its share of the KV heads)")
+        super().__init__(devices=devs, **kwargs)
+
+    def shard(self, devices: Sequence[DeviceRef]) -> list[AttentionWithRope]:
+        """One :class:`AttentionWithRope` per device over its heads (outputs sum to the full output)."""
+        from max.graph.weight import ShardingStrategy
+
+        devs = list(devices)
+        key = tuple(devs)
+        cache = self.__dict__.setdefault("_max_nn_tp_shards", {})
+        if key in cache:
+            return cache[key]
+        n = len(devs)
+        for lin in (self.q_proj, self.k_proj, self.v_proj):
+            lin.sharding_strategy = ShardingStrategy.rowwise(n)
+        self.o_proj.sharding_strategy = ShardingStrategy.columnwise(n)
+        qs, ks, vs, os_ = (lin.shard(devs) for lin in (self.q_proj, self.k_proj, self.v_proj, self.o_proj))
+        norms: list[Any] = [(None, None)] * n
+        if self.qk_norm:
+            from max.nn.transformer.distributed_transformer import replicate_on
+
+            norms = list(zip(replicate_on(self.q_norm, devs), replicate_on(self.k_norm, devs)))
+        out = []
+        for i, dev in enumerate(devs):
+            sh = AttentionWithRope.__new__(AttentionWithRope)
+            Module.__init__(sh)
+            sh.n_heads, sh.n_kv_heads = self.n_heads // n, self.n_kv_heads // n
+            sh.hidden_size, sh.kv_params, sh.head_dim = self.hidden_size, self.kv_params, self.head_dim
+            sh.devices, sh.scale, sh.stacked_qkv, sh.clip_qkv = [dev], self.scale, False, None
+            sh.has_bias, sh.rope, sh.sliding_window, sh.qk_norm = self.has_bias, self.rope, self.sliding_window, \
+                self.qk_norm
+            sh.q_proj, sh.k_proj, sh.v_proj, sh.o_proj = qs[i], ks[i], vs[i], os_[i]
+            if self.qk_norm:
+                sh.q_norm, sh.k_norm = norms[i]
+            out.append(sh)
+        cache[key] = out
+        return out
+
+    def __call__(self, layer_idx: Any, xs: Any, signal_buffers: Any, kv_collections: Any,  # type: ignore[override]
+                 freqs_cis: Any, input_row_offsets: Any) -> list[TensorValue]:
+        from max.nn.layer import on_device
+        from max.nn.linear import allreduce_parts
+
+        devs = self.devices
+        n = len(devs)
+
+        def per_device(v: Any, what: str) -> list[Any]:
+            if isinstance(v, (list, tuple)):
+                if len(v) != n:
+                    raise ValueError(f"{self._layer_name}: got {len(v)} {what} for {n} devices")
+                return list(v)
+            return [on_device(v, d) if v is not None else None for d in devs]
+
+        xs = per_device(xs, "hidden states")
+        kvs = per_device(kv_collections, "KV collections") if isinstance(kv_collections, (list, tuple)) else None
+        if kvs is None:
+            raise ValueError(f"{self._layer_name}: kv_collections must hold one KV collection per device")
+        parts = [sh(li, x, kv, f, o) for sh, li, x, kv, f, o in
+                 zip(self.shard(devs), per_device(layer_idx, "layer indices"), xs, kvs,
+                     per_device(freqs_cis, "RoPE tables"), per_device(input_row_offsets, "row offsets"))]
+        return allreduce_parts(parts, devs, signal_buffers)
 
 
 class RaggedAttention(_RaggedAttentionBase):

@@ -107,9 +107,15 @@ class Transformer(Module):
         raise NotImplementedError("Transformer: ReturnLogits.VARIABLE is not supported yet")
 
     def _logits(self, h: TensorValue) -> TensorValue:
-        logits = self.lm_head(self.norm(h)).cast(DType.float32)
-        if self.logits_scaling != 1.0:
-            logits = logits / self.logits_scaling
-        if self.logits_postprocessor is not None:
-            logits = self.logits_postprocessor(logits)
-        return logits
+        return finish_logits(self.lm_head(self.norm(h)), self.logits_scaling, self.logits_postprocessor)
+
+
+def finish_logits(logits: TensorValue, scaling: float = 1.0, postprocessor: Any = None) -> TensorValue:
+    """The output projection's result as float32 logits, divided by ``scaling`` and passed through
+    ``postprocessor`` (soft-capping...)."""
+    logits = logits.cast(DType.float32)
+    if scaling != 1.0:
+        logits = logits / scaling
+    if postprocessor is not None:
+        logits = postprocessor(logits)
+    return logits

@@ -103,14 +103,20 @@ def parse_device_specs(value: Any) -> list[DeviceSpec]:
             return [DeviceSpec.cpu()]
         if v in ("gpu", "accelerator"):
             return [DeviceSpec.accelerator(0)]
-        for prefix in ("gpu:", "accelerator:"):
+        for prefix in ("gpu:", "accelerator:", "cpu:"):
             if v.startswith(prefix):
                 try:
                     ids = [int(x) for x in v[len(prefix):].split(",") if x.strip()]
                 except ValueError:
-                    raise ValueError(f"Invalid devices {value!r}: expected e.g. 'gpu:0,1'") from None
+                    raise ValueError(f"Invalid devices {value!r}: expected e.g. '{prefix}0,1'") from None
+                if not ids or any(i < 0 for i in ids):
+                    raise ValueError(f"Invalid devices {value!r}: expected non-negative ids, e.g. '{prefix}0,1'")
+                if len(set(ids)) != len(ids):
+                    raise ValueError(f"Invalid devices {value!r}: device ids must be distinct")
+                if prefix == "cpu:":  # logical CPU devices: one tensor-parallel shard each, all on the host
+                    return [DeviceSpec.cpu(i) for i in ids]
                 return [DeviceSpec.accelerator(i) for i in ids]
-        raise ValueError(f"Invalid devices {value!r}: expected 'cpu', 'gpu', 'gpu:<ids>' or 'default'")
+        raise ValueError(f"Invalid devices {value!r}: expected 'cpu', 'cpu:<ids>', 'gpu', 'gpu:<ids>' or 'default'")
     if isinstance(value, (list, tuple)):
         out: list[DeviceSpec] = []
         for v in value:
@@ -395,7 +401,7 @@ class MAXModelConfig(_ConfigBase):
         "huggingface_model_revision": "Revision of the model repo (cached repos only).",
         "huggingface_weight_revision": "Revision of the weights repo (cached repos only).",
         "trust_remote_code": "Allow custom modelling code from the repo.",
-        "device_specs": "Devices: 'cpu', 'gpu', 'gpu:0,1' or 'default'.",
+        "device_specs": "Devices: 'cpu', 'gpu', 'gpu:0,1' (tensor parallel over GPUs 0 and 1), 'cpu:0,1' (over logical CPU devices) or 'default'.",
         "force_download": "Unsupported offline; must stay False.",
         "rope_type": "Override the RoPE type.",
         "use_subgraphs": "Build repeated layers as subgraphs.",

@@ -17,7 +17,9 @@ from max.nn import kernels
 from max.nn.kernels import MHAMaskVariant
 from max.nn.kernels_decoder import ragged_attention, ragged_rope_tables
 from max.nn.kv_cache import FetchPagedKVCacheCollection, KVCacheParams
-from max.nn.layer import LayerList, Module
+from max.graph.weight import ShardingStrategy
+from max.nn.layer import LayerList, Module, on_device
+from max.nn.linear import Linear, allreduce_parts
 from max.nn.norm import RMSNorm
 from max.nn.rotary_embedding import (
     LinearScalingParams,
@@ -25,11 +27,12 @@ from max.nn.rotary_embedding import (
     Llama3RotaryEmbedding,
     RotaryEmbedding,
 )
-from max.nn.transformer import ReturnLogits, Transformer
+from max.nn.transformer import DistributedTransformer, ReturnLogits, Transformer
+from max.nn.transformer.distributed_transformer import mlp_shards_call, replicate_on
 from max.pipelines.architectures.common.config import DecoderConfig
 from max.pipelines.architectures.common.weights import WeightFactory
 
-__all__ = ["DecoderAttention", "DecoderLayer", "GatedMLP", "build_decoder", "make_rope", "rms_norm"]
+__all__ = ["DecoderAttention", "DecoderLayer", "DistributedDecoderLayer", "check_tensor_parallel", "GatedMLP", "build_decoder", "make_rope", "rms_norm"]
 
 _ACTS: dict[str, Callable[[TensorValue], TensorValue]] = {
     "silu": ops.silu,
@@ -218,8 +221,15 @@ class DecoderAttention(Module):
 
     def __call__(self, layer_idx: Any, x: TensorValue, kv_collection: Any, freqs_cis: Any,
                  input_row_offsets: TensorValue) -> TensorValue:
-        H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
-        qkv = self._qkv(x)
+        attn = self._attend(layer_idx, x, self._qkv(x), kv_collection, input_row_offsets, self.n_heads,
+                            self.n_kv_heads, self.sinks, x.device)
+        return self.o_proj(ops.reshape(attn, [x.shape[0], self.n_heads * self.head_dim]))
+
+    def _attend(self, layer_idx: Any, x: TensorValue, qkv: TensorValue, kv_collection: Any,
+                input_row_offsets: TensorValue, H: int, Hkv: int, sinks: Any, device: DeviceRef) -> TensorValue:
+        """Attention of ``H`` query heads over ``Hkv`` KV heads (all of them, or one device's share):
+        ``[total_seq_len, H, head_dim]``."""
+        D = self.head_dim
         if self.qk_norm == "full":  # over the whole projection: before the per-head split
             q, k, v = qkv[:, : H * D], qkv[:, H * D:(H + Hkv) * D], qkv[:, (H + Hkv) * D:]
             qkv = ops.concat([self.q_norm(q), self.k_norm(k), v], axis=-1)
@@ -227,19 +237,74 @@ class DecoderAttention(Module):
         eps = 1e-6
         if self.qk_norm == "head":
             q_norm, k_norm, eps = _gamma(self.q_norm), _gamma(self.k_norm), self.q_norm.eps
+            q_norm, k_norm = on_device(q_norm, device), on_device(k_norm, device)
+        freqs = on_device(self.rope.table.freqs_cis, device) if self.rope is not None else None
         # split, per-head QK-norm, RoPE (on the table's first dims of each head) and the K/V write: one op
         q = kernels.ragged_qkv_store(self.kv_params, qkv, input_row_offsets, kv_collection, self.layer, H,
-                                     freqs_cis=self.rope.table.freqs_cis if self.rope is not None else None,
+                                     freqs_cis=freqs,
                                      interleaved=self.rope.interleaved if self.rope is not None else False,
                                      q_norm=q_norm, k_norm=k_norm, norm_eps=eps)
-        if self.sinks is not None or self.softcap or self.block_groups is not None:
-            attn = ragged_attention(self.kv_params, q, input_row_offsets, kv_collection, layer_idx, self.scale,
-                                    self.window, sinks=self.sinks, softcap=self.softcap, groups=self.block_groups)
-        else:
-            variant = MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK if self.window else MHAMaskVariant.CAUSAL_MASK
-            attn = kernels.flash_attention_ragged(self.kv_params, q, input_row_offsets, kv_collection, layer_idx,
-                                                  variant, self.scale, local_window_size=self.window or -1)
-        return self.o_proj(ops.reshape(attn, [x.shape[0], H * D]))
+        if sinks is not None or self.softcap or self.block_groups is not None:
+            return ragged_attention(self.kv_params, q, input_row_offsets, kv_collection, layer_idx, self.scale,
+                                    self.window, sinks=sinks, softcap=self.softcap, groups=self.block_groups)
+        variant = MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK if self.window else MHAMaskVariant.CAUSAL_MASK
+        return kernels.flash_attention_ragged(self.kv_params, q, input_row_offsets, kv_collection, layer_idx,
+                                              variant, self.scale, local_window_size=self.window or -1)
+
+    def _tp_shards(self, devices: list[DeviceRef]) -> list[tuple]:
+        """Per device: its q/k/v projections (rows of its heads), its slice of ``o_proj``'s columns and
+        of the sinks."""
+        key = tuple(devices)
+        cache = self.__dict__.setdefault("_tp_cache", {})
+        if key not in cache:
+            n = len(devices)
+            if self.qk_norm == "full":
+                raise NotImplementedError(f"layer {self.layer}: tensor parallelism with a q/k norm over the whole "
+                                          "projection (OLMo 2 style) is not supported")
+            if not hasattr(self, "q_proj"):
+                raise NotImplementedError(f"layer {self.layer}: tensor parallelism needs separate q/k/v "
+                                          "projections (this checkpoint stores one fused qkv_proj)")
+            lins = (self.q_proj, self.k_proj, self.v_proj)
+            for lin in lins:
+                lin.sharding_strategy = ShardingStrategy.rowwise(n)
+            self.o_proj.sharding_strategy = ShardingStrategy.columnwise(n)
+            qs, ks, vs = (tp_linear(lin).shard(devices) for lin in lins)
+            os_ = tp_linear(self.o_proj).shard(devices)
+            sinks: list[Any] = [None] * n
+            if self.sinks is not None:
+                self.sinks.sharding_strategy = ShardingStrategy.rowwise(n)
+                sinks = self.sinks.shard(devices)
+            cache[key] = list(zip(qs, ks, vs, os_, sinks))
+        return cache[key]
+
+    def tp_call(self, layer_idx: list, xs: list[TensorValue], kv_collections: list, input_row_offsets: list,
+                signal_buffers: Any) -> list[TensorValue]:
+        """Tensor-parallel attention: each device's heads (and its KV-cache heads), partial ``o_proj``
+        outputs all-reduced; the result on every device."""
+        devices = [x.device for x in xs]
+        n = len(devices)
+        H, Hkv, D = self.n_heads // n, self.n_kv_heads // n, self.head_dim
+        parts = []
+        for i, (q, k, v, o, sinks) in enumerate(self._tp_shards(devices)):
+            x = xs[i]
+            qkv = ops.concat([q(x), k(x), v(x)], axis=-1)
+            attn = self._attend(layer_idx[i], x, qkv, kv_collections[i], input_row_offsets[i], H, Hkv, sinks,
+                                devices[i])
+            parts.append(o(ops.reshape(attn, [x.shape[0], H * D])))
+        return allreduce_parts(parts, devices, signal_buffers)
+
+
+def tp_linear(lin: Any) -> Linear:
+    """``lin`` when it is a float ``Linear`` (plain, or half-precision storage widened on use: what
+    tensor parallelism splits), else a clear error."""
+    ok = type(lin) is Linear or getattr(type(lin), "tensor_parallel_ok", False)
+    if not ok or lin.quantization_encoding is not None or lin.float8_config is not None:
+        enc = getattr(lin, "quantization_encoding", None)
+        raise NotImplementedError(
+            f"tensor parallelism splits float weights only; {lin.weight.name} is "
+            f"{type(lin).__name__}{f' ({enc})' if enc else ''} (load float weights, e.g. --quantization-encoding "
+            "float32/bfloat16, without LoRA, to run on several devices)")
+    return lin
 
 
 def _gamma(norm: RMSNorm) -> TensorValue:
@@ -271,6 +336,30 @@ class GatedMLP(Module):
             gu = self.gate_up_proj(x)
             return self.down_proj(self._act(gu[..., : self.inter]) * gu[..., self.inter:])
         return self.down_proj(self._act(self.gate_proj(x)) * self.up_proj(x))
+
+    @property
+    def sharding_strategy(self) -> ShardingStrategy | None:
+        return self.__dict__.get("_tp_strategy")
+
+    @sharding_strategy.setter
+    def sharding_strategy(self, strategy: ShardingStrategy) -> None:
+        """Tensor parallel: gate/up split by rows (intermediate features), down by columns."""
+        if self.fused:
+            raise NotImplementedError(f"{self.down_proj.weight.name}: tensor parallelism needs separate gate/up "
+                                      "projections (this checkpoint stores one fused gate_up_proj)")
+        n = strategy.num_devices
+        if self.inter % n:
+            raise ValueError(f"intermediate_size {self.inter} does not split evenly across {n} devices")
+        self.gate_proj.sharding_strategy = ShardingStrategy.rowwise(n)
+        self.up_proj.sharding_strategy = ShardingStrategy.rowwise(n)
+        self.down_proj.sharding_strategy = ShardingStrategy.columnwise(n)
+        self.__dict__["_tp_strategy"] = strategy
+
+    def shard(self, devices: list[DeviceRef]) -> list[Callable[[TensorValue], TensorValue]]:
+        """Per device, its share of the intermediate features; the shards' outputs sum to the output."""
+        gs, us, ds = (tp_linear(lin).shard(devices) for lin in (self.gate_proj, self.up_proj, self.down_proj))
+        act = self._act
+        return [lambda x, g=g, u=u, d=d: d(act(g(x)) * u(x)) for g, u, d in zip(gs, us, ds)]
 
 
 class DecoderLayer(Module):
@@ -305,6 +394,60 @@ class DecoderLayer(Module):
         return h + m
 
 
+class DistributedDecoderLayer(DecoderLayer):
+    """:class:`DecoderLayer` split over devices (same weights and names): attention heads and MLP
+    features divided, one all-reduce after each, norms and residuals replicated.  Called like a
+    :class:`~max.nn.transformer.DistributedTransformerBlock`."""
+
+    def __call__(self, layer_idx: Any, xs: Any, signal_buffers: Any, kv_collections: Any, freqs_cis: Any,
+                 input_row_offsets: Any) -> list[TensorValue]:
+        devs = [x.device for x in xs]
+        norms = {name: replicate_on(getattr(self, name), devs) for name in self._norm_names if name is not None}
+
+        def norm(which: int, vs: list[TensorValue]) -> list[TensorValue]:
+            name = self._norm_names[which]
+            return vs if name is None else [nm(v) for nm, v in zip(norms[name], vs)]
+
+        a = self.self_attn.tp_call(layer_idx, norm(0, list(xs)), kv_collections, input_row_offsets, signal_buffers)
+        a = norm(1, a)
+        if self.residual_multiplier != 1.0:
+            a = [v * self.residual_multiplier for v in a]
+        h = [x + v for x, v in zip(xs, a)]
+        if not hasattr(self.mlp, "shard"):
+            raise NotImplementedError(f"tensor parallelism is not supported for {type(self.mlp).__name__} layers")
+        m = norm(3, mlp_shards_call(self.mlp, norm(2, h), devs, signal_buffers))
+        if self.residual_multiplier != 1.0:
+            m = [v * self.residual_multiplier for v in m]
+        return [v + w for v, w in zip(h, m)]
+
+
+def check_tensor_parallel(cfg: DecoderConfig, n: int, custom_attention: bool = False,
+                          custom_mlp: bool = False) -> None:
+    """Raise a clear error unless ``cfg`` splits over ``n`` devices: attention and KV heads and the
+    MLP's intermediate size divisible by ``n``, separate q/k/v and gate/up projections, no MoE, MLA or
+    whole-projection q/k norm.  Cheap: call it before any model work."""
+    if n <= 1:
+        return
+    who = cfg.architecture
+    for what, v in (("num_attention_heads", cfg.num_attention_heads), ("num_key_value_heads", cfg.num_key_value_heads),
+                    ("intermediate_size", cfg.intermediate_size)):
+        if v % n:
+            raise ValueError(f"{who}: {what} = {v} does not split evenly across {n} devices; use a device count "
+                             f"that divides it (tensor parallelism splits attention heads, KV-cache heads and "
+                             f"MLP features across the devices)")
+    if cfg.moe is not None:
+        raise NotImplementedError(f"{who}: tensor parallelism for mixture-of-experts layers is not supported yet")
+    if custom_attention or custom_mlp:
+        raise NotImplementedError(f"{who}: tensor parallelism is not supported for this architecture's "
+                                  "custom attention/MLP layers")
+    if cfg.fused_qkv or cfg.fused_gate_up:
+        raise NotImplementedError(f"{who}: tensor parallelism needs separate q/k/v and gate/up projections "
+                                  "(this checkpoint stores fused ones)")
+    if cfg.qk_norm == "full":
+        raise NotImplementedError(f"{who}: tensor parallelism with a q/k norm over the whole projection is not "
+                                  "supported")
+
+
 def _softcap(cap: float) -> Callable[[TensorValue], TensorValue]:
     return lambda logits: ops.tanh(logits / cap) * cap
 
@@ -325,7 +468,8 @@ def default_mlp(cfg: DecoderConfig, layer: int, factory: WeightFactory) -> Modul
 
 def build_decoder(cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams, max_seq_len: int,
                   make_mlp: MlpBuilder | None = None, make_attention: AttentionBuilder | None = None,
-                  return_logits: ReturnLogits = ReturnLogits.LAST_TOKEN, head: Module | None = None) -> Transformer:
+                  return_logits: ReturnLogits = ReturnLogits.LAST_TOKEN, head: Module | None = None,
+                  devices: list[DeviceRef] | None = None) -> Transformer | DistributedTransformer:
     """The whole decoder: embedding (scaled by ``embedding_multiplier``), layers, final norm, lm_head
     (tied to the embedding when ``tie_word_embeddings``), logits divided by ``logits_scaling`` and
     soft-capped by ``final_logit_softcapping``.
@@ -334,7 +478,15 @@ def build_decoder(cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCache
     ``cfg.local_rope_theta`` when it is set.  ``make_mlp`` / ``make_attention`` replace the gated MLP
     or the attention of each layer (MoE, MLA ...).  ``head`` replaces ``lm_head`` (an embedding model's
     pooling head: no vocabulary projection).
+
+    With several ``devices`` (tensor parallelism; ``kv_params.n_devices`` of them) the same modules
+    and weights are built on the first device and the graph splits them: a
+    :class:`~max.nn.transformer.DistributedTransformer` of :class:`DistributedDecoderLayer` s.
     """
+    tp = devices is not None and len(devices) > 1
+    if tp:
+        check_tensor_parallel(cfg, len(devices), custom_attention=make_attention is not None,
+                              custom_mlp=make_mlp is not None or head is not None)
     device = factory.device
     rope = make_rope(cfg, max_seq_len, device)
     local_rope = make_rope(cfg, max_seq_len, device, theta=cfg.local_rope_theta, scaling=False) \
@@ -347,17 +499,18 @@ def build_decoder(cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCache
         else:
             attn = DecoderAttention(cfg, i, factory, kv_params, local_rope if window else rope, window)
         mlp = (make_mlp or default_mlp)(cfg, i, factory)
-        layers.append(DecoderLayer(cfg, attn, mlp, factory.dtype))
+        layers.append((DistributedDecoderLayer if tp else DecoderLayer)(cfg, attn, mlp, factory.dtype))
     embedding = factory.embedding("embed_tokens", cfg.vocab_size, cfg.hidden_size)
     lm_head = head if head is not None else factory.linear(
         "lm_head", cfg.hidden_size, cfg.vocab_size, tied_to=embedding if cfg.tie_word_embeddings else None)
-    model = Transformer(
+    common = dict(
         dim=cfg.hidden_size, n_heads=cfg.num_attention_heads, layers=layers,
         norm=rms_norm(cfg, cfg.hidden_size, factory.dtype), output=lm_head, embedding=embedding,
         kv_params=kv_params, kv_collection_constructor=FetchPagedKVCacheCollection(kv_params, cfg.num_hidden_layers),
         rope=rope.table, return_logits=return_logits, embedding_multiplier=cfg.embedding_multiplier,
         logits_scaling=cfg.logits_scaling,
         logits_postprocessor=_softcap(cfg.final_logit_softcapping) if cfg.final_logit_softcapping else None)
+    model = DistributedTransformer(devices=devices, **common) if tp else Transformer(**common)
     factory.check_paths(model)
     return model
 

@@ -23,7 +23,8 @@ from max.nn.kv_cache import KVCacheParams, kv_cache_budget
 from max.nn.layer import Module
 from max.nn.transformer import ReturnLogits
 from max.pipelines.architectures.common.config import DecoderConfig
-from max.pipelines.architectures.common.layers import build_decoder
+from max.nn.signals import Signals
+from max.pipelines.architectures.common.layers import build_decoder, check_tensor_parallel
 from max.pipelines.architectures.common.weights import (
     WeightFactory,
     compute_dtype,
@@ -34,25 +35,55 @@ from max.pipelines.architectures.common.weights import (
 )
 from max.pipelines.lib.pipeline import ModelInputs, ModelOutputs, PipelineModel, upper_bounded_default
 
-__all__ = ["DecoderPipelineModel", "build_graph", "kv_params_for"]
+__all__ = ["DecoderPipelineModel", "build_graph", "device_refs", "kv_params_for"]
 
 
 def kv_params_for(cfg: DecoderConfig, dtype: DType, page_size: int = 128, enable_prefix_caching: bool = True,
-                  shape: tuple[int, int] | None = None) -> KVCacheParams:
+                  shape: tuple[int, int] | None = None, n_devices: int = 1) -> KVCacheParams:
     """The paged cache's parameters for a decoder: ``shape`` = (KV heads, head_dim), by default one K and
-    one V row of ``head_dim`` per KV head."""
+    one V row of ``head_dim`` per KV head; under tensor parallelism each of the ``n_devices`` devices
+    holds ``KV heads / n_devices`` of them."""
     n_kv, head_dim = shape or (cfg.num_key_value_heads, cfg.head_dim)
     return KVCacheParams(dtype=dtype, n_kv_heads=n_kv, head_dim=head_dim, page_size=page_size,
-                         enable_prefix_caching=enable_prefix_caching)
+                         enable_prefix_caching=enable_prefix_caching, n_devices=n_devices)
+
+
+def device_refs(devices: Sequence[Any]) -> list[DeviceRef]:
+    """The graph devices of a model over driver ``devices``: accelerators by id; the host CPU, which
+    driver-side is one device, as ``cpu:0``, ``cpu:1``... (one logical device per shard, so a
+    tensor-parallel graph can be built and checked on a CPU-only host)."""
+    refs = []
+    for i, d in enumerate(devices):
+        r = DeviceRef.from_device(d)
+        refs.append(DeviceRef.CPU(i) if r.is_cpu() else r)
+    if len(set(refs)) != len(refs):
+        raise ValueError(f"devices must be distinct, got {[str(r) for r in refs]}")
+    return refs
 
 
 def build_graph(model: Module, kv_input_symbols: Any, device: DeviceRef, name: str = "decoder",
-                lora: Any = None) -> Graph:
+                lora: Any = None, signals: Any = None) -> Graph:
     """The prefill/decode step graph (see the module docstring for its inputs; with ``lora``, a
-    ``max.nn.lora.LoRAGraphInputs``, its inputs follow the KV cache's)."""
+    ``max.nn.lora.LoRAGraphInputs``, its inputs follow the KV cache's).
+
+    Tensor parallel (``signals``, a :class:`max.nn.Signals`, and ``model`` a ``DistributedTransformer``):
+    the inputs are ``tokens, input_row_offsets, return_n_logits``, one signal buffer per device, then
+    each device's four KV-cache inputs (``kv_input_symbols``: one symbol set per device)."""
     tokens_t = TensorType(DType.int64, ["total_seq_len"], device)
     offsets_t = TensorType(DType.uint32, ["input_row_offsets_len"], device)
     n_logits_t = TensorType(DType.int64, [1], DeviceRef.CPU())
+    if signals is not None:
+        if lora is not None:
+            raise NotImplementedError("LoRA adapters are not supported with tensor parallelism yet")
+        sig_t = signals.input_types()
+        per_dev = [list(k) for k in kv_input_symbols]
+        with Graph(name, input_types=[tokens_t, offsets_t, n_logits_t, *sig_t, *[t for k in per_dev for t in k]]) as g:
+            tokens, offsets, n_logits, *rest = g.inputs
+            sigs = [v.buffer for v in rest[:len(sig_t)]]
+            kv_vals = rest[len(sig_t):]
+            outs = model(tokens.tensor, sigs, kv_vals, n_logits, offsets.tensor)
+            g.output(outs[0])
+        return g
     kv = list(kv_input_symbols)
     lora_t = lora.input_types() if lora is not None else []
     with Graph(name, input_types=[tokens_t, offsets_t, n_logits_t, *kv, *lora_t]) as g:
@@ -91,8 +122,10 @@ class DecoderPipelineModel(PipelineModel):
 
     @classmethod
     def build_module(cls, cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams,
-                     max_seq_len: int) -> Module:
-        return build_decoder(cfg, factory, kv_params, max_seq_len)
+                     max_seq_len: int, devices: list[DeviceRef] | None = None) -> Module:
+        """The decoder module; ``devices`` (more than one: tensor parallel) is passed only by families
+        that keep this default, the others run on one device."""
+        return build_decoder(cfg, factory, kv_params, max_seq_len, devices=devices)
 
     @classmethod
     def kv_cache_shape(cls, cfg: DecoderConfig) -> tuple[int, int]:
@@ -108,13 +141,24 @@ class DecoderPipelineModel(PipelineModel):
         t0 = time.perf_counter()
         cfg = self.decoder_config(pipeline_config)
         self.config = cfg
-        dev_ref = DeviceRef.from_device(devices[0])
+        refs = device_refs(devices)
+        n_dev = len(refs)
+        self.device_refs = refs
+        if n_dev > 1:  # before any model work: can this model split over these devices?
+            if type(self).build_module.__func__ is not DecoderPipelineModel.build_module.__func__:  # type: ignore
+                raise NotImplementedError(f"{cfg.architecture}: tensor parallelism is not supported for this "
+                                          "architecture yet; run it on one device")
+            if getattr(pipeline_config, "lora_config", None) is not None:
+                raise NotImplementedError("LoRA adapters are not supported with tensor parallelism yet")
+            check_tensor_parallel(cfg, n_dev)
+        dev_ref = refs[0]
         dt = compute_dtype(encoding, dev_ref)
         self.compute_dtype = dt
         self.max_seq_len = self.calculate_max_seq_len(pipeline_config, huggingface_config)
         kvc = kv_cache_config
         kv_params = kv_params_for(cfg, kvc.cache_dtype or dt, page_size=kvc.kv_cache_page_size,
-                                  enable_prefix_caching=kvc.enable_prefix_caching, shape=self.kv_cache_shape(cfg))
+                                  enable_prefix_caching=kvc.enable_prefix_caching, shape=self.kv_cache_shape(cfg),
+                                  n_devices=n_dev)
         self.kv_params = kv_params
         max_batch = pipeline_config.max_batch_size or self.default_max_batch
         self.kv_manager = PagedKVCacheManager(
@@ -131,14 +175,18 @@ class DecoderPipelineModel(PipelineModel):
                            pipeline_config=pipeline_config)
         lora_inputs, lora_targets, startup = _lora_setup(pipeline_config, dt, dev_ref)
         factory = self.weight_factory(pipeline_config, encoding, dt, dev_ref, checkpoint, lora_inputs, lora_targets)
-        module = self.build_module(cfg, factory, kv_params, self.max_seq_len)
+        module = self.build_module(cfg, factory, kv_params, self.max_seq_len,
+                                   **({"devices": refs} if n_dev > 1 else {}))
         if return_logits is not None:
             module.return_logits = ReturnLogits(return_logits)  # ALL: logits of every position (echo)
         load_weights_into(module, checkpoint, cfg.architecture)
         self.weights_seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
-        graph = self.build_step_graph(module, self.kv_manager.input_symbols()[0], dev_ref, cfg.architecture,
-                                      lora_inputs)
+        self.signals = Signals(refs) if n_dev > 1 else None
+        self._signal_buffers = self.signals.buffers() if self.signals is not None else []
+        symbols = self.kv_manager.input_symbols(devices=refs)
+        graph = self.build_step_graph(module, symbols if n_dev > 1 else symbols[0], dev_ref, cfg.architecture,
+                                      lora_inputs, signals=self.signals)
         self.model = session.load(graph, weights_registry=module.state_dict())
         self.compile_seconds = time.perf_counter() - t1
         self._lora = None
@@ -158,9 +206,10 @@ class DecoderPipelineModel(PipelineModel):
         self._n_logits = Buffer.from_numpy(np.array([1], np.int64))
 
     def build_step_graph(self, module: Module, kv_input_symbols: Any, device: DeviceRef, name: str,
-                         lora: Any = None) -> Graph:
-        """The step graph (default :func:`build_graph`; a multimodal family adds its image inputs)."""
-        return build_graph(module, kv_input_symbols, device, name=name, lora=lora)
+                         lora: Any = None, signals: Any = None) -> Graph:
+        """The step graph (default :func:`build_graph`; a multimodal family adds its image inputs;
+        ``signals``: tensor parallelism's signal buffers)."""
+        return build_graph(module, kv_input_symbols, device, name=name, lora=lora, signals=signals)
 
     @staticmethod
     def weight_factory(pipeline_config: Any, encoding: Any, dt: DType, device: DeviceRef,
@@ -200,6 +249,8 @@ class DecoderPipelineModel(PipelineModel):
         np.cumsum(lens, out=offsets[1:])
         flat = np.concatenate(toks).astype(np.int64) if toks else np.zeros(0, np.int64)
         kv = kv_cache_inputs[0] if isinstance(kv_cache_inputs, (list, tuple)) else kv_cache_inputs
+        if self.signals is not None:  # tensor parallel: every device's cache inputs, in device order
+            kv = [b for per_dev in kv_cache_inputs for b in per_dev]
         inputs = ModelInputs(tokens=Buffer.from_numpy(flat), input_row_offsets=Buffer.from_numpy(offsets),
                              kv_cache_inputs=kv, return_n_logits=self._n_logits)
         if self._lora is not None:  # each request's adapter: its model name when that names a loaded one
@@ -215,7 +266,8 @@ class DecoderPipelineModel(PipelineModel):
 
     def execute(self, model_inputs: ModelInputs) -> ModelOutputs:
         (logits,) = self.model.execute(model_inputs.tokens, model_inputs.input_row_offsets,
-                                       model_inputs.return_n_logits, *model_inputs.kv_cache_inputs,
+                                       model_inputs.return_n_logits, *self._signal_buffers,
+                                       *model_inputs.kv_cache_inputs,
                                        *(getattr(model_inputs, "lora_inputs", None) or []))
         return ModelOutputs(logits=logits._torch())
 

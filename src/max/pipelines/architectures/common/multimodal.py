@@ -129,7 +129,9 @@ class VisionDecoderPipelineModel(DecoderPipelineModel):
 
     # ------------------------------------------------------------------ graph
     def build_step_graph(self, module: Module, kv_input_symbols: Any, device: DeviceRef, name: str,
-                         lora: Any = None) -> Graph:
+                         lora: Any = None, signals: Any = None) -> Graph:
+        if signals is not None:
+            raise NotImplementedError(f"{name}: tensor parallelism is not supported for vision-language models")
         types = [TensorType(DType.int64, ["total_seq_len"], device),
                  TensorType(DType.uint32, ["input_row_offsets_len"], device),
                  TensorType(DType.int64, [1], DeviceRef.CPU()),

@@ -111,10 +111,20 @@ class WidenedLinear(Linear):
     activations: the graph widens it exactly (``W.cast``), which the engine fuses into a kernel reading
     the narrow weight -- no float32 copy is kept."""
 
+    tensor_parallel_ok = True
+    """Its ``shard`` gives widening shards (``max.nn.DistributedTransformer`` splits it by rows)."""
+
     def __init__(self, in_dim: int, out_dim: int, dtype: DType, storage: DType, device: DeviceRef,
                  has_bias: bool = False) -> None:
         super().__init__(in_dim, out_dim, dtype, device, has_bias=has_bias)
         self.weight = Weight("weight", storage, [out_dim, in_dim], self.device)
+
+    def shard(self, devices: Any) -> list:
+        """Shards that widen their slice of the narrow weight the same way (tensor parallelism)."""
+        shards = super().shard(devices)
+        for lin in shards:
+            lin.__class__ = WidenedLinear
+        return shards
 
     def __call__(self, x: Any) -> TensorValue:
         x = check_input(self, x, min_rank=1, dtype=self._max_nn_dtype, last_dim=self.in_dim)
