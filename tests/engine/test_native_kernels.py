@@ -164,6 +164,23 @@ def test_dense_matmul_matches_float64(isa, m, n, k, dtype, seed):
 
 
 @pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("m", [9, 17, 23])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_dense_matmul_over_l2_sized_weight_chunks(isa, m, dtype):
+    """More than 8 activation rows over a weight larger than one L2 chunk (several chunks per thread,
+    a partial last chunk, partial row blocks): every output element still equals float64."""
+    so = native.lib(isa)
+    g = torch.Generator().manual_seed(m)
+    n, k = 1001, 97
+    w = torch.randn(n, k, generator=g).to(getattr(torch, dtype))
+    x = torch.randn(m, k, generator=g)
+    y = native.MatmulPlan([w], [native.dense_kind(w.dtype)], ["dense"], [n], k, so=so)(x)
+    ref = x.double() @ w.double().T
+    scale = float((x.double().abs() @ w.double().abs().T).max())
+    assert float((y.double() - ref).abs().max()) <= 1e-6 * scale
+
+
+@pytest.mark.parametrize("isa", ISAS)
 def test_rmsnorm_and_glu(isa):
     so = native.lib(isa)
     g = torch.Generator().manual_seed(4)

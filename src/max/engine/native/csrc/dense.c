@@ -82,19 +82,27 @@ static void drows(int kind, const uint8_t *w, int64_t rb, int64_t r0, int64_t r1
                   int64_t M, int64_t K, float *y, int64_t ys, int force_scalar) {
 #ifdef LMX_AVX512
     if (!force_scalar) {
-        for (int64_t m0 = 0; m0 < M; m0 += DMB) {
-            const int mb = (int)(M - m0 < DMB ? M - m0 : DMB);
-            const float *xm = x + m0 * xs;
-            float *ym = y + m0 * ys;
-            switch (mb) {
-            case 1: drows_1(kind, w, rb, r0, r1, xm, xs, K, ym, ys); break;
-            case 2: drows_2(kind, w, rb, r0, r1, xm, xs, K, ym, ys); break;
-            case 3: drows_3(kind, w, rb, r0, r1, xm, xs, K, ym, ys); break;
-            case 4: drows_4(kind, w, rb, r0, r1, xm, xs, K, ym, ys); break;
-            case 5: drows_5(kind, w, rb, r0, r1, xm, xs, K, ym, ys); break;
-            case 6: drows_6(kind, w, rb, r0, r1, xm, xs, K, ym, ys); break;
-            case 7: drows_7(kind, w, rb, r0, r1, xm, xs, K, ym, ys); break;
-            default: drows_8(kind, w, rb, r0, r1, xm, xs, K, ym, ys); break;
+        /* More than DMB activation rows: walk the weight in chunks that stay in L2 (about 128 KiB)
+           and run every block of activation rows over a chunk before the next, so the weight is
+           read from memory once, not once per block of DMB rows. */
+        int64_t chunk = M > DMB ? (int64_t)(131072 / (rb > 0 ? rb : 1)) : (r1 - r0);
+        if (chunk < 1) chunk = 1;
+        for (int64_t c0 = r0; c0 < r1; c0 += chunk) {
+            const int64_t c1 = c0 + chunk < r1 ? c0 + chunk : r1;
+            for (int64_t m0 = 0; m0 < M; m0 += DMB) {
+                const int mb = (int)(M - m0 < DMB ? M - m0 : DMB);
+                const float *xm = x + m0 * xs;
+                float *ym = y + m0 * ys;
+                switch (mb) {
+                case 1: drows_1(kind, w, rb, c0, c1, xm, xs, K, ym, ys); break;
+                case 2: drows_2(kind, w, rb, c0, c1, xm, xs, K, ym, ys); break;
+                case 3: drows_3(kind, w, rb, c0, c1, xm, xs, K, ym, ys); break;
+                case 4: drows_4(kind, w, rb, c0, c1, xm, xs, K, ym, ys); break;
+                case 5: drows_5(kind, w, rb, c0, c1, xm, xs, K, ym, ys); break;
+                case 6: drows_6(kind, w, rb, c0, c1, xm, xs, K, ym, ys); break;
+                case 7: drows_7(kind, w, rb, c0, c1, xm, xs, K, ym, ys); break;
+                default: drows_8(kind, w, rb, c0, c1, xm, xs, K, ym, ys); break;
+                }
             }
         }
         return;
