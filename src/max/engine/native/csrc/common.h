@@ -110,11 +110,75 @@ enum {
     LMX_Q2_K = 10, LMX_Q3_K = 11, LMX_Q4_K = 12, LMX_Q5_K = 13, LMX_Q6_K = 14, LMX_BF16 = 30,
 };
 
+/* Field decoders of the GGML K-quant super-blocks (256 values each), shared by dequantisation
+   (quant.c), the GGML-layout kernel (qmatmul.c) and the repacker (qpacked.c). */
+
+/* The 8 six-bit scales and mins of a Q4_K / Q5_K super-block (s = its 12 scale bytes). */
+LMX_INLINE void lmx_k4_scale_min(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+        sc[j + 4] = (uint8_t)((s[j + 8] & 0x0F) | ((s[j] >> 2) & 0x30));
+        mn[j + 4] = (uint8_t)((s[j + 8] >> 4) | ((s[j + 4] >> 2) & 0x30));
+    }
+}
+
+/* The 16 signed six-bit scales of a Q3_K super-block (s = its 12 scale bytes). */
+LMX_INLINE void lmx_q3k_scales(const uint8_t *s, int8_t sc[16]) {
+    for (int j = 0; j < 16; j++) {
+        int lo = j < 8 ? (s[j] & 0x0F) : (s[j - 8] >> 4);
+        int hi = (s[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+        sc[j] = (int8_t)((lo | (hi << 4)) - 32);
+    }
+}
+
+/* The 256 unsigned codes of a Q2_K (0..3), Q3_K (0..7; value = code - 4), Q4_K (0..15), Q5_K
+   (0..31) or Q6_K (0..63; value = code - 32) super-block, in element order; the scale of element e
+   is that of sub-block e / 16 (Q2_K, Q3_K, Q6_K) or e / 32 (Q4_K, Q5_K). */
+LMX_INLINE void lmx_kquant_codes(int kind, const uint8_t *b, uint8_t u[256]) {
+    if (kind == LMX_Q2_K || kind == LMX_Q3_K) {
+        const uint8_t *qs = b + (kind == LMX_Q2_K ? 16 : 32), *hm = b;
+        for (int e = 0; e < 256; e++) {
+            int ql = (qs[(e >> 7) * 32 + (e & 31)] >> (((e >> 5) & 3) * 2)) & 3;
+            u[e] = (uint8_t)(kind == LMX_Q2_K ? ql : ql + 4 * ((hm[e & 31] >> (e >> 5)) & 1));
+        }
+    } else if (kind == LMX_Q6_K) {
+        const uint8_t *ql = b, *qh = b + 128;
+        for (int e = 0; e < 256; e++) {
+            int h = e >> 7, r = e & 127, part = r >> 5, l = r & 31;
+            int lo = (ql[64 * h + (part & 1) * 32 + l] >> ((part >> 1) * 4)) & 0x0F;
+            int hi = (qh[32 * h + l] >> (2 * part)) & 3;
+            u[e] = (uint8_t)(lo | (hi << 4));
+        }
+    } else { /* Q4_K, Q5_K */
+        const uint8_t *qh = b + 16, *qs = kind == LMX_Q4_K ? b + 16 : b + 48;
+        for (int e = 0; e < 256; e++) {
+            int j = e >> 5, l = e & 31;
+            int q = (qs[(j >> 1) * 32 + l] >> ((j & 1) * 4)) & 0x0F;
+            if (kind == LMX_Q5_K) q |= ((qh[l] >> j) & 1) << 4;
+            u[e] = (uint8_t)q;
+        }
+    }
+}
+
 int lmx_num_threads(void);
 int64_t lmx_block_bytes(int kind);
 int64_t lmx_block_elems(int kind);
 int lmx_dequant_row(int kind, const uint8_t *src, float *dst, int64_t n);
 void lmx_rmsnorm(const float *x, int64_t M, int64_t K, int64_t xs, const float *w, float eps, float *out, int64_t os);
-const float *lmx_prenorm(const float *x, int64_t M, int64_t K, int64_t xs, const float *w, float eps);
+int lmx_prenorm(const float **x, int64_t *xs, int64_t M, int64_t K, const float *w, float eps);
+
+/* y[m, offs[i] + n] += bias[i][n] for every weight i that has a bias.  Called by every thread of the
+   matmul entries' parallel region once their columns are written (the barrier waits for all). */
+LMX_INLINE void lmx_add_biases(int64_t M, int nw, const int64_t *N, const int64_t *offs,
+                               const float *const *bias, float *y, int64_t y_stride) {
+    if (!bias) return;
+#pragma omp barrier
+#pragma omp for schedule(static)
+    for (int64_t m = 0; m < M; m++)
+        for (int i = 0; i < nw; i++)
+            if (bias[i])
+                for (int64_t n = 0; n < N[i]; n++) y[m * y_stride + offs[i] + n] += bias[i][n];
+}
 
 #endif

@@ -118,11 +118,7 @@ static void drows(int kind, const uint8_t *w, int64_t rb, int64_t r0, int64_t r1
 LMX_API int lmx_dense_matmul(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,
                              const uint8_t *const *w, const int *kinds, const int64_t *N, const int64_t *row_bytes,
                              const float *const *bias, float *y, int64_t y_stride, int force_scalar, const float *norm_w, float norm_eps) {
-    if (norm_w) { /* RMSNorm of x first (the norm feeding this projection, fused) */
-        x = lmx_prenorm(x, M, K, x_stride, norm_w, norm_eps);
-        if (!x) return -3;
-        x_stride = K;
-    }
+    if (lmx_prenorm(&x, &x_stride, M, K, norm_w, norm_eps)) return -3; /* the fused RMSNorm, if any */
 
     int64_t total = 0, offs[64];
     if (nw < 1 || nw > 64) return -1;
@@ -149,14 +145,7 @@ LMX_API int lmx_dense_matmul(int64_t M, int64_t K, const float *x, int64_t x_str
             if (s < e) drows(kinds[i], w[i], row_bytes[i], s - lo, e - lo, x, x_stride, M, K, y + lo, y_stride,
                              force_scalar);
         }
-        if (bias) {
-#pragma omp barrier
-#pragma omp for schedule(static)
-            for (int64_t m = 0; m < M; m++)
-                for (int i = 0; i < nw; i++)
-                    if (bias[i])
-                        for (int64_t n = 0; n < N[i]; n++) y[m * y_stride + offs[i] + n] += bias[i][n];
-        }
+        lmx_add_biases(M, nw, N, offs, bias, y, y_stride);
     }
     return 0;
 }

@@ -36,19 +36,22 @@ LMX_API void lmx_rmsnorm(const float *x, int64_t M, int64_t K, int64_t xs, const
 static __thread float *prenorm_mem = NULL;
 static __thread size_t prenorm_cap = 0;
 
-/* RMS-normalise x [M, K] (row stride xs) by weight w into the calling thread's scratch buffer and
- * return it (row stride K), for a matmul that consumes the normalised rows right away; NULL without
- * memory.  Valid until the thread's next call. */
-const float *lmx_prenorm(const float *x, int64_t M, int64_t K, int64_t xs, const float *w, float eps) {
+/* With a norm weight w: RMS-normalise *x [M, K] (row stride *xs) into the calling thread's scratch
+ * buffer and point *x / *xs at it (row stride K), for a matmul that consumes the normalised rows right
+ * away (valid until the thread's next call).  Without w: nothing.  Returns 0, -3 without memory. */
+int lmx_prenorm(const float **x, int64_t *xs, int64_t M, int64_t K, const float *w, float eps) {
+    if (!w) return 0;
     size_t need = (size_t)(M * K);
     if (need > prenorm_cap) {
         free(prenorm_mem);
         prenorm_mem = (float *)malloc(need * 4);
         prenorm_cap = prenorm_mem ? need : 0;
-        if (!prenorm_mem) return NULL;
+        if (!prenorm_mem) return -3;
     }
-    lmx_rmsnorm(x, M, K, xs, w, eps, prenorm_mem, K);
-    return prenorm_mem;
+    lmx_rmsnorm(*x, M, K, *xs, w, eps, prenorm_mem, K);
+    *x = prenorm_mem;
+    *xs = K;
+    return 0;
 }
 
 LMX_INLINE float gelu_tanh(float x) {

@@ -152,43 +152,25 @@ static void decode_block(int kind, const uint8_t *b, uint8_t *u, float *s, float
         break;
     }
     case LMX_Q2_K: {
-        const uint8_t *sc = b, *qs = b + 16;
+        const uint8_t *sc = b;
         float d = lmx_h2f(lmx_rd16(b + 80)), dmin = lmx_h2f(lmx_rd16(b + 82));
-        for (int e = 0; e < 256; e++) u[e] = (qs[(e >> 7) * 32 + (e & 31)] >> (((e >> 5) & 3) * 2)) & 3;
+        lmx_kquant_codes(kind, b, u);
         for (int j = 0; j < 16; j++) { s[j] = d * (float)(sc[j] & 0x0F); o[j] = -(dmin * (float)(sc[j] >> 4)); }
         break;
     }
     case LMX_Q3_K: {
-        const uint8_t *hm = b, *qs = b + 32, *sb = b + 96;
         float d = lmx_h2f(lmx_rd16(b + 108));
-        for (int j = 0; j < 16; j++) {
-            int lo = j < 8 ? (sb[j] & 0x0F) : (sb[j - 8] >> 4);
-            int hi = (sb[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
-            float dl = d * (float)((lo | (hi << 4)) - 32);
-            s[j] = dl; o[j] = -4.0f * dl;
-        }
-        for (int e = 0; e < 256; e++) {
-            int ql = (qs[(e >> 7) * 32 + (e & 31)] >> (((e >> 5) & 3) * 2)) & 3;
-            u[e] = (uint8_t)(ql + 4 * ((hm[e & 31] >> (e >> 5)) & 1));
-        }
+        int8_t sc[16];
+        lmx_q3k_scales(b + 96, sc);
+        for (int j = 0; j < 16; j++) { s[j] = d * (float)sc[j]; o[j] = -4.0f * s[j]; }
+        lmx_kquant_codes(kind, b, u);
         break;
     }
     case LMX_Q4_K: case LMX_Q5_K: {
         float d = lmx_h2f(lmx_rd16(b)), dmin = lmx_h2f(lmx_rd16(b + 2));
-        const uint8_t *sb = b + 4;
         uint8_t sc[8], mn[8];
-        for (int j = 0; j < 4; j++) {
-            sc[j] = sb[j] & 63; mn[j] = sb[j + 4] & 63;
-            sc[j + 4] = (uint8_t)((sb[j + 8] & 0x0F) | ((sb[j] >> 2) & 0x30));
-            mn[j + 4] = (uint8_t)((sb[j + 8] >> 4) | ((sb[j + 4] >> 2) & 0x30));
-        }
-        const uint8_t *qh = b + 16, *qs = kind == LMX_Q4_K ? b + 16 : b + 48;
-        for (int e = 0; e < 256; e++) {
-            int j = e >> 5, l = e & 31;
-            int q = (qs[(j >> 1) * 32 + l] >> ((j & 1) * 4)) & 0x0F;
-            if (kind == LMX_Q5_K) q |= ((qh[l] >> j) & 1) << 4;
-            u[e] = (uint8_t)q;
-        }
+        lmx_k4_scale_min(b + 4, sc, mn);
+        lmx_kquant_codes(kind, b, u);
         for (int j = 0; j < 8; j++) {
             s[2 * j] = s[2 * j + 1] = d * (float)sc[j];
             o[2 * j] = o[2 * j + 1] = -(dmin * (float)mn[j]);
@@ -196,15 +178,9 @@ static void decode_block(int kind, const uint8_t *b, uint8_t *u, float *s, float
         break;
     }
     case LMX_Q6_K: {
-        const uint8_t *ql = b, *qh = b + 128;
         const int8_t *sc = (const int8_t *)(b + 192);
         float d = lmx_h2f(lmx_rd16(b + 208));
-        for (int e = 0; e < 256; e++) {
-            int h = e >> 7, r = e & 127, part = r >> 5, l = r & 31;
-            int lo = (ql[64 * h + (part & 1) * 32 + l] >> ((part >> 1) * 4)) & 0x0F;
-            int hi = (qh[32 * h + l] >> (2 * part)) & 3;
-            u[e] = (uint8_t)(lo | (hi << 4));
-        }
+        lmx_kquant_codes(kind, b, u);
         for (int j = 0; j < 16; j++) { s[j] = d * (float)sc[j]; o[j] = -32.0f * s[j]; }
         break;
     }
@@ -484,11 +460,7 @@ static void run_rows(int kind, const uint8_t *w, int64_t row_bytes, int64_t r0, 
 LMX_API int lmx_qmatmul(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw, const uint8_t *const *w,
                         const int *kinds, const int64_t *N, const int64_t *row_bytes, const float *const *bias,
                         float *y, int64_t y_stride, int force_scalar, const float *norm_w, float norm_eps) {
-    if (norm_w) { /* RMSNorm of x first (the norm feeding this projection, fused) */
-        x = lmx_prenorm(x, M, K, x_stride, norm_w, norm_eps);
-        if (!x) return -3;
-        x_stride = K;
-    }
+    if (lmx_prenorm(&x, &x_stride, M, K, norm_w, norm_eps)) return -3; /* the fused RMSNorm, if any */
 
     int64_t total = 0;
     if (nw < 1 || nw > 64) return -1;
@@ -524,14 +496,7 @@ LMX_API int lmx_qmatmul(int64_t M, int64_t K, const float *x, int64_t x_stride, 
             int64_t s = g0 > lo ? g0 : lo, e = g1 < hi ? g1 : hi;
             if (s < e) run_rows(kinds[i], w[i], row_bytes[i], s - lo, e - lo, &a, y + lo, y_stride, force_scalar);
         }
-        if (bias) {
-#pragma omp barrier
-#pragma omp for schedule(static)
-            for (int64_t m = 0; m < M; m++)
-                for (int i = 0; i < nw; i++)
-                    if (bias[i])
-                        for (int64_t n = 0; n < N[i]; n++) y[m * y_stride + offs[i] + n] += bias[i][n];
-        }
+        lmx_add_biases(M, nw, N, offs, bias, y, y_stride);
     }
     return 0;
 }

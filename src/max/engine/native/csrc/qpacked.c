@@ -130,41 +130,27 @@ static void pack_group(int kind, const uint8_t *src, int64_t rows, int64_t src_r
                 const int five = kind == LMX_Q5_K;
                 memcpy(o + 2 * r, b, 2);
                 memcpy(o + 32 + 2 * r, b + 2, 2);
-                const uint8_t *sb = b + 4;
-                for (int j = 0; j < 4; j++) {
-                    o[64 + 16 * j + r] = sb[j] & 63;
-                    o[64 + 128 + 16 * j + r] = sb[j + 4] & 63;
-                    o[64 + 16 * (j + 4) + r] = (uint8_t)((sb[j + 8] & 0x0F) | ((sb[j] >> 2) & 0x30));
-                    o[64 + 128 + 16 * (j + 4) + r] = (uint8_t)((sb[j + 8] >> 4) | ((sb[j + 4] >> 2) & 0x30));
-                }
-                const uint8_t *qh = b + 16, *qs = b + (five ? 48 : 16);
+                uint8_t sc[8], mn[8], u[256];
+                lmx_k4_scale_min(b + 4, sc, mn);
+                for (int j = 0; j < 8; j++) { o[64 + 16 * j + r] = sc[j]; o[64 + 128 + 16 * j + r] = mn[j]; }
+                lmx_kquant_codes(kind, b, u);
                 const int64_t sub = five ? 320 : 256;
                 for (int s = 0; s < 8; s++) {
-                    for (int l = 0; l < 32; l++) {
-                        int q = (qs[(s >> 1) * 32 + l] >> ((s & 1) * 4)) & 0x0F;
-                        if (five) q |= ((qh[l] >> s) & 1) << 4;
-                        code[l] = (uint8_t)q;
-                    }
                     uint8_t *so = o + 320 + s * sub;
-                    put_nibbles(so, r, code);
-                    if (five) put_highbits(so + 256, r, code);
+                    put_nibbles(so, r, u + 32 * s);
+                    if (five) put_highbits(so + 256, r, u + 32 * s);
                 }
                 break;
             }
             case LMX_Q6_K: {
-                const uint8_t *ql = b, *qh = b + 128;
+                uint8_t u[256];
                 memcpy(o + 2 * r, b + 208, 2);
                 for (int j = 0; j < 16; j++) o[32 + 16 * j + r] = b[192 + j];
+                lmx_kquant_codes(kind, b, u);
                 for (int s = 0; s < 8; s++) {
-                    for (int l = 0; l < 32; l++) {
-                        const int e = 32 * s + l, h = e >> 7, rr = e & 127, part = rr >> 5, ll = rr & 31;
-                        const int lo = (ql[64 * h + (part & 1) * 32 + ll] >> ((part >> 1) * 4)) & 0x0F;
-                        const int hi = (qh[32 * h + ll] >> (2 * part)) & 3;
-                        code[l] = (uint8_t)(lo | (hi << 4));
-                    }
                     uint8_t *so = o + 288 + s * 384;
-                    put_nibbles(so, r, code);
-                    put_planes(so + 256, r, code);
+                    put_nibbles(so, r, u + 32 * s);
+                    put_planes(so + 256, r, u + 32 * s);
                 }
                 break;
             }
@@ -506,11 +492,7 @@ int lmx_act_prepare(int64_t M, int64_t K, const float *x, int64_t xs, const int8
 LMX_API int lmx_packed_matmul(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,
                               const uint8_t *const *w, const int *kinds, const int64_t *N, const float *const *bias,
                               float *y, int64_t y_stride, int force_scalar, const float *norm_w, float norm_eps) {
-    if (norm_w) { /* RMSNorm of x first (the norm feeding this projection, fused) */
-        x = lmx_prenorm(x, M, K, x_stride, norm_w, norm_eps);
-        if (!x) return -3;
-        x_stride = K;
-    }
+    if (lmx_prenorm(&x, &x_stride, M, K, norm_w, norm_eps)) return -3; /* the fused RMSNorm, if any */
 
     if (nw < 1 || nw > 64) return -1;
     int64_t offs[64], goffs[65], total = 0;
@@ -540,14 +522,7 @@ LMX_API int lmx_packed_matmul(int64_t M, int64_t K, const float *x, int64_t x_st
             if (s < e) packed_rows(kinds[i], w[i], N[i], K, s - goffs[i], e - goffs[i], &a, M, y + offs[i], y_stride,
                                    force_scalar);
         }
-        if (bias) {
-#pragma omp barrier
-#pragma omp for schedule(static)
-            for (int64_t m = 0; m < M; m++)
-                for (int i = 0; i < nw; i++)
-                    if (bias[i])
-                        for (int64_t n = 0; n < N[i]; n++) y[m * y_stride + offs[i] + n] += bias[i][n];
-        }
+        lmx_add_biases(M, nw, N, offs, bias, y, y_stride);
     }
     return 0;
 }

@@ -39,16 +39,6 @@ LMX_API int64_t lmx_block_elems(int kind) {
     }
 }
 
-/* The 8 six-bit scales and mins of a Q4_K / Q5_K super-block. */
-static void scale_min_k4(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]) {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63;
-        mn[j] = s[j + 4] & 63;
-        sc[j + 4] = (uint8_t)((s[j + 8] & 0x0F) | ((s[j] >> 2) & 0x30));
-        mn[j + 4] = (uint8_t)((s[j + 8] >> 4) | ((s[j + 4] >> 2) & 0x30));
-    }
-}
-
 static void dq_block(int kind, const uint8_t *b, float *y) {
     switch (kind) {
     case LMX_Q4_0: {
@@ -97,60 +87,44 @@ static void dq_block(int kind, const uint8_t *b, float *y) {
         break;
     }
     case LMX_Q2_K: {
-        const uint8_t *sc = b, *qs = b + 16;
+        const uint8_t *sc = b;
         float d = lmx_h2f(lmx_rd16(b + 80)), dmin = lmx_h2f(lmx_rd16(b + 82));
+        uint8_t u[256];
+        lmx_kquant_codes(kind, b, u);
         for (int e = 0; e < 256; e++) {
-            int g = e >> 7, sh = ((e >> 5) & 3) * 2, l = e & 31;
-            int q = (qs[g * 32 + l] >> sh) & 3;
             int s = e >> 4;
             float dl = d * (float)(sc[s] & 0x0F), ml = dmin * (float)(sc[s] >> 4);
-            y[e] = dl * (float)q - ml;
+            y[e] = dl * (float)u[e] - ml;
         }
         break;
     }
     case LMX_Q3_K: {
-        const uint8_t *hm = b, *qs = b + 32, *s = b + 96;
         float d = lmx_h2f(lmx_rd16(b + 108));
         int8_t sc[16];
-        for (int j = 0; j < 16; j++) {
-            int lo = j < 8 ? (s[j] & 0x0F) : (s[j - 8] >> 4);
-            int hi = (s[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
-            sc[j] = (int8_t)((lo | (hi << 4)) - 32);
-        }
-        for (int e = 0; e < 256; e++) {
-            int g = e >> 7, sh = ((e >> 5) & 3) * 2, l = e & 31;
-            int ql = (qs[g * 32 + l] >> sh) & 3;
-            int h = (hm[l] >> (e >> 5)) & 1;
-            int q = ql - ((h ^ 1) << 2);
-            y[e] = (d * (float)sc[e >> 4]) * (float)q;
-        }
+        uint8_t u[256];
+        lmx_q3k_scales(b + 96, sc);
+        lmx_kquant_codes(kind, b, u);
+        for (int e = 0; e < 256; e++) y[e] = (d * (float)sc[e >> 4]) * (float)((int)u[e] - 4);
         break;
     }
     case LMX_Q4_K: case LMX_Q5_K: {
         float d = lmx_h2f(lmx_rd16(b)), dmin = lmx_h2f(lmx_rd16(b + 2));
-        uint8_t sc[8], mn[8];
-        scale_min_k4(b + 4, sc, mn);
-        const uint8_t *qh = b + 16, *qs = kind == LMX_Q4_K ? b + 16 : b + 48;
+        uint8_t sc[8], mn[8], u[256];
+        lmx_k4_scale_min(b + 4, sc, mn);
+        lmx_kquant_codes(kind, b, u);
         for (int e = 0; e < 256; e++) {
-            int j = e >> 5, l = e & 31;
-            int q = (qs[(j >> 1) * 32 + l] >> ((j & 1) * 4)) & 0x0F;
-            if (kind == LMX_Q5_K) q |= ((qh[l] >> j) & 1) << 4;
+            int j = e >> 5;
             float dd = d * (float)sc[j], dm = dmin * (float)mn[j];
-            y[e] = dd * (float)q - dm;
+            y[e] = dd * (float)u[e] - dm;
         }
         break;
     }
     case LMX_Q6_K: {
-        const uint8_t *ql = b, *qh = b + 128;
         const int8_t *sc = (const int8_t *)(b + 192);
         float d = lmx_h2f(lmx_rd16(b + 208));
-        for (int e = 0; e < 256; e++) {
-            int h = e >> 7, r = e & 127, part = r >> 5, l = r & 31;
-            int lo = (ql[64 * h + (part & 1) * 32 + l] >> ((part >> 1) * 4)) & 0x0F;
-            int hi = (qh[32 * h + l] >> (2 * part)) & 3;
-            int q = (lo | (hi << 4)) - 32;
-            y[e] = (d * (float)sc[e >> 4]) * (float)q;
-        }
+        uint8_t u[256];
+        lmx_kquant_codes(kind, b, u);
+        for (int e = 0; e < 256; e++) y[e] = (d * (float)sc[e >> 4]) * (float)((int)u[e] - 32);
         break;
     }
     }
