@@ -160,51 +160,16 @@ def test_a_failing_request_does_not_poison_its_batch(tiny_dir, monkeypatch):
 
 def _write_gguf(path, model, tok, qtype):
     import gguf
-    from gguf import GGUFWriter, quants
+    from gguf import quants
+    from gguf_support import write_llama_gguf
 
-    cfg = model.config
-    sd = {k: v.float().numpy() for k, v in model.state_dict().items()}
-    nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
-
-    def permute(w, n_head):  # llama.cpp's rotary row layout for q/k
-        return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-    w = GGUFWriter(str(path), "llama")
-    w.add_name("tiny"); w.add_block_count(cfg.num_hidden_layers); w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size); w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(nh); w.add_head_count_kv(nkv); w.add_rope_freq_base(10000.0)
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps); w.add_vocab_size(cfg.vocab_size)
-    w.add_rope_dimension_count(cfg.hidden_size // nh)
-    tj = json.loads(tok.backend_tokenizer.to_str())
-    tokens = [t for t, _ in sorted(tj["model"]["vocab"].items(), key=lambda kv: kv[1])]
-    special = {a["content"] for a in tj["added_tokens"]}
-    w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre("default"); w.add_token_list(tokens)
-    w.add_token_types([3 if t in special else 1 for t in tokens])
-    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]])
-    w.add_bos_token_id(tok.bos_token_id); w.add_eos_token_id(tok.eos_token_id); w.add_pad_token_id(tok.pad_token_id)
-    w.add_add_bos_token(False)
-
-    def put(name, a, quant=True):
-        if quant and a.ndim == 2 and a.shape[-1] % 32 == 0 and qtype != gguf.GGMLQuantizationType.F32:
+    def put(w, name, a, is_norm):
+        if not is_norm and a.ndim == 2 and a.shape[-1] % 32 == 0 and qtype != gguf.GGMLQuantizationType.F32:
             w.add_tensor(name, quants.quantize(a, qtype), raw_dtype=qtype)
         else:
             w.add_tensor(name, a.astype(np.float32))
 
-    put("token_embd.weight", sd["model.embed_tokens.weight"])
-    for i in range(cfg.num_hidden_layers):
-        p = f"model.layers.{i}."
-        put(f"blk.{i}.attn_norm.weight", sd[p + "input_layernorm.weight"], False)
-        put(f"blk.{i}.attn_q.weight", permute(sd[p + "self_attn.q_proj.weight"], nh))
-        put(f"blk.{i}.attn_k.weight", permute(sd[p + "self_attn.k_proj.weight"], nkv))
-        put(f"blk.{i}.attn_v.weight", sd[p + "self_attn.v_proj.weight"])
-        put(f"blk.{i}.attn_output.weight", sd[p + "self_attn.o_proj.weight"])
-        put(f"blk.{i}.ffn_norm.weight", sd[p + "post_attention_layernorm.weight"], False)
-        put(f"blk.{i}.ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
-        put(f"blk.{i}.ffn_up.weight", sd[p + "mlp.up_proj.weight"])
-        put(f"blk.{i}.ffn_down.weight", sd[p + "mlp.down_proj.weight"])
-    put("output_norm.weight", sd["model.norm.weight"], False)
-    put("output.weight", sd["lm_head.weight"])
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    write_llama_gguf(path, model, tok, put)
 
 
 def test_gguf_file_greedy_matches_transformers(tiny_dir, tmp_path):

@@ -5,7 +5,6 @@ SmolLM2 file measured as llama.cpp does (teacher-forced KL and top-1 agreement).
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -16,6 +15,7 @@ transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as T  # noqa: E402
 from gguf import GGUFWriter, quants  # noqa: E402
+from gguf_support import write_llama_gguf  # noqa: E402
 from test_generation_tiny import _train_tokenizer  # noqa: E402
 
 from max.engine import native  # noqa: E402
@@ -60,51 +60,21 @@ def _blocks(a: np.ndarray, kind: str, rng) -> np.ndarray:
 
 
 def write_gguf(path, model, tok, kind: str, embed_kind: str | None = None) -> None:
-    cfg = model.config
-    sd = {k: v.float().numpy() for k, v in model.state_dict().items()}
-    nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    """A Q4_K file mixes kinds as llama.cpp's Q4_K_M does (attn_v Q8_0, ffn_down Q6_K)."""
     rng = np.random.default_rng(1)
+    special = {"token_embd.weight": embed_kind or kind}
+    if kind == "Q4_K":
+        special.update({"attn_v.weight": "Q8_0", "ffn_down.weight": "Q6_K"})
 
-    def permute(w, n_head):  # llama.cpp's rotary row layout for q/k
-        return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-    w = GGUFWriter(str(path), "llama")
-    w.add_name("tiny"); w.add_block_count(cfg.num_hidden_layers); w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size); w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(nh); w.add_head_count_kv(nkv); w.add_rope_freq_base(10000.0)
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps); w.add_vocab_size(cfg.vocab_size)
-    w.add_rope_dimension_count(cfg.hidden_size // nh)
-    w.add_file_type(int(gguf.LlamaFileType[f"MOSTLY_{kind}" if f"MOSTLY_{kind}" in gguf.LlamaFileType.__members__
-                                           else f"MOSTLY_{kind}_M"]))
-    tj = json.loads(tok.backend_tokenizer.to_str())
-    tokens = [t for t, _ in sorted(tj["model"]["vocab"].items(), key=lambda kv: kv[1])]
-    special = {a["content"] for a in tj["added_tokens"]}
-    w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre("default"); w.add_token_list(tokens)
-    w.add_token_types([3 if t in special else 1 for t in tokens])
-    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]])
-    w.add_bos_token_id(tok.bos_token_id); w.add_eos_token_id(tok.eos_token_id); w.add_pad_token_id(tok.pad_token_id)
-    w.add_add_bos_token(False)
-
-    def put(name, a, k=kind):
+    def put(w, name, a, is_norm):
+        k = None if is_norm else special.get(name, special.get(name.split(".", 2)[-1], kind))
         if k is None:
             w.add_tensor(name, a.astype(np.float32))
         else:
             w.add_tensor(name, _blocks(a, k, rng), raw_dtype=T[k])
 
-    put("token_embd.weight", sd["model.embed_tokens.weight"], embed_kind or kind)
-    for i in range(cfg.num_hidden_layers):
-        p = f"model.layers.{i}."
-        put(f"blk.{i}.attn_norm.weight", sd[p + "input_layernorm.weight"], None)
-        put(f"blk.{i}.attn_q.weight", permute(sd[p + "self_attn.q_proj.weight"], nh))
-        put(f"blk.{i}.attn_k.weight", permute(sd[p + "self_attn.k_proj.weight"], nkv))
-        put(f"blk.{i}.attn_v.weight", sd[p + "self_attn.v_proj.weight"], "Q8_0" if kind == "Q4_K" else kind)
-        put(f"blk.{i}.attn_output.weight", sd[p + "self_attn.o_proj.weight"])
-        put(f"blk.{i}.ffn_norm.weight", sd[p + "post_attention_layernorm.weight"], None)
-        put(f"blk.{i}.ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
-        put(f"blk.{i}.ffn_up.weight", sd[p + "mlp.up_proj.weight"])
-        put(f"blk.{i}.ffn_down.weight", sd[p + "mlp.down_proj.weight"], "Q6_K" if kind == "Q4_K" else kind)
-    put("output_norm.weight", sd["model.norm.weight"], None)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    ft = f"MOSTLY_{kind}" if f"MOSTLY_{kind}" in gguf.LlamaFileType.__members__ else f"MOSTLY_{kind}_M"
+    write_llama_gguf(path, model, tok, put, file_type=int(gguf.LlamaFileType[ft]), with_output=False)
 
 
 def _ids(tok, n=48):
