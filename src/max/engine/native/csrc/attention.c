@@ -120,20 +120,10 @@ static float exp_shift_sum(float *p, int64_t n, float mx) {
     float sum = 0.0f;
 #ifdef LMX_AVX512
     __m512 acc = _mm512_setzero_ps();
-    const __m512 vm = _mm512_set1_ps(mx), one = _mm512_set1_ps(1.0f);
+    const __m512 vm = _mm512_set1_ps(mx);
     for (; j + 16 <= n; j += 16) {
         __m512 x = _mm512_max_ps(_mm512_sub_ps(_mm512_loadu_ps(p + j), vm), _mm512_set1_ps(-88.0f));
-        __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.4426950408889634f));
-        __m512 fi = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-        __m512 f = _mm512_sub_ps(t, fi);
-        __m512 q = _mm512_set1_ps(1.535336188319500e-4f);
-        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(1.339887440266574e-3f));
-        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(9.618437357674640e-3f));
-        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(5.550332471162809e-2f));
-        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(2.402264791363012e-1f));
-        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(6.931472028550421e-1f));
-        q = _mm512_fmadd_ps(q, f, one);
-        __m512 e = _mm512_scalef_ps(q, fi);
+        __m512 e = lmx_exp2_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.4426950408889634f)));
         _mm512_storeu_ps(p + j, e);
         acc = _mm512_add_ps(acc, e);
     }

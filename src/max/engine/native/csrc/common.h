@@ -102,6 +102,23 @@ LMX_INLINE uint16_t lmx_f2bf(float f) { /* round to nearest even, NaN stays NaN 
     return (uint16_t)(bits >> 16);
 }
 
+#ifdef LMX_AVX512
+/* 2^t per lane (t in about [-127, 127]): exp2 of the fraction by a degree-6 polynomial, scaled by
+   the integer part.  exp(x) = lmx_exp2_ps(x * log2(e)). */
+LMX_INLINE __m512 lmx_exp2_ps(__m512 t) {
+    __m512 fi = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(t, fi);
+    __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, fi);
+}
+#endif
+
 LMX_INLINE uint16_t lmx_rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 
 /* GGML block kinds (values of gguf's GGMLQuantizationType). */

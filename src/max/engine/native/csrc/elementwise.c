@@ -72,20 +72,10 @@ LMX_API void lmx_glu(const float *gu, int64_t M, int64_t I, int64_t gs, int act,
             const __m512 one = _mm512_set1_ps(1.0f);
             for (; i + 16 <= I; i += 16) {
                 __m512 x = _mm512_loadu_ps(g + i);
-                /* silu(x) = x / (1 + exp(-x)); exp via exp2 with a degree-6 polynomial */
-                __m512 t = _mm512_mul_ps(_mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)),
-                                                       _mm512_set1_ps(-88.0f)),
-                                         _mm512_set1_ps(-1.4426950408889634f));
-                __m512 fi = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-                __m512 f = _mm512_sub_ps(t, fi);
-                __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
-                p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
-                p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
-                p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
-                p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
-                p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
-                p = _mm512_fmadd_ps(p, f, one);
-                __m512 e = _mm512_scalef_ps(p, fi); /* exp(-x) */
+                /* silu(x) = x / (1 + exp(-x)) */
+                __m512 e = lmx_exp2_ps(_mm512_mul_ps(_mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)),
+                                                                   _mm512_set1_ps(-88.0f)),
+                                                     _mm512_set1_ps(-1.4426950408889634f)));
                 __m512 s = _mm512_div_ps(x, _mm512_add_ps(one, e));
                 _mm512_storeu_ps(o + i, _mm512_mul_ps(s, _mm512_loadu_ps(u + i)));
             }
