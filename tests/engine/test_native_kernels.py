@@ -1,8 +1,10 @@
 """The native CPU kernels (max.engine.native) against independent references.
 
-Every kernel is checked in both builds: ``native`` (SIMD paths for this CPU) and ``generic``
-(portable C, no SIMD) -- the two must agree with the references, so a machine without AVX-512
-runs code these tests covered.  References: gguf's dequantizer, float64 numpy/torch.
+Every kernel is checked in every variant of this architecture (``build.VARIANTS``: avx512, avxvnni,
+avx2 and generic on x86; neondot, neon and generic on ARM) that this CPU can execute -- an AVX-512
+host runs the AVX2 and portable C variants too -- against the same references (gguf's dequantizer,
+float64 numpy/torch).  A variant this CPU cannot execute is reported as skipped with the reason.
+The ARM variants are also checked on x86 under qemu (``test_native_kernels_arm.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ from support import q8_activation_reference  # noqa: E402
 if native.lib() is None:  # pragma: no cover - no C compiler on this machine
     pytest.skip(f"native kernels unavailable: {native.error()}", allow_module_level=True)
 
-ISAS = ["native", "generic"]
+from max.engine.native import build  # noqa: E402
+
+ISAS = [pytest.param(v, marks=pytest.mark.skipif(v not in native.runnable(),
+                                                  reason=f"this CPU cannot execute the {v} kernels"))
+        for v, (arch, _, _) in build.VARIANTS.items() if build._arch_matches(arch)]
 ALL_KINDS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 PACKABLE = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
 K_QUANTS = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
@@ -90,8 +96,9 @@ def test_dequant_rows_and_gather_bit_exact(kind, isa):
                               out.data_ptr()) == 2  # the 1-based position of the first bad id
 
 
+@pytest.mark.parametrize("isa", ISAS)
 @settings(max_examples=25, deadline=None)
-@given(kind=st.sampled_from(ALL_KINDS), isa=st.sampled_from(ISAS), m=st.integers(1, 19), n=st.integers(1, 70),
+@given(kind=st.sampled_from(ALL_KINDS), m=st.integers(1, 19), n=st.integers(1, 70),
        kmult=st.integers(1, 3), packed=st.booleans(), seed=st.integers(0, 2**31 - 1))
 def test_quantized_matmul_matches_q8_reference(kind, isa, m, n, kmult, packed, seed):
     """x (8-bit codes per 32 values) @ dequantize(W).T: integer sums are exact, so only float
@@ -115,6 +122,33 @@ def test_quantized_matmul_matches_q8_reference(kind, isa, m, n, kmult, packed, s
     y = plan(torch.from_numpy(x)).numpy()
     ref = q8_activation_reference(x, w) + bias.numpy()
     np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("kind,mode", [("Q4_1", "packed"), ("Q8_0", "packed"), ("Q4_K", "packed"), ("Q5_K", "packed"),
+                                       ("Q6_K", "packed"), ("Q5_0", "packed"), ("Q3_K", "ggml"), ("Q8_0", "ggml"),
+                                       ("F32", "dense"), ("BF16", "dense")])
+def test_matmul_rows_do_not_depend_on_the_batch(isa, kind, mode):
+    """A row's result is bit-identical whether it is computed alone or among M others, at any position
+    (greedy speculative decoding and ragged batching rely on it: verifying 5 tokens must give the
+    logits that decoding them one by one gives)."""
+    so = native.lib(isa)
+    rng = np.random.default_rng(11)
+    n, k, m = 37, 512, 21
+    x = torch.from_numpy((rng.standard_normal((m, k)) * 3).astype(np.float32))
+    if mode == "dense":
+        w = torch.from_numpy(rng.standard_normal((n, k)).astype(np.float32))
+        w = w.bfloat16() if kind == "BF16" else w
+        plan = native.MatmulPlan([w], [native.dense_kind(w.dtype)], ["dense"], [n], k, so=so)
+    else:
+        code = native.GGML_KINDS[kind]
+        src = torch.from_numpy(blocks(kind, n, k, 5))
+        plan = native.MatmulPlan([native.pack(src, code, n, k) if mode == "packed" else src], [code], [mode], [n],
+                                 k, so=so)
+    full = plan(x).numpy()
+    for i in (0, 7, 8, 13, 20):
+        np.testing.assert_array_equal(plan(x[i:i + 1]).numpy()[0].view(np.uint32), full[i].view(np.uint32))
+    np.testing.assert_array_equal(plan(x[3:12]).numpy().view(np.uint32), full[3:12].view(np.uint32))
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -147,8 +181,9 @@ def test_multi_weight_plan_mixes_modes_and_kinds(isa):
     np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("isa", ISAS)
 @settings(max_examples=20, deadline=None)
-@given(isa=st.sampled_from(ISAS), m=st.integers(1, 20), n=st.integers(1, 40), k=st.integers(1, 300),
+@given(m=st.integers(1, 20), n=st.integers(1, 40), k=st.integers(1, 300),
        dtype=st.sampled_from(["float32", "bfloat16", "float16"]), seed=st.integers(0, 2**31 - 1))
 def test_dense_matmul_matches_float64(isa, m, n, k, dtype, seed):
     """Dense weights in their [N, K] layout: float32 accumulation of float32 x times the exactly widened
@@ -205,8 +240,9 @@ def _paged_cache(rng, pages, layers, page, hkv, d, dtype):
     return blocks.to(dtype)
 
 
+@pytest.mark.parametrize("isa", ISAS)
 @settings(max_examples=25, deadline=None)
-@given(isa=st.sampled_from(ISAS), lens=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 9)), min_size=1,
+@given(lens=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 9)), min_size=1,
                                                 max_size=4),
        hkv=st.sampled_from([1, 2]), group=st.sampled_from([1, 3]), window=st.sampled_from([-1, 5]),
        causal=st.booleans(), bf16=st.booleans(), seed=st.integers(0, 2**31 - 1))
@@ -251,8 +287,9 @@ def test_paged_attention_matches_dense_reference(isa, lens, hkv, group, window, 
                 assert torch.allclose(out[offs[b] + i, hh].double(), ref, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("isa", ISAS)
 @settings(max_examples=15, deadline=None)
-@given(isa=st.sampled_from(ISAS), t=st.integers(1, 6), interleaved=st.booleans(), norms=st.booleans(),
+@given(t=st.integers(1, 6), interleaved=st.booleans(), norms=st.booleans(),
        rope=st.booleans(), rot=st.sampled_from([8, 4]), bf16=st.booleans(), seed=st.integers(0, 2**31 - 1))
 def test_qkv_rope_store_matches_reference(isa, t, interleaved, norms, rope, rot, bf16, seed):
     so = native.lib(isa)
@@ -319,7 +356,11 @@ def test_build_errors_are_clear(monkeypatch, tmp_path):
     from max.engine.native import build
 
     monkeypatch.setenv("LIBREMAX_NATIVE_ISA", "sse9")
-    with pytest.raises(build.NativeBuildError, match="'native' or 'generic'"):
+    with pytest.raises(build.NativeBuildError, match="not a kernel variant: choose one of avx512, .*generic"):
+        build.library_path()
+    other = "neon" if build.X86 else "avx2"  # a variant of the other architecture
+    monkeypatch.setenv("LIBREMAX_NATIVE_ISA", other)
+    with pytest.raises(build.NativeBuildError, match=f"cannot run the {other} kernels; it can run: .*generic"):
         build.library_path()
     monkeypatch.setenv("LIBREMAX_NATIVE_ISA", "native")
     monkeypatch.setenv("CC", "definitely-not-a-compiler")

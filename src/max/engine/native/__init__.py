@@ -16,10 +16,10 @@ from typing import Sequence
 
 import torch
 
-from max.engine.native.build import NativeBuildError, library_path
+from max.engine.native.build import NativeBuildError, choose, library_path, runnable
 
-__all__ = ["GGML_KINDS", "MatmulPlan", "NativeBuildError", "available", "dense_kind", "glu", "lib", "pack", "packable",
-           "packed_nbytes", "packed_row", "qmatmul", "rmsnorm"]
+__all__ = ["GGML_KINDS", "MatmulPlan", "NativeBuildError", "available", "dense_kind", "glu", "isa", "lib", "pack",
+           "packable", "packed_nbytes", "packed_row", "qmatmul", "rmsnorm", "runnable"]
 
 # gguf GGMLQuantizationType values of the kinds the kernels read.
 GGML_KINDS = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11,
@@ -66,6 +66,8 @@ def _declare(so: ctypes.CDLL) -> None:
     so.lmx_packed_row.restype = _INT
     so.lmx_packed_matmul.argtypes = [_I64, _I64, _P, _I64, _INT, _P, _P, _P, _P, _P, _I64, _INT, _P, _F]
     so.lmx_packed_matmul.restype = _INT
+    so.lmx_simd.argtypes = []
+    so.lmx_simd.restype = ctypes.c_char_p
 
 
 _UNSET = object()
@@ -73,10 +75,11 @@ _default: object = _UNSET
 
 
 def lib(isa: str | None = None) -> ctypes.CDLL | None:
-    """The native library for ``isa`` ('native' by default), or None if disabled/unbuildable.
+    """The native library of variant ``isa`` (see ``build.VARIANTS``), or None if disabled/unbuildable.
 
-    The default (``LIBREMAX_NATIVE=0`` disables it; ``LIBREMAX_NATIVE_ISA`` picks the build) is
-    resolved once per process."""
+    The default (``LIBREMAX_NATIVE=0`` disables it; ``LIBREMAX_NATIVE_ISA`` forces a variant, else the
+    best this CPU runs) is resolved once per process.  A forced variant this CPU cannot run raises
+    :class:`NativeBuildError` naming the ones it can."""
     global _default
     if isa is None:
         if _default is not _UNSET:
@@ -84,8 +87,9 @@ def lib(isa: str | None = None) -> ctypes.CDLL | None:
         if os.environ.get("LIBREMAX_NATIVE", "1") == "0":
             _default = None
             return None
-        _default = lib(os.environ.get("LIBREMAX_NATIVE_ISA", "native"))
+        _default = lib(choose())
         return _default  # type: ignore[return-value]
+    isa = choose(isa)
     so = _libs.get(isa, False)
     if so is not False:
         return so  # type: ignore[return-value]
@@ -98,20 +102,29 @@ def lib(isa: str | None = None) -> ctypes.CDLL | None:
             _declare(so)
         except (NativeBuildError, OSError) as e:
             _errors[isa] = str(e)
-            warnings.warn(f"libremax: native CPU kernels unavailable ({e}); using torch kernels", RuntimeWarning,
-                          stacklevel=2)
+            warnings.warn(f"libremax: native CPU kernels ({isa}) unavailable ({e}); using torch kernels",
+                          RuntimeWarning, stacklevel=2)
             so = None
         _libs[isa] = so
         return so
+
+
+def isa() -> str:
+    """The kernel variant this process runs ('avx512', 'avx2', 'neon', ...), or 'torch' when the native
+    kernels are disabled or could not be built."""
+    so = lib()
+    if so is None:
+        return "torch"
+    return next(name for name, s in _libs.items() if s is so)
 
 
 def available(isa: str | None = None) -> bool:
     return lib(isa) is not None
 
 
-def error(isa: str = "native") -> str | None:
+def error(isa: str | None = None) -> str | None:
     """Why the library could not be loaded (None if it loaded or was not tried)."""
-    return _errors.get(isa)
+    return _errors.get(choose(isa))
 
 
 _DENSE_KINDS = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 30}

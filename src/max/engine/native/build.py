@@ -1,19 +1,34 @@
-"""Build libremax's native CPU kernels (``csrc/*.c``) into a shared library, once per machine.
+"""Build libremax's native CPU kernels (``csrc/*.c``) into shared libraries, one per ISA variant.
 
-The library is compiled with the system C compiler for the CPU it runs on
-(``-march=native``) and cached under ``$LIBREMAX_CACHE_DIR`` (default
-``~/.cache/libremax``), keyed by the sources, the flags, the compiler and the
-CPU.  It links OpenMP dynamically as ``libgomp.so.1``: loaded after torch, the
-dynamic linker resolves that to the libgomp torch already loaded, so torch's
-operators and these kernels run on one thread pool.
+Every variant is the same sources compiled with explicit target flags (not ``-march=native``), so
+a variant runs on any CPU that has its features and can be built -- and tested -- on any host
+whose compiler targets it:
 
-``LIBREMAX_NATIVE=0`` disables the library (torch kernels only);
-``LIBREMAX_NATIVE_ISA=generic`` builds a portable variant without SIMD paths
-(used by the tests to check the scalar code).
+======== ============================================= =========================================
+variant  compiled for                                  runs where the CPU reports
+======== ============================================= =========================================
+avx512   x86-64-v4 + AVX-512 VNNI                      avx512f/bw/vl/dq + avx512_vnni
+avxvnni  x86-64-v3 + AVX-VNNI (VEX ``vpdpbusd``)        avx2 + fma + f16c + avx_vnni
+avx2     x86-64-v3 (AVX2, FMA, F16C, BMI2)             avx2 + fma + f16c
+neondot  armv8.2-a + dotprod (``sdot``)                 asimd + asimddp
+neon     armv8-a (NEON is part of every AArch64 CPU)   asimd
+generic  the baseline of the architecture, no SIMD     anything
+======== ============================================= =========================================
+
+At run time :func:`choose` picks the first variant of that list the CPU can execute (like
+llama.cpp's per-ISA CPU backends); ``LIBREMAX_NATIVE_ISA`` forces one (``native`` or ``auto``:
+the automatic choice), and naming one this CPU cannot run is an error that lists the ones it can.
+
+Each library is compiled on first use with the system C compiler and cached under
+``$LIBREMAX_CACHE_DIR`` (default ``~/.cache/libremax``), keyed by the sources, the flags and the
+compiler.  It links OpenMP dynamically as ``libgomp.so.1``: loaded after torch, the dynamic linker
+resolves that to the libgomp torch already loaded, so torch's operators and these kernels run on
+one thread pool.  ``LIBREMAX_NATIVE=0`` disables the kernels (torch only).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -24,9 +39,25 @@ from pathlib import Path
 
 SRC_DIR = Path(__file__).with_name("csrc")
 
+X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
+ARM64 = platform.machine().lower() in ("aarch64", "arm64")
+
+# variant -> (architecture, compiler flags, CPU features it needs), best first per architecture.
+VARIANTS: dict[str, tuple[str, tuple[str, ...], frozenset[str]]] = {
+    "avx512": ("x86_64", ("-march=x86-64-v4", "-mavx512vnni", "-mtune=generic"),
+               frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx2", "fma", "f16c"})),
+    "avxvnni": ("x86_64", ("-march=x86-64-v3", "-mavxvnni", "-mtune=generic"),
+                frozenset({"avx2", "fma", "f16c", "bmi2", "avx_vnni"})),
+    "avx2": ("x86_64", ("-march=x86-64-v3", "-mtune=generic"), frozenset({"avx2", "fma", "f16c", "bmi2"})),
+    "neondot": ("aarch64", ("-march=armv8.2-a+dotprod",), frozenset({"asimd", "asimddp"})),
+    "neon": ("aarch64", ("-march=armv8-a",), frozenset({"asimd"})),
+    "generic": ("any", (), frozenset()),
+}
+ALIASES = ("native", "auto")
+
 
 class NativeBuildError(RuntimeError):
-    """The kernels could not be compiled (no compiler, or it failed)."""
+    """The kernels could not be compiled (no compiler, or it failed), or the ISA asked for is unusable."""
 
 
 def cache_dir() -> Path:
@@ -44,30 +75,52 @@ def _compiler() -> str | None:
     return None
 
 
-def _cpu_signature() -> str:
-    flags = ""
+@functools.lru_cache(maxsize=None)
+def cpu_features() -> frozenset[str]:
+    """The feature flags the CPU reports (``/proc/cpuinfo``'s ``flags`` or ``Features`` line)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith(("flags", "Features")):
-                    flags = line
-                    break
+                    return frozenset(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return platform.machine() + flags
+    return frozenset({"asimd"}) if ARM64 else frozenset()  # e.g. macOS: every arm64 CPU has NEON
+
+
+def _arch_matches(arch: str) -> bool:
+    return arch == "any" or (arch == "x86_64" and X86) or (arch == "aarch64" and ARM64)
+
+
+def runnable(features: frozenset[str] | None = None) -> list[str]:
+    """The variants this CPU can execute, best first."""
+    feats = cpu_features() if features is None else features
+    return [v for v, (arch, _, need) in VARIANTS.items() if _arch_matches(arch) and need <= feats]
+
+
+def choose(requested: str | None = None) -> str:
+    """The variant to run: ``requested`` (or ``LIBREMAX_NATIVE_ISA``), else the best this CPU runs."""
+    req = (requested if requested is not None else os.environ.get("LIBREMAX_NATIVE_ISA", "")).strip().lower()
+    can = runnable()
+    if req in ("", *ALIASES):
+        return can[0]
+    if req not in VARIANTS:
+        raise NativeBuildError(f"LIBREMAX_NATIVE_ISA={req!r} is not a kernel variant: choose one of "
+                               f"{', '.join(VARIANTS)} (or 'native' for the best this CPU runs: {can[0]})")
+    if req not in can:
+        raise NativeBuildError(f"LIBREMAX_NATIVE_ISA={req!r}: this CPU cannot run the {req} kernels; "
+                               f"it can run: {', '.join(can)}")
+    return req
 
 
 def flags_for(isa: str) -> list[str]:
-    arch = ["-march=native"] if isa == "native" else ["-march=x86-64"] if platform.machine() in ("x86_64", "AMD64") else []
-    return ["-O3", *arch, "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fno-math-errno",
+    return ["-O3", *VARIANTS[isa][1], "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fno-math-errno",
             "-fvisibility=hidden", "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-Wall", "-Wno-unused-function"]
 
 
 def library_path(isa: str | None = None) -> Path:
-    """Build (if needed) and return the shared library for ``isa`` ('native' or 'generic')."""
-    isa = isa or os.environ.get("LIBREMAX_NATIVE_ISA", "native")
-    if isa not in ("native", "generic"):
-        raise NativeBuildError(f"LIBREMAX_NATIVE_ISA must be 'native' or 'generic', got {isa!r}")
+    """Build (if needed) and return the shared library of variant ``isa`` (default: :func:`choose`)."""
+    isa = choose(isa)
     cc = _compiler()
     if cc is None:
         raise NativeBuildError("no C compiler found (set CC, or install gcc/clang)")
@@ -79,12 +132,11 @@ def library_path(isa: str | None = None) -> Path:
         h.update(p.name.encode())
         h.update(p.read_bytes())
     h.update(" ".join(flags).encode())
+    h.update(platform.machine().encode())
     try:
         h.update(subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.encode())
     except (OSError, subprocess.SubprocessError) as e:
         raise NativeBuildError(f"{cc} --version failed: {e}") from None
-    if isa == "native":
-        h.update(_cpu_signature().encode())
     out_dir = cache_dir() / "native"
     target = out_dir / f"libremax_kernels_{isa}_{h.hexdigest()[:16]}.so"
     if target.exists():
@@ -107,6 +159,7 @@ def library_path(isa: str | None = None) -> Path:
         raise NativeBuildError(f"compiling the native kernels failed: {e}") from None
     if r.returncode != 0:
         os.unlink(tmp)
-        raise NativeBuildError(f"compiling the native kernels failed ({' '.join(cmd[:3])} ...):\n{r.stderr[-4000:]}")
+        raise NativeBuildError(f"compiling the {isa} native kernels failed ({' '.join(cmd[:4])} ...):\n"
+                               f"{r.stderr[-4000:]}")
     os.replace(tmp, target)  # atomic: concurrent builders never see a partial file
     return target

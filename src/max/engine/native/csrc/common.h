@@ -21,6 +21,7 @@
 #include <omp.h>
 #endif
 
+/* The variant being compiled (build.py passes explicit target flags, one library per variant). */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define LMX_AVX512 1
 #include <immintrin.h>
@@ -34,6 +35,16 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define LMX_AVX2 1
 #include <immintrin.h>
+#endif
+#if defined(LMX_AVX2) && defined(__AVXVNNI__)
+#define LMX_AVXVNNI 1 /* VEX-encoded vpdpbusd on 256-bit vectors */
+#endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define LMX_NEON 1
+#include <arm_neon.h>
+#endif
+#if defined(LMX_NEON) && defined(__ARM_FEATURE_DOTPROD)
+#define LMX_NEONDOT 1
 #endif
 
 #define LMX_API __attribute__((visibility("default")))

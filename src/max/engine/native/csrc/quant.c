@@ -232,3 +232,22 @@ LMX_API int lmx_quantize(int kind, const float *x, int64_t N, int64_t K, int64_t
         for (int64_t b = 0; b < nb; b++) q_block(kind, x + r * xs + b * 32, dst + (r * nb + b) * bb);
     return 0;
 }
+
+/* The SIMD paths compiled into this library, for reports and tests (0 = portable C only). */
+LMX_API const char *lmx_simd(void) {
+#if defined(LMX_AVX512VNNI)
+    return "avx512vnni";
+#elif defined(LMX_AVX512)
+    return "avx512";
+#elif defined(LMX_AVXVNNI)
+    return "avx2+avxvnni";
+#elif defined(LMX_AVX2)
+    return "avx2";
+#elif defined(LMX_NEONDOT)
+    return "neon+dotprod";
+#elif defined(LMX_NEON)
+    return "neon";
+#else
+    return "generic";
+#endif
+}
