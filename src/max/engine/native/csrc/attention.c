@@ -100,6 +100,10 @@ LMX_INLINE float dotf(const float *a, const float *b, int64_t n) {
     __m512 acc = _mm512_setzero_ps();
     for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
     s = _mm512_reduce_add_ps(acc);
+#elif defined(LMX_AVX2)
+    __m256 acc = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    s = lmx_hsum256(acc);
 #endif
     for (; i < n; i++) s += a[i] * b[i];
     return s;
@@ -110,6 +114,9 @@ LMX_INLINE void axpy(float *y, float a, const float *x, int64_t n) {
 #ifdef LMX_AVX512
     const __m512 va = _mm512_set1_ps(a);
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+#elif defined(LMX_AVX2)
+    const __m256 va = _mm256_set1_ps(a);
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
 #endif
     for (; i < n; i++) y[i] += a * x[i];
 }
@@ -128,6 +135,16 @@ static float exp_shift_sum(float *p, int64_t n, float mx) {
         acc = _mm512_add_ps(acc, e);
     }
     sum = _mm512_reduce_add_ps(acc);
+#elif defined(LMX_AVX2)
+    __m256 acc = _mm256_setzero_ps();
+    const __m256 vm = _mm256_set1_ps(mx);
+    for (; j + 8 <= n; j += 8) {
+        __m256 x = _mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(p + j), vm), _mm256_set1_ps(-88.0f));
+        __m256 e = lmx_exp2_ps256(_mm256_mul_ps(x, _mm256_set1_ps(1.4426950408889634f)));
+        _mm256_storeu_ps(p + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    sum = lmx_hsum256(acc);
 #endif
     for (; j < n; j++) {
         p[j] = expf(p[j] - mx);

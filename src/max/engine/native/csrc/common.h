@@ -130,6 +130,45 @@ LMX_INLINE __m512 lmx_exp2_ps(__m512 t) {
 }
 #endif
 
+#ifdef LMX_AVX2
+/* 2^t per lane for t in about [-127, 127] (the AVX2 form of lmx_exp2_ps): the same polynomial; the
+   integer part scales through the exponent field (2^-127 flushes to zero). */
+LMX_INLINE __m256 lmx_exp2_ps256(__m256 t) {
+    __m256 fi = _mm256_floor_ps(t);
+    __m256 f = _mm256_sub_ps(t, fi);
+    __m256 p = _mm256_set1_ps(1.535336188319500e-4f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339887440266574e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618437357674640e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550332471162809e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264791363012e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_max_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fi), _mm256_set1_epi32(127)), _mm256_setzero_si256());
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
+}
+#endif
+
+#ifdef LMX_AVX2
+LMX_INLINE float lmx_hsum256(__m256 v) { /* horizontal sum, a fixed order */
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+LMX_INLINE int32_t lmx_hsum256i(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Lanes i < n all ones (for masked loads of a tail of n < 8 floats). */
+LMX_INLINE __m256i lmx_tailmask256(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#endif
+
 LMX_INLINE uint16_t lmx_rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 
 /* GGML block kinds (values of gguf's GGMLQuantizationType). */

@@ -70,6 +70,45 @@ LMX_INLINE void drow(int kind, const uint8_t *w, const float *x, int64_t xs, int
     for (int i = 0; i < mb; i++) out[i * os] = _mm512_reduce_add_ps(acc[i]);
 }
 
+#elif defined(LMX_AVX2)
+/* The weight's 8 values at w + k (of kind) as float32, exactly widened; a tail of n < 8 reads only n. */
+LMX_INLINE __m256 wload8(int kind, const uint8_t *w, int64_t k, int64_t n) {
+    if (kind == LMX_F32) {
+        const float *wf = (const float *)w + k;
+        return n >= 8 ? _mm256_loadu_ps(wf) : _mm256_maskload_ps(wf, lmx_tailmask256(n));
+    }
+    __m128i h;
+    if (n >= 8) {
+        h = _mm_loadu_si128((const __m128i *)(w + 2 * k));
+    } else {
+        uint16_t t[8] = {0};
+        memcpy(t, w + 2 * k, (size_t)n * 2);
+        h = _mm_loadu_si128((const __m128i *)t);
+    }
+    if (kind == LMX_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
+LMX_INLINE void drow(int kind, const uint8_t *w, const float *x, int64_t xs, int64_t K,
+                     const int mb, float *out, int64_t os) {
+    __m256 acc[DMB];
+    for (int i = 0; i < mb; i++) acc[i] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        const __m256 wv = wload8(kind, w, k, 8);
+        for (int i = 0; i < mb; i++) acc[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i * xs + k), acc[i]);
+    }
+    if (k < K) {
+        const __m256i mk = lmx_tailmask256(K - k);
+        const __m256 wv = wload8(kind, w, k, K - k);
+        for (int i = 0; i < mb; i++) acc[i] = _mm256_fmadd_ps(wv, _mm256_maskload_ps(x + i * xs + k, mk), acc[i]);
+    }
+    for (int i = 0; i < mb; i++) out[i * os] = lmx_hsum256(acc[i]);
+}
+#endif
+
+#if defined(LMX_AVX512) || defined(LMX_AVX2)
+#define LMX_DENSE_SIMD 1
 #define DROWS(NM)                                                                                       \
     static void drows_##NM(int kind, const uint8_t *w, int64_t rb, int64_t r0, int64_t r1, const float *x, \
                            int64_t xs, int64_t K, float *y, int64_t ys) {                             \
@@ -80,7 +119,7 @@ DROWS(1) DROWS(2) DROWS(3) DROWS(4) DROWS(5) DROWS(6) DROWS(7) DROWS(8)
 
 static void drows(int kind, const uint8_t *w, int64_t rb, int64_t r0, int64_t r1, const float *x, int64_t xs,
                   int64_t M, int64_t K, float *y, int64_t ys, int force_scalar) {
-#ifdef LMX_AVX512
+#ifdef LMX_DENSE_SIMD
     if (!force_scalar) {
         /* More than DMB activation rows: walk the weight in chunks that stay in L2 (about 128 KiB)
            and run every block of activation rows over a chunk before the next, so the weight is

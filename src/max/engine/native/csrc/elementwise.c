@@ -17,6 +17,13 @@ LMX_API void lmx_rmsnorm(const float *x, int64_t M, int64_t K, int64_t xs, const
             acc = _mm512_fmadd_ps(v, v, acc);
         }
         ss = _mm512_reduce_add_ps(acc);
+#elif defined(LMX_AVX2)
+        __m256 acc = _mm256_setzero_ps();
+        for (; k + 8 <= K; k += 8) {
+            __m256 v = _mm256_loadu_ps(xr + k);
+            acc = _mm256_fmadd_ps(v, v, acc);
+        }
+        ss = lmx_hsum256(acc);
 #endif
         for (; k < K; k++) ss += xr[k] * xr[k];
         const float r = 1.0f / sqrtf(ss / (float)K + eps);
@@ -27,6 +34,13 @@ LMX_API void lmx_rmsnorm(const float *x, int64_t M, int64_t K, int64_t xs, const
             __m512 v = _mm512_mul_ps(_mm512_loadu_ps(xr + k), vr);
             if (w) v = _mm512_mul_ps(v, _mm512_loadu_ps(w + k));
             _mm512_storeu_ps(o + k, v);
+        }
+#elif defined(LMX_AVX2)
+        const __m256 vr = _mm256_set1_ps(r);
+        for (; k + 8 <= K; k += 8) {
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xr + k), vr);
+            if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + k));
+            _mm256_storeu_ps(o + k, v);
         }
 #endif
         for (; k < K; k++) o[k] = w ? xr[k] * r * w[k] : xr[k] * r;
@@ -78,6 +92,18 @@ LMX_API void lmx_glu(const float *gu, int64_t M, int64_t I, int64_t gs, int act,
                                                      _mm512_set1_ps(-1.4426950408889634f)));
                 __m512 s = _mm512_div_ps(x, _mm512_add_ps(one, e));
                 _mm512_storeu_ps(o + i, _mm512_mul_ps(s, _mm512_loadu_ps(u + i)));
+            }
+        }
+#elif defined(LMX_AVX2)
+        if (act == 0) {
+            const __m256 one = _mm256_set1_ps(1.0f);
+            for (; i + 8 <= I; i += 8) {
+                __m256 x = _mm256_loadu_ps(g + i);
+                __m256 e = lmx_exp2_ps256(_mm256_mul_ps(_mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)),
+                                                                      _mm256_set1_ps(-88.0f)),
+                                                        _mm256_set1_ps(-1.4426950408889634f)));
+                __m256 s = _mm256_div_ps(x, _mm256_add_ps(one, e));
+                _mm256_storeu_ps(o + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
             }
         }
 #endif

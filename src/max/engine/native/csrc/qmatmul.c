@@ -80,6 +80,35 @@ static void act_row(act_t *a, const float *x, int64_t m) {
         sx16[2 * b + 1] = d * (float)s1;
         sxb[b] = d * (float)(s0 + s1);
     }
+#elif defined(LMX_AVX2)
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    const __m256i hi = _mm256_set1_epi32(127), lo = _mm256_set1_epi32(-127);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (; b < nb; b++) {
+        const float *xb = x + b * 32;
+        __m256 v0 = _mm256_loadu_ps(xb), v1 = _mm256_loadu_ps(xb + 8), v2 = _mm256_loadu_ps(xb + 16),
+               v3 = _mm256_loadu_ps(xb + 24);
+        __m256 mx = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v0, absmask), _mm256_and_ps(v1, absmask)),
+                                  _mm256_max_ps(_mm256_and_ps(v2, absmask), _mm256_and_ps(v3, absmask)));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        const float amax = _mm_cvtss_f32(h);
+        const float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i i0 = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v0, vid)), hi), lo);
+        __m256i i1 = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v1, vid)), hi), lo);
+        __m256i i2 = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v2, vid)), hi), lo);
+        __m256i i3 = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v3, vid)), hi), lo);
+        /* packs interleave 128-bit lanes: [i0 0-3, i1 0-3, i2 0-3, i3 0-3 | i0 4-7, ...] -> element order */
+        __m256i q8 = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+        _mm256_storeu_si256((__m256i *)(q + b * 32), _mm256_permutevar8x32_epi32(q8, order));
+        const int s0 = lmx_hsum256i(_mm256_add_epi32(i0, i1)), s1 = lmx_hsum256i(_mm256_add_epi32(i2, i3));
+        dxb[b] = d;
+        sx16[2 * b] = d * (float)s0;
+        sx16[2 * b + 1] = d * (float)s1;
+        sxb[b] = d * (float)(s0 + s1);
+    }
 #endif
     for (; b < nb; b++) {
         const float *xb = x + b * 32;
@@ -435,6 +464,55 @@ static void rows_avx512(int kind, const uint8_t *w, int64_t row_bytes, int64_t r
         }
     }
 }
+#elif defined(LMX_AVX2)
+/* AVX2: each block is decoded once into unsigned codes and per-16 scale/offset (decode_block), then
+ * every activation row of the tile takes exact 16-value integer sums of it (codes widened to 16
+ * bits, vpmaddwd) scaled into 8 float lanes; one horizontal sum per output. */
+#define MB 4
+
+LMX_INLINE void row_avx2(int kind, const uint8_t *wr, const act_t *a, int64_t m0, const int mb, float *out,
+                         int64_t out_stride) {
+    __m256 acc[MB];
+    float offs[MB];
+    for (int i = 0; i < mb; i++) { acc[i] = _mm256_setzero_ps(); offs[i] = 0.0f; }
+    const int64_t be = lmx_block_elems(kind), bb = lmx_block_bytes(kind), nblk = a->K / be, KP = a->KP, BP = a->BP;
+    uint8_t u[256];
+    float s[16], o[16];
+    for (int64_t bl = 0; bl < nblk; bl++) {
+        decode_block(kind, wr + bl * bb, u, s, o);
+        for (int64_t g = 0; g < be / 16; g++) {
+            const int64_t e0 = bl * be + g * 16;
+            const __m256i w16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(u + g * 16)));
+            for (int i = 0; i < mb; i++) {
+                const int8_t *xq = a->xq + (m0 + i) * KP;
+                const __m256i p = _mm256_madd_epi16(w16, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xq + e0))));
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(s[g] * a->dxb[(m0 + i) * BP + e0 / 32]), acc[i]);
+                offs[i] += o[g] * a->sx16[(m0 + i) * 2 * BP + e0 / 16];
+            }
+        }
+    }
+    for (int i = 0; i < mb; i++) out[i * out_stride] = lmx_hsum256(acc[i]) + offs[i];
+}
+
+#define ROWS_MB(NM)                                                                                  \
+    static void rows_mb##NM(int kind, const uint8_t *w, int64_t row_bytes, int64_t r0, int64_t r1,       \
+                            const act_t *a, int64_t m0, float *y, int64_t y_stride) {                   \
+        for (int64_t r = r0; r < r1; r++) row_avx2(kind, w + r * row_bytes, a, m0, NM, y + m0 * y_stride + r, y_stride); \
+    }
+ROWS_MB(1) ROWS_MB(2) ROWS_MB(3) ROWS_MB(4)
+
+static void rows_avx2(int kind, const uint8_t *w, int64_t row_bytes, int64_t r0, int64_t r1, const act_t *a,
+                      float *y, int64_t y_stride) {
+    for (int64_t m0 = 0; m0 < a->M; m0 += MB) {
+        const int mb = (int)(a->M - m0 < MB ? a->M - m0 : MB);
+        switch (mb) {
+        case 1: rows_mb1(kind, w, row_bytes, r0, r1, a, m0, y, y_stride); break;
+        case 2: rows_mb2(kind, w, row_bytes, r0, r1, a, m0, y, y_stride); break;
+        case 3: rows_mb3(kind, w, row_bytes, r0, r1, a, m0, y, y_stride); break;
+        default: rows_mb4(kind, w, row_bytes, r0, r1, a, m0, y, y_stride); break;
+        }
+    }
+}
 #endif
 
 static int quant_kind(int kind) {
@@ -450,6 +528,8 @@ static void run_rows(int kind, const uint8_t *w, int64_t row_bytes, int64_t r0, 
                      float *y, int64_t y_stride, int force_scalar) {
 #ifdef LMX_AVX512VNNI
     if (!force_scalar) { rows_avx512(kind, w, row_bytes, r0, r1, a, y, y_stride); return; }
+#elif defined(LMX_AVX2)
+    if (!force_scalar) { rows_avx2(kind, w, row_bytes, r0, r1, a, y, y_stride); return; }
 #endif
     (void)force_scalar;
     rows_scalar(kind, w, row_bytes, r0, r1, a, y, y_stride);

@@ -446,6 +446,185 @@ LMX_INLINE void group_avx512(int kind, const uint8_t *g, int64_t K, const pact_t
     for (int i = 0; i < mb; i++) _mm512_storeu_ps(y + i * ys, acc[i]);
 }
 
+#elif defined(LMX_AVX2)
+/* AVX2 (+ AVX-VNNI): a 64-byte vector of the layout is two 32-byte halves, rows 0-7 and 8-15; each
+ * half is run over every activation row before the next, so 8 code vectors stay in registers. */
+#define PMB 4
+
+LMX_INLINE __m256i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* The 8 code vectors (k-groups 0..7) of one half of a 32-value block: nibbles (+ Q5 high bits at hb,
+ * + Q6 2-bit planes at pl), each pointer already offset to the half. */
+LMX_INLINE void unpack_nib(const uint8_t *o, const uint8_t *hb, const uint8_t *pl, __m256i c[8]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int j = 0; j < 4; j++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(o + 64 * j));
+        c[2 * j] = _mm256_and_si256(v, m4);
+        c[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+    if (hb) { /* bit g of each byte -> bit 4 of k-group g's codes */
+        const __m256i h = _mm256_loadu_si256((const __m256i *)hb);
+        c[0] = _mm256_or_si256(c[0], _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(0x01)), 4));
+        c[1] = _mm256_or_si256(c[1], _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(0x02)), 3));
+        c[2] = _mm256_or_si256(c[2], _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(0x04)), 2));
+        c[3] = _mm256_or_si256(c[3], _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(0x08)), 1));
+        c[4] = _mm256_or_si256(c[4], _mm256_and_si256(h, _mm256_set1_epi8(0x10)));
+        c[5] = _mm256_or_si256(c[5], _mm256_srli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(0x20)), 1));
+        c[6] = _mm256_or_si256(c[6], _mm256_srli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(0x40)), 2));
+        c[7] = _mm256_or_si256(c[7], _mm256_srli_epi16(_mm256_and_si256(h, _mm256_set1_epi8((char)0x80)), 3));
+    }
+    if (pl) { /* 2-bit fields (bits 2h..2h+1 of plane p) -> bits 4..5 of k-group 4p + h */
+        const __m256i p0 = _mm256_loadu_si256((const __m256i *)pl), p1 = _mm256_loadu_si256((const __m256i *)(pl + 64));
+        const __m256i m0 = _mm256_set1_epi8(0x03), m1 = _mm256_set1_epi8(0x0C), m2 = _mm256_set1_epi8(0x30),
+                      m3 = _mm256_set1_epi8((char)0xC0);
+        c[0] = _mm256_or_si256(c[0], _mm256_slli_epi16(_mm256_and_si256(p0, m0), 4));
+        c[1] = _mm256_or_si256(c[1], _mm256_slli_epi16(_mm256_and_si256(p0, m1), 2));
+        c[2] = _mm256_or_si256(c[2], _mm256_and_si256(p0, m2));
+        c[3] = _mm256_or_si256(c[3], _mm256_srli_epi16(_mm256_and_si256(p0, m3), 2));
+        c[4] = _mm256_or_si256(c[4], _mm256_slli_epi16(_mm256_and_si256(p1, m0), 4));
+        c[5] = _mm256_or_si256(c[5], _mm256_slli_epi16(_mm256_and_si256(p1, m1), 2));
+        c[6] = _mm256_or_si256(c[6], _mm256_and_si256(p1, m2));
+        c[7] = _mm256_or_si256(c[7], _mm256_srli_epi16(_mm256_and_si256(p1, m3), 2));
+    }
+}
+
+/* Per lane (row): sum over k-groups c[0..n-1] of 4 unsigned codes times 4 activation codes at x.
+ * Without VNNI, vpmaddubsw pairs are summed in 16 bits over `run` k-groups before widening: the
+ * callers pick run so that no sum can overflow (codes < 16: 8, < 32: 4, < 64: 2). */
+LMX_INLINE __m256i udot(const __m256i *c, const int8_t *x, const int n, const int run) {
+#ifdef LMX_AVXVNNI
+    (void)run;
+    __m256i s = _mm256_setzero_si256(), t = _mm256_setzero_si256();
+    for (int i = 0; i + 1 < n; i += 2) {
+        s = _mm256_dpbusd_avx_epi32(s, c[i], bcast4(x + 4 * i));
+        t = _mm256_dpbusd_avx_epi32(t, c[i + 1], bcast4(x + 4 * i + 4));
+    }
+    return _mm256_add_epi32(s, t);
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s = _mm256_setzero_si256();
+    for (int i0 = 0; i0 < n; i0 += run) {
+        __m256i p = _mm256_maddubs_epi16(c[i0], bcast4(x + 4 * i0));
+        for (int i = i0 + 1; i < i0 + run; i++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(c[i], bcast4(x + 4 * i)));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+    }
+    return s;
+#endif
+}
+
+#ifndef LMX_AVXVNNI
+/* Q8_0 without VNNI: codes are stored + 128 (up to 255, whose pair products overflow vpmaddubsw), so
+ * the signed code s = c ^ 0x80 is used as |s| times x with s's sign: sum(s * x), exact. */
+LMX_INLINE __m256i sdot8(const __m256i *c, const int8_t *x) {
+    const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+    __m256i s = _mm256_setzero_si256();
+    for (int i = 0; i < 8; i++) {
+        const __m256i sc = _mm256_xor_si256(c[i], flip);
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(sc, sc),
+                                                                       _mm256_sign_epi8(bcast4(x + 4 * i), sc)), ones));
+    }
+    return s;
+}
+#endif
+
+LMX_INLINE __m256 cvt8_u8(const uint8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
+LMX_INLINE __m256 cvt8_i8(const uint8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
+LMX_INLINE __m256 cvt8_h(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+/* One group of 16 rows against activation rows m0 .. m0 + mb - 1; results to y[m * ys + 0..15]. */
+LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *a, int64_t m0, const int mb,
+                           float *y, int64_t ys) {
+    __m256 acc[PMB][2];
+    for (int i = 0; i < mb; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    const int64_t ue = unit_elems(kind), ub = unit_bytes(kind), nu = K / ue;
+    const int8_t *xq = a->xq + m0 * a->KP;
+    const float *dxb = a->dxb + m0 * a->BP, *sxb = a->sxb + m0 * a->BP, *sx16 = a->sx16 + m0 * 2 * a->BP;
+    const int64_t KP = a->KP, BP = a->BP;
+    __m256i c[8];
+    if (ue == 32) {
+        const int five = kind == LMX_Q5_0 || kind == LMX_Q5_1, q8 = kind == LMX_Q8_0;
+        const int64_t doff = q8 ? 512 : five ? 320 : 256;
+        const int has_m = kind == LMX_Q4_1 || kind == LMX_Q5_1;
+        const float cneg = kind == LMX_Q4_0 ? -8.0f : kind == LMX_Q5_0 ? -16.0f : -128.0f;
+        for (int64_t b = 0; b < nu; b++) {
+            const uint8_t *o = g + b * ub;
+            for (int h = 0; h < 2; h++) {
+                if (q8)
+                    for (int q = 0; q < 8; q++) c[q] = _mm256_loadu_si256((const __m256i *)(o + 64 * q + 32 * h));
+                else
+                    unpack_nib(o + 32 * h, five ? o + 256 + 32 * h : NULL, NULL, c);
+                const __m256 d = cvt8_h(o + doff + 16 * h);
+                const __m256 off = has_m ? cvt8_h(o + doff + 32 + 16 * h) : _mm256_mul_ps(d, _mm256_set1_ps(cneg));
+                for (int i = 0; i < mb; i++) {
+                    const int8_t *x = xq + i * KP + b * 32;
+#ifdef LMX_AVXVNNI
+                    const __m256i is = udot(c, x, 8, 8);
+#else
+                    const __m256i is = q8 ? sdot8(c, x) : udot(c, x, 8, five ? 4 : 8);
+#endif
+                    acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, _mm256_set1_ps(dxb[i * BP + b])),
+                                                acc[i][h]);
+#ifndef LMX_AVXVNNI
+                    if (q8) continue; /* sdot8 summed the signed codes: no offset */
+#endif
+                    acc[i][h] = _mm256_fmadd_ps(off, _mm256_set1_ps(sxb[i * BP + b]), acc[i][h]);
+                }
+            }
+        }
+    } else if (kind == LMX_Q6_K) {
+        for (int64_t u = 0; u < nu; u++) {
+            const uint8_t *o = g + u * ub;
+            for (int h = 0; h < 2; h++) {
+                const __m256 d = cvt8_h(o + 16 * h);
+                for (int s = 0; s < 8; s++) {
+                    const uint8_t *so = o + 288 + s * 384;
+                    unpack_nib(so + 32 * h, NULL, so + 256 + 32 * h, c);
+                    const __m256 s0 = _mm256_mul_ps(d, cvt8_i8(o + 32 + 16 * (2 * s) + 8 * h));
+                    const __m256 s1 = _mm256_mul_ps(d, cvt8_i8(o + 32 + 16 * (2 * s + 1) + 8 * h));
+                    for (int i = 0; i < mb; i++) {
+                        const int8_t *x = xq + i * KP + u * 256 + s * 32;
+                        const __m256i a0 = udot(c, x, 4, 2), a1 = udot(c + 4, x + 16, 4, 2);
+                        const __m256 dx = _mm256_set1_ps(dxb[i * BP + u * 8 + s]);
+                        const float *x16 = sx16 + i * 2 * BP + u * 16 + 2 * s;
+                        /* value = s * (code - 32): offset -32 s times the sum of the 16 values */
+                        acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), _mm256_mul_ps(s0, dx), acc[i][h]);
+                        acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), _mm256_mul_ps(s1, dx), acc[i][h]);
+                        acc[i][h] = _mm256_fmadd_ps(s0, _mm256_set1_ps(-32.0f * x16[0]), acc[i][h]);
+                        acc[i][h] = _mm256_fmadd_ps(s1, _mm256_set1_ps(-32.0f * x16[1]), acc[i][h]);
+                    }
+                }
+            }
+        }
+    } else { /* Q4_K, Q5_K */
+        const int five = kind == LMX_Q5_K;
+        for (int64_t u = 0; u < nu; u++) {
+            const uint8_t *o = g + u * ub;
+            for (int h = 0; h < 2; h++) {
+                const __m256 d = cvt8_h(o + 16 * h), dmin = cvt8_h(o + 32 + 16 * h);
+                for (int s = 0; s < 8; s++) {
+                    const uint8_t *so = o + 320 + s * (five ? 320 : 256);
+                    unpack_nib(so + 32 * h, five ? so + 256 + 32 * h : NULL, NULL, c);
+                    const __m256 dd = _mm256_mul_ps(d, cvt8_u8(o + 64 + 16 * s + 8 * h));
+                    const __m256 dm = _mm256_mul_ps(dmin, cvt8_u8(o + 192 + 16 * s + 8 * h));
+                    for (int i = 0; i < mb; i++) {
+                        const __m256i is = udot(c, xq + i * KP + u * 256 + s * 32, 8, five ? 4 : 8);
+                        acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is),
+                                                    _mm256_mul_ps(dd, _mm256_set1_ps(dxb[i * BP + u * 8 + s])), acc[i][h]);
+                        acc[i][h] = _mm256_fnmadd_ps(dm, _mm256_set1_ps(sxb[i * BP + u * 8 + s]), acc[i][h]);
+                    }
+                }
+            }
+        }
+    }
+    for (int i = 0; i < mb; i++) {
+        _mm256_storeu_ps(y + i * ys, acc[i][0]);
+        _mm256_storeu_ps(y + i * ys + 8, acc[i][1]);
+    }
+}
 #endif
 
 /* Packed matmul of one weight: rows [g0*16, g1*16) for all M rows into y (columns of this weight). */
@@ -456,19 +635,26 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
     for (int64_t gi = g0; gi < g1; gi++) {
         const uint8_t *g = p + gi * gbytes;
         const int64_t rows = N - gi * GR < GR ? N - gi * GR : GR;
+#if defined(LMX_AVX512VNNI) || defined(LMX_AVX2)
 #ifdef LMX_AVX512VNNI
+#define GROUP_SIMD group_avx512
+#else
+#define GROUP_SIMD group_avx2
+#endif
         if (!force_scalar) {
             for (int64_t m0 = 0; m0 < M; m0 += PMB) {
                 const int mb = (int)(M - m0 < PMB ? M - m0 : PMB);
-                switch (mb) {
-                case 1: group_avx512(kind, g, K, a, m0, 1, out16, GR); break;
-                case 2: group_avx512(kind, g, K, a, m0, 2, out16, GR); break;
-                case 3: group_avx512(kind, g, K, a, m0, 3, out16, GR); break;
-                case 4: group_avx512(kind, g, K, a, m0, 4, out16, GR); break;
-                case 5: group_avx512(kind, g, K, a, m0, 5, out16, GR); break;
-                case 6: group_avx512(kind, g, K, a, m0, 6, out16, GR); break;
-                case 7: group_avx512(kind, g, K, a, m0, 7, out16, GR); break;
-                default: group_avx512(kind, g, K, a, m0, 8, out16, GR); break;
+                switch (mb) { /* a constant mb per call: the accumulators stay in registers */
+                case 1: GROUP_SIMD(kind, g, K, a, m0, 1, out16, GR); break;
+                case 2: GROUP_SIMD(kind, g, K, a, m0, 2, out16, GR); break;
+                case 3: GROUP_SIMD(kind, g, K, a, m0, 3, out16, GR); break;
+#if PMB > 4
+                case 4: GROUP_SIMD(kind, g, K, a, m0, 4, out16, GR); break;
+                case 5: GROUP_SIMD(kind, g, K, a, m0, 5, out16, GR); break;
+                case 6: GROUP_SIMD(kind, g, K, a, m0, 6, out16, GR); break;
+                case 7: GROUP_SIMD(kind, g, K, a, m0, 7, out16, GR); break;
+#endif
+                default: GROUP_SIMD(kind, g, K, a, m0, PMB, out16, GR); break;
                 }
                 for (int i = 0; i < mb; i++) memcpy(y + (m0 + i) * ys + gi * GR, out16 + i * GR, (size_t)rows * 4);
             }
