@@ -8,8 +8,17 @@ the quantised path against the same GGUF dequantised to float32, measured as lla
 tool does: over 512 teacher-forced positions of a fixed English text, the mean KL divergence of the
 next-token distributions and the top-1 agreement.
 
+The native kernels come in one variant per ISA (avx512, avxvnni, avx2, neondot, neon, generic); the
+header names this CPU's SIMD features and the variant each libremax row ran.  ``--isa all`` runs every
+libremax engine (and the accuracy check) once per variant this CPU can execute, each beside the same
+llama.cpp and transformers rows; ``--isa avx2`` forces one (on an AVX-512 host that measures the AVX2
+path; compare it with a llama.cpp built without AVX-512:
+``CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" pip install llama-cpp-python``;
+the features llama.cpp was built with are printed too).
+
 Run: .venv/bin/python bench/generate.py [--model-path FILE.gguf] [--new-tokens 64] [--threads N]
          [--engines libremax:quantized,libremax:bfloat16,libremax:float32,llama.cpp,transformers]
+         [--isa native|all|avx2,avx512,...]
 llama.cpp's column needs `pip install llama-cpp-python` (it compiles from source, a few minutes).
 For a fair figure run it on a quiet machine (other processes' threads compete for the same cores;
 `chrt -f 20` gives the benchmark priority on a shared Linux box).
@@ -33,6 +42,15 @@ BATCH_PROMPTS = [f"Write one sentence about the number {i}:" for i in range(16)]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def cpu_isa() -> str:
+    """This CPU's SIMD features that matter to the kernels (as `grep -o -w 'avx512[a-z_]*|avx2' /proc/cpuinfo`)."""
+    from max.engine.native.build import cpu_features
+
+    keep = sorted(f for f in cpu_features() if f.startswith("avx512") or f in ("avx2", "avx_vnni", "fma", "f16c",
+                                                                               "asimd", "asimddp", "i8mm"))
+    return " ".join(keep) or "no SIMD features reported"
 
 
 def peak_rss_mb() -> float:
@@ -88,8 +106,10 @@ def run_libremax(path: str, encoding: str, n: int, prompt_tokens: int, threads: 
     b1 = run([SHORT_PROMPT], n)
     b16 = run(BATCH_PROMPTS, n)
     text = llm.generate([SHORT_PROMPT], max_new_tokens=16)[0]
+    from max.engine import native
+
     return {"load_s": load, "ttft_s": ttft, "tpot_s": b1["tpot"], "tok_s_b1": 1.0 / b1["tpot"],
-            "tok_s_b16": b16["tok_s"], "peak_rss_mb": peak_rss_mb(), "sample": text}
+            "tok_s_b16": b16["tok_s"], "peak_rss_mb": peak_rss_mb(), "sample": text, "isa": native.isa()}
 
 
 def run_llama_cpp(path: str, n: int, prompt_tokens: int, threads: int) -> dict:
@@ -114,8 +134,18 @@ def run_llama_cpp(path: str, n: int, prompt_tokens: int, threads: int) -> dict:
     total = complete(SHORT_PROMPT, n)
     tpot = (total - first) / (n - 1)
     text = llm.create_completion(SHORT_PROMPT, max_tokens=16, temperature=0.0, top_k=1)["choices"][0]["text"]
+    try:
+        import llama_cpp
+
+        info = llama_cpp.llama_print_system_info().decode()
+        feats = sorted({f.split("=")[0].strip().lower() for f in info.replace("|", ";").split(";")
+                        if "=" in f and f.split("=")[1].strip() == "1"
+                        and f.split("=")[0].strip().lower().startswith(("avx", "f16c", "fma", "neon", "dotprod"))})
+        isa = "+".join(feats) or "?"
+    except Exception:  # noqa: BLE001 - older bindings
+        isa = "?"
     return {"load_s": load, "ttft_s": ttft, "tpot_s": tpot, "tok_s_b1": 1.0 / tpot, "tok_s_b16": None,
-            "peak_rss_mb": peak_rss_mb(), "sample": text}
+            "peak_rss_mb": peak_rss_mb(), "sample": text, "isa": isa}
 
 
 def run_transformers(path: str, n: int, prompt_tokens: int, threads: int) -> dict:
@@ -184,12 +214,16 @@ def worker(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(res))
 
 
-def spawn(engine: str, args: argparse.Namespace) -> dict | None:
+def spawn(engine: str, args: argparse.Namespace, isa: str | None = None) -> dict | None:
+    """Run one engine in its own process; ``isa`` forces the native kernel variant there."""
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", engine, "--model-path", args.model_path,
            "--new-tokens", str(args.new_tokens), "--prompt-tokens", str(args.prompt_tokens),
            "--threads", str(args.threads), "--kl-positions", str(args.kl_positions)]
-    print(f"[bench] {engine} ...", file=sys.stderr, flush=True)
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ)
+    if isa:
+        env["LIBREMAX_NATIVE_ISA"] = isa
+    print(f"[bench] {engine}{' @ ' + isa if isa else ''} ...", file=sys.stderr, flush=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     for line in r.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
@@ -206,6 +240,9 @@ def main() -> None:
     ap.add_argument("--engines", default="libremax:quantized,libremax:bfloat16,libremax:float32,llama.cpp,transformers")
     ap.add_argument("--kl-positions", type=int, default=512)
     ap.add_argument("--no-accuracy", action="store_true")
+    ap.add_argument("--isa", default="native",
+                    help="native kernel variant(s) for the libremax rows: 'native' (the best this CPU runs), "
+                         "'all' (every variant it can run), or a comma list (avx512,avxvnni,avx2,neondot,neon,generic)")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -220,49 +257,68 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
+    from max.engine.native import build
+
+    runnable = build.runnable()
+    if args.isa == "all":
+        isas = runnable
+    elif args.isa in ("native", "auto"):
+        isas = [build.choose("native")]
+    else:
+        isas = [v.strip() for v in args.isa.split(",") if v.strip()]
+        for v in isas:
+            build.choose(v)  # a clear error for a variant this CPU cannot run
     engines = [e for e in args.engines.split(",") if e]
     if "llama.cpp" in engines and importlib.util.find_spec("llama_cpp") is None:
         print("[bench] llama-cpp-python is not installed: no llama.cpp column (pip install llama-cpp-python)",
               file=sys.stderr)
         engines.remove("llama.cpp")
-    results = {e: spawn(e, args) for e in engines}
-    acc = None if args.no_accuracy else spawn("accuracy", args)
+    results: dict[str, dict | None] = {}
+    for e in engines:
+        if e.startswith("libremax:"):
+            for v in isas:
+                results[f"{e} @{v}"] = spawn(e, args, v)
+        else:
+            results[e] = spawn(e, args)
+    accs = {} if args.no_accuracy else {v: spawn("accuracy", args, v) for v in isas}
     sys.path.insert(0, HERE)
     from _common import table
 
     rows = []
     for name, r in results.items():
         if r is None:
-            rows.append((name, "failed", "", "", "", "", ""))
+            rows.append((name, "failed", "", "", "", "", "", ""))
             continue
-        rows.append((name, f"{r['load_s']:.2f} s", f"{r['ttft_s'] * 1e3:.0f} ms", f"{r['tpot_s'] * 1e3:.2f} ms",
-                     f"{r['tok_s_b1']:.1f}", f"{r['tok_s_b16']:.1f}" if r["tok_s_b16"] else "-",
-                     f"{r['peak_rss_mb']:.0f} MB"))
+        rows.append((name, r.get("isa", "-"), f"{r['load_s']:.2f} s", f"{r['ttft_s'] * 1e3:.0f} ms",
+                     f"{r['tpot_s'] * 1e3:.2f} ms", f"{r['tok_s_b1']:.1f}",
+                     f"{r['tok_s_b16']:.1f}" if r["tok_s_b16"] else "-", f"{r['peak_rss_mb']:.0f} MB"))
     table(f"{os.path.basename(args.model_path)}: {args.new_tokens} new tokens, TTFT of a {args.prompt_tokens}-token "
-          f"prompt, {args.threads} threads", rows,
-          ("engine", "load", "TTFT", "TPOT b1", "tok/s b1", "tok/s b16", "peak RSS"))
-    q = results.get("libremax:quantized")
+          f"prompt, {args.threads} threads; CPU: {cpu_isa()}", rows,
+          ("engine", "kernels", "load", "TTFT", "TPOT b1", "tok/s b1", "tok/s b16", "peak RSS"))
     lc = results.get("llama.cpp")
     hf = results.get("transformers")
-    f32 = results.get("libremax:float32")
-    if q and lc:
-        print(f"\nquantised vs llama.cpp: decode {q['tok_s_b1'] / lc['tok_s_b1']:.2f}x tok/s (target >= 1.0), "
-              f"TTFT {q['ttft_s'] / lc['ttft_s']:.2f}x (target <= 1.0), peak RSS {q['peak_rss_mb'] / lc['peak_rss_mb']:.2f}x "
-              f"(target <= 1.5); batch-16 aggregate {q['tok_s_b16'] / lc['tok_s_b1']:.1f}x llama.cpp's batch 1 "
-              "(target >= 4)")
-    if f32 and hf:
-        print(f"float32 vs transformers: batch 1 {f32['tok_s_b1'] / hf['tok_s_b1']:.2f}x (target >= 1.6), "
-              f"batch 16 {f32['tok_s_b16'] / hf['tok_s_b16']:.2f}x (target >= 1.2)")
-    if acc:
-        print(f"accuracy (quantised vs float32, {acc['positions']} teacher-forced positions): mean KL "
-              f"{acc['mean_kl']:.5f} (target < 0.01), top-1 agreement {acc['top1'] * 100:.2f}% (target >= 97%)")
+    for v in isas:
+        q = results.get(f"libremax:quantized @{v}")
+        f32 = results.get(f"libremax:float32 @{v}")
+        if q and lc:
+            print(f"\n[{v}] quantised vs llama.cpp ({lc.get('isa', '?')}): decode {q['tok_s_b1'] / lc['tok_s_b1']:.2f}x "
+                  f"tok/s (target >= 1.0), TTFT {q['ttft_s'] / lc['ttft_s']:.2f}x (target <= 1.0), peak RSS "
+                  f"{q['peak_rss_mb'] / lc['peak_rss_mb']:.2f}x (target <= 1.5); batch-16 aggregate "
+                  f"{q['tok_s_b16'] / lc['tok_s_b1']:.1f}x llama.cpp's batch 1 (target >= 4)")
+        if f32 and hf:
+            print(f"[{v}] float32 vs transformers: batch 1 {f32['tok_s_b1'] / hf['tok_s_b1']:.2f}x (target >= 1.6), "
+                  f"batch 16 {f32['tok_s_b16'] / hf['tok_s_b16']:.2f}x (target >= 1.2)")
+        acc = accs.get(v)
+        if acc:
+            print(f"[{v}] accuracy (quantised vs float32, {acc['positions']} teacher-forced positions): mean KL "
+                  f"{acc['mean_kl']:.5f} (target <= 0.003), top-1 agreement {acc['top1'] * 100:.2f}%")
     for name, r in results.items():
         if r and r.get("sample"):
             print(f"  {name}: {SHORT_PROMPT!r} -> {r['sample'][:70]!r}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"results": results, "accuracy": acc, "model": args.model_path, "threads": args.threads}, f,
-                      indent=1)
+            json.dump({"results": results, "accuracy": accs, "model": args.model_path, "threads": args.threads,
+                       "cpu": cpu_isa()}, f, indent=1)
 
 
 if __name__ == "__main__":

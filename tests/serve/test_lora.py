@@ -140,4 +140,4 @@ def test_prefix_cache_pages_are_not_shared_across_adapters(lora_server):
             out = srv.refs[ref].generate(torch.as_tensor([ids]), max_new_tokens=4, do_sample=False,
                                          eos_token_id=None, pad_token_id=0)
         want = srv.tokenizer.decode_sync(out[0, len(ids):].tolist(), skip_special_tokens=True)
-        assert got == want.rstrip("\ufffd"), model  # the server holds back an incomplete UTF-8 character
+        assert got == want, model  # the last step flushes even an incomplete UTF-8 character

@@ -276,8 +276,8 @@ class TokenGenerationScheduler:
                 self._hook("inter_token", (now - e.t_last) / len(tokens))
             e.t_last = now
         e.generated.extend(tokens)
-        text = e.text + self._detokenize(e)
         done = status.is_done
+        text = e.text + self._detokenize(e, final=done)
         reason = None
         if done:
             reason = "length" if status == GenerationStatus.MAXIMUM_LENGTH else "stop"
@@ -314,9 +314,12 @@ class TokenGenerationScheduler:
         except Exception:  # noqa: BLE001 - a broken consumer must not stop the scheduler
             logger.exception("output callback for %s failed", ctx.request_id)
 
-    def _detokenize(self, e: _Entry) -> str:
+    def _detokenize(self, e: _Entry, final: bool = False) -> str:
         """Text added by the newest tokens: decodes only a short window (``prefix_off..``), so a step
-        costs O(new tokens), and waits while the window ends in an incomplete UTF-8 sequence."""
+        costs O(new tokens), and waits while the window ends in an incomplete UTF-8 sequence -- except
+        on the request's last step (``final``), which flushes whatever is left: a step that brings
+        several tokens at once (speculative decoding) must not lose their text when the last of them
+        is a partial character."""
         gen = e.generated
         if len(gen) == e.read_off:
             return ""
@@ -324,7 +327,7 @@ class TokenGenerationScheduler:
         skip = e.skip_special_tokens
         before = dec(gen[e.prefix_off:e.read_off], skip_special_tokens=skip) if e.read_off > e.prefix_off else ""
         now = dec(gen[e.prefix_off:], skip_special_tokens=skip)
-        if len(now) > len(before) and not now.endswith("\ufffd"):
+        if len(now) > len(before) and (final or not now.endswith("\ufffd")):
             e.prefix_off, e.read_off = e.read_off, len(gen)
             return now[len(before):]
         return ""
