@@ -51,7 +51,7 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...], frozenset[str]]] = {
     "avx2": ("x86_64", ("-march=x86-64-v3", "-mtune=generic"), frozenset({"avx2", "fma", "f16c", "bmi2"})),
     "neondot": ("aarch64", ("-march=armv8.2-a+dotprod",), frozenset({"asimd", "asimddp"})),
     "neon": ("aarch64", ("-march=armv8-a",), frozenset({"asimd"})),
-    "generic": ("any", (), frozenset()),
+    "generic": ("any", ("-DLMX_PORTABLE",), frozenset()),  # no SIMD paths (NEON is on by default on AArch64)
 }
 ALIASES = ("native", "auto")
 

@@ -21,8 +21,9 @@
 #include <omp.h>
 #endif
 
-/* The variant being compiled (build.py passes explicit target flags, one library per variant). */
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+/* The variant being compiled (build.py passes explicit target flags, one library per variant);
+   LMX_PORTABLE (the generic variant) compiles none of the SIMD paths, whatever the target has. */
+#if !defined(LMX_PORTABLE) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define LMX_AVX512 1
 #include <immintrin.h>
 #endif
@@ -32,14 +33,14 @@
 #if defined(LMX_AVX512) && defined(__AVX512BF16__)
 #define LMX_AVX512BF16 1
 #endif
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if !defined(LMX_PORTABLE) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define LMX_AVX2 1
 #include <immintrin.h>
 #endif
 #if defined(LMX_AVX2) && defined(__AVXVNNI__)
 #define LMX_AVXVNNI 1 /* VEX-encoded vpdpbusd on 256-bit vectors */
 #endif
-#if defined(__aarch64__) && defined(__ARM_NEON)
+#if !defined(LMX_PORTABLE) && defined(__aarch64__) && defined(__ARM_NEON)
 #define LMX_NEON 1
 #include <arm_neon.h>
 #endif
