@@ -17,6 +17,14 @@ LMX_API void lmx_rmsnorm(const float *x, int64_t M, int64_t K, int64_t xs, const
             acc = _mm512_fmadd_ps(v, v, acc);
         }
         ss = _mm512_reduce_add_ps(acc);
+#elif defined(LMX_NEON)
+        float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0;
+        for (; k + 8 <= K; k += 8) {
+            const float32x4_t v0 = vld1q_f32(xr + k), v1 = vld1q_f32(xr + k + 4);
+            a0 = vfmaq_f32(a0, v0, v0);
+            a1 = vfmaq_f32(a1, v1, v1);
+        }
+        ss = vaddvq_f32(vaddq_f32(a0, a1));
 #endif
         for (; k < K; k++) ss += xr[k] * xr[k];
         const float r = 1.0f / sqrtf(ss / (float)K + eps);
@@ -27,6 +35,12 @@ LMX_API void lmx_rmsnorm(const float *x, int64_t M, int64_t K, int64_t xs, const
             __m512 v = _mm512_mul_ps(_mm512_loadu_ps(xr + k), vr);
             if (w) v = _mm512_mul_ps(v, _mm512_loadu_ps(w + k));
             _mm512_storeu_ps(o + k, v);
+        }
+#elif defined(LMX_NEON)
+        for (; k + 4 <= K; k += 4) {
+            float32x4_t v = vmulq_n_f32(vld1q_f32(xr + k), r);
+            if (w) v = vmulq_f32(v, vld1q_f32(w + k));
+            vst1q_f32(o + k, v);
         }
 #endif
         for (; k < K; k++) o[k] = w ? xr[k] * r * w[k] : xr[k] * r;
@@ -78,6 +92,22 @@ LMX_API void lmx_glu(const float *gu, int64_t M, int64_t I, int64_t gs, int act,
                                                      _mm512_set1_ps(-1.4426950408889634f)));
                 __m512 s = _mm512_div_ps(x, _mm512_add_ps(one, e));
                 _mm512_storeu_ps(o + i, _mm512_mul_ps(s, _mm512_loadu_ps(u + i)));
+            }
+        }
+#elif defined(LMX_NEON)
+        if (act == 0 || act == 1) {
+            /* silu(x) = x / (1 + exp(-x));  gelu_tanh(x) = x / (1 + exp(-2 c (x + 0.044715 x^3))) */
+            const float32x4_t one = vdupq_n_f32(1.0f), lim = vdupq_n_f32(88.0f), nlim = vdupq_n_f32(-88.0f);
+            const float l2e = -1.4426950408889634f;
+            for (; i + 4 <= I; i += 4) {
+                const float32x4_t x = vld1q_f32(g + i);
+                float32x4_t z = x;
+                if (act != 0) {
+                    const float32x4_t x3 = vmulq_f32(vmulq_f32(x, x), x);
+                    z = vmulq_n_f32(vaddq_f32(x, vmulq_n_f32(x3, 0.044715f)), 2.0f * 0.7978845608028654f);
+                }
+                const float32x4_t e = lmx_exp2_f32x4(vmulq_n_f32(vmaxq_f32(vminq_f32(z, lim), nlim), l2e));
+                vst1q_f32(o + i, vmulq_f32(vdivq_f32(x, vaddq_f32(one, e)), vld1q_f32(u + i)));
             }
         }
 #endif
