@@ -24,6 +24,9 @@ Each library is compiled on first use with the system C compiler and cached unde
 compiler.  It links OpenMP dynamically as ``libgomp.so.1``: loaded after torch, the dynamic linker
 resolves that to the libgomp torch already loaded, so torch's operators and these kernels run on
 one thread pool.  ``LIBREMAX_NATIVE=0`` disables the kernels (torch only).
+
+:func:`build_program` compiles a variant's kernels with a C driver into an executable, with any
+compiler: the tests cross-compile the ARM variants that way and run them under qemu-user.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...], frozenset[str]]] = {
     "avx2": ("x86_64", ("-march=x86-64-v3", "-mtune=generic"), frozenset({"avx2", "fma", "f16c", "bmi2"})),
     "neondot": ("aarch64", ("-march=armv8.2-a+dotprod",), frozenset({"asimd", "asimddp"})),
     "neon": ("aarch64", ("-march=armv8-a",), frozenset({"asimd"})),
-    "generic": ("any", (), frozenset()),
+    "generic": ("any", ("-DLMX_PORTABLE",), frozenset()),  # no SIMD paths (NEON is on by default on AArch64)
 }
 ALIASES = ("native", "auto")
 
@@ -162,4 +165,48 @@ def library_path(isa: str | None = None) -> Path:
         raise NativeBuildError(f"compiling the {isa} native kernels failed ({' '.join(cmd[:4])} ...):\n"
                                f"{r.stderr[-4000:]}")
     os.replace(tmp, target)  # atomic: concurrent builders never see a partial file
+    return target
+
+
+def build_program(isa: str, main: str | os.PathLike, cc: str, extra_flags: tuple[str, ...] = ("-static",),
+                  out_dir: str | os.PathLike | None = None) -> Path:
+    """Compile the kernels of variant ``isa`` with its flags plus the C file ``main`` (which has the
+    ``main()``) into an executable with compiler ``cc`` -- e.g. ``aarch64-linux-gnu-gcc`` for an ARM
+    variant on an x86 host, statically linked so an emulator (qemu-user) runs it without a sysroot.
+
+    Unlike :func:`library_path` this does not check that this CPU runs the variant.  Cached under
+    ``out_dir`` (default: the library cache), keyed like the libraries."""
+    if isa not in VARIANTS:
+        raise NativeBuildError(f"{isa!r} is not a kernel variant: choose one of {', '.join(VARIANTS)}")
+    main = Path(main)
+    sources = sorted(SRC_DIR.glob("*.c"))
+    flags = [f for f in flags_for(isa) if f not in ("-fPIC", "-shared")] + list(extra_flags)
+    h = hashlib.sha256()
+    for p in sources + sorted(SRC_DIR.glob("*.h")) + [main]:
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    h.update(" ".join([cc, *flags]).encode())
+    try:
+        h.update(subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.encode())
+    except (OSError, subprocess.SubprocessError) as e:
+        raise NativeBuildError(f"{cc} --version failed: {e}") from None
+    out = Path(out_dir) if out_dir is not None else cache_dir() / "native"
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"{main.stem}_{isa}_{h.hexdigest()[:16]}"
+    if target.exists():
+        return target
+    fd, tmp = tempfile.mkstemp(dir=out)
+    os.close(fd)
+    cmd = [cc, *flags, "-I", str(SRC_DIR), *map(str, sources), str(main), "-o", tmp, "-lm"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.SubprocessError) as e:
+        os.unlink(tmp)
+        raise NativeBuildError(f"compiling {main.name} with the {isa} kernels failed: {e}") from None
+    if r.returncode != 0:
+        os.unlink(tmp)
+        raise NativeBuildError(f"compiling {main.name} with the {isa} kernels failed ({' '.join(cmd[:4])} ...):\n"
+                               f"{r.stderr[-4000:]}")
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, target)
     return target

@@ -104,6 +104,16 @@ LMX_INLINE float dotf(const float *a, const float *b, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
     s = lmx_hsum256(acc);
+#elif defined(LMX_NEON)
+    float32x4_t c0 = vdupq_n_f32(0.0f), c1 = c0, c2 = c0, c3 = c0;
+    for (; i + 16 <= n; i += 16) {
+        c0 = vfmaq_f32(c0, vld1q_f32(a + i), vld1q_f32(b + i));
+        c1 = vfmaq_f32(c1, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
+        c2 = vfmaq_f32(c2, vld1q_f32(a + i + 8), vld1q_f32(b + i + 8));
+        c3 = vfmaq_f32(c3, vld1q_f32(a + i + 12), vld1q_f32(b + i + 12));
+    }
+    for (; i + 4 <= n; i += 4) c0 = vfmaq_f32(c0, vld1q_f32(a + i), vld1q_f32(b + i));
+    s = vaddvq_f32(vaddq_f32(vaddq_f32(c0, c1), vaddq_f32(c2, c3)));
 #endif
     for (; i < n; i++) s += a[i] * b[i];
     return s;
@@ -117,6 +127,8 @@ LMX_INLINE void axpy(float *y, float a, const float *x, int64_t n) {
 #elif defined(LMX_AVX2)
     const __m256 va = _mm256_set1_ps(a);
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#elif defined(LMX_NEON)
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), vld1q_f32(x + i), a));
 #endif
     for (; i < n; i++) y[i] += a * x[i];
 }
@@ -145,6 +157,16 @@ static float exp_shift_sum(float *p, int64_t n, float mx) {
         acc = _mm256_add_ps(acc, e);
     }
     sum = lmx_hsum256(acc);
+#elif defined(LMX_NEON)
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    const float32x4_t vm = vdupq_n_f32(mx);
+    for (; j + 4 <= n; j += 4) {
+        const float32x4_t x = vmaxq_f32(vsubq_f32(vld1q_f32(p + j), vm), vdupq_n_f32(-88.0f));
+        const float32x4_t e = lmx_exp2_f32x4(vmulq_n_f32(x, 1.4426950408889634f));
+        vst1q_f32(p + j, e);
+        acc = vaddq_f32(acc, e);
+    }
+    sum = vaddvq_f32(acc);
 #endif
     for (; j < n; j++) {
         p[j] = expf(p[j] - mx);

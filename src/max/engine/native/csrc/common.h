@@ -21,8 +21,9 @@
 #include <omp.h>
 #endif
 
-/* The variant being compiled (build.py passes explicit target flags, one library per variant). */
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+/* The variant being compiled (build.py passes explicit target flags, one library per variant);
+   LMX_PORTABLE (the generic variant) compiles none of the SIMD paths, whatever the target has. */
+#if !defined(LMX_PORTABLE) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define LMX_AVX512 1
 #include <immintrin.h>
 #endif
@@ -32,14 +33,14 @@
 #if defined(LMX_AVX512) && defined(__AVX512BF16__)
 #define LMX_AVX512BF16 1
 #endif
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if !defined(LMX_PORTABLE) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define LMX_AVX2 1
 #include <immintrin.h>
 #endif
 #if defined(LMX_AVX2) && defined(__AVXVNNI__)
 #define LMX_AVXVNNI 1 /* VEX-encoded vpdpbusd on 256-bit vectors */
 #endif
-#if defined(__aarch64__) && defined(__ARM_NEON)
+#if !defined(LMX_PORTABLE) && defined(__aarch64__) && defined(__ARM_NEON)
 #define LMX_NEON 1
 #include <arm_neon.h>
 #endif
@@ -166,6 +167,70 @@ LMX_INLINE int32_t lmx_hsum256i(__m256i v) {
 /* Lanes i < n all ones (for masked loads of a tail of n < 8 floats). */
 LMX_INLINE __m256i lmx_tailmask256(int64_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#endif
+
+#ifdef LMX_NEON
+/* The NEON lmx_exp2_ps: 2^t per lane (t in about [-127, 127]), the same degree-6 polynomial of the
+   fraction, times 2^fi built as two normal powers of two (2^(fi/2) twice, so fi = -127 is not
+   flushed to zero). */
+LMX_INLINE float32x4_t lmx_exp2_f32x4(float32x4_t t) {
+    const float32x4_t fi = vrndmq_f32(t);
+    const float32x4_t f = vsubq_f32(t, fi);
+    float32x4_t p = vdupq_n_f32(1.535336188319500e-4f);
+    p = vfmaq_f32(vdupq_n_f32(1.339887440266574e-3f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(9.618437357674640e-3f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(5.550332471162809e-2f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(2.402264791363012e-1f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(6.931472028550421e-1f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, f);
+    const int32x4_t e = vcvtq_s32_f32(fi);
+    const int32x4_t e1 = vshrq_n_s32(e, 1), e2 = vsubq_s32(e, e1);
+    const float32x4_t s1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(e1, vdupq_n_s32(127)), 23));
+    const float32x4_t s2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(e2, vdupq_n_s32(127)), 23));
+    return vmulq_f32(vmulq_f32(p, s1), s2);
+}
+
+/* 4 fp16 (IEEE half) at p widened exactly to float32. */
+LMX_INLINE float32x4_t lmx_h4(const uint8_t *p) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(const void *)p)));
+}
+
+/* 4 signed / unsigned bytes at p as float32. */
+LMX_INLINE float32x4_t lmx_i8x4(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    const int16x8_t w = vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(v)));
+    return vcvtq_f32_s32(vmovl_s16(vget_low_s16(w)));
+}
+LMX_INLINE float32x4_t lmx_u8x4(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    const uint16x8_t w = vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(v)));
+    return vcvtq_f32_u32(vmovl_u16(vget_low_u16(w)));
+}
+
+/* acc + per 32-bit lane r: sum_{i<4} c[4r+i] * x[4l+i] (x's 4-byte lane l broadcast), the SDOT by
+   element; without the dotprod extension, widening products summed pairwise. */
+#ifdef LMX_NEONDOT
+#define LMX_SDOT_LANE(ACC, C, X, L) vdotq_laneq_s32((ACC), (C), (X), (L))
+#else
+#define LMX_SDOT_LANE(ACC, C, X, L) lmx_sdot_lane_emul((ACC), (C), vreinterpretq_s8_s32(vdupq_laneq_s32(vreinterpretq_s32_s8(X), (L))))
+LMX_INLINE int32x4_t lmx_sdot_lane_emul(int32x4_t acc, int8x16_t c, int8x16_t xb) {
+    const int16x8_t lo = vmull_s8(vget_low_s8(c), vget_low_s8(xb)), hi = vmull_high_s8(c, xb);
+    /* |product| <= 128 * 127, so a pair fits int16; then pairs of pairs into 32 bits */
+    return vaddq_s32(acc, vpaddlq_s16(vpaddq_s16(lo, hi)));
+}
+#endif
+
+/* acc + per lane r: sum_{i<4} a[4r+i] * b[4r+i] (the plain SDOT). */
+LMX_INLINE int32x4_t lmx_sdot(int32x4_t acc, int8x16_t a, int8x16_t b) {
+#ifdef LMX_NEONDOT
+    return vdotq_s32(acc, a, b);
+#else
+    const int16x8_t lo = vmull_s8(vget_low_s8(a), vget_low_s8(b)), hi = vmull_high_s8(a, b);
+    return vaddq_s32(acc, vpaddlq_s16(vpaddq_s16(lo, hi)));
+#endif
 }
 #endif
 

@@ -69,6 +69,49 @@ LMX_INLINE void drow(int kind, const uint8_t *w, const float *x, int64_t xs, int
     }
     for (int i = 0; i < mb; i++) out[i * os] = _mm512_reduce_add_ps(acc[i]);
 }
+#elif defined(LMX_NEON)
+/* 8 weights widened exactly to float32 (two vectors). */
+LMX_INLINE void wload8(int kind, const uint8_t *w, int64_t k, float32x4_t *w0, float32x4_t *w1) {
+    if (kind == LMX_F32) {
+        *w0 = vld1q_f32((const float *)w + k);
+        *w1 = vld1q_f32((const float *)w + k + 4);
+    } else if (kind == LMX_BF16) {
+        const uint16x8_t h = vld1q_u16((const uint16_t *)(const void *)(w + 2 * k));
+        *w0 = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16));
+        *w1 = vreinterpretq_f32_u32(vshll_high_n_u16(h, 16));
+    } else {
+        const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16((const uint16_t *)(const void *)(w + 2 * k)));
+        *w0 = vcvt_f32_f16(vget_low_f16(h));
+        *w1 = vcvt_high_f32_f16(h);
+    }
+}
+
+/* One weight row against activation rows 0..mb-1 (x rows at stride xs): two accumulators per row
+   over 8 values, then the last K % 8 values in scalar order. */
+LMX_INLINE void drow(int kind, const uint8_t *w, const float *x, int64_t xs, int64_t K,
+                     const int mb, float *out, int64_t os) {
+    float32x4_t a0[DMB], a1[DMB];
+    for (int i = 0; i < mb; i++) a0[i] = a1[i] = vdupq_n_f32(0.0f);
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        float32x4_t w0, w1;
+        wload8(kind, w, k, &w0, &w1);
+        for (int i = 0; i < mb; i++) {
+            a0[i] = vfmaq_f32(a0[i], w0, vld1q_f32(x + i * xs + k));
+            a1[i] = vfmaq_f32(a1[i], w1, vld1q_f32(x + i * xs + k + 4));
+        }
+    }
+    for (int i = 0; i < mb; i++) {
+        float s = vaddvq_f32(vaddq_f32(a0[i], a1[i]));
+        const float *xi = x + i * xs;
+        for (int64_t j = k; j < K; j++) {
+            const float wj = kind == LMX_F32 ? ((const float *)w)[j]
+                             : kind == LMX_BF16 ? lmx_bf2f(lmx_rd16(w + 2 * j)) : lmx_h2f(lmx_rd16(w + 2 * j));
+            s += xi[j] * wj;
+        }
+        out[i * os] = s;
+    }
+}
 
 #elif defined(LMX_AVX2)
 /* The weight's 8 values at w + k (of kind) as float32, exactly widened; a tail of n < 8 reads only n. */
@@ -107,7 +150,7 @@ LMX_INLINE void drow(int kind, const uint8_t *w, const float *x, int64_t xs, int
 }
 #endif
 
-#if defined(LMX_AVX512) || defined(LMX_AVX2)
+#if defined(LMX_AVX512) || defined(LMX_AVX2) || defined(LMX_NEON)
 #define LMX_DENSE_SIMD 1
 #define DROWS(NM)                                                                                       \
     static void drows_##NM(int kind, const uint8_t *w, int64_t rb, int64_t r0, int64_t r1, const float *x, \
@@ -119,7 +162,7 @@ DROWS(1) DROWS(2) DROWS(3) DROWS(4) DROWS(5) DROWS(6) DROWS(7) DROWS(8)
 
 static void drows(int kind, const uint8_t *w, int64_t rb, int64_t r0, int64_t r1, const float *x, int64_t xs,
                   int64_t M, int64_t K, float *y, int64_t ys, int force_scalar) {
-#ifdef LMX_DENSE_SIMD
+#if defined(LMX_DENSE_SIMD)
     if (!force_scalar) {
         /* More than DMB activation rows: walk the weight in chunks that stay in L2 (about 128 KiB)
            and run every block of activation rows over a chunk before the next, so the weight is

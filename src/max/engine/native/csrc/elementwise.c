@@ -24,6 +24,14 @@ LMX_API void lmx_rmsnorm(const float *x, int64_t M, int64_t K, int64_t xs, const
             acc = _mm256_fmadd_ps(v, v, acc);
         }
         ss = lmx_hsum256(acc);
+#elif defined(LMX_NEON)
+        float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0;
+        for (; k + 8 <= K; k += 8) {
+            const float32x4_t v0 = vld1q_f32(xr + k), v1 = vld1q_f32(xr + k + 4);
+            a0 = vfmaq_f32(a0, v0, v0);
+            a1 = vfmaq_f32(a1, v1, v1);
+        }
+        ss = vaddvq_f32(vaddq_f32(a0, a1));
 #endif
         for (; k < K; k++) ss += xr[k] * xr[k];
         const float r = 1.0f / sqrtf(ss / (float)K + eps);
@@ -41,6 +49,12 @@ LMX_API void lmx_rmsnorm(const float *x, int64_t M, int64_t K, int64_t xs, const
             __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xr + k), vr);
             if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + k));
             _mm256_storeu_ps(o + k, v);
+        }
+#elif defined(LMX_NEON)
+        for (; k + 4 <= K; k += 4) {
+            float32x4_t v = vmulq_n_f32(vld1q_f32(xr + k), r);
+            if (w) v = vmulq_f32(v, vld1q_f32(w + k));
+            vst1q_f32(o + k, v);
         }
 #endif
         for (; k < K; k++) o[k] = w ? xr[k] * r * w[k] : xr[k] * r;
@@ -95,15 +109,37 @@ LMX_API void lmx_glu(const float *gu, int64_t M, int64_t I, int64_t gs, int act,
             }
         }
 #elif defined(LMX_AVX2)
-        if (act == 0) {
+        if (act == 0 || act == 1) {
+            /* silu(x) = x / (1 + exp(-x));  gelu_tanh(x) = x / (1 + exp(-2 c (x + 0.044715 x^3))) */
             const __m256 one = _mm256_set1_ps(1.0f);
             for (; i + 8 <= I; i += 8) {
-                __m256 x = _mm256_loadu_ps(g + i);
-                __m256 e = lmx_exp2_ps256(_mm256_mul_ps(_mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)),
+                __m256 x = _mm256_loadu_ps(g + i), z = x;
+                if (act != 0) {
+                    const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+                    z = _mm256_mul_ps(_mm256_add_ps(x, _mm256_mul_ps(x3, _mm256_set1_ps(0.044715f))),
+                                      _mm256_set1_ps(2.0f * 0.7978845608028654f));
+                }
+                __m256 e = lmx_exp2_ps256(_mm256_mul_ps(_mm256_max_ps(_mm256_min_ps(z, _mm256_set1_ps(88.0f)),
                                                                       _mm256_set1_ps(-88.0f)),
                                                         _mm256_set1_ps(-1.4426950408889634f)));
                 __m256 s = _mm256_div_ps(x, _mm256_add_ps(one, e));
                 _mm256_storeu_ps(o + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+            }
+        }
+#elif defined(LMX_NEON)
+        if (act == 0 || act == 1) {
+            /* silu(x) = x / (1 + exp(-x));  gelu_tanh(x) = x / (1 + exp(-2 c (x + 0.044715 x^3))) */
+            const float32x4_t one = vdupq_n_f32(1.0f), lim = vdupq_n_f32(88.0f), nlim = vdupq_n_f32(-88.0f);
+            const float l2e = -1.4426950408889634f;
+            for (; i + 4 <= I; i += 4) {
+                const float32x4_t x = vld1q_f32(g + i);
+                float32x4_t z = x;
+                if (act != 0) {
+                    const float32x4_t x3 = vmulq_f32(vmulq_f32(x, x), x);
+                    z = vmulq_n_f32(vaddq_f32(x, vmulq_n_f32(x3, 0.044715f)), 2.0f * 0.7978845608028654f);
+                }
+                const float32x4_t e = lmx_exp2_f32x4(vmulq_n_f32(vmaxq_f32(vminq_f32(z, lim), nlim), l2e));
+                vst1q_f32(o + i, vmulq_f32(vdivq_f32(x, vaddq_f32(one, e)), vld1q_f32(u + i)));
             }
         }
 #endif

@@ -109,6 +109,32 @@ static void act_row(act_t *a, const float *x, int64_t m) {
         sx16[2 * b + 1] = d * (float)s1;
         sxb[b] = d * (float)(s0 + s1);
     }
+#elif defined(LMX_NEON)
+    for (; b < nb; b++) {
+        const float *xb = x + b * 32;
+        float32x4_t v[8];
+        for (int j = 0; j < 8; j++) v[j] = vld1q_f32(xb + 4 * j);
+        float32x4_t mx = vabsq_f32(v[0]);
+        for (int j = 1; j < 8; j++) mx = vmaxnmq_f32(mx, vabsq_f32(v[j]));
+        const float amax = vmaxnmvq_f32(mx);
+        const float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+        const int32x4_t hi = vdupq_n_s32(127), lo = vdupq_n_s32(-127);
+        int32x4_t iv[8];
+        for (int j = 0; j < 8; j++) /* round to nearest even, as lrintf */
+            iv[j] = vmaxq_s32(vminq_s32(vcvtnq_s32_f32(vmulq_n_f32(v[j], id)), hi), lo);
+        for (int h = 0; h < 2; h++) {
+            const int32x4_t *w = iv + 4 * h;
+            const int16x8_t a = vcombine_s16(vmovn_s32(w[0]), vmovn_s32(w[1]));
+            const int16x8_t c = vcombine_s16(vmovn_s32(w[2]), vmovn_s32(w[3]));
+            vst1q_s8(q + b * 32 + 16 * h, vcombine_s8(vmovn_s16(a), vmovn_s16(c)));
+        }
+        const int s0 = vaddvq_s32(vaddq_s32(vaddq_s32(iv[0], iv[1]), vaddq_s32(iv[2], iv[3])));
+        const int s1 = vaddvq_s32(vaddq_s32(vaddq_s32(iv[4], iv[5]), vaddq_s32(iv[6], iv[7])));
+        dxb[b] = d;
+        sx16[2 * b] = d * (float)s0;
+        sx16[2 * b + 1] = d * (float)s1;
+        sxb[b] = d * (float)(s0 + s1);
+    }
 #endif
     for (; b < nb; b++) {
         const float *xb = x + b * 32;
@@ -515,6 +541,62 @@ static void rows_avx2(int kind, const uint8_t *w, int64_t row_bytes, int64_t r0,
 }
 #endif
 
+/* ------------------------------------------------------------------ NEON path
+ * Each 256 values (one K-quant super-block, or 8 blocks of 32) are decoded once per 8 activation rows
+ * into codes, per-16 scales and offsets (decode_block); then per 64 values four 16-value integer dots
+ * (SDOT) give one vector of four group sums, scaled and offset in float32. */
+#ifdef LMX_NEON
+#define NMB 8
+
+static void rows_neon(int kind, const uint8_t *w, int64_t row_bytes, int64_t r0, int64_t r1, const act_t *a,
+                      float *y, int64_t y_stride) {
+    const int64_t be = lmx_block_elems(kind), bb = lmx_block_bytes(kind), K = a->K, KP = a->KP, BP = a->BP;
+    uint8_t u[256] __attribute__((aligned(16)));
+    float s[16], o[16];
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *wr = w + r * row_bytes;
+        for (int64_t m0 = 0; m0 < a->M; m0 += NMB) {
+            const int mb = (int)(a->M - m0 < NMB ? a->M - m0 : NMB);
+            float32x4_t acc[NMB];
+            for (int i = 0; i < mb; i++) acc[i] = vdupq_n_f32(0.0f);
+            for (int64_t c0 = 0; c0 < K; c0 += 256) {
+                const int n = (int)(K - c0 < 256 ? K - c0 : 256); /* a multiple of 32 */
+                for (int e = 0; e < n; e += (int)be) decode_block(kind, wr + (c0 + e) / be * bb, u + e, s + e / 16, o + e / 16);
+                if (kind == LMX_Q8_0) { /* signed codes: the -128 d offset is not needed */
+                    for (int e = 0; e < n; e += 16) vst1q_u8(u + e, veorq_u8(vld1q_u8(u + e), vdupq_n_u8(0x80)));
+                    for (int j = 0; j < n / 16; j++) o[j] = 0.0f;
+                }
+                const int ng = n / 16, ng4 = (ng + 3) & ~3;
+                for (int j = ng; j < ng4; j++) { /* pad to 64 values: zero codes, scales and offsets */
+                    memset(u + 16 * j, 0, 16);
+                    s[j] = o[j] = 0.0f;
+                }
+                for (int g = 0; g < ng4; g += 4) {
+                    const int8x16_t u0 = vreinterpretq_s8_u8(vld1q_u8(u + 16 * g));
+                    const int8x16_t u1 = vreinterpretq_s8_u8(vld1q_u8(u + 16 * g + 16));
+                    const int8x16_t u2 = vreinterpretq_s8_u8(vld1q_u8(u + 16 * g + 32));
+                    const int8x16_t u3 = vreinterpretq_s8_u8(vld1q_u8(u + 16 * g + 48));
+                    const float32x4_t sv = vld1q_f32(s + g), ov = vld1q_f32(o + g);
+                    const int64_t e0 = c0 + 16 * g; /* a multiple of 64: reads up to e0 + 64 <= KP */
+                    for (int i = 0; i < mb; i++) {
+                        const int8_t *x = a->xq + (m0 + i) * KP + e0;
+                        const int32x4_t z = vdupq_n_s32(0);
+                        const int32x4_t p0 = lmx_sdot(z, u0, vld1q_s8(x)), p1 = lmx_sdot(z, u1, vld1q_s8(x + 16));
+                        const int32x4_t p2 = lmx_sdot(z, u2, vld1q_s8(x + 32)), p3 = lmx_sdot(z, u3, vld1q_s8(x + 48));
+                        const int32x4_t is = vpaddq_s32(vpaddq_s32(p0, p1), vpaddq_s32(p2, p3)); /* 4 group sums */
+                        const float32x4_t dx = vld1q_f32(a->dxb + (m0 + i) * BP + e0 / 32); /* dx0 dx1 (pad) */
+                        const float32x4_t dd = vzip1q_f32(dx, dx);                          /* dx0 dx0 dx1 dx1 */
+                        acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(is), vmulq_f32(sv, dd));
+                        acc[i] = vfmaq_f32(acc[i], ov, vld1q_f32(a->sx16 + (m0 + i) * 2 * BP + e0 / 16));
+                    }
+                }
+            }
+            for (int i = 0; i < mb; i++) y[(m0 + i) * y_stride + r] = vaddvq_f32(acc[i]);
+        }
+    }
+}
+#endif
+
 static int quant_kind(int kind) {
     switch (kind) {
     case LMX_Q4_0: case LMX_Q4_1: case LMX_Q5_0: case LMX_Q5_1: case LMX_Q8_0:
@@ -530,6 +612,8 @@ static void run_rows(int kind, const uint8_t *w, int64_t row_bytes, int64_t r0, 
     if (!force_scalar) { rows_avx512(kind, w, row_bytes, r0, r1, a, y, y_stride); return; }
 #elif defined(LMX_AVX2)
     if (!force_scalar) { rows_avx2(kind, w, row_bytes, r0, r1, a, y, y_stride); return; }
+#elif defined(LMX_NEON)
+    if (!force_scalar) { rows_neon(kind, w, row_bytes, r0, r1, a, y, y_stride); return; }
 #endif
     (void)force_scalar;
     rows_scalar(kind, w, row_bytes, r0, r1, a, y, y_stride);

@@ -625,6 +625,138 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
         _mm256_storeu_ps(y + i * ys + 8, acc[i][1]);
     }
 }
+#elif defined(LMX_NEON)
+/* A 64-byte vector of the layout is four q-registers, register h holding 4 codes of rows 4h..4h+3;
+ * one SDOT (by element) advances those 4 rows by 4 values.  Per 32-value block and row quad, the 8
+ * code registers (k-groups 0..7) are unpacked once and reused for every activation row. */
+#define PMB 4
+
+/* The 8 code registers of row quad h (bytes 16h..16h+15 of each vector) of a nibble-coded kind (+ Q5
+ * high bits hb, + Q6 2-bit planes pl), as in unpack_nib. */
+LMX_INLINE void unpack_nib_neon(const uint8_t *o, const uint8_t *hb, const uint8_t *pl, int h, int8x16_t c[8]) {
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    uint8x16_t u[8];
+    for (int j = 0; j < 4; j++) {
+        const uint8x16_t v = vld1q_u8(o + 64 * j + 16 * h);
+        u[2 * j] = vandq_u8(v, m4);
+        u[2 * j + 1] = vshrq_n_u8(v, 4);
+    }
+    if (hb) { /* bit g of each byte -> bit 4 of k-group g's codes */
+        const uint8x16_t b = vld1q_u8(hb + 16 * h), m = vdupq_n_u8(0x10);
+        u[0] = vorrq_u8(u[0], vandq_u8(vshlq_n_u8(b, 4), m));
+        u[1] = vorrq_u8(u[1], vandq_u8(vshlq_n_u8(b, 3), m));
+        u[2] = vorrq_u8(u[2], vandq_u8(vshlq_n_u8(b, 2), m));
+        u[3] = vorrq_u8(u[3], vandq_u8(vshlq_n_u8(b, 1), m));
+        u[4] = vorrq_u8(u[4], vandq_u8(b, m));
+        u[5] = vorrq_u8(u[5], vandq_u8(vshrq_n_u8(b, 1), m));
+        u[6] = vorrq_u8(u[6], vandq_u8(vshrq_n_u8(b, 2), m));
+        u[7] = vorrq_u8(u[7], vandq_u8(vshrq_n_u8(b, 3), m));
+    }
+    if (pl) { /* bits 2k..2k+1 of plane p -> bits 4..5 of k-group 4p + k */
+        const uint8x16_t m = vdupq_n_u8(0x30);
+        for (int p = 0; p < 2; p++) {
+            const uint8x16_t b = vld1q_u8(pl + 64 * p + 16 * h);
+            u[4 * p] = vorrq_u8(u[4 * p], vandq_u8(vshlq_n_u8(b, 4), m));
+            u[4 * p + 1] = vorrq_u8(u[4 * p + 1], vandq_u8(vshlq_n_u8(b, 2), m));
+            u[4 * p + 2] = vorrq_u8(u[4 * p + 2], vandq_u8(b, m));
+            u[4 * p + 3] = vorrq_u8(u[4 * p + 3], vandq_u8(vshrq_n_u8(b, 2), m));
+        }
+    }
+    for (int g = 0; g < 8; g++) c[g] = vreinterpretq_s8_u8(u[g]); /* codes <= 63: valid as signed */
+}
+
+/* Sums over 16 values (k-groups 4t..4t+3, activation codes x16) of 4 rows. */
+LMX_INLINE int32x4_t dot16_neon(const int8x16_t c[4], int8x16_t x16) {
+    int32x4_t s = LMX_SDOT_LANE(vdupq_n_s32(0), c[0], x16, 0);
+    int32x4_t t = LMX_SDOT_LANE(vdupq_n_s32(0), c[1], x16, 1);
+    s = LMX_SDOT_LANE(s, c[2], x16, 2);
+    t = LMX_SDOT_LANE(t, c[3], x16, 3);
+    return vaddq_s32(s, t);
+}
+
+/* One group of 16 rows against activation rows m0 .. m0 + mb - 1; results to y[m * ys + 0..15]. */
+LMX_INLINE void group_neon(int kind, const uint8_t *g, int64_t K, const pact_t *a, int64_t m0, const int mb,
+                           float *y, int64_t ys) {
+    float32x4_t acc[PMB][4];
+    for (int i = 0; i < mb; i++)
+        for (int h = 0; h < 4; h++) acc[i][h] = vdupq_n_f32(0.0f);
+    const int64_t ue = unit_elems(kind), ub = unit_bytes(kind), nu = K / ue;
+    const int8_t *xq = a->xq + m0 * a->KP;
+    const float *dxb = a->dxb + m0 * a->BP, *sxb = a->sxb + m0 * a->BP, *sx16 = a->sx16 + m0 * 2 * a->BP;
+    const int64_t KP = a->KP, BP = a->BP;
+    int8x16_t c[8];
+    if (ue == 32) {
+        const int five = kind == LMX_Q5_0 || kind == LMX_Q5_1;
+        const int64_t doff = kind == LMX_Q8_0 ? 512 : five ? 320 : 256;
+        const int has_m = kind == LMX_Q4_1 || kind == LMX_Q5_1;
+        const float cneg = kind == LMX_Q4_0 ? -8.0f : -16.0f;
+        for (int64_t b = 0; b < nu; b++) {
+            const uint8_t *o = g + b * ub;
+            for (int h = 0; h < 4; h++) {
+                if (kind == LMX_Q8_0) /* code + 128 -> signed code; then no offset term */
+                    for (int q = 0; q < 8; q++)
+                        c[q] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(o + 64 * q + 16 * h), vdupq_n_u8(0x80)));
+                else
+                    unpack_nib_neon(o, five ? o + 256 : NULL, NULL, h, c);
+                const float32x4_t d = lmx_h4(o + doff + 8 * h);
+                const float32x4_t off = has_m ? lmx_h4(o + doff + 32 + 8 * h) : vmulq_n_f32(d, cneg);
+                for (int i = 0; i < mb; i++) {
+                    const int8_t *x = xq + i * KP + b * 32;
+                    const int32x4_t is = vaddq_s32(dot16_neon(c, vld1q_s8(x)), dot16_neon(c + 4, vld1q_s8(x + 16)));
+                    acc[i][h] = vfmaq_f32(acc[i][h], vcvtq_f32_s32(is), vmulq_n_f32(d, dxb[i * BP + b]));
+                    if (kind != LMX_Q8_0) acc[i][h] = vfmaq_n_f32(acc[i][h], off, sxb[i * BP + b]);
+                }
+            }
+        }
+    } else if (kind == LMX_Q6_K) {
+        for (int64_t u = 0; u < nu; u++) {
+            const uint8_t *o = g + u * ub;
+            for (int s = 0; s < 8; s++) {
+                const uint8_t *so = o + 288 + s * 384;
+                for (int h = 0; h < 4; h++) {
+                    unpack_nib_neon(so, NULL, so + 256, h, c);
+                    const float32x4_t d = lmx_h4(o + 8 * h);
+                    const float32x4_t s0 = vmulq_f32(d, lmx_i8x4(o + 32 + 16 * (2 * s) + 4 * h));
+                    const float32x4_t s1 = vmulq_f32(d, lmx_i8x4(o + 32 + 16 * (2 * s + 1) + 4 * h));
+                    for (int i = 0; i < mb; i++) {
+                        const int8_t *x = xq + i * KP + u * 256 + s * 32;
+                        const int32x4_t a0 = dot16_neon(c, vld1q_s8(x)), a1 = dot16_neon(c + 4, vld1q_s8(x + 16));
+                        const float dx = dxb[i * BP + u * 8 + s];
+                        const float *x16 = sx16 + i * 2 * BP + u * 16 + 2 * s;
+                        /* value = s * (code - 32): offset -32 s times the sum of the 16 values */
+                        float32x4_t v = vfmaq_f32(acc[i][h], vcvtq_f32_s32(a0), vmulq_n_f32(s0, dx));
+                        v = vfmaq_f32(v, vcvtq_f32_s32(a1), vmulq_n_f32(s1, dx));
+                        v = vfmaq_n_f32(v, s0, -32.0f * x16[0]);
+                        acc[i][h] = vfmaq_n_f32(v, s1, -32.0f * x16[1]);
+                    }
+                }
+            }
+        }
+    } else { /* Q4_K, Q5_K */
+        const int five = kind == LMX_Q5_K;
+        for (int64_t u = 0; u < nu; u++) {
+            const uint8_t *o = g + u * ub;
+            for (int s = 0; s < 8; s++) {
+                const uint8_t *so = o + 320 + s * (five ? 320 : 256);
+                for (int h = 0; h < 4; h++) {
+                    unpack_nib_neon(so, five ? so + 256 : NULL, NULL, h, c);
+                    const float32x4_t dd = vmulq_f32(lmx_h4(o + 8 * h), lmx_u8x4(o + 64 + 16 * s + 4 * h));
+                    const float32x4_t dm = vmulq_f32(lmx_h4(o + 32 + 8 * h), lmx_u8x4(o + 192 + 16 * s + 4 * h));
+                    for (int i = 0; i < mb; i++) {
+                        const int8_t *x = xq + i * KP + u * 256 + s * 32;
+                        const int32x4_t is = vaddq_s32(dot16_neon(c, vld1q_s8(x)), dot16_neon(c + 4, vld1q_s8(x + 16)));
+                        const float32x4_t v = vfmaq_f32(acc[i][h], vcvtq_f32_s32(is),
+                                                        vmulq_n_f32(dd, dxb[i * BP + u * 8 + s]));
+                        acc[i][h] = vfmsq_f32(v, dm, vdupq_n_f32(sxb[i * BP + u * 8 + s]));
+                    }
+                }
+            }
+        }
+    }
+    for (int i = 0; i < mb; i++)
+        for (int h = 0; h < 4; h++) vst1q_f32(y + i * ys + 4 * h, acc[i][h]);
+}
+
 #endif
 
 /* Packed matmul of one weight: rows [g0*16, g1*16) for all M rows into y (columns of this weight). */
@@ -635,11 +767,13 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
     for (int64_t gi = g0; gi < g1; gi++) {
         const uint8_t *g = p + gi * gbytes;
         const int64_t rows = N - gi * GR < GR ? N - gi * GR : GR;
-#if defined(LMX_AVX512VNNI) || defined(LMX_AVX2)
-#ifdef LMX_AVX512VNNI
+#if defined(LMX_AVX512VNNI) || defined(LMX_AVX2) || defined(LMX_NEON)
+#if defined(LMX_AVX512VNNI)
 #define GROUP_SIMD group_avx512
-#else
+#elif defined(LMX_AVX2)
 #define GROUP_SIMD group_avx2
+#else
+#define GROUP_SIMD group_neon
 #endif
         if (!force_scalar) {
             for (int64_t m0 = 0; m0 < M; m0 += PMB) {
