@@ -14,6 +14,13 @@ these are timed (best of repeated runs):
 * ``f32``      ``x @ W.T`` with the weight dequantised once to float32 (4 bytes per weight);
 * ``deq+mm``   dequantise the whole weight in torch, then the float32 matmul (per call).
 
+* ``torch``    the fallback the cost model (``engine/native/cost.py``) switches to at large M: blocks of
+               rows dequantised / widened into a reused float32 buffer, one torch GEMM per block;
+
+Dense float32/bfloat16/float16 weights (``--kinds F32,BF16``) run the small-M float kernel beside
+the same torch fallback.  ``--isa all`` times every kernel variant this CPU can execute; the
+``cost model`` column says which of native and torch runs that row in the engine.
+
 Ratios are time(peer) / time(native): > 1 means the native kernel is faster.
 """
 
@@ -38,6 +45,7 @@ from max.engine.kernels.quantization import dequantize, prepare_qweight, qmatmul
 
 T = gguf.GGMLQuantizationType
 KINDS = ["Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_K", "Q6_K", "Q8_0"]
+DENSE = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 K_QUANT_SCALE_OFFSETS = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q2_K": (80, 82), "Q3_K": (108,)}
 
 
@@ -68,41 +76,63 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="576x576,1536x576,576x1536,49152x576,4864x896,896x4864")
     ap.add_argument("--m", default="1,16,128")
-    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--kinds", default=",".join(KINDS),
+                    help="GGML kinds, and/or the dense dtypes F32, BF16, F16 (the small-M float kernel)")
+    ap.add_argument("--isa", default="native",
+                    help="native kernel variant(s): 'native', 'all' (every variant this CPU runs) or a list")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--skip-deq", action="store_true", help="leave out dequantise-then-matmul (slow)")
     a = ap.parse_args()
     from max.engine import threads
+    from max.engine.kernels.fused import _blockwise_linear
+    from max.engine.native import build, cost
 
     threads.apply(a.threads or threads.default_num_threads())
+    isas = build.runnable() if a.isa == "all" else [build.choose(v) for v in a.isa.split(",")]
     rng = np.random.default_rng(0)
     rows = []
     for kind in a.kinds.split(","):
-        code = native.GGML_KINDS[kind]
+        dense = kind in DENSE
         for shape in a.shapes.split(","):
             n, k = (int(v) for v in shape.split("x"))
-            if k % (256 if kind in K_QUANT_SCALE_OFFSETS else 32):
+            if not dense and k % (256 if kind in K_QUANT_SCALE_OFFSETS else 32):
                 continue
-            blocks = torch.from_numpy(make_blocks(kind, n, k, rng))
-            packed = native.pack(blocks, code, n, k)
-            plan = native.MatmulPlan([packed], [code], ["packed"], [n], k)
-            w32 = dequantize(blocks, kind)
-            prep = prepare_qweight(blocks, kind)
-            for m in (int(v) for v in a.m.split(",")):
-                x = torch.randn(m, k)
-                out = torch.empty(m, n)
-                t_nat = timeit(lambda: plan(x, out))
-                t_f32 = timeit(lambda: torch.nn.functional.linear(x, w32))
-                t_i4 = timeit(lambda: qmatmul(x, prep)) if prep.kind == "int4pack" else None
-                t_deq = None if a.skip_deq or n * k > 30e6 else timeit(lambda: x @ dequantize(blocks, kind).T, 0.1)
-                ref = x.double() @ w32.double().T
-                err = float((plan(x).double() - ref).abs().max() / ref.abs().max())
-                gbs = blocks.numel() / t_nat / 1e9
-                rows.append((kind, f"{n}x{k}", m, f"{t_nat * 1e6:.1f}", f"{gbs:.1f}",
-                             f"{t_i4 / t_nat:.2f}x" if t_i4 else "-", f"{t_f32 / t_nat:.2f}x",
-                             f"{t_deq / t_nat:.1f}x" if t_deq else "-", f"{err:.1e}"))
-    table(f"native quantised matmul, {torch.get_num_threads()} threads (ratios: peer time / native time)", rows,
-          ("kind", "N x K", "M", "native us", "GB/s", "int4pack", "f32", "deq+mm", "rel err"))
+            if dense:
+                w = torch.randn(n, k).to(DENSE[kind])
+                w32, code, mode, wk = w.float(), native.dense_kind(w.dtype), "dense", "dense"
+                prep, blocks = None, None
+            else:
+                code = native.GGML_KINDS[kind]
+                blocks = torch.from_numpy(make_blocks(kind, n, k, rng))
+                w, mode, wk = native.pack(blocks, code, n, k), "packed", "packed:" + kind
+                w32 = dequantize(blocks, kind)
+                prep = prepare_qweight(blocks, kind)
+            for isa in isas:
+                plan = native.MatmulPlan([w], [code], [mode], [n], k, so=native.lib(isa))
+                for m in (int(v) for v in a.m.split(",")):
+                    x = torch.randn(m, k)
+                    out = torch.empty(m, n)
+                    t_nat = timeit(lambda: plan(x, out))
+                    t_f32 = timeit(lambda: torch.nn.functional.linear(x, w32))
+                    if dense and w.dtype == torch.float32:
+                        t_blk = t_f32
+                    else:
+                        t_blk = timeit(lambda: _blockwise_linear(x, w, wk, n, k))
+                    t_i4 = timeit(lambda: qmatmul(x, prep)) if prep is not None and prep.kind == "int4pack" else None
+                    t_deq = None if dense or a.skip_deq or n * k > 30e6 else \
+                        timeit(lambda: x @ dequantize(blocks, kind).T, 0.1)
+                    ref = x.double() @ w32.double().T
+                    err = float((plan(x).double() - ref).abs().max() / ref.abs().max())
+                    gbs = (w.numel() * w.element_size()) / t_nat / 1e9
+                    lim = cost.torch_from(isa, cost.storage_of(wk, w.dtype))
+                    pick = "native" if lim is None or m < lim else "torch"
+                    rows.append((kind, f"{n}x{k}", isa, m, f"{t_nat * 1e6:.1f}", f"{gbs:.1f}", f"{t_blk / t_nat:.2f}x",
+                                 pick, f"{t_i4 / t_nat:.2f}x" if t_i4 else "-", f"{t_f32 / t_nat:.2f}x",
+                                 f"{t_deq / t_nat:.1f}x" if t_deq else "-", f"{err:.1e}"))
+    table(f"native matmul, {torch.get_num_threads()} threads (ratios: peer time / native time; 'torch' = the "
+          "fallback the cost model picks at large M: GEMM over blocks of rows widened to float32)", rows,
+          ("kind", "N x K", "kernels", "M", "native us", "GB/s", "torch", "cost model", "int4pack", "f32", "deq+mm",
+           "rel err"))
 
 
 if __name__ == "__main__":

@@ -195,9 +195,10 @@ def test_bad_encodings_fail_before_loading(tiny256, tmp_path):
         PipelineConfig(model_path=str(path), quantization_encoding="q9_9")
 
 
-def test_smollm2_accuracy_against_float32():
-    """The bundled SmolLM2-135M (Q4_1 + Q8_0): over 512 teacher-forced positions of a fixed English text,
-    the resident path vs the same GGUF dequantised to float32 -- mean KL < 0.01, top-1 >= 97 %."""
+@pytest.fixture(scope="module")
+def smollm2_reference():
+    """The bundled SmolLM2-135M (Q4_1 + Q8_0), 513 tokens of a fixed English text, and the logits of the
+    same GGUF dequantised to float32 at those positions."""
     from max.entrypoints.default_model import default_model_path
     from max.pipelines.lib.tokenizer import TextTokenizer
 
@@ -208,12 +209,26 @@ def test_smollm2_accuracy_against_float32():
     tok = TextTokenizer(path)
     ids = tok.encode_sync(open(TEXT).read()).tolist()[:513]
     assert len(ids) == 513
-    ref = teacher_forced_logits(path, ids, "float32")
+    return path, ids, teacher_forced_logits(path, ids, "float32")
+
+
+@pytest.mark.parametrize("isa", [pytest.param(v, marks=pytest.mark.skipif(
+    v not in native.runnable(), reason=f"this CPU cannot execute the {v} kernels")) for v in
+    ("avx512", "avxvnni", "avx2", "neondot", "neon", "generic") if v in native.build.VARIANTS])
+def test_smollm2_accuracy_against_float32(isa, smollm2_reference, monkeypatch):
+    """Over 512 teacher-forced positions, the resident path of every kernel variant this CPU runs vs
+    the same GGUF dequantised to float32 -- mean KL <= 0.003, top-1 >= 95 % (llama.cpp on the same file:
+    KL 0.0028, top-1 94.5 %).  The 8-bit activation codes make top-1 agreement a noisy measure at this
+    KL: variants whose float results differ only in summation order land anywhere in 95.9 - 97.1 %, as a
+    code flipping at a rounding boundary is a fresh draw of the quantisation noise."""
+    path, ids, ref = smollm2_reference
+    monkeypatch.setattr(native, "_default", native.lib(isa))
+    assert native.isa() == isa
     got = teacher_forced_logits(path, ids)
     res = compare_distributions(ref[:-1], got[:-1])
     assert res["positions"] == 512
-    assert res["mean_kl"] < 0.01, res
-    assert res["top1"] >= 0.97, res
+    assert res["mean_kl"] <= 0.003, res
+    assert res["top1"] >= 0.95, res
 
 
 def test_gguf_with_a_kind_without_kernels_is_refused_clearly(tiny256, tmp_path):

@@ -243,6 +243,7 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
     click.echo(f"Time to first token:   {ttft * 1e3:.1f} ms", err=True)
     click.echo(f"Time per output token: {tpot * 1e3:.1f} ms", err=True)
     click.echo(f"Throughput:            {n / total if n else 0:.1f} tokens/s", err=True)
+    click.echo(f"CPU kernels:           {_kernels_line()}", err=True)
     spec = getattr(llm.pipeline, "metrics", None)
     if spec is not None and hasattr(spec, "acceptance_rate"):
         click.echo(f"Draft acceptance rate: {spec.acceptance_rate:.1%} ({spec.draft_tokens_accepted} of "
@@ -275,6 +276,16 @@ def _response_format(json_schema: Any, json_object: bool, regex: Any, grammar: A
     if grammar:
         return {"type": "grammar", "grammar": _text_or_file(grammar)}
     return None
+
+
+def _kernels_line() -> str:
+    """Which native kernel variant ran (e.g. 'avx2 (of avx2, generic on this CPU)'), or why torch did."""
+    from max.engine import native
+
+    used = native.isa()
+    if used == "torch":
+        return "torch (native kernels disabled or unavailable)"
+    return f"{used} (this CPU runs: {', '.join(native.runnable())}; LIBREMAX_NATIVE_ISA picks another)"
 
 
 def _checked_context(cfg: Any, prompt: str, params: Any, chat: bool, response_format: Any = None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any
 
@@ -104,9 +105,44 @@ def _native_ok(x: torch.Tensor, weights: tuple, kinds: tuple) -> bool:
     return True
 
 
-# Dense float32 projections at or above this many rows go to torch's BLAS GEMM (faster there);
-# below it the native kernel streams the weight once (decode).
-DENSE_NATIVE_MAX_M = 32
+def _native_max_m(weights: tuple, kinds: tuple) -> int:
+    """Below this many rows the native kernel runs these weights; from it on, torch (native/cost.py)."""
+    from max.engine import native
+    from max.engine.native import cost
+
+    return cost.native_max_m(native.isa(), [cost.storage_of(kd, w.dtype) for kd, w in zip(kinds, weights)])
+
+
+_wide = threading.local()
+
+
+def _wide_buffer(numel: int) -> torch.Tensor:
+    """This thread's reused float32 buffer of at least ``numel`` elements."""
+    buf = getattr(_wide, "buf", None)
+    if buf is None or buf.numel() < numel:
+        buf = _wide.buf = torch.empty(numel, dtype=torch.float32)
+    return buf
+
+
+def _blockwise_linear(x2: torch.Tensor, w: torch.Tensor, kind: str, n: int, k: int) -> torch.Tensor:
+    """``x2 @ W.T`` in torch for a half-precision or packed quantised ``W``: a block of rows at a time is
+    widened exactly (dequantised) to float32 into a reused buffer of about 1 MiB, then one GEMM per
+    block -- never a float32 copy of the whole weight."""
+    from max.engine import native
+
+    rows = max(16, (1 << 18) // k)
+    buf = _wide_buffer(min(n, rows) * k)
+    out = torch.empty((x2.shape[0], n), dtype=torch.float32)
+    code = native.GGML_KINDS[kind[7:]] if kind.startswith("packed:") else None
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        if code is not None:
+            wb = native.packed_rows_f32(w, code, n, k, r0, r1, buf)
+        else:
+            wb = buf[: (r1 - r0) * k].view(r1 - r0, k)
+            wb.copy_(w[r0:r1])
+        torch.mm(x2, wb.t(), out=out[:, r0:r1]) if r1 - r0 == n else out[:, r0:r1].copy_(x2 @ wb.t())
+    return out
 
 
 def _gate(y: torch.Tensor, act: str) -> torch.Tensor:
@@ -137,9 +173,7 @@ def fused_matmul_t(x: torch.Tensor, *operands: torch.Tensor, kinds: tuple, ns: t
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
-    dense_big = m >= DENSE_NATIVE_MAX_M and all(kd == "dense" and w.dtype == torch.float32
-                                                 for kd, w in zip(kinds, weights))
-    if not dense_big and not exact and _native_ok(x2, weights, kinds):
+    if not exact and _native_ok(x2, weights, kinds) and m < _native_max_m(weights, kinds):
         if x2.stride(1) != 1:
             x2 = x2.contiguous()
         norm = (gamma, norm_eps) if gamma is not None else None
@@ -152,13 +186,18 @@ def fused_matmul_t(x: torch.Tensor, *operands: torch.Tensor, kinds: tuple, ns: t
         if gamma is not None:
             x2 = rms_norm(x2, gamma, norm_eps, multiply_before_cast=True)
         cols = []
-        for kind, w, b in zip(kinds, weights, biases):
-            if kind == "dense":
-                wt = w if w.dtype == x2.dtype else w.to(x2.dtype)
-                cols.append(F.linear(x2, wt, b))
+        for kind, w, b, n in zip(kinds, weights, biases, ns):
+            if kind == "dense" and w.dtype == x2.dtype:
+                cols.append(F.linear(x2, w, b))
+            elif (kind == "dense" and x2.dtype == torch.float32 and w.device.type == "cpu") or \
+                    kind.startswith("packed:"):
+                if x2.dtype != torch.float32 or x2.device.type != "cpu":
+                    raise RuntimeError("fused_matmul_t: packed weights take float32 activations on the CPU")
+                yb = _blockwise_linear(x2 if x2.is_contiguous() else x2.contiguous(), w, kind, n, k)
+                cols.append(yb if b is None else yb.add_(b.to(yb.dtype)))
+            elif kind == "dense":
+                cols.append(F.linear(x2, w.to(x2.dtype), b))
             else:
-                if kind.startswith("packed:"):
-                    raise RuntimeError("fused_matmul_t: packed weights need the native kernels")
                 from max.engine.kernels import quantization as q
 
                 yq = q.qmatmul(x2, w, kind, fast=False)
@@ -183,14 +222,13 @@ def prepare_fused_matmul_t(operands: list, kinds: tuple, ns: tuple, k: int, has_
     if not _native_ok(probe, weights, kinds):
         return None
     plan = _plan_for(weights, biases, kinds, ns, k, (gamma, norm_eps) if gamma is not None else None)
-    dense_f32 = all(kd == "dense" and w.dtype == torch.float32 for kd, w in zip(kinds, weights))
     from max.engine import native
 
     so = native.lib()
     glu_code = {"silu": 0, "gelu_tanh": 1}.get(act) if act else None
     fallback_attrs = dict(kinds=kinds, ns=ns, k=k, has_bias=has_bias, act=act, norm_eps=norm_eps)
     f32, n_out = torch.float32, plan.n_out
-    big = DENSE_NATIVE_MAX_M if dense_f32 else 1 << 62
+    big = _native_max_m(weights, kinds)
     empty = torch.empty
     half = n_out // 2
     (fn, args, col), = plan.calls if len(plan.calls) == 1 else ((None, None, None),)

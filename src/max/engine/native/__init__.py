@@ -66,6 +66,8 @@ def _declare(so: ctypes.CDLL) -> None:
     so.lmx_packed_row.restype = _INT
     so.lmx_packed_matmul.argtypes = [_I64, _I64, _P, _I64, _INT, _P, _P, _P, _P, _P, _I64, _INT, _P, _F]
     so.lmx_packed_matmul.restype = _INT
+    so.lmx_packed_rows_f32.argtypes = [_INT, _P, _I64, _I64, _I64, _I64, _P]
+    so.lmx_packed_rows_f32.restype = _INT
     so.lmx_simd.argtypes = []
     so.lmx_simd.restype = ctypes.c_char_p
 
@@ -189,6 +191,17 @@ def quantize(x: torch.Tensor, kind: int) -> torch.Tensor:
     rc = so.lmx_quantize(kind, x.data_ptr(), n, k, k, out.data_ptr())
     if rc != 0:
         raise ValueError(f"quantize: kind {kind} with K={k} is not supported (code {rc})")
+    return out
+
+
+def packed_rows_f32(packed: torch.Tensor, kind: int, n: int, k: int, r0: int, r1: int,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
+    """Rows ``r0:r1`` of a packed weight as float32 ``[r1 - r0, K]`` (exactly the GGML dequantisation),
+    into ``out`` when given (a reused buffer of at least that many elements)."""
+    rows = r1 - r0
+    out = torch.empty((rows, k), dtype=torch.float32) if out is None else out[: rows * k].view(rows, k)
+    if lib().lmx_packed_rows_f32(kind, packed.data_ptr(), n, k, r0, r1, out.data_ptr()) != 0:
+        raise ValueError(f"packed_rows_f32: bad rows {r0}:{r1} of {n} or kind {kind}")
     return out
 
 

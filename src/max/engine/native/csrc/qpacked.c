@@ -229,6 +229,17 @@ LMX_API int lmx_packed_row(int kind, const uint8_t *packed, int64_t N, int64_t K
     return 0;
 }
 
+/* Rows [r0, r1) of a packed weight as float32 into out [r1 - r0, K] (threads over rows): the torch
+ * fallback dequantises a block of rows at a time into a reused buffer and runs its GEMM on it. */
+LMX_API int lmx_packed_rows_f32(int kind, const uint8_t *packed, int64_t N, int64_t K, int64_t r0, int64_t r1,
+                                float *out) {
+    if (!packable(kind) || r0 < 0 || r1 > N || r0 > r1 || K % unit_elems(kind)) return -1;
+    const int nt = (r1 - r0) * K > (1 << 16) ? lmx_num_threads() : 1;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t r = r0; r < r1; r++) lmx_packed_row(kind, packed, N, K, r, out + (r - r0) * K);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- matmul */
 
 /* Activations: codes xq (row stride KP), per-32 scales dxb and sums sxb, per-16 sums sx16. */
