@@ -468,7 +468,7 @@ LMX_INLINE __m256i bcast4(const int8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
-/* The 8 code vectors (k-groups 0..7) of one half of a 32-value block: nibbles (+ Q5 high bits at hb,
+/* Q6_K: the 8 code vectors (k-groups 0..7) of one half of a 32-value block: nibbles (+ Q5 high bits at hb,
  * + Q6 2-bit planes at pl), each pointer already offset to the half. */
 LMX_INLINE void unpack_nib(const uint8_t *o, const uint8_t *hb, const uint8_t *pl, __m256i c[8]) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -527,66 +527,118 @@ LMX_INLINE __m256i udot(const __m256i *c, const int8_t *x, const int n, const in
 #endif
 }
 
-#ifndef LMX_AVXVNNI
-/* Q8_0 without VNNI: codes are stored + 128 (up to 255, whose pair products overflow vpmaddubsw), so
- * the signed code s = c ^ 0x80 is used as |s| times x with s's sign: sum(s * x), exact. */
-LMX_INLINE __m256i sdot8(const __m256i *c, const int8_t *x) {
-    const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
-    __m256i s = _mm256_setzero_si256();
-    for (int i = 0; i < 8; i++) {
-        const __m256i sc = _mm256_xor_si256(c[i], flip);
-        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(sc, sc),
-                                                                       _mm256_sign_epi8(bcast4(x + 4 * i), sc)), ones));
-    }
-    return s;
-}
-#endif
-
 LMX_INLINE __m256 cvt8_u8(const uint8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
 LMX_INLINE __m256 cvt8_i8(const uint8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
 LMX_INLINE __m256 cvt8_h(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+/* k-group j's code vector of half h (rows 8h..8h+7) of one 32-value block: nibbles at o (+ Q5 high bits
+ * hb) or, for Q8 (q8), the code bytes themselves.  j and h are constants once
+ * inlined into the unrolled loops, so each shift is an immediate. */
+LMX_INLINE __m256i code_at(const uint8_t *o, const uint8_t *hb, const int q8, const int j, const int h) {
+    if (q8) return _mm256_loadu_si256((const __m256i *)(o + 64 * j + 32 * h));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(o + 64 * (j >> 1) + 32 * h));
+    __m256i c = (j & 1) ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
+    if (hb) { /* bit j of each byte -> bit 4 */
+        const __m256i b = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(hb + 32 * h)),
+                                           _mm256_set1_epi8((char)(1 << j)));
+        c = _mm256_or_si256(c, j < 4 ? _mm256_slli_epi16(b, 4 - j) : j > 4 ? _mm256_srli_epi16(b, j - 4) : b);
+    }
+    return c;
+}
+
+/* Exact integer sums of one 32-value block of the 16-row group against activation rows 0..mb-1 (codes at
+ * x + i * KP): per row i and half h, lane r = sum over the k-groups of code * activation code.  The
+ * k-group loop is outermost, so each code vector is unpacked once and each activation broadcast serves
+ * both halves (1.2-1.5x the half-major order of Q6_K below at M = 8-128).  Without VNNI, vpmaddubsw pairs are summed in 16 bits over `run` k-groups (codes < 16: 8, < 32: 4,
+ * < 64: 2) before widening; Q8 (codes + 128 up to 255) goes through the signed codes instead, so its
+ * sums are sum(signed code * x) (the caller drops the -128 offset). */
+LMX_INLINE void block_sums(const uint8_t *o, const uint8_t *hb, const int q8, const int run,
+                           const int8_t *x, int64_t KP, const int mb, __m256i sa[PMB][2]) {
+#ifndef LMX_AVXVNNI
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i p[PMB][2];
+#endif
+    for (int i = 0; i < mb; i++)
+        for (int h = 0; h < 2; h++) sa[i][h] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) {
+        const __m256i c0 = code_at(o, hb, q8, j, 0), c1 = code_at(o, hb, q8, j, 1);
+        for (int i = 0; i < mb; i++) {
+            const __m256i bx = bcast4(x + i * KP + 4 * j);
+#ifdef LMX_AVXVNNI
+            (void)run;
+            sa[i][0] = _mm256_dpbusd_avx_epi32(sa[i][0], c0, bx);
+            sa[i][1] = _mm256_dpbusd_avx_epi32(sa[i][1], c1, bx);
+#else
+            __m256i q0, q1;
+            if (q8) {
+                const __m256i flip = _mm256_set1_epi8((char)0x80);
+                const __m256i s0 = _mm256_xor_si256(c0, flip), s1 = _mm256_xor_si256(c1, flip);
+                q0 = _mm256_maddubs_epi16(_mm256_sign_epi8(s0, s0), _mm256_sign_epi8(bx, s0));
+                q1 = _mm256_maddubs_epi16(_mm256_sign_epi8(s1, s1), _mm256_sign_epi8(bx, s1));
+            } else {
+                q0 = _mm256_maddubs_epi16(c0, bx);
+                q1 = _mm256_maddubs_epi16(c1, bx);
+            }
+            const int r = q8 ? 1 : run;
+            if (j % r == 0) {
+                p[i][0] = q0;
+                p[i][1] = q1;
+            } else {
+                p[i][0] = _mm256_add_epi16(p[i][0], q0);
+                p[i][1] = _mm256_add_epi16(p[i][1], q1);
+            }
+            if ((j + 1) % r == 0) {
+                const __m256i w0 = _mm256_madd_epi16(p[i][0], ones), w1 = _mm256_madd_epi16(p[i][1], ones);
+                sa[i][0] = j + 1 == r ? w0 : _mm256_add_epi32(sa[i][0], w0);
+                sa[i][1] = j + 1 == r ? w1 : _mm256_add_epi32(sa[i][1], w1);
+            }
+#endif
+        }
+    }
+}
 
 /* One group of 16 rows against activation rows m0 .. m0 + mb - 1; results to y[m * ys + 0..15]. */
 LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *a, int64_t m0, const int mb,
                            float *y, int64_t ys) {
     __m256 acc[PMB][2];
+    __m256i sa[PMB][2];
     for (int i = 0; i < mb; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     const int64_t ue = unit_elems(kind), ub = unit_bytes(kind), nu = K / ue;
     const int8_t *xq = a->xq + m0 * a->KP;
     const float *dxb = a->dxb + m0 * a->BP, *sxb = a->sxb + m0 * a->BP, *sx16 = a->sx16 + m0 * 2 * a->BP;
     const int64_t KP = a->KP, BP = a->BP;
-    __m256i c[8];
     if (ue == 32) {
         const int five = kind == LMX_Q5_0 || kind == LMX_Q5_1, q8 = kind == LMX_Q8_0;
         const int64_t doff = q8 ? 512 : five ? 320 : 256;
         const int has_m = kind == LMX_Q4_1 || kind == LMX_Q5_1;
         const float cneg = kind == LMX_Q4_0 ? -8.0f : kind == LMX_Q5_0 ? -16.0f : -128.0f;
+#ifdef LMX_AVXVNNI
+        const int q8_offset = 1; /* vpdpbusd summed the unsigned codes */
+#else
+        const int q8_offset = 0;
+#endif
         for (int64_t b = 0; b < nu; b++) {
             const uint8_t *o = g + b * ub;
+            if (q8)
+                block_sums(o, NULL, 1, 1, xq + b * 32, KP, mb, sa);
+            else if (five)
+                block_sums(o, o + 256, 0, 4, xq + b * 32, KP, mb, sa);
+            else
+                block_sums(o, NULL, 0, 8, xq + b * 32, KP, mb, sa);
             for (int h = 0; h < 2; h++) {
-                if (q8)
-                    for (int q = 0; q < 8; q++) c[q] = _mm256_loadu_si256((const __m256i *)(o + 64 * q + 32 * h));
-                else
-                    unpack_nib(o + 32 * h, five ? o + 256 + 32 * h : NULL, NULL, c);
                 const __m256 d = cvt8_h(o + doff + 16 * h);
                 const __m256 off = has_m ? cvt8_h(o + doff + 32 + 16 * h) : _mm256_mul_ps(d, _mm256_set1_ps(cneg));
                 for (int i = 0; i < mb; i++) {
-                    const int8_t *x = xq + i * KP + b * 32;
-#ifdef LMX_AVXVNNI
-                    const __m256i is = udot(c, x, 8, 8);
-#else
-                    const __m256i is = q8 ? sdot8(c, x) : udot(c, x, 8, five ? 4 : 8);
-#endif
-                    acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, _mm256_set1_ps(dxb[i * BP + b])),
-                                                acc[i][h]);
-#ifndef LMX_AVXVNNI
-                    if (q8) continue; /* sdot8 summed the signed codes: no offset */
-#endif
-                    acc[i][h] = _mm256_fmadd_ps(off, _mm256_set1_ps(sxb[i * BP + b]), acc[i][h]);
+                    acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa[i][h]),
+                                                _mm256_mul_ps(d, _mm256_set1_ps(dxb[i * BP + b])), acc[i][h]);
+                    if (!q8 || q8_offset) acc[i][h] = _mm256_fmadd_ps(off, _mm256_set1_ps(sxb[i * BP + b]), acc[i][h]);
                 }
             }
         }
-    } else if (kind == LMX_Q6_K) {
+    } else if (kind == LMX_Q6_K) { /* k-group sums split in two 16-value halves: the half-major order keeps
+                                       them in registers */
+        __m256i c[8];
         for (int64_t u = 0; u < nu; u++) {
             const uint8_t *o = g + u * ub;
             for (int h = 0; h < 2; h++) {
@@ -614,16 +666,17 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
         const int five = kind == LMX_Q5_K;
         for (int64_t u = 0; u < nu; u++) {
             const uint8_t *o = g + u * ub;
-            for (int h = 0; h < 2; h++) {
-                const __m256 d = cvt8_h(o + 16 * h), dmin = cvt8_h(o + 32 + 16 * h);
-                for (int s = 0; s < 8; s++) {
-                    const uint8_t *so = o + 320 + s * (five ? 320 : 256);
-                    unpack_nib(so + 32 * h, five ? so + 256 + 32 * h : NULL, NULL, c);
-                    const __m256 dd = _mm256_mul_ps(d, cvt8_u8(o + 64 + 16 * s + 8 * h));
-                    const __m256 dm = _mm256_mul_ps(dmin, cvt8_u8(o + 192 + 16 * s + 8 * h));
+            for (int s = 0; s < 8; s++) {
+                const uint8_t *so = o + 320 + s * (five ? 320 : 256);
+                if (five)
+                    block_sums(so, so + 256, 0, 4, xq + u * 256 + s * 32, KP, mb, sa);
+                else
+                    block_sums(so, NULL, 0, 8, xq + u * 256 + s * 32, KP, mb, sa);
+                for (int h = 0; h < 2; h++) {
+                    const __m256 dd = _mm256_mul_ps(cvt8_h(o + 16 * h), cvt8_u8(o + 64 + 16 * s + 8 * h));
+                    const __m256 dm = _mm256_mul_ps(cvt8_h(o + 32 + 16 * h), cvt8_u8(o + 192 + 16 * s + 8 * h));
                     for (int i = 0; i < mb; i++) {
-                        const __m256i is = udot(c, xq + i * KP + u * 256 + s * 32, 8, five ? 4 : 8);
-                        acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is),
+                        acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa[i][h]),
                                                     _mm256_mul_ps(dd, _mm256_set1_ps(dxb[i * BP + u * 8 + s])), acc[i][h]);
                         acc[i][h] = _mm256_fnmadd_ps(dm, _mm256_set1_ps(sxb[i * BP + u * 8 + s]), acc[i][h]);
                     }
