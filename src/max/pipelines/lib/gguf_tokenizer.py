@@ -1,4 +1,4 @@
-"""Build a Hugging Face fast tokenizer straight from GGUF tokenizer metadata.
+"""Build a fast tokenizer straight from GGUF tokenizer metadata.
 
 Only byte-level BPE vocabularies (``tokenizer.ggml.model == "gpt2"``: GPT-2, Llama-3,
 Qwen2, SmolLM, ...) take the fast path: the vocabulary, merges and special tokens are
@@ -17,14 +17,16 @@ so token ids are identical:
 * ``tokenizer.ggml.add_bos_token`` / ``add_eos_token`` decide the post-processor;
 * ``tokenizer.chat_template`` becomes the chat template.
 
-Other vocabularies (SentencePiece ``llama``, ``t5``, ...) fall back to transformers.
+:class:`GGUFTokenizer` puts the interface of a ``transformers`` fast tokenizer over it, so loading a
+GGUF model does not import transformers.  Other vocabularies (SentencePiece ``llama``, ``t5``, ...)
+fall back to transformers.
 """
 
 from __future__ import annotations
 
 import os
 from functools import lru_cache
-from typing import Any
+from typing import Any, Sequence
 
 from max.pipelines.lib.gguf_utils import GGUFMetadata, read_gguf_metadata
 
@@ -163,12 +165,177 @@ def tokenizer_from_gguf_metadata(meta: GGUFMetadata) -> tuple[Any, dict[str, Any
     return tok, info
 
 
-def hf_tokenizer_from_gguf(path: str | os.PathLike) -> Any:
-    """A ``transformers`` fast tokenizer for the GGUF file at ``path``.
+SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
+"""The named special tokens a GGUF vocabulary has (by id), in transformers' order."""
 
-    Byte-level BPE vocabularies are built directly (well under a second); other
-    vocabularies go through ``AutoTokenizer.from_pretrained(dir, gguf_file=name)``
-    (slow: transformers converts the vocabulary in Python).
+
+class GGUFTokenizer:
+    """A GGUF file's byte-level BPE vocabulary (a ``tokenizers.Tokenizer``) behind the interface of a
+    ``transformers`` fast tokenizer, as far as libremax and its users call it: ``encode``/``decode``/
+    ``__call__``, the named special tokens and their ids, ``get_vocab``, ``convert_tokens_to_ids``,
+    ``backend_tokenizer``, ``chat_template`` and ``apply_chat_template`` (jinja2, see
+    :mod:`~max.pipelines.lib.chat_template`).  Token ids, decoded text, special tokens and chat text are
+    those of ``PreTrainedTokenizerFast(tokenizer_object=..., bos_token=...)`` over the same vocabulary
+    (``tests/pipelines/test_tokenizer.py`` compares them) -- without importing transformers.
+    """
+
+    is_fast = True
+
+    def __init__(self, tokenizer: Any, *, bos_token: str | None = None, eos_token: str | None = None,
+                 unk_token: str | None = None, pad_token: str | None = None, chat_template: str | None = None,
+                 add_bos_token: bool = False, add_eos_token: bool = False, name_or_path: str = "") -> None:
+        from tokenizers import AddedToken
+
+        self._tokenizer = tokenizer
+        self.bos_token, self.eos_token, self.unk_token, self.pad_token = bos_token, eos_token, unk_token, pad_token
+        self.chat_template = chat_template
+        self.name_or_path = name_or_path
+        self.init_kwargs: dict[str, Any] = {"add_bos_token": add_bos_token, "add_eos_token": add_eos_token}
+        # a named special token missing from the added vocabulary becomes one (as transformers does)
+        added = {t.content for t in tokenizer.get_added_tokens_decoder().values()}
+        missing = [t for t in dict.fromkeys(self.special_tokens_map.values()) if t not in added]
+        if missing:
+            tokenizer.add_tokens([AddedToken(t, special=True) for t in missing])
+
+    # -- vocabulary
+    @property
+    def backend_tokenizer(self) -> Any:
+        """The ``tokenizers.Tokenizer``."""
+        return self._tokenizer
+
+    def __len__(self) -> int:
+        """Size of the vocabulary with the added tokens."""
+        return self._tokenizer.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def vocab_size(self) -> int:
+        """Size of the base vocabulary (without the added tokens)."""
+        return self._tokenizer.get_vocab_size(with_added_tokens=False)
+
+    def get_vocab(self) -> dict[str, int]:
+        return self._tokenizer.get_vocab(with_added_tokens=True)
+
+    def get_added_vocab(self) -> dict[str, int]:
+        return {t.content: i for i, t in sorted(self._tokenizer.get_added_tokens_decoder().items())}
+
+    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> Any:
+        if isinstance(tokens, str):
+            return self._tokenizer.token_to_id(tokens)
+        return [self._tokenizer.token_to_id(t) for t in tokens]
+
+    def convert_ids_to_tokens(self, ids: int | Sequence[int], skip_special_tokens: bool = False) -> Any:
+        if isinstance(ids, int):
+            return self._tokenizer.id_to_token(ids)
+        skip = set(self.all_special_ids) if skip_special_tokens else set()
+        return [self._tokenizer.id_to_token(int(i)) for i in ids if int(i) not in skip]
+
+    # -- special tokens
+    @property
+    def special_tokens_map(self) -> dict[str, str]:
+        """``{"bos_token": "<s>", ...}`` for the named special tokens the vocabulary has."""
+        return {k: getattr(self, k) for k in SPECIAL_TOKEN_NAMES if getattr(self, k) is not None}
+
+    @property
+    def all_special_tokens(self) -> list[str]:
+        return list(dict.fromkeys(self.special_tokens_map.values()))
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        return [self._tokenizer.token_to_id(t) for t in self.all_special_tokens]
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return None if self.bos_token is None else self._tokenizer.token_to_id(self.bos_token)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return None if self.eos_token is None else self._tokenizer.token_to_id(self.eos_token)
+
+    @property
+    def unk_token_id(self) -> int | None:
+        return None if self.unk_token is None else self._tokenizer.token_to_id(self.unk_token)
+
+    @property
+    def pad_token_id(self) -> int | None:
+        return None if self.pad_token is None else self._tokenizer.token_to_id(self.pad_token)
+
+    sep_token = cls_token = mask_token = None
+    sep_token_id = cls_token_id = mask_token_id = None
+
+    # -- encode / decode
+    def _encode(self, text: str, add_special_tokens: bool, max_length: int | None) -> list[int]:
+        if max_length is None:
+            return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        enc = self._tokenizer.encode(text, add_special_tokens=False)
+        room = max_length - (self._tokenizer.num_special_tokens_to_add(False) if add_special_tokens else 0)
+        enc.truncate(max(room, 0))
+        return self._tokenizer.post_process(enc, add_special_tokens=add_special_tokens).ids
+
+    def encode(self, text: str, add_special_tokens: bool = True, truncation: bool = False,
+               max_length: int | None = None, **unused: Any) -> list[int]:
+        """Token ids of ``text`` (``truncation`` with ``max_length``: at most that many, special tokens
+        included)."""
+        return self._encode(text, add_special_tokens, max_length if truncation else None)
+
+    def __call__(self, text: str | Sequence[str], add_special_tokens: bool = True, truncation: bool = False,
+                 max_length: int | None = None, **unused: Any) -> dict[str, Any]:
+        """``{"input_ids": ..., "attention_mask": ...}`` of a text or a list of texts."""
+        limit = max_length if truncation else None
+        if isinstance(text, str):
+            ids = self._encode(text, add_special_tokens, limit)
+            return {"input_ids": ids, "attention_mask": [1] * len(ids)}
+        rows = [self._encode(t, add_special_tokens, limit) for t in text]
+        return {"input_ids": rows, "attention_mask": [[1] * len(r) for r in rows]}
+
+    def tokenize(self, text: str, add_special_tokens: bool = False, **unused: Any) -> list[str]:
+        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).tokens
+
+    def decode(self, token_ids: Any, skip_special_tokens: bool = False, **unused: Any) -> Any:
+        """Text of a sequence of ids (a list of strings for a batch of sequences)."""
+        if hasattr(token_ids, "tolist"):
+            token_ids = token_ids.tolist()
+        if isinstance(token_ids, int):
+            token_ids = [token_ids]
+        if token_ids and isinstance(token_ids[0], (list, tuple)):
+            return [self.decode(t, skip_special_tokens) for t in token_ids]
+        return self._tokenizer.decode([int(t) for t in token_ids], skip_special_tokens=skip_special_tokens)
+
+    def batch_decode(self, sequences: Any, skip_special_tokens: bool = False, **unused: Any) -> list[str]:
+        return [self.decode(s, skip_special_tokens) for s in sequences]
+
+    # -- chat
+    def apply_chat_template(self, conversation: Sequence[Any], tools: Sequence[Any] | None = None,
+                            documents: Sequence[Any] | None = None, chat_template: str | None = None,
+                            add_generation_prompt: bool = False, continue_final_message: bool | str = False,
+                            tokenize: bool = True, return_dict: bool = True, **kwargs: Any) -> Any:
+        """The conversation through the chat template (``tokenize``: its token ids, as
+        ``{"input_ids": ...}`` when ``return_dict``); ``kwargs`` are template variables."""
+        from max.pipelines.lib.chat_template import render_chat_template
+
+        template = chat_template if chat_template is not None else self.chat_template
+        if not template:
+            raise ValueError("the tokenizer has no chat template; pass chat_template=")
+        text = render_chat_template(template, conversation, tools=tools, documents=documents,
+                                    add_generation_prompt=add_generation_prompt,
+                                    continue_final_message=continue_final_message,
+                                    **{**self.special_tokens_map, **kwargs})
+        if not tokenize:
+            return text
+        ids = self._encode(text, False, None)
+        return {"input_ids": ids, "attention_mask": [1] * len(ids)} if return_dict else ids
+
+    def __repr__(self) -> str:
+        return (f"GGUFTokenizer(name_or_path={self.name_or_path!r}, vocab_size={len(self)}, "
+                f"special_tokens={self.special_tokens_map})")
+
+
+def hf_tokenizer_from_gguf(path: str | os.PathLike) -> Any:
+    """A fast tokenizer for the GGUF file at ``path`` with the interface of a ``transformers`` one.
+
+    Byte-level BPE vocabularies are built directly (well under a second) as a :class:`GGUFTokenizer`
+    (no transformers import); other vocabularies go through
+    ``AutoTokenizer.from_pretrained(dir, gguf_file=name)`` (slow: transformers converts the
+    vocabulary in Python).
     """
     meta = read_gguf_metadata(path)
     if not gguf_has_fast_tokenizer(meta):
@@ -176,18 +343,5 @@ def hf_tokenizer_from_gguf(path: str | os.PathLike) -> Any:
 
         p = os.path.abspath(os.fspath(path))
         return AutoTokenizer.from_pretrained(os.path.dirname(p), gguf_file=os.path.basename(p))
-    from transformers import PreTrainedTokenizerFast
-
     tok, info = tokenizer_from_gguf_metadata(meta)
-    hf = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token=info["bos_token"],
-        eos_token=info["eos_token"],
-        unk_token=info["unk_token"],
-        pad_token=info["pad_token"],
-        chat_template=info["chat_template"],
-    )
-    # ``add_bos_token`` is honoured by the post-processor set above; record it too.
-    hf.init_kwargs["add_bos_token"] = info["add_bos_token"]
-    hf.init_kwargs["add_eos_token"] = info["add_eos_token"]
-    return hf
+    return GGUFTokenizer(tok, **info, name_or_path=os.fspath(path))
