@@ -185,3 +185,40 @@ def test_loading_a_gguf_model_imports_no_transformers(model):
     assert isinstance(res["text"], str)
     if model == "smollm2":
         assert res["chat"].endswith("<|im_start|>assistant\n")
+
+
+def test_long_string_arrays_stay_in_the_file(tmp_path, monkeypatch):
+    """A vocabulary's tokens and merges are read from the file when used, not kept by the cached metadata;
+    they read back as the strings gguf's own reader gives."""
+    import shutil
+
+    import gguf
+
+    from max.graph.weights import gguf_meta
+    from test_hf_utils import make_gguf
+
+    path = str(tmp_path / "v.gguf")
+    shutil.copy(make_gguf("Q8_0"), path)
+    monkeypatch.setattr(gguf_meta, "LAZY_STRING_ARRAY_MIN", 100)
+    gguf_meta._read_cached.cache_clear()
+    meta = gguf_meta.read_gguf_metadata(path)
+    tokens, merges = meta.fields["tokenizer.ggml.tokens"], meta.fields["tokenizer.ggml.merges"]
+    assert isinstance(tokens, gguf_meta.GGUFStringArray) and isinstance(merges, gguf_meta.GGUFStringArray)
+    ref = gguf.GGUFReader(path)
+
+    def strings(key):
+        f = ref.fields[key]
+        return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+
+    assert len(tokens) == len(strings("tokenizer.ggml.tokens")) and tokens == strings("tokenizer.ggml.tokens")
+    assert merges.tolist() == strings("tokenizer.ggml.merges") and merges[3] == strings("tokenizer.ggml.merges")[3]
+    assert meta.get("general.architecture") == "llama" and meta.arch_get("block_count") == 1
+    from max.pipelines.lib.gguf_tokenizer import hf_tokenizer_from_gguf
+
+    assert hf_tokenizer_from_gguf(path).encode("hello world") == hf_tokenizer_from_gguf(make_gguf("Q8_0")).encode(
+        "hello world")
+    with open(path, "ab") as f:  # the file changes under the cached metadata: a clear error, not garbage
+        f.write(b"\0" * 8)
+    with pytest.raises(ValueError, match="changed"):
+        tokens.tolist()
+    gguf_meta._read_cached.cache_clear()

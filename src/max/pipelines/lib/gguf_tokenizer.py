@@ -101,7 +101,7 @@ def tokenizer_from_gguf_metadata(meta: GGUFMetadata) -> tuple[Any, dict[str, Any
             f"{meta.path}: no byte-level BPE vocabulary (tokenizer.ggml.model={kind!r}); "
             "only 'gpt2' vocabularies are built directly"
         )
-    tokens: list[str] = meta.fields["tokenizer.ggml.tokens"]
+    tokens: list[str] = list(meta.fields["tokenizer.ggml.tokens"])  # decoded once (a GGUFStringArray stays in the file)
     types = meta.get("tokenizer.ggml.token_type")
     types = [] if types is None else types.tolist()
     alphabet = byte_level_alphabet()
@@ -113,7 +113,7 @@ def tokenizer_from_gguf_metadata(meta: GGUFMetadata) -> tuple[Any, dict[str, Any
         return "".join(alphabet[b] for b in tok.encode("utf-8"))
 
     vocab = {spell(t): i for i, t in enumerate(tokens)}
-    raw_merges = meta.get("tokenizer.ggml.merges") or []
+    raw_merges = list(meta.get("tokenizer.ggml.merges") or [])
     merges = []
     for m in raw_merges:
         a, sep, b = m.partition(" ")
