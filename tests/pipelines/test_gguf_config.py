@@ -222,3 +222,30 @@ def test_long_string_arrays_stay_in_the_file(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="changed"):
         tokens.tolist()
     gguf_meta._read_cached.cache_clear()
+
+
+_TOKENIZER_AND_CONFIG = r"""
+import json, sys
+from max.pipelines.lib.gguf_tokenizer import hf_tokenizer_from_gguf
+from max.pipelines.lib.hf_utils import load_huggingface_config
+tok = hf_tokenizer_from_gguf(sys.argv[1])
+cfg = load_huggingface_config(sys.argv[1])
+chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+print(json.dumps({"ids": tok.encode("hello world"), "arch": cfg.architectures, "chat": chat,
+                  "loaded": sorted(m for m in sys.modules if m.split(".")[0] in ("transformers", "sympy"))}))
+"""
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "phi3"])
+def test_sentencepiece_gguf_tokenizer_and_config_import_no_transformers(tmp_path, arch):
+    """A SentencePiece GGUF vocabulary's tokenizer and the file's config, in a fresh process: no transformers."""
+    from gguf_support import write_sentencepiece_gguf
+
+    path = write_sentencepiece_gguf(tmp_path / "m.gguf", arch)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, HERE])}
+    out = subprocess.run([sys.executable, "-c", _TOKENIZER_AND_CONFIG, path], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["loaded"] == [] and res["ids"] and res["chat"].endswith("<|assistant|>" + ("<mask>" if arch == "gemma3"
+                                                                                          else ""))

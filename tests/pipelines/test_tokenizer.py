@@ -566,3 +566,35 @@ def test_gguf_tokenizer_structured_output_masks_equal_transformers(which):
             assert m.consume_token(t), (tok, t)
         masks.append(got)
     assert len(masks[0]) == len(masks[1]) and all((a == b).all() for a, b in zip(*masks))
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "phi3"])
+@pytest.mark.parametrize("add_bos", [None, False, True])
+@pytest.mark.parametrize("with_merges", [False, True])
+def test_sentencepiece_gguf_tokenizer_matches_transformers(tmp_path, arch, add_bos, with_merges):
+    """SentencePiece GGUF vocabularies (Llama 2 / Mistral, Gemma, Phi-3 styles) built without transformers
+    give what ``AutoTokenizer.from_pretrained(dir, gguf_file=...)`` gives: ids, decoding, special tokens,
+    the whole tokenizers JSON, the chat template."""
+    from gguf_support import write_sentencepiece_gguf
+    from transformers import AutoTokenizer
+
+    path = write_sentencepiece_gguf(tmp_path / "m.gguf", arch, add_bos=add_bos, with_merges=with_merges)
+    mine = hf_tokenizer_from_gguf(path)
+    ref = AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="m.gguf")
+    assert type(mine).__module__.startswith("max.")
+    assert mine.backend_tokenizer.to_str() == ref.backend_tokenizer.to_str()
+    for k in ("special_tokens_map", "all_special_tokens", "all_special_ids", "bos_token_id", "eos_token_id",
+              "unk_token_id", "pad_token_id", "mask_token_id", "chat_template", "vocab_size"):
+        assert getattr(mine, k) == getattr(ref, k), k
+    assert len(mine) == len(ref) and mine.get_vocab() == ref.get_vocab()
+    for s in STRINGS + ["Hello world, the  model   is  here.", " leading", "  two leading", "<|user|>hi<|assistant|>",
+                        "<think>x</think>", "<s>a</s>", "<bos>x<eos><mask>", "\u00e9t\u00e9 \U0001F600 zzz qqq"]:
+        for special in (True, False):
+            ids = mine.encode(s, add_special_tokens=special)
+            assert ids == ref.encode(s, add_special_tokens=special), (s, special)
+            for skip in (False, True):
+                assert mine.decode(ids, skip_special_tokens=skip) == ref.decode(ids, skip_special_tokens=skip), s
+    for conv in CONVERSATIONS[:2]:
+        for kw in ({"add_generation_prompt": True}, {"add_generation_prompt": False}):
+            assert _outcome(mine.apply_chat_template, conv, tokenize=False, **kw) == \
+                _outcome(ref.apply_chat_template, conv, tokenize=False, **kw)

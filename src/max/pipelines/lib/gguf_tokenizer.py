@@ -1,7 +1,7 @@
 """Build a fast tokenizer straight from GGUF tokenizer metadata.
 
-Only byte-level BPE vocabularies (``tokenizer.ggml.model == "gpt2"``: GPT-2, Llama-3,
-Qwen2, SmolLM, ...) take the fast path: the vocabulary, merges and special tokens are
+Byte-level BPE vocabularies (``tokenizer.ggml.model == "gpt2"``: GPT-2, Llama-3,
+Qwen2, SmolLM, ...): the vocabulary, merges and special tokens are
 read with :func:`~max.pipelines.lib.gguf_utils.read_gguf_metadata` and handed to
 ``tokenizers.models.BPE`` directly, which takes well under a second (transformers'
 own GGUF conversion builds a slow Python tokenizer first and takes 10-20 s).
@@ -17,9 +17,13 @@ so token ids are identical:
 * ``tokenizer.ggml.add_bos_token`` / ``add_eos_token`` decide the post-processor;
 * ``tokenizer.chat_template`` becomes the chat template.
 
-:class:`GGUFTokenizer` puts the interface of a ``transformers`` fast tokenizer over it, so loading a
-GGUF model does not import transformers.  Other vocabularies (SentencePiece ``llama``, ``t5``, ...)
-fall back to transformers.
+SentencePiece BPE vocabularies (``tokenizer.ggml.model == "llama"``: Llama 2, Mistral 7B, Gemma,
+Phi-3) are built the same way by :func:`sentencepiece_tokenizer_from_gguf_metadata` (merges from the
+file or derived from the pieces' scores, byte fallback, the family's way of marking spaces).
+
+:class:`GGUFTokenizer` puts the interface of a ``transformers`` fast tokenizer over either, so loading
+a GGUF model does not import transformers.  Other vocabularies (``t5`` Unigram, ...) fall back to
+transformers.
 """
 
 from __future__ import annotations
@@ -165,12 +169,127 @@ def tokenizer_from_gguf_metadata(meta: GGUFMetadata) -> tuple[Any, dict[str, Any
     return tok, info
 
 
-SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
-"""The named special tokens a GGUF vocabulary has (by id), in transformers' order."""
+SENTENCEPIECE_STYLES = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "phi3": "phi3"}
+"""``general.architecture`` -> how its SentencePiece vocabulary splits text (others: ``llama``)."""
+
+
+def gguf_has_sentencepiece_tokenizer(meta: GGUFMetadata) -> bool:
+    """Whether :func:`sentencepiece_tokenizer_from_gguf_metadata` can build this file's tokenizer: a
+    SentencePiece BPE vocabulary (``tokenizer.ggml.model == "llama"``) with its merges or scores."""
+    return (meta.get("tokenizer.ggml.model") == "llama" and "tokenizer.ggml.tokens" in meta.fields
+            and ("tokenizer.ggml.merges" in meta.fields or "tokenizer.ggml.scores" in meta.fields))
+
+
+def sentencepiece_merges(vocab: dict[str, int], scores: dict[str, float]) -> list[tuple[str, str]]:
+    """The BPE merges a SentencePiece vocabulary implies (its files store pieces and scores, not merges):
+    every split of a piece into two pieces of the vocabulary, the best-scored pieces' first; a piece's
+    splits in vocabulary order, ties between pieces by shorter left, then right part (the order
+    transformers derives, so the merges -- and the token ids -- are the same)."""
+    found = []
+    for piece, score in scores.items():
+        splits = [(piece[:i], piece[i:], score) for i in range(1, len(piece))
+                  if piece[:i] in vocab and piece[i:] in vocab]
+        splits.sort(key=lambda m: (vocab[m[0]], vocab[m[1]]))
+        found.extend(splits)
+    found.sort(key=lambda m: (m[2], len(m[0]), len(m[1])), reverse=True)
+    return [(a, b) for a, b, _ in found]
+
+
+def sentencepiece_tokenizer_from_gguf_metadata(meta: GGUFMetadata) -> tuple[Any, dict[str, Any]]:
+    """``(tokenizers.Tokenizer, info)`` for a SentencePiece BPE GGUF vocabulary (``tokenizer.ggml.model ==
+    "llama"``: Llama 2, Mistral 7B, Gemma, Phi-3 ...), as transformers builds it from the file:
+
+    * merges from the file, else derived from the pieces' scores (Gemma: from their order, its scores
+      do not follow the merges; its pieces of plain spaces are spelled with ``▁``);
+    * byte fallback, unknown pieces fused; the text split as the family does: ``▁``-prefixed words
+      (Llama), a ``▁`` prepended by the normalizer (Phi-3), spaces replaced and split after (Gemma);
+    * CONTROL pieces special added tokens, USER_DEFINED ones plain added tokens; BOS added unless
+      ``tokenizer.ggml.add_bos_token`` says otherwise; Gemma's tokenizer also names ``<mask>``.
+
+    ``info`` is as :func:`tokenizer_from_gguf_metadata`'s (plus ``mask_token``).
+    """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    if not gguf_has_sentencepiece_tokenizer(meta):
+        raise ValueError(f"{meta.path}: no SentencePiece BPE vocabulary with merges or scores "
+                         f"(tokenizer.ggml.model={meta.get('tokenizer.ggml.model')!r})")
+    style = SENTENCEPIECE_STYLES.get(meta.architecture or "", "llama")
+    tokens: list[str] = list(meta.fields["tokenizer.ggml.tokens"])
+    types = meta.get("tokenizer.ggml.token_type")
+    types = [] if types is None else types.tolist()
+    pieces = ["\u2581" * len(t) if " " in t and not t.strip() else t for t in tokens] if style == "gemma" else tokens
+    vocab = {t: i for i, t in enumerate(pieces)}
+    if "tokenizer.ggml.merges" in meta.fields:
+        merges = [tuple(m.split(" ")) for m in meta.fields["tokenizer.ggml.merges"]]
+    elif style == "gemma":
+        merges = sentencepiece_merges(vocab, {t: -i for i, t in enumerate(pieces)})
+    else:
+        merges = sentencepiece_merges(vocab, dict(zip(pieces, meta.fields["tokenizer.ggml.scores"].tolist())))
+    bpe = dict(vocab=vocab, merges=merges, fuse_unk=True, byte_fallback=True, dropout=None)
+    tok = Tokenizer(models.BPE(**bpe, unk_token="<unk>") if style == "gemma" else models.BPE(**bpe))
+    strip = [] if style == "gemma" else [decoders.Strip(content=" ", left=1)]
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(), *strip])
+    if style == "gemma":
+        tok.normalizer = normalizers.Replace(" ", "\u2581")
+        tok.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="merged_with_previous", invert=False)
+    elif style == "phi3":
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+    # the special tokens of the tokenizer class transformers builds the vocabulary with, then the file's kinds
+    defaults = ("<bos>", "<eos>", "<unk>", "<pad>", "<mask>") if style == "gemma" else ("<s>", "</s>", "<unk>")
+    _add_missing(tok, defaults)
+    control = [AddedToken(t, normalized=False, special=True) for t, ty in zip(tokens, types)
+               if ty == TOKEN_TYPE_CONTROL]
+    if control:
+        tok.add_special_tokens(control)
+    known = tok.get_vocab(with_added_tokens=True)
+    user = [AddedToken(t, normalized=False, special=False) for t, ty in zip(tokens, types)
+            if ty == TOKEN_TYPE_USER_DEFINED and t in known]
+    if user:
+        tok.add_tokens(user)
+    add_bos = meta.get("tokenizer.ggml.add_bos_token")
+    info: dict[str, Any] = {
+        "bos_token": _token_at(tokens, "tokenizer.ggml.bos_token_id", meta),
+        "eos_token": _token_at(tokens, "tokenizer.ggml.eos_token_id", meta),
+        "unk_token": _token_at(tokens, "tokenizer.ggml.unknown_token_id", meta),
+        "pad_token": _token_at(tokens, "tokenizer.ggml.padding_token_id", meta),
+        "add_bos_token": True if add_bos is None else bool(add_bos),  # llama.cpp's default for SentencePiece
+        "add_eos_token": bool(meta.get("tokenizer.ggml.add_eos_token", False)),
+        "chat_template": meta.get("tokenizer.chat_template"),
+    }
+    if style == "gemma":
+        info["mask_token"] = "<mask>"
+    _add_missing(tok, [info[k] for k in SPECIAL_TOKEN_NAMES if info.get(k) is not None])
+    bos, eos = info["bos_token"], info["eos_token"]
+    info["add_bos_token"] = info["add_bos_token"] and bos is not None
+    info["add_eos_token"] = info["add_eos_token"] and eos is not None
+    single = f"{bos + ':0 ' if info['add_bos_token'] else ''}$A:0{' ' + eos + ':0' if info['add_eos_token'] else ''}"
+    pair = (f"{single}{' ' + bos + ':1' if info['add_bos_token'] else ''} $B:1"
+            f"{' ' + eos + ':1' if info['add_eos_token'] else ''}")
+    specials = ([(bos, tok.token_to_id(bos))] if info["add_bos_token"] else []) + \
+        ([(eos, tok.token_to_id(eos))] if info["add_eos_token"] else [])
+    tok.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=specials)
+    return tok, info
+
+
+def _add_missing(tok: Any, names: Sequence[str]) -> None:
+    """Add the named special tokens the added vocabulary lacks (as transformers' tokenizer classes do)."""
+    from tokenizers import AddedToken
+
+    added = {t.content for t in tok.get_added_tokens_decoder().values()}
+    missing = [t for t in dict.fromkeys(names) if t not in added]
+    if missing:
+        tok.add_tokens([AddedToken(t, special=True) for t in missing])
+
+
+SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+"""The named special tokens of a transformers tokenizer, in its order (a GGUF file names bos/eos/unk/pad by
+id; Gemma's tokenizer class adds ``<mask>``)."""
 
 
 class GGUFTokenizer:
-    """A GGUF file's byte-level BPE vocabulary (a ``tokenizers.Tokenizer``) behind the interface of a
+    """A GGUF file's vocabulary (a ``tokenizers.Tokenizer``) behind the interface of a
     ``transformers`` fast tokenizer, as far as libremax and its users call it: ``encode``/``decode``/
     ``__call__``, the named special tokens and their ids, ``get_vocab``, ``convert_tokens_to_ids``,
     ``backend_tokenizer``, ``chat_template`` and ``apply_chat_template`` (jinja2, see
@@ -182,12 +301,14 @@ class GGUFTokenizer:
     is_fast = True
 
     def __init__(self, tokenizer: Any, *, bos_token: str | None = None, eos_token: str | None = None,
-                 unk_token: str | None = None, pad_token: str | None = None, chat_template: str | None = None,
+                 unk_token: str | None = None, pad_token: str | None = None, sep_token: str | None = None,
+                 cls_token: str | None = None, mask_token: str | None = None, chat_template: str | None = None,
                  add_bos_token: bool = False, add_eos_token: bool = False, name_or_path: str = "") -> None:
         from tokenizers import AddedToken
 
         self._tokenizer = tokenizer
         self.bos_token, self.eos_token, self.unk_token, self.pad_token = bos_token, eos_token, unk_token, pad_token
+        self.sep_token, self.cls_token, self.mask_token = sep_token, cls_token, mask_token
         self.chat_template = chat_template
         self.name_or_path = name_or_path
         self.init_kwargs: dict[str, Any] = {"add_bos_token": add_bos_token, "add_eos_token": add_eos_token}
@@ -259,8 +380,17 @@ class GGUFTokenizer:
     def pad_token_id(self) -> int | None:
         return None if self.pad_token is None else self._tokenizer.token_to_id(self.pad_token)
 
-    sep_token = cls_token = mask_token = None
-    sep_token_id = cls_token_id = mask_token_id = None
+    @property
+    def sep_token_id(self) -> int | None:
+        return None if self.sep_token is None else self._tokenizer.token_to_id(self.sep_token)
+
+    @property
+    def cls_token_id(self) -> int | None:
+        return None if self.cls_token is None else self._tokenizer.token_to_id(self.cls_token)
+
+    @property
+    def mask_token_id(self) -> int | None:
+        return None if self.mask_token is None else self._tokenizer.token_to_id(self.mask_token)
 
     # -- encode / decode
     def _encode(self, text: str, add_special_tokens: bool, max_length: int | None) -> list[int]:
@@ -332,16 +462,19 @@ class GGUFTokenizer:
 def hf_tokenizer_from_gguf(path: str | os.PathLike) -> Any:
     """A fast tokenizer for the GGUF file at ``path`` with the interface of a ``transformers`` one.
 
-    Byte-level BPE vocabularies are built directly (well under a second) as a :class:`GGUFTokenizer`
-    (no transformers import); other vocabularies go through
+    Byte-level and SentencePiece BPE vocabularies are built directly as a :class:`GGUFTokenizer` (no
+    transformers import); other vocabularies go through
     ``AutoTokenizer.from_pretrained(dir, gguf_file=name)`` (slow: transformers converts the
     vocabulary in Python).
     """
     meta = read_gguf_metadata(path)
-    if not gguf_has_fast_tokenizer(meta):
+    if gguf_has_fast_tokenizer(meta):
+        tok, info = tokenizer_from_gguf_metadata(meta)
+    elif gguf_has_sentencepiece_tokenizer(meta):
+        tok, info = sentencepiece_tokenizer_from_gguf_metadata(meta)
+    else:
         from transformers import AutoTokenizer
 
         p = os.path.abspath(os.fspath(path))
         return AutoTokenizer.from_pretrained(os.path.dirname(p), gguf_file=os.path.basename(p))
-    tok, info = tokenizer_from_gguf_metadata(meta)
     return GGUFTokenizer(tok, **info, name_or_path=os.fspath(path))

@@ -64,9 +64,9 @@ def _find_gguf(folder: Path) -> Optional[Path]:
 def load_hf_tokenizer(source: str | os.PathLike, *, revision: Optional[str] = None,
                       trust_remote_code: bool = False) -> Any:
     """A fast tokenizer for a GGUF file, a model folder (tokenizer files, or else a GGUF file in it),
-    or a repo id in the local HF cache: a ``transformers`` one, or for a GGUF byte-level BPE vocabulary
-    a :class:`~max.pipelines.lib.gguf_tokenizer.GGUFTokenizer` with the same interface (no
-    transformers import).  Offline only."""
+    or a repo id in the local HF cache: a ``transformers`` one, or for a GGUF BPE vocabulary (byte-level
+    or SentencePiece) a :class:`~max.pipelines.lib.gguf_tokenizer.GGUFTokenizer` with the same
+    interface (no transformers import).  Offline only."""
     from max.pipelines.lib.gguf_tokenizer import hf_tokenizer_from_gguf
 
     p = os.path.expanduser(os.fspath(source))
