@@ -59,6 +59,43 @@ def kdim(kind: str, mult: int) -> int:
     return (256 if kind in K_QUANTS else 32) * mult
 
 
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "Q6_K"])
+def test_pack_of_a_mapped_checkpoint_goes_in_chunks_and_equals_one_call(kind, tmp_path, monkeypatch):
+    """Blocks viewing a mapped file are packed a few rows at a time (their file pages dropped after each
+    chunk): the same bytes as one call, the file untouched."""
+    from max.graph.weights import mapped
+
+    n, k = 203, kdim(kind, 2)  # chunks of 16-row groups and a partial last group
+    b = blocks(kind, n, k, 2)
+    code = native.GGML_KINDS[kind]
+    whole = native.pack(torch.from_numpy(b), code, n, k)  # plain memory: one call
+    path = tmp_path / "w.bin"
+    b.tofile(path)
+    mm = np.memmap(path, dtype=np.uint8, mode="c", shape=b.shape)
+    mapped.register(mm.ctypes.data, mm.nbytes)
+    calls = []
+    real = native.lib()
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def lmx_pack(self, *args):
+            calls.append(args[2])
+            return real.lmx_pack(*args)
+
+    monkeypatch.setattr(native, "PACK_CHUNK_BYTES", 48 * b.shape[1])
+    monkeypatch.setattr(native, "lib", lambda *a: Spy())
+    try:
+        chunked = native.pack(torch.from_numpy(mm), code, n, k)
+    finally:
+        mapped.unregister(mm.ctypes.data)
+    assert calls == [48, 48, 48, 48, 11]
+    assert torch.equal(chunked, whole)
+    np.testing.assert_array_equal(np.fromfile(path, dtype=np.uint8).reshape(b.shape), b)
+
+
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("kind", PACKABLE)
 def test_pack_is_lossless(kind, isa):

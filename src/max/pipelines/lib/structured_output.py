@@ -109,6 +109,10 @@ def grammar_for(response_format: dict) -> Optional[str]:
         raise GrammarError(f"invalid {kind}: {e}", param) from None
 
 
+def _is_transformers(tok: Any) -> bool:
+    return any(c.__module__.startswith("transformers.") for c in type(tok).__mro__)
+
+
 class GrammarCompiler:
     """Compiles constraints into matchers for one tokenizer.  The llguidance tokenizer is built on
     first use (about a second for a 50k vocabulary) and shared; so is the thread pool that fills
@@ -126,13 +130,17 @@ class GrammarCompiler:
     def lltokenizer(self) -> Any:
         with self._lock:
             if self._lltok is None:
-                import llguidance.hf
-
                 tok = self.hf_tokenizer
                 n_vocab = self.vocab_size or len(tok)
                 eos = self.eos_token_ids or tok.eos_token_id
                 try:
-                    self._lltok = llguidance.hf.from_tokenizer(tok, n_vocab=n_vocab, eos_token=eos)
+                    if _is_transformers(tok):
+                        import llguidance.hf
+
+                        self._lltok = llguidance.hf.from_tokenizer(tok, n_vocab=n_vocab, eos_token=eos)
+                    else:  # a GGUF vocabulary's tokenizer (no transformers): its tokenizers.Tokenizer as JSON
+                        self._lltok = _llguidance().LLTokenizer(tok.backend_tokenizer.to_str(), n_vocab=n_vocab,
+                                                                eos_token=eos)
                 except ValueError as e:
                     raise GrammarError(f"structured output is not available for this tokenizer: {e}") from None
             return self._lltok

@@ -63,10 +63,10 @@ def _find_gguf(folder: Path) -> Optional[Path]:
 
 def load_hf_tokenizer(source: str | os.PathLike, *, revision: Optional[str] = None,
                       trust_remote_code: bool = False) -> Any:
-    """A ``transformers`` tokenizer for a GGUF file, a model folder (tokenizer files, or
-    else a GGUF file in it), or a repo id in the local HF cache.  Offline only."""
-    from transformers import AutoTokenizer
-
+    """A fast tokenizer for a GGUF file, a model folder (tokenizer files, or else a GGUF file in it),
+    or a repo id in the local HF cache: a ``transformers`` one, or for a GGUF BPE vocabulary (byte-level
+    or SentencePiece) a :class:`~max.pipelines.lib.gguf_tokenizer.GGUFTokenizer` with the same
+    interface (no transformers import).  Offline only."""
     from max.pipelines.lib.gguf_tokenizer import hf_tokenizer_from_gguf
 
     p = os.path.expanduser(os.fspath(source))
@@ -78,6 +78,8 @@ def load_hf_tokenizer(source: str | os.PathLike, *, revision: Optional[str] = No
         p = generate_local_model_path(p, revision or "main")
     folder = Path(p)
     if any((folder / f).is_file() for f in _TOKENIZER_FILES):
+        from transformers import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
     gguf = _find_gguf(folder)
     if gguf is not None:

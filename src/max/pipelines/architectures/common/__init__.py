@@ -33,7 +33,16 @@ Interfaces other work builds on (keep them stable):
    ``max_length``, capped by ``device_memory_utilization`` of free memory, or ``kv_cache_memory``).
 """
 
-from max.pipelines.architectures.common.config import DecoderConfig, NormPlan, gguf_hf_config, hf_common
+from max.pipelines.architectures.common.config import (
+    DecoderConfig,
+    NormPlan,
+    gguf_hf_config,
+    hf_common,
+    kv_heads,
+    rope_defaults,
+    whole_head_dim,
+    with_defaults,
+)
 from max.pipelines.architectures.common.weights import (
     Derived,
     WeightFactory,
@@ -53,7 +62,11 @@ __all__ = [
     "convert_weight",
     "gguf_hf_config",
     "hf_common",
+    "kv_heads",
     "load_weights_into",
     "rename_gguf",
     "rename_hf",
+    "rope_defaults",
+    "whole_head_dim",
+    "with_defaults",
 ]

@@ -3,17 +3,20 @@
 A family's ``config.py`` turns a Hugging Face ``config.json`` (as a dict with the config class's
 defaults filled in) into a :class:`DecoderConfig`; GGUF files reach the same function through
 :func:`gguf_hf_config`, which turns GGUF metadata into the Hugging Face config dict of the
-family's ``model_type`` (only keys the file has: missing ones take the transformers config
-class's defaults, exactly as transformers does when it loads that GGUF file).  The shared decoder
-reads only the fields below -- never the family's name.
+family's ``model_type`` (the keys the file has), and the family's own table of the transformers
+config class's defaults (:func:`with_defaults`, :func:`rope_defaults`) for the keys it lacks -- the
+values transformers gives when it loads that GGUF file, without importing transformers.  The shared
+decoder reads only the fields below -- never the family's name.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-__all__ = ["DecoderConfig", "NormPlan", "eos_ids", "gguf_hf_config", "hf_common"]
+__all__ = ["DecoderConfig", "NormPlan", "eos_ids", "gguf_hf_config", "hf_common", "kv_heads", "rope_defaults",
+           "whole_head_dim", "with_defaults"]
 
 
 @dataclass(frozen=True)
@@ -144,9 +147,9 @@ def gguf_hf_config(meta: Any, model_type: str, architecture: str, rope_dim_is_he
     """The Hugging Face config dict (``model_type``, ``architectures`` and the keys the file has) of a
     GGUF file from llama.cpp's common metadata keys (``{arch}.block_count`` ...).
 
-    Keys the file lacks are left out, so ``AutoConfig.for_model(model_type, **d)`` fills in the
-    config class's defaults (what transformers itself does for that file).  Family-specific keys
-    are added by the family's ``config.py``.  ``head_dim`` is ``attention.key_length``, else
+    Keys the file lacks are left out (``AutoConfig.for_model(model_type, **d)`` would fill in the
+    config class's defaults; the family's ``config.py`` fills the same ones with :func:`with_defaults`).
+    Family-specific keys are added by the family's ``config.py``.  ``head_dim`` is ``attention.key_length``, else
     ``rope.dimension_count`` when the family rotates whole heads (``rope_dim_is_head_dim``).
     """
     g = meta.arch_get
@@ -193,3 +196,43 @@ def _plain(v: Any) -> Any:
     if isinstance(v, bool) or not hasattr(v, "item"):
         return v
     return v.item()
+
+
+def with_defaults(d: dict[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """``d`` completed with ``defaults`` for the keys it lacks (a key ``d`` holds, even as None, is kept).
+
+    A default is a value (copied) or a function of the dict completed so far (defaults derived from
+    other keys, e.g. ``num_key_value_heads`` = ``num_attention_heads``); they are applied in order.
+    A family's table lists its transformers config class's defaults (see ``test_gguf_config_defaults``,
+    which compares them with transformers)."""
+    out = dict(d)
+    for k, v in defaults.items():
+        if k not in out:
+            out[k] = v(out) if callable(v) else copy.deepcopy(v)
+    return out
+
+
+def rope_defaults(d: dict[str, Any], theta: float = 10000.0) -> dict[str, Any]:
+    """``d`` with a complete ``rope_parameters`` (transformers 5's layout): ``rope_type`` (``default``)
+    and ``rope_theta`` (the config class's default base ``theta``) where the file gives none, and for
+    the scaled types that need it (llama3, YaRN, LongRoPE) ``original_max_position_embeddings`` =
+    ``max_position_embeddings``."""
+    out = dict(d)
+    rp = dict(out.get("rope_parameters") or {})
+    rp.setdefault("rope_type", rp.get("type", "default"))
+    rp.setdefault("rope_theta", theta)
+    if rp["rope_type"] in ("llama3", "yarn", "longrope"):
+        rp.setdefault("original_max_position_embeddings", out["max_position_embeddings"])
+    out["rope_parameters"] = rp
+    return out
+
+
+def kv_heads(d: dict[str, Any]) -> int:
+    """The derived default of ``num_key_value_heads``: one per query head (no grouping)."""
+    return d["num_attention_heads"]
+
+
+def whole_head_dim(d: dict[str, Any]) -> int:
+    """The derived default of ``head_dim``: ``hidden_size / num_attention_heads``."""
+    return d["hidden_size"] // d["num_attention_heads"]
+

@@ -11,8 +11,25 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from max.pipelines.architectures.common import DecoderConfig, gguf_hf_config, hf_common
+from max.pipelines.architectures.common import (
+    DecoderConfig,
+    gguf_hf_config,
+    hf_common,
+    kv_heads,
+    rope_defaults,
+    with_defaults,
+)
 from max.pipelines.architectures.common.moe import MoESpec
+
+HF_DEFAULTS: dict[str, Any] = dict(
+    vocab_size=102400, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+    num_key_value_heads=kv_heads, hidden_act="silu", max_position_embeddings=2048, rms_norm_eps=1e-6,
+    pad_token_id=None, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, attention_bias=False,
+    mlp_bias=False, first_k_dense_replace=0, kv_lora_rank=512, q_lora_rank=1536, n_group=None, n_routed_experts=64,
+    n_shared_experts=2, qk_nope_head_dim=128, qk_rope_head_dim=64, routed_scaling_factor=1.0, topk_group=None,
+    topk_method="greedy", norm_topk_prob=False, v_head_dim=128, num_experts_per_tok=None, moe_intermediate_size=1407)
+"""``transformers.DeepseekV2Config``'s defaults (what a GGUF file lacks); RoPE base 10000.  ``head_dim`` is
+always ``qk_rope_head_dim`` and ``qk_head_dim`` ``qk_nope_head_dim + qk_rope_head_dim``."""
 
 
 def config_from_hf(hf: dict) -> DecoderConfig:
@@ -43,8 +60,9 @@ def config_from_hf(hf: dict) -> DecoderConfig:
     return DecoderConfig(**c)
 
 
-def config_from_gguf(meta: Any) -> dict:
-    """``deepseek2`` GGUF metadata -> ``DeepseekV2Config`` dict (llama.cpp's key names)."""
+def config_from_gguf(meta: Any, *, defaults: bool = True) -> dict:
+    """``deepseek2`` GGUF metadata -> ``DeepseekV2Config`` dict (llama.cpp's key names; ``defaults=False``:
+    only the keys the file has)."""
     g = meta.arch_get
     key_len, val_len, rope_dim = g("attention.key_length"), g("attention.value_length"), g("rope.dimension_count")
     d = gguf_hf_config(meta, "deepseek_v2", "DeepseekV2ForCausalLM", rope_dim_is_head_dim=False)
@@ -57,4 +75,8 @@ def config_from_gguf(meta: Any) -> dict:
              n_shared_experts=int(g("expert_shared_count") or 0),
              first_k_dense_replace=int(g("leading_dense_block_count") or 0),
              routed_scaling_factor=float(g("expert_weights_scale") or 1.0))
+    if not defaults:
+        return d
+    d = rope_defaults(with_defaults(d, HF_DEFAULTS))
+    d.update(head_dim=d["qk_rope_head_dim"], qk_head_dim=d["qk_nope_head_dim"] + d["qk_rope_head_dim"])
     return d

@@ -4,7 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from max.pipelines.architectures.common import DecoderConfig, gguf_hf_config, hf_common
+from max.pipelines.architectures.common import (
+    DecoderConfig,
+    gguf_hf_config,
+    hf_common,
+    kv_heads,
+    rope_defaults,
+    with_defaults,
+)
+
+HF_DEFAULTS: dict[str, Any] = dict(
+    vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+    num_key_value_heads=kv_heads, hidden_act="silu", max_position_embeddings=2048, rms_norm_eps=1e-6,
+    pad_token_id=None, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, attention_bias=False,
+    mlp_bias=False, embedding_multiplier=1.0, logits_scaling=1.0, residual_multiplier=1.0, attention_multiplier=1.0)
+"""``transformers.GraniteConfig``'s defaults (what a GGUF file lacks); RoPE base 10000."""
 
 
 def config_from_hf(hf: dict) -> DecoderConfig:
@@ -17,9 +31,10 @@ def config_from_hf(hf: dict) -> DecoderConfig:
     return DecoderConfig(**c)
 
 
-def config_from_gguf(meta: Any) -> dict | None:
+def config_from_gguf(meta: Any, *, defaults: bool = True) -> dict | None:
     """``granite`` GGUF metadata -> ``GraniteConfig`` dict (multipliers from ``{arch}.embedding_scale``,
-    ``residual_scale``, ``attention.scale``, ``logit_scale``); None for Granite-MoE files."""
+    ``residual_scale``, ``attention.scale``, ``logit_scale``); None for Granite-MoE files.
+    ``defaults=False``: only the keys the file has."""
     g = meta.arch_get
     if g("expert_count"):
         return None
@@ -29,4 +44,4 @@ def config_from_gguf(meta: Any) -> dict | None:
         if g(key) is not None:
             d[name] = float(g(key))
     d["attention_bias"] = any(t.name == "blk.0.attn_q.bias" for t in meta.tensors)
-    return d
+    return rope_defaults(with_defaults(d, HF_DEFAULTS)) if defaults else d

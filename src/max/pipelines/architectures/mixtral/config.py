@@ -5,8 +5,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from max.pipelines.architectures.common import DecoderConfig, gguf_hf_config, hf_common
+from max.pipelines.architectures.common import (
+    DecoderConfig,
+    gguf_hf_config,
+    hf_common,
+    rope_defaults,
+    with_defaults,
+)
 from max.pipelines.architectures.common.moe import MoESpec
+
+HF_DEFAULTS: dict[str, Any] = dict(
+    vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+    num_key_value_heads=8, head_dim=None, hidden_act="silu", max_position_embeddings=4096 * 32, rms_norm_eps=1e-5,
+    pad_token_id=None, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, sliding_window=None,
+    num_experts_per_tok=2, num_local_experts=8)
+"""``transformers.MixtralConfig``'s defaults (what a GGUF file lacks; ``head_dim`` None: hidden / heads);
+RoPE base 1e6."""
+
+ROPE_THETA = 1e6
 
 
 def config_from_hf(hf: dict) -> DecoderConfig:
@@ -17,7 +33,9 @@ def config_from_hf(hf: dict) -> DecoderConfig:
     return DecoderConfig(**c)
 
 
-def config_from_gguf(meta: Any) -> dict | None:
+def config_from_gguf(meta: Any, *, defaults: bool = True) -> dict | None:
+    """The ``MixtralConfig`` dict of a ``llama`` GGUF file with experts, else None (``defaults=False``:
+    only the keys the file has)."""
     g = meta.arch_get
     if not g("expert_count"):
         return None
@@ -25,4 +43,4 @@ def config_from_gguf(meta: Any) -> dict | None:
     d.update(num_local_experts=int(g("expert_count")), num_experts_per_tok=int(g("expert_used_count")))
     if g("expert_feed_forward_length"):
         d["intermediate_size"] = int(g("expert_feed_forward_length"))
-    return d
+    return rope_defaults(with_defaults(d, HF_DEFAULTS), ROPE_THETA) if defaults else d

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from max.pipelines.architectures.common import DecoderConfig, gguf_hf_config, hf_common
+from max.pipelines.architectures.common import DecoderConfig, gguf_hf_config, hf_common, kv_heads, with_defaults
+
+HF_DEFAULTS: dict[str, Any] = dict(
+    vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32, num_attention_heads=32,
+    num_key_value_heads=kv_heads, hidden_act="silu", max_position_embeddings=4096,
+    original_max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1,
+    eos_token_id=32000, pad_token_id=32000, sliding_window=None)
+"""``transformers.Phi3Config``'s defaults (what a GGUF file lacks); RoPE base 10000, whole heads rotated."""
 
 
 def config_from_hf(hf: dict) -> DecoderConfig:
@@ -13,11 +20,12 @@ def config_from_hf(hf: dict) -> DecoderConfig:
     return DecoderConfig(**c)
 
 
-def config_from_gguf(meta: Any) -> dict:
-    """``phi3`` GGUF metadata -> ``Phi3Config`` dict (``rope.dimension_count`` < head size: partial rotary).
+def config_from_gguf(meta: Any, *, defaults: bool = True) -> dict:
+    """``phi3`` GGUF metadata -> ``Phi3Config`` dict (``rope.dimension_count`` < head size: partial rotary;
+    ``defaults=False``: only the keys the file has).
 
     Long-context files store their LongRoPE factors as tensors (``rope_factors_long/short``): not
-    supported yet (clear error)."""
+    supported yet (clear error), nor is other RoPE scaling (Phi-3 has only LongRoPE)."""
     if any(t.name.startswith("rope_factors") for t in meta.tensors):
         raise NotImplementedError("Phi3ForCausalLM: GGUF files with LongRoPE factor tensors (rope_factors_long/"
                                   "short, the 128k-context models) are not supported yet; use the safetensors "
@@ -28,4 +36,14 @@ def config_from_gguf(meta: Any) -> dict:
     rot = g("rope.dimension_count")
     if rot and int(rot) != head:
         d.setdefault("rope_parameters", {"rope_type": "default"})["partial_rotary_factor"] = int(rot) / head
+    if d.get("rope_parameters", {}).get("rope_type", "default") != "default":
+        raise NotImplementedError(f"Phi3ForCausalLM: GGUF RoPE scaling {d['rope_parameters']['rope_type']!r} is not "
+                                  "supported (Phi-3 scales RoPE only with LongRoPE factors)")
+    if not defaults:
+        return d
+    d = with_defaults(d, HF_DEFAULTS)
+    rp = {"rope_type": "default", **(d.get("rope_parameters") or {})}
+    rp.setdefault("rope_theta", 10000.0)
+    rp.setdefault("partial_rotary_factor", 1.0)
+    d["rope_parameters"] = rp
     return d
