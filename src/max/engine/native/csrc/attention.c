@@ -119,6 +119,54 @@ LMX_INLINE float dotf(const float *a, const float *b, int64_t n) {
     return s;
 }
 
+#if defined(LMX_AVX512) || defined(LMX_AVX2)
+#ifdef LMX_AVX512
+#define AV __m512
+#define AW 16
+#define AV_ZERO _mm512_setzero_ps
+#define AV_FMA _mm512_fmadd_ps
+#define AV_LOAD _mm512_loadu_ps
+#define AV_HSUM _mm512_reduce_add_ps
+#else
+#define AV __m256
+#define AW 8
+#define AV_ZERO _mm256_setzero_ps
+#define AV_FMA _mm256_fmadd_ps
+#define AV_LOAD _mm256_loadu_ps
+#define AV_HSUM lmx_hsum256
+#endif
+/* nh (1..4) heads' dot products with one key, as independent chains (the key is loaded once). */
+LMX_INLINE void dots_n(const float *q, int64_t D, const float *k, float *out, int64_t os, float scale, const int nh) {
+    AV acc[4];
+    for (int t = 0; t < nh; t++) acc[t] = AV_ZERO();
+    for (int64_t d = 0; d < D; d += AW) {
+        const AV kv = AV_LOAD(k + d);
+        for (int t = 0; t < nh; t++) acc[t] = AV_FMA(AV_LOAD(q + t * D + d), kv, acc[t]);
+    }
+    for (int t = 0; t < nh; t++) out[t * os] = AV_HSUM(acc[t]) * scale;
+}
+#endif
+
+/* out[hh * os] = scale * dot(q[hh], k) for the G query heads sharing one KV head. */
+LMX_INLINE void dots_heads(const float *q, int64_t G, int64_t D, const float *k, float *out, int64_t os,
+                           float scale) {
+    int64_t hh = 0;
+#if defined(LMX_AVX512) || defined(LMX_AVX2)
+    if (D % AW == 0)
+        for (; hh < G; hh += 4) {
+            const float *qh = q + hh * D;
+            float *o = out + hh * os;
+            switch (G - hh < 4 ? G - hh : 4) {
+            case 1: dots_n(qh, D, k, o, os, scale, 1); break;
+            case 2: dots_n(qh, D, k, o, os, scale, 2); break;
+            case 3: dots_n(qh, D, k, o, os, scale, 3); break;
+            default: dots_n(qh, D, k, o, os, scale, 4); break;
+            }
+        }
+#endif
+    for (; hh < G; hh++) out[hh * os] = dotf(q + hh * D, k, D) * scale;
+}
+
 LMX_INLINE void axpy(float *y, float a, const float *x, int64_t n) {
     int64_t i = 0;
 #ifdef LMX_AVX512
@@ -238,7 +286,7 @@ LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hk
                 const float *kr;
                 if (kv_kind == LMX_F32) kr = (const float *)cache + base;
                 else { cache_load(&c, base, kv, D); kr = kv; }
-                for (int64_t hh = 0; hh < G; hh++) sc[hh * LS + j] = dotf(qg + hh * D, kr, D) * scale;
+                dots_heads(qg, G, D, kr, sc + j, LS, scale);
             }
             float inv[256];
             for (int64_t hh = 0; hh < G; hh++) {
