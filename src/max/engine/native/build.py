@@ -121,27 +121,51 @@ def flags_for(isa: str) -> list[str]:
             "-fvisibility=hidden", "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-Wall", "-Wno-unused-function"]
 
 
+def _key(cc: str, flags: list[str], extra: list[Path]) -> str:
+    """16 hex digits naming a build: the kernel sources and headers, ``extra`` files, the flags, the
+    machine and the compiler's version."""
+    h = hashlib.sha256()
+    for p in sorted(SRC_DIR.glob("*.c")) + sorted(SRC_DIR.glob("*.h")) + extra:
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    h.update(" ".join([cc, *flags]).encode())
+    h.update(platform.machine().encode())
+    try:
+        h.update(subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.encode())
+    except (OSError, subprocess.SubprocessError) as e:
+        raise NativeBuildError(f"{cc} --version failed: {e}") from None
+    return h.hexdigest()[:16]
+
+
+def _compile(cmd: list[str], out_dir: Path, target: Path, what: str, mode: int | None = None) -> Path:
+    """Run ``cmd`` (whose output path is the placeholder ``{out}``) into a temporary file, then move it
+    to ``target`` atomically, so concurrent builders never see a partial file."""
+    fd, tmp = tempfile.mkstemp(dir=out_dir)
+    os.close(fd)
+    cmd = [tmp if c == "{out}" else c for c in cmd]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.SubprocessError) as e:
+        os.unlink(tmp)
+        raise NativeBuildError(f"compiling {what} failed: {e}") from None
+    if r.returncode != 0:
+        os.unlink(tmp)
+        raise NativeBuildError(f"compiling {what} failed ({' '.join(cmd[:4])} ...):\n{r.stderr[-4000:]}")
+    if mode is not None:
+        os.chmod(tmp, mode)
+    os.replace(tmp, target)
+    return target
+
+
 def library_path(isa: str | None = None) -> Path:
     """Build (if needed) and return the shared library of variant ``isa`` (default: :func:`choose`)."""
     isa = choose(isa)
     cc = _compiler()
     if cc is None:
         raise NativeBuildError("no C compiler found (set CC, or install gcc/clang)")
-    sources = sorted(SRC_DIR.glob("*.c"))
-    headers = sorted(SRC_DIR.glob("*.h"))
     flags = flags_for(isa)
-    h = hashlib.sha256()
-    for p in sources + headers:
-        h.update(p.name.encode())
-        h.update(p.read_bytes())
-    h.update(" ".join(flags).encode())
-    h.update(platform.machine().encode())
-    try:
-        h.update(subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.encode())
-    except (OSError, subprocess.SubprocessError) as e:
-        raise NativeBuildError(f"{cc} --version failed: {e}") from None
     out_dir = cache_dir() / "native"
-    target = out_dir / f"libremax_kernels_{isa}_{h.hexdigest()[:16]}.so"
+    target = out_dir / f"libremax_kernels_{isa}_{_key(cc, flags, [])}.so"
     if target.exists():
         return target
     try:
@@ -152,20 +176,9 @@ def library_path(isa: str | None = None) -> Path:
         target = out_dir / target.name
         if target.exists():
             return target
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
-    os.close(fd)
-    cmd = [cc, *flags, "-I", str(SRC_DIR), *map(str, sources), "-o", tmp, "-lm"]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.SubprocessError) as e:
-        os.unlink(tmp)
-        raise NativeBuildError(f"compiling the native kernels failed: {e}") from None
-    if r.returncode != 0:
-        os.unlink(tmp)
-        raise NativeBuildError(f"compiling the {isa} native kernels failed ({' '.join(cmd[:4])} ...):\n"
-                               f"{r.stderr[-4000:]}")
-    os.replace(tmp, target)  # atomic: concurrent builders never see a partial file
-    return target
+    sources = [str(p) for p in sorted(SRC_DIR.glob("*.c"))]
+    return _compile([cc, *flags, "-I", str(SRC_DIR), *sources, "-o", "{out}", "-lm"], out_dir, target,
+                    f"the {isa} native kernels")
 
 
 def build_program(isa: str, main: str | os.PathLike, cc: str, extra_flags: tuple[str, ...] = ("-static",),
@@ -179,34 +192,12 @@ def build_program(isa: str, main: str | os.PathLike, cc: str, extra_flags: tuple
     if isa not in VARIANTS:
         raise NativeBuildError(f"{isa!r} is not a kernel variant: choose one of {', '.join(VARIANTS)}")
     main = Path(main)
-    sources = sorted(SRC_DIR.glob("*.c"))
     flags = [f for f in flags_for(isa) if f not in ("-fPIC", "-shared")] + list(extra_flags)
-    h = hashlib.sha256()
-    for p in sources + sorted(SRC_DIR.glob("*.h")) + [main]:
-        h.update(p.name.encode())
-        h.update(p.read_bytes())
-    h.update(" ".join([cc, *flags]).encode())
-    try:
-        h.update(subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.encode())
-    except (OSError, subprocess.SubprocessError) as e:
-        raise NativeBuildError(f"{cc} --version failed: {e}") from None
     out = Path(out_dir) if out_dir is not None else cache_dir() / "native"
     out.mkdir(parents=True, exist_ok=True)
-    target = out / f"{main.stem}_{isa}_{h.hexdigest()[:16]}"
+    target = out / f"{main.stem}_{isa}_{_key(cc, flags, [main])}"
     if target.exists():
         return target
-    fd, tmp = tempfile.mkstemp(dir=out)
-    os.close(fd)
-    cmd = [cc, *flags, "-I", str(SRC_DIR), *map(str, sources), str(main), "-o", tmp, "-lm"]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.SubprocessError) as e:
-        os.unlink(tmp)
-        raise NativeBuildError(f"compiling {main.name} with the {isa} kernels failed: {e}") from None
-    if r.returncode != 0:
-        os.unlink(tmp)
-        raise NativeBuildError(f"compiling {main.name} with the {isa} kernels failed ({' '.join(cmd[:4])} ...):\n"
-                               f"{r.stderr[-4000:]}")
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, target)
-    return target
+    sources = [str(p) for p in sorted(SRC_DIR.glob("*.c"))]
+    return _compile([cc, *flags, "-I", str(SRC_DIR), *sources, str(main), "-o", "{out}", "-lm"], out, target,
+                    f"{main.name} with the {isa} kernels", mode=0o755)
