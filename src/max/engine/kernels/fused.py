@@ -132,8 +132,8 @@ def _blockwise_linear(x2: torch.Tensor, w: torch.Tensor, kind: str, n: int, k: i
 
     rows = max(16, (1 << 18) // k)
     buf = _wide_buffer(min(n, rows) * k)
-    out = torch.empty((x2.shape[0], n), dtype=torch.float32)
     code = native.GGML_KINDS[kind[7:]] if kind.startswith("packed:") else None
+    out = None if rows >= n else torch.empty((x2.shape[0], n), dtype=torch.float32)
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
         if code is not None:
@@ -141,7 +141,9 @@ def _blockwise_linear(x2: torch.Tensor, w: torch.Tensor, kind: str, n: int, k: i
         else:
             wb = buf[: (r1 - r0) * k].view(r1 - r0, k)
             wb.copy_(w[r0:r1])
-        torch.mm(x2, wb.t(), out=out[:, r0:r1]) if r1 - r0 == n else out[:, r0:r1].copy_(x2 @ wb.t())
+        if out is None:  # one block: its product is the result
+            return x2 @ wb.t()
+        out[:, r0:r1] = x2 @ wb.t()
     return out
 
 
@@ -187,16 +189,14 @@ def fused_matmul_t(x: torch.Tensor, *operands: torch.Tensor, kinds: tuple, ns: t
             x2 = rms_norm(x2, gamma, norm_eps, multiply_before_cast=True)
         cols = []
         for kind, w, b, n in zip(kinds, weights, biases, ns):
-            if kind == "dense" and w.dtype == x2.dtype:
-                cols.append(F.linear(x2, w, b))
-            elif (kind == "dense" and x2.dtype == torch.float32 and w.device.type == "cpu") or \
-                    kind.startswith("packed:"):
-                if x2.dtype != torch.float32 or x2.device.type != "cpu":
+            widen = x2.dtype == torch.float32 and x2.device.type == "cpu" and w.device.type == "cpu"
+            if kind == "dense" and (w.dtype == x2.dtype or not widen):
+                cols.append(F.linear(x2, w if w.dtype == x2.dtype else w.to(x2.dtype), b))
+            elif kind == "dense" or kind.startswith("packed:"):  # half or packed weights, float32 on the CPU
+                if not widen:
                     raise RuntimeError("fused_matmul_t: packed weights take float32 activations on the CPU")
                 yb = _blockwise_linear(x2 if x2.is_contiguous() else x2.contiguous(), w, kind, n, k)
                 cols.append(yb if b is None else yb.add_(b.to(yb.dtype)))
-            elif kind == "dense":
-                cols.append(F.linear(x2, w.to(x2.dtype), b))
             else:
                 from max.engine.kernels import quantization as q
 

@@ -29,13 +29,14 @@ def teacher_forced_logits(model_path: str, token_ids: Sequence[int], encoding: s
     from max.pipelines.core import TextContext
     from max.pipelines.lib.config import PipelineConfig
     from max.pipelines.lib.pipeline import build_pipeline_model
-    from max.pipelines.lib.registry import PIPELINE_REGISTRY
+    from max.pipelines.lib.registry import PIPELINE_REGISTRY, register_all_models
 
     ids = np.asarray(list(token_ids), np.int64)
     if ids.ndim != 1 or ids.size < 2:
         raise ValueError("teacher_forced_logits: token_ids must hold at least two tokens")
     cfg = PipelineConfig(model_path=model_path, quantization_encoding=encoding, max_length=int(ids.size) + 8,
                          max_batch_size=1, num_threads=num_threads, enable_prefix_caching=False)
+    register_all_models()  # as LLM() does: the built-in architectures, whatever ran before in the process
     arch = PIPELINE_REGISTRY.retrieve_architecture(cfg.model_config.huggingface_weight_repo)
     if arch is None:
         raise ValueError(f"teacher_forced_logits: no architecture for {model_path!r}")
