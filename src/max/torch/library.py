@@ -72,6 +72,12 @@ class CustomOpLibrary:
             names = sorted(set(new) | {n for n, k in _REGISTRY.items() if k.source in mod_names})
         object.__setattr__(self, "_source", kernel_library)
         object.__setattr__(self, "_names", names)
+        # Every op is made now, outside any trace: torch.compile cannot follow
+        # the registration (a lock, torch.library calls) on a first use inside
+        # a compiled function.
+        for n in names:
+            if n in _REGISTRY:
+                kernel_op(_REGISTRY[n])
 
     def __getattr__(self, name: str) -> "KernelOp":
         if name.startswith("__"):
