@@ -22,6 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # e.g. its tokenizer length warning
 
+from max.graph.quantization import formats  # noqa: E402
 from max.entrypoints.default_model import BUNDLED, EMBEDDINGS, default_embeddings_model_path  # noqa: E402
 
 EMBEDDINGS_PACKAGE = EMBEDDINGS.package
@@ -54,11 +55,7 @@ def _model_options(f: Any) -> Any:
                      help="Model folder (config.json + weights), .gguf file, or cached HF repo id. "
                           "Default: the bundled SmolLM2-135M-Instruct."),
         click.option("--quantization-encoding", default=None,
-                     help="Weight encoding to run: float32, bfloat16, float16, q4_0, q4_1, q5_0, q5_1, q8_0, "
-                          "q4_k, q5_k, q6_k, q2_k, q3_k.  Default: the weights' own (a quantised GGUF stays "
-                          "quantised on the CPU).  A quantised GGUF can also be dequantised on load (float32, "
-                          "bfloat16, float16); float weights can be quantised on load (q4_0, q4_1, q5_0, q5_1, "
-                          "q8_0)."),
+                     help=formats.encoding_help()),
         click.option("--devices", default="default", show_default=True,
                      help="'cpu', 'gpu', 'default', or several devices to split the model over (tensor "
                           "parallel): 'gpu:0,1' (GPUs 0 and 1), 'cpu:0,1' (logical CPU devices, for testing)."),

@@ -97,7 +97,7 @@ def test_dequantize_real_blocks_fixture_bit_exact():
 
 
 def test_dequantize_chunked_large_matches(monkeypatch):
-    import max.engine.kernels.quantization as kq
+    import max.graph.quantization.codec as kq
 
     monkeypatch.setattr(kq, "_CHUNK_BLOCKS", 3)
     rng = np.random.default_rng(2)

@@ -11,7 +11,7 @@ import torch
 gguf = pytest.importorskip("gguf")
 
 from max.dtype import DType  # noqa: E402
-from max.engine.kernels.quantization import dequantize  # noqa: E402
+from max.graph.quantization.codec import dequantize  # noqa: E402
 from max.graph.quantization import QuantizationEncoding  # noqa: E402
 from max.graph.weights import GGUFWeights, load_weights  # noqa: E402
 

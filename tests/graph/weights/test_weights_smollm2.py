@@ -41,7 +41,7 @@ def test_inventory(weights):
 
 
 def test_dequantize_bit_exact_on_real_tensors(weights):
-    from max.engine.kernels.quantization import dequantize
+    from max.graph.quantization.codec import dequantize
 
     for name in ("blk.0.attn_q.weight", "blk.7.ffn_down.weight", "token_embd.weight"):
         acc = weights

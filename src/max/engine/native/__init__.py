@@ -17,13 +17,14 @@ from typing import Sequence
 import torch
 
 from max.engine.native.build import NativeBuildError, choose, library_path, runnable
+from max.graph.quantization.codec import register_quantizer
+from max.graph.quantization.formats import FORMATS, by_ggml_id, quantizable_on_load
 
 __all__ = ["GGML_KINDS", "MatmulPlan", "NativeBuildError", "available", "dense_kind", "glu", "isa", "lib", "pack",
            "packable", "packed_nbytes", "packed_row", "qmatmul", "rmsnorm", "runnable"]
 
-# gguf GGMLQuantizationType values of the kinds the kernels read.
-GGML_KINDS = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10, "Q3_K": 11,
-              "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "BF16": 30}
+# gguf GGMLQuantizationType values of the kinds the kernels read (every loadable row of the format table).
+GGML_KINDS = {f.name: f.ggml_id for f in FORMATS if f.loadable and f.ggml_id is not None}
 
 _lock = threading.Lock()
 _libs: dict[str, ctypes.CDLL | None] = {}
@@ -142,8 +143,7 @@ def _ptr_array(values: Sequence[int]) -> ctypes.Array:
 
 
 # Kinds that lmx_pack repacks into the 16-row interleaved layout: (values per unit, bytes per unit per 16 rows).
-_PACK_UNITS = {2: (32, 288), 3: (32, 320), 6: (32, 352), 7: (32, 384), 8: (32, 544), 12: (256, 2368),
-               13: (256, 2880), 14: (256, 3360)}
+_PACK_UNITS = {f.ggml_id: f.packed_unit for f in FORMATS if f.packed_unit is not None}
 
 
 def packable(kind: int) -> bool:
@@ -190,7 +190,7 @@ def pack(blocks: torch.Tensor, kind: int, n: int, k: int) -> torch.Tensor:
     return out
 
 
-QUANTIZABLE = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8}
+QUANTIZABLE = {f.name: f.ggml_id for f in quantizable_on_load()}
 
 
 def quantize(x: torch.Tensor, kind: int) -> torch.Tensor:
@@ -201,12 +201,20 @@ def quantize(x: torch.Tensor, kind: int) -> torch.Tensor:
     x = x.detach().to(torch.float32)
     x = x if x.is_contiguous() else x.contiguous()
     n, k = x.shape
-    bb = {2: 18, 3: 20, 6: 22, 7: 24, 8: 34}[kind]
+    bb = by_ggml_id(kind).block_size
     out = torch.empty((n, k // 32 * bb), dtype=torch.uint8)
     rc = so.lmx_quantize(kind, x.data_ptr(), n, k, k, out.data_ptr())
     if rc != 0:
         raise ValueError(f"quantize: kind {kind} with K={k} is not supported (code {rc})")
     return out
+
+
+def _codec_quantize(x: torch.Tensor, name: str) -> torch.Tensor | None:
+    """The native quantiser as the codec's fast path (None when no native library loads)."""
+    return quantize(x, QUANTIZABLE[name]) if name in QUANTIZABLE and lib() is not None else None
+
+
+register_quantizer(_codec_quantize)
 
 
 def packed_rows_f32(packed: torch.Tensor, kind: int, n: int, k: int, r0: int, r1: int,

@@ -23,6 +23,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from max.graph.quantization.formats import FILE_TYPE_TO_GGML, GGML_TYPE_NAMES  # noqa: F401
+
 GGUF_MAGIC = b"GGUF"
 
 # GGUF value types.
@@ -36,19 +38,7 @@ _NUMPY = {
     _F32: np.float32, _BOOL: np.bool_, _U64: np.uint64, _I64: np.int64, _F64: np.float64,
 }
 
-# GGML tensor types (ggml.h numbering) -> name.
-GGML_TYPE_NAMES = {
-    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1", 10: "Q2_K",
-    11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS",
-    19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32",
-    27: "I64", 28: "F64", 29: "IQ1_M", 30: "BF16",
-}
-
-# llama.cpp ``general.file_type`` (LLAMA_FTYPE_*) -> the dominant GGML type of the file.
-FILE_TYPE_TO_GGML = {
-    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K",
-    12: "Q3_K", 13: "Q3_K", 14: "Q4_K", 15: "Q4_K", 16: "Q5_K", 17: "Q5_K", 18: "Q6_K", 32: "BF16",
-}
+# GGML tensor type names and llama.cpp file types: from the format table.
 
 
 class GGUFFormatError(ValueError):

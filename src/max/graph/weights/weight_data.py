@@ -84,7 +84,7 @@ class WeightData:
                     f"WeightData.astype: weight {self.name!r} is quantized as {self.quantization_encoding._name_}; "
                     f"it can only be converted to a float dtype (dequantized), not {dtype}"
                 )
-            from max.engine.kernels.quantization import dequantize
+            from max.graph.quantization.codec import dequantize
 
             deq = dequantize(t, self.quantization_encoding).to(dtype.to_torch())
             return WeightData(deq, self.name, dtype, Shape(list(deq.shape)), None)

@@ -32,6 +32,7 @@ from max.dtype import DType
 from max.graph.weights import WeightsFormat
 from max.nn.kv_cache import KVCacheStrategy, parse_memory_size
 from max.pipelines.lib.gguf_utils import GGUFMetadata, is_gguf_file, read_gguf_metadata
+from max.graph.quantization import formats
 from max.pipelines.lib.hf_utils import (
     HuggingFaceRepo,
     RepoType,
@@ -335,9 +336,8 @@ class LoRAConfig(_ConfigBase):
 # --------------------------------------------------------------------------- model config
 
 _FLOAT_ENCODINGS = (SupportedEncoding.float32, SupportedEncoding.bfloat16)
-_ON_LOAD_QUANTIZE = (SupportedEncoding.q4_0, SupportedEncoding.q4_1, SupportedEncoding.q5_0, SupportedEncoding.q5_1,
-                     SupportedEncoding.q8_0)
-_ON_LOAD_DEQUANTIZE = (SupportedEncoding.float32, SupportedEncoding.bfloat16, SupportedEncoding.float16)
+_ON_LOAD_QUANTIZE = tuple(SupportedEncoding(f.user_name) for f in formats.quantizable_on_load())
+_ON_LOAD_DEQUANTIZE = tuple(SupportedEncoding(f.user_name) for f in formats.float_formats(ggml=True))
 
 
 def load_conversion_targets(available: list) -> list:
@@ -392,11 +392,7 @@ class MAXModelConfig(_ConfigBase):
         "model_path": "Local model folder, GGUF file, or Hugging Face repo id already in the local cache.",
         "served_model_name": "Name the server reports for the model (defaults to model_path).",
         "weight_path": "Weight files to load (relative to the model folder, or absolute).",
-        "quantization_encoding": "Weight encoding: float32, bfloat16, float16, q4_0, q4_1, q5_0, q5_1, q8_0, "
-                                 "q4_k, q5_k, q6_k, gptq. Default: the files' own (a quantised GGUF stays "
-                                 "quantised). A quantised GGUF can also be dequantised on load (float32, "
-                                 "bfloat16, float16) and float weights quantised on load (q4_0, q4_1, q5_0, "
-                                 "q5_1, q8_0).",
+        "quantization_encoding": formats.encoding_help(),
         "allow_safetensors_weights_fp32_bf6_bidirectional_cast": "Allow float32<->bfloat16 casts of safetensors.",
         "huggingface_model_revision": "Revision of the model repo (cached repos only).",
         "huggingface_weight_revision": "Revision of the weights repo (cached repos only).",

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
+from max.graph.quantization import formats
 from max.graph.weights import WeightsFormat
 from max.pipelines.lib.gguf_utils import GGUFMetadata, is_gguf_file, read_gguf_metadata
 
@@ -142,30 +143,15 @@ def download_weight_files(
 # --------------------------------------------------------------------------- encodings
 
 
-class SupportedEncoding(str, enum.Enum):
+class _Encoding(str, enum.Enum):
     """Weight encodings a pipeline can run (CLI ``--quantization-encoding``).
 
     The reference names ``float32``, ``bfloat16``, ``q4_k``, ``q4_0``, ``q6_k``,
     ``float8_e4m3fn`` and ``gptq``; ``float16``, ``q4_1``, ``q5_0``, ``q5_1``, ``q5_k``,
     ``q8_0``, ``q2_k`` and ``q3_k`` are libremax extensions matching the GGML block kinds
-    ``max.graph`` supports.
+    ``max.graph`` supports.  The members are the user names of the format table
+    (:data:`max.graph.quantization.formats.FORMATS`), in its order.
     """
-
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-    float16 = "float16"
-    float8_e4m3fn = "float8_e4m3fn"
-    q4_0 = "q4_0"
-    q4_1 = "q4_1"
-    q5_0 = "q5_0"
-    q5_1 = "q5_1"
-    q8_0 = "q8_0"
-    q4_k = "q4_k"
-    q5_k = "q5_k"
-    q6_k = "q6_k"
-    q2_k = "q2_k"
-    q3_k = "q3_k"
-    gptq = "gptq"
 
     @classmethod
     def parse(cls, value: "str | SupportedEncoding") -> "SupportedEncoding":
@@ -185,8 +171,7 @@ class SupportedEncoding(str, enum.Enum):
 
     @property
     def is_quantized(self) -> bool:
-        return self not in (SupportedEncoding.float32, SupportedEncoding.bfloat16, SupportedEncoding.float16,
-                            SupportedEncoding.float8_e4m3fn)
+        return not formats.by_name(self.value).is_float
 
     @property
     def is_gguf(self) -> bool:
@@ -231,19 +216,19 @@ class SupportedEncoding(str, enum.Enum):
         return _ENC_TO_GGML.get(self)
 
 
+
+SupportedEncoding = _Encoding(  # type: ignore[call-overload]
+    "SupportedEncoding", [(n, n) for n in formats.encoding_names()], module=__name__, qualname="SupportedEncoding")
+SupportedEncoding.__doc__ = _Encoding.__doc__
+
 _ALIASES = {
     "fp32": "float32", "f32": "float32", "bf16": "bfloat16", "fp16": "float16", "f16": "float16", "half": "float16",
     "fp8": "float8_e4m3fn", "float8": "float8_e4m3fn",
     "q4_k_m": "q4_k", "q4_k_s": "q4_k", "q5_k_m": "q5_k", "q5_k_s": "q5_k", "q3_k_s": "q3_k", "q3_k_m": "q3_k",
     "q3_k_l": "q3_k",
 }
-_ENC_TO_GGML = {
-    SupportedEncoding.float32: "F32", SupportedEncoding.bfloat16: "BF16", SupportedEncoding.float16: "F16",
-    SupportedEncoding.q4_0: "Q4_0", SupportedEncoding.q4_1: "Q4_1", SupportedEncoding.q5_0: "Q5_0",
-    SupportedEncoding.q5_1: "Q5_1", SupportedEncoding.q8_0: "Q8_0", SupportedEncoding.q4_k: "Q4_K",
-    SupportedEncoding.q5_k: "Q5_K", SupportedEncoding.q6_k: "Q6_K", SupportedEncoding.q2_k: "Q2_K",
-    SupportedEncoding.q3_k: "Q3_K",
-}
+_ENC_TO_GGML = {SupportedEncoding(f.user_name): f.name for f in formats.FORMATS
+                if f.loadable and f.ggml_id is not None}
 _GGML_TO_ENC = {v: k for k, v in _ENC_TO_GGML.items()}
 
 _SAFETENSORS_DTYPE_TO_ENC = {

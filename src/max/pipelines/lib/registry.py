@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
+from max.graph.quantization import formats
 from max.graph.weights import WeightsFormat
 from max.interfaces import PipelineTask
 from max.nn.kv_cache import KVCacheStrategy
@@ -224,8 +225,7 @@ class PipelineRegistry:
                 self._fallbacks[n] = SupportedArchitecture(
                     name=n, example_repo_ids=[], default_encoding="float32",
                     supported_encodings={e: [KVCacheStrategy.MODEL_DEFAULT] for e in
-                                         ("float32", "bfloat16", "float16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0",
-                                          "q4_k", "q5_k", "q6_k")},
+                                         formats.encoding_names(ggml_only=True)},
                     pipeline_model=HFFallbackModel, task=PipelineTask.TEXT_GENERATION, tokenizer=TextTokenizer,
                     default_weights_format=WeightsFormat.safetensors, prefix_caching_supported=False)
             return self._fallbacks[n]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from max.graph.quantization import formats
 from max.graph.weights import WeightsFormat
 from max.interfaces import PipelineTask
 from max.nn.kv_cache import KVCacheStrategy
@@ -12,8 +13,7 @@ from max.pipelines.lib.tokenizer import TextTokenizer
 
 __all__ = ["DECODER_ENCODINGS", "decoder_architecture"]
 
-DECODER_ENCODINGS = ["float32", "bfloat16", "float16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k",
-                     "q6_k", "q2_k", "q3_k"]
+DECODER_ENCODINGS = formats.encoding_names(ggml_only=True)
 """Weight encodings every decoder family loads (GGML block encodings from GGUF files)."""
 
 

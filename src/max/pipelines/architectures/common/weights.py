@@ -303,7 +303,7 @@ def float_tensor(value: Any) -> torch.Tensor:
     """A checkpoint tensor (handle, WeightData, array, :class:`Derived`) as a float32 (or wider) torch tensor."""
     t, enc = _torch_of(value)
     if enc is not None:
-        from max.engine.kernels.quantization import dequantize
+        from max.graph.quantization.codec import dequantize
 
         t = dequantize(t, enc)
     return t if t.dtype in (torch.float32, torch.float64) else t.float()
@@ -354,7 +354,7 @@ def convert_weight(name: str, value: Any, target: Weight) -> torch.Tensor:
                              f"{shape}")
         return t
     if enc is not None:
-        from max.engine.kernels.quantization import dequantize
+        from max.graph.quantization.codec import dequantize
 
         t = dequantize(t, enc)
     want = target.dtype.to_torch()
@@ -370,20 +370,13 @@ def convert_weight(name: str, value: Any, target: Weight) -> torch.Tensor:
 
 
 def _quantize(name: str, t: torch.Tensor, enc: Any) -> torch.Tensor:
-    """Float ``t`` -> GGML blocks of ``enc`` (ggml's reference rounding; native, or gguf's quantizer)."""
+    """Float ``t`` -> GGML blocks of ``enc`` (ggml's reference rounding: the codec, native when built)."""
     if t.dim() != 2:
         raise ValueError(f"checkpoint tensor {name!r} ({list(t.shape)}) cannot be quantised to {enc.name}: not 2-D")
-    from max.engine import native
+    import max.engine.native  # noqa: F401  (registers the native quantiser with the codec)
+    from max.graph.quantization import codec
 
-    code = native.QUANTIZABLE.get(enc.name.upper())
-    if code is None:
-        raise ValueError(f"quantising to {enc.name} on load is not supported (supported: "
-                         f"{sorted(k.lower() for k in native.QUANTIZABLE)})")
-    if native.lib() is not None:
-        return native.quantize(t, code)
-    from gguf import GGMLQuantizationType, quants
-
-    return torch.from_numpy(quants.quantize(t.detach().float().numpy(), GGMLQuantizationType[enc.name.upper()]))
+    return codec.quantize(t, enc.name)
 
 
 def load_weights_into(module: Module, adapted: Mapping[str, Any], what: str) -> None:

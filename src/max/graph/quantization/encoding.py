@@ -1,4 +1,4 @@
-"""Quantization encodings, block parameters and quantization configs.
+"""Quantization encodings, block parameters and quantization configs (derived from ``formats``).
 
 ``QuantizationEncoding`` names how a weight's bytes encode its values.  Every
 encoding is block based: ``elements_per_block`` values are stored together in
@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+from max.graph.quantization.formats import encoding_formats
 
 __all__ = ["BlockParameters", "QuantizationConfig", "QuantizationEncoding"]
 
@@ -40,26 +42,15 @@ class QuantizationConfig:
     sym: bool = False
 
 
-class QuantizationEncoding(enum.Enum):
+class _Encoding(enum.Enum):
     """Quantization encodings supported by the graph (GGML block formats and GPTQ).
 
     ``Q4_0``, ``Q4_K``, ``Q5_K``, ``Q6_K`` and ``GPTQ`` are the reference's
     members; ``Q4_1``, ``Q5_0``, ``Q5_1``, ``Q8_0``, ``Q2_K`` and ``Q3_K`` are
     libremax extensions (GGML layouts, as found in GGUF files).
-    """
 
-    Q4_0 = "Q4_0"
-    Q4_K = "Q4_K"
-    Q5_K = "Q5_K"
-    Q6_K = "Q6_K"
-    GPTQ = "GPTQ"
-    # libremax extensions: the other GGML block kinds.
-    Q4_1 = "Q4_1"
-    Q5_0 = "Q5_0"
-    Q5_1 = "Q5_1"
-    Q8_0 = "Q8_0"
-    Q2_K = "Q2_K"
-    Q3_K = "Q3_K"
+    Members: one per block row of :data:`~max.graph.quantization.formats.FORMATS`, (GGML blocks, then ``GPTQ``).
+    """
 
     @property
     def block_parameters(self) -> BlockParameters:
@@ -79,7 +70,7 @@ class QuantizationEncoding(enum.Enum):
     @property
     def is_gguf(self) -> bool:
         """True for the GGML/GGUF block formats (everything but GPTQ)."""
-        return self is not QuantizationEncoding.GPTQ
+        return self._name_ != "GPTQ"
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -93,18 +84,10 @@ class QuantizationEncoding(enum.Enum):
         return f"QuantizationEncoding.{self._name_}"
 
 
-_QK_K = 256
-_BLOCK_PARAMETERS: dict[QuantizationEncoding, BlockParameters] = {
-    QuantizationEncoding.Q4_0: BlockParameters(32, 2 + 16),
-    QuantizationEncoding.Q4_1: BlockParameters(32, 2 + 2 + 16),
-    QuantizationEncoding.Q5_0: BlockParameters(32, 2 + 4 + 16),
-    QuantizationEncoding.Q5_1: BlockParameters(32, 2 + 2 + 4 + 16),
-    QuantizationEncoding.Q8_0: BlockParameters(32, 2 + 32),
-    QuantizationEncoding.Q2_K: BlockParameters(_QK_K, _QK_K // 16 + _QK_K // 4 + 2 + 2),
-    QuantizationEncoding.Q3_K: BlockParameters(_QK_K, _QK_K // 8 + _QK_K // 4 + 12 + 2),
-    QuantizationEncoding.Q4_K: BlockParameters(_QK_K, 2 + 2 + 12 + _QK_K // 2),
-    QuantizationEncoding.Q5_K: BlockParameters(_QK_K, 2 + 2 + 12 + _QK_K // 8 + _QK_K // 2),
-    QuantizationEncoding.Q6_K: BlockParameters(_QK_K, _QK_K // 2 + _QK_K // 4 + _QK_K // 16 + 2),
-    # GPTQ packs 4-bit values: 32 values in 16 bytes (scales/zeros live in separate tensors).
-    QuantizationEncoding.GPTQ: BlockParameters(32, 16),
-}
+QuantizationEncoding = _Encoding(  # type: ignore[call-overload]
+    "QuantizationEncoding", [(f.name, f.name) for f in encoding_formats()],
+    module=__name__, qualname="QuantizationEncoding")
+QuantizationEncoding.__doc__ = _Encoding.__doc__
+
+_BLOCK_PARAMETERS: dict = {QuantizationEncoding[f.name]: BlockParameters(f.elements_per_block, f.block_size)
+                            for f in encoding_formats()}
