@@ -40,6 +40,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf  # noqa: E402
 from _common import table  # noqa: E402
 
+from max.dtype import DType  # noqa: E402
+from max.engine.backend import BackendPolicy  # noqa: E402
 from max.engine import native  # noqa: E402
 from max.engine.kernels.quantization import dequantize, prepare_qweight, qmatmul  # noqa: E402
 
@@ -85,7 +87,7 @@ def main() -> None:
     a = ap.parse_args()
     from max.engine import threads
     from max.engine.kernels.fused import _blockwise_linear
-    from max.engine.native import build, cost
+    from max.engine.native import build
 
     threads.apply(a.threads or threads.default_num_threads())
     isas = build.runnable() if a.isa == "all" else [build.choose(v) for v in a.isa.split(",")]
@@ -124,8 +126,11 @@ def main() -> None:
                     ref = x.double() @ w32.double().T
                     err = float((plan(x).double() - ref).abs().max() / ref.abs().max())
                     gbs = (w.numel() * w.element_size()) / t_nat / 1e9
-                    lim = cost.torch_from(isa, cost.storage_of(wk, w.dtype))
-                    pick = "native" if lim is None or m < lim else "torch"
+                    wdt = {torch.float32: DType.float32, torch.bfloat16: DType.bfloat16,
+                           torch.float16: DType.float16}.get(w.dtype, DType.uint8)
+                    lim = BackendPolicy(native=True, isa=isa).matmul_choice((wk,), [wdt], DType.float32,
+                                                                            True).native_max_m
+                    pick = "native" if m < lim else "torch"
                     rows.append((kind, f"{n}x{k}", isa, m, f"{t_nat * 1e6:.1f}", f"{gbs:.1f}", f"{t_blk / t_nat:.2f}x",
                                  pick, f"{t_i4 / t_nat:.2f}x" if t_i4 else "-", f"{t_f32 / t_nat:.2f}x",
                                  f"{t_deq / t_nat:.1f}x" if t_deq else "-", f"{err:.1e}"))

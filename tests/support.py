@@ -68,11 +68,10 @@ def np_dtype(dt: DType) -> np.dtype:
 def native_kernels() -> bool:
     """Whether the engine runs CPU graphs on the native kernels (quantised matmuls then use 8-bit
     activation codes, see ``q8_activation_reference``)."""
-    import os
+    from max.engine import backend
 
-    from max.engine import native
-
-    return not ON_GPU and os.environ.get("LIBREMAX_QMATMUL", "").lower() != "exact" and native.lib() is not None
+    policy = backend.current()
+    return not ON_GPU and not policy.exact_qmatmul and policy.native
 
 
 def q8_activation_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -29,8 +29,21 @@ def test_cost_model_rules():
     assert cost.native_max_m("generic", ["f32"]) == 1  # torch's vectorised kernels beat portable C
     assert 1 < cost.native_max_m("generic", ["quant"]) <= 16
     assert cost.native_max_m("torch", ["quant"]) == 1
-    assert cost.storage_of("dense", torch.bfloat16) == "half"
-    assert cost.storage_of("packed:Q4_K", torch.uint8) == "quant"
+    from max.dtype import DType
+    from max.engine.backend import BackendPolicy, MatmulChoice
+
+    pol = BackendPolicy(native=True, isa="avx2")
+    f32_limit = cost.torch_from("avx2", "f32")
+    assert pol.matmul_choice(("dense",), [DType.float32], DType.float32, True).native_max_m == f32_limit
+    assert pol.matmul_choice(("dense", "Q4_K"), [DType.bfloat16, DType.uint8], DType.float32, True).native_max_m \
+        == cost.torch_from("avx2", "half")
+    assert pol.matmul_choice(("Q4_K",), [DType.uint8], DType.float32, False).native_max_m == 0  # not on the CPU
+    assert pol.matmul_choice(("Q4_K",), [DType.uint8], DType.bfloat16, True).native_max_m == 0  # bf16 activations
+    assert BackendPolicy(native=False, isa=None).matmul_choice(("Q4_K",), [DType.uint8], DType.float32,
+                                                               True).native_max_m == 0
+    exact = BackendPolicy(native=True, isa="avx2", exact_qmatmul=True)
+    assert exact.matmul_choice(("Q4_K",), [DType.uint8], DType.float32, True) == MatmulChoice(0, exact=True)
+    assert not exact.matmul_choice(("dense",), [DType.float32], DType.float32, True).exact
 
 
 @pytest.mark.parametrize("kind", ["Q4_K", "Q8_0", "Q6_K", "Q5_1"])
@@ -64,8 +77,14 @@ def test_fused_projection_follows_the_cost_model(isa, monkeypatch):
     8-bit activation codes (close to the q8 reference).  Both with a bias and the SiLU gate."""
     if isa not in native.runnable():
         pytest.skip(f"this CPU cannot execute the {isa} kernels")
-    monkeypatch.setattr(native, "isa", lambda: isa)
     from support import q8_activation_reference
+
+    from max.dtype import DType
+    from max.engine.backend import BackendPolicy
+
+    choice = BackendPolicy(native=True, isa=isa).matmul_choice(("packed:Q4_K",), [DType.uint8], DType.float32, True)
+    assert choice.native_max_m == cost.native_max_m(isa, ["quant"])
+    assert (choice.native_max_m > 40) == (isa != "generic")  # 40 rows: native (SIMD) or torch (portable)
 
     k, n = 256, 64
     b = blocks("Q4_K", n, k, 3)
@@ -73,7 +92,8 @@ def test_fused_projection_follows_the_cost_model(isa, monkeypatch):
     packed = native.pack(torch.from_numpy(b), native.GGML_KINDS["Q4_K"], n, k)
     bias = torch.randn(n, generator=torch.Generator().manual_seed(4))
     x = torch.randn(40, k, generator=torch.Generator().manual_seed(5))
-    y = fused.fused_matmul_t(x, packed, bias, kinds=("packed:Q4_K",), ns=(n,), k=k, has_bias=(True,), act="silu")
+    y = fused.fused_matmul_t(x, packed, bias, kinds=("packed:Q4_K",), ns=(n,), k=k, has_bias=(True,), act="silu",
+                              native_max_m=choice.native_max_m)
     exact = isa == "generic"
     lin = (x.double().numpy() @ w.astype(np.float64).T) if exact else q8_activation_reference(x.numpy(), w)
     lin = lin + bias.double().numpy()

@@ -110,29 +110,34 @@ def test_every_checkpoint_weight_comes_from_the_factory(family):
     assert set(module.raw_state_dict()) == set(adapted)
 
 
-def test_compute_dtype_policy(monkeypatch):
-    import max.engine.kernels.linalg as linalg
-    import max.pipelines.architectures.common.weights as W
+def test_compute_dtype_policy():
+    """The backend policy (max.engine.backend) decides weight storage and compute dtype; the
+    families' helpers ask it."""
+    from max.engine import backend
     from max.pipelines.architectures.common.weights import compute_dtype, keeps_quantized, storage_dtype
     from max.pipelines.lib.hf_utils import SupportedEncoding as E
 
     cpu, gpu = DeviceRef.CPU(), DeviceRef.GPU()
-    # with the native CPU kernels: float32 compute; half-precision and GGML weights stay as they are
-    monkeypatch.setattr(W, "_native_cpu", lambda: True)
-    assert compute_dtype(E.bfloat16, cpu) == DType.float32 and storage_dtype(E.bfloat16, cpu) == DType.bfloat16
-    assert storage_dtype(E.float16, cpu) == DType.float16 and storage_dtype(E.float32, cpu) == DType.float32
-    assert keeps_quantized(E.q4_k, cpu) and not keeps_quantized(E.q4_k, gpu) and not keeps_quantized(E.bfloat16, cpu)
-    # without them (no C compiler): the dequantise/widen-at-load policy
-    monkeypatch.setattr(W, "_native_cpu", lambda: False)
-    assert not keeps_quantized(E.q4_k, cpu)
-    for native, bf16_cpu in ((False, DType.float32), (True, DType.bfloat16)):
-        monkeypatch.setattr(linalg, "CPU_NATIVE_BF16", native)
-        assert compute_dtype(E.bfloat16, cpu) == bf16_cpu == storage_dtype(E.bfloat16, cpu)
-    assert compute_dtype(E.float32, cpu) == DType.float32
-    assert compute_dtype(E.float16, cpu) == DType.float32
-    assert compute_dtype(E.q4_k, cpu) == DType.float32
-    assert compute_dtype(E.q4_k, gpu) == DType.bfloat16
-    assert compute_dtype(E.float16, gpu) == DType.float16
+    try:
+        # with the native CPU kernels: float32 compute; half-precision and GGML weights stay as they are
+        backend.use(backend.BackendPolicy(native=True, isa="avx2"))
+        assert compute_dtype(E.bfloat16, cpu) == DType.float32 and storage_dtype(E.bfloat16, cpu) == DType.bfloat16
+        assert storage_dtype(E.float16, cpu) == DType.float16 and storage_dtype(E.float32, cpu) == DType.float32
+        assert keeps_quantized(E.q4_k, cpu) and not keeps_quantized(E.q4_k, gpu)
+        assert not keeps_quantized(E.bfloat16, cpu)
+        # without them (no C compiler): the dequantise/widen-at-load policy
+        backend.use(backend.BackendPolicy(native=False, isa=None))
+        assert not keeps_quantized(E.q4_k, cpu)
+        for bf16_cpu, want in ((False, DType.float32), (True, DType.bfloat16)):
+            backend.use(backend.BackendPolicy(native=False, isa=None, cpu_bf16=bf16_cpu))
+            assert compute_dtype(E.bfloat16, cpu) == want == storage_dtype(E.bfloat16, cpu)
+        assert compute_dtype(E.float32, cpu) == DType.float32
+        assert compute_dtype(E.float16, cpu) == DType.float32
+        assert compute_dtype(E.q4_k, cpu) == DType.float32
+        assert compute_dtype(E.q4_k, gpu) == DType.bfloat16
+        assert compute_dtype(E.float16, gpu) == DType.float16
+    finally:
+        backend.use(None)
     assert compute_dtype(E.bfloat16, gpu) == DType.bfloat16
 
 

@@ -15,6 +15,7 @@ import torch
 from max.dtype import DType
 from max.dtype.dtype import BIT_STORED
 from max.engine import threads
+from max.engine import backend
 from max.engine.compiler import native_lowering, passes
 from max.engine.compiler.fusion import fuse
 from max.driver.buffer import numpy_to_torch
@@ -112,6 +113,8 @@ class InferenceSession:
         if level not in (0, 1, 2):
             raise ValueError(f"InferenceSession: optimization_level must be 0, 1 or 2, got {level!r}")
         self._opt_level = level
+        self.backend = backend.current()
+        """The backend policy this session compiles with (``max.engine.backend``)."""
         self._custom_extensions = _ext_list(custom_extensions)
         self._profiling = GPUProfilingMode(os.environ.get("MODULAR_ENABLE_PROFILING", "off").lower()
                                            if os.environ.get("MODULAR_ENABLE_PROFILING", "off").lower()
@@ -225,7 +228,8 @@ class InferenceSession:
         t0 = time.perf_counter()
         prog = from_graph(model)
         _check_devices(prog, self._devices)
-        stats: dict[str, Any] = {"nodes_in": len(prog.nodes), "_opt_level": self._opt_level}
+        stats: dict[str, Any] = {"nodes_in": len(prog.nodes), "_opt_level": self._opt_level,
+                                 "_backend": self.backend}
         lowered, consts = compile_program(prog, weights_registry or {}, "", stats, self._opt_level)
         stats["nodes_out"] = len(prog.nodes)
         stats["compile_s"] = time.perf_counter() - t0
@@ -339,7 +343,7 @@ def compile_program(prog: Program, registry: Mapping[str, Any], prefix: str, sta
     if opt_level >= 1:
         for k, c in fuse(prog).items():
             stats.setdefault("fused", {})[k] = stats.get("fused", {}).get(k, 0) + c
-        for k, c in native_lowering.lower(prog).items():
+        for k, c in native_lowering.lower(prog, stats.get("_backend")).items():
             stats.setdefault("native", {})[k] = stats.get("native", {}).get(k, 0) + c
     stats["dce"] = stats.get("dce", 0) + passes.dce(prog)
     if opt_level >= 1 and registry:

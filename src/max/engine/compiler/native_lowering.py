@@ -1,13 +1,18 @@
-"""Lowering to the native CPU kernels (``max.engine.native``), when they are available.
+"""Lowering to the native CPU kernels (``max.engine.native``), as the backend policy decides
+(``max.engine.backend``: which kernels exist, the environment's switches, the cost model).
 
 - GGML block-quantised weights of ``fused_matmul_t`` nodes on the CPU are
   repacked into the kernels' interleaved layout by a ``pack_qweight`` node.
   Its operand is a weight, so load-time weight folding runs it once and binds
   only the packed tensor: the GGML copy is not kept (unless something else,
   such as an embedding lookup, still reads it).
-- With ``LIBREMAX_QMATMUL=exact`` quantised projections keep float32
-  activations (dequantised weight tiles, torch matmul) instead of the native
-  kernels' 8-bit activation codes; nothing is packed.
+- Every ``fused_matmul_t`` node gets the policy's choice as attributes:
+  ``native_max_m`` (the native kernels run below that many rows, torch from
+  there on) and ``exact`` (``LIBREMAX_QMATMUL=exact``: quantised projections
+  keep float32 activations -- dequantised weight tiles, torch matmul --
+  instead of the native kernels' 8-bit activation codes; nothing is packed).
+- ``qmatmul`` nodes get ``fast`` (``LIBREMAX_QMATMUL_FAST=1``: torch's int4
+  GEMM with bfloat16 activations).
 - ``flash_attention_ragged`` on the CPU reads the paged cache directly
   (``flash_attention_ragged_native``): the padded per-step index tensors the
   torch kernel needs (``ragged_read_plan``) become dead and are removed.
@@ -15,9 +20,10 @@
 
 from __future__ import annotations
 
-import os
+from typing import Optional
 
 from max.dtype import DType
+from max.engine.backend import BackendPolicy, current
 from max.engine.compiler import linear_fusion
 from max.engine.compiler.program import PNode, Program
 from max.graph.type import TensorType
@@ -30,25 +36,34 @@ def _fresh_id(prog: Program) -> int:
     return top + 1
 
 
-def lower(prog: Program) -> dict[str, int]:
-    """Rewrite ``prog`` in place for the native kernels; returns counts per rewrite."""
+def _with(n: PNode, **attrs: object) -> PNode:
+    return PNode(n.op, n.inputs, dict(n.attrs, **attrs), n.types, n.outs, n.loc, n.side_effects, n.regions)
+
+
+def lower(prog: Program, policy: Optional[BackendPolicy] = None) -> dict[str, int]:
+    """Rewrite ``prog`` in place as ``policy`` (default: this process's) decides; returns counts per rewrite."""
     from max.engine import native
 
-    if native.lib() is None:
-        return {}
+    policy = policy or current()
     producer = prog.producer_map()
     out: list[PNode] = []
-    counts = {"pack_qweight": 0, "flash_attention_ragged_native": 0}
+    counts = {"pack_qweight": 0, "flash_attention_ragged_native": 0, "native_matmul": 0}
     next_id = _fresh_id(prog)
-    exact = os.environ.get("LIBREMAX_QMATMUL", "").lower() == "exact"
     for n in prog.nodes:
         dev = n.types[0].device if n.types and isinstance(n.types[0], TensorType) else None
         on_cpu = dev is not None and dev.is_cpu()
-        if n.op == linear_fusion.OP and on_cpu and exact:
-            if any(k != "dense" for k in n.attrs["kinds"]):
-                n = PNode(n.op, n.inputs, dict(n.attrs, exact=True), n.types, n.outs, n.loc, n.side_effects,
-                          n.regions)
-        elif n.op == linear_fusion.OP and on_cpu:
+        if n.op == "qmatmul" and policy.fast_int4_qmatmul:
+            n = _with(n, fast=True)
+        if n.op == linear_fusion.OP:
+            x0, ws0, _ = linear_fusion.parts(n)
+            choice = policy.matmul_choice(n.attrs["kinds"], [prog.types[w].dtype for w in ws0],
+                                          prog.types[x0].dtype, on_cpu)
+            n = _with(n, native_max_m=choice.native_max_m, **({"exact": True} if choice.exact else {}))
+            counts["native_matmul"] += choice.native_max_m > 0
+        if not policy.native:
+            out.append(n)
+            continue
+        if n.op == linear_fusion.OP and on_cpu and not n.attrs.get("exact"):
             x, ws, bs = linear_fusion.parts(n)
             kinds = list(n.attrs["kinds"])
             new_ws = list(ws)

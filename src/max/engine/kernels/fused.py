@@ -91,26 +91,13 @@ def _plan_for(weights: tuple, biases: list, kinds: tuple, ns: tuple, k: int, nor
     return plan
 
 
-def _native_ok(x: torch.Tensor, weights: tuple, kinds: tuple) -> bool:
-    from max.engine import native
-
-    if x.device.type != "cpu" or x.dtype != torch.float32 or native.lib() is None:
+def _layout_ok(x: torch.Tensor, weights: tuple, kinds: tuple) -> bool:
+    """Whether the tensors are laid out as the native kernels read them (CPU float32 activations,
+    dense weights with unit row stride); which kernel runs was decided at lowering (``native_max_m``)."""
+    if x.device.type != "cpu" or x.dtype != torch.float32:
         return False
-    for kind, w in zip(kinds, weights):
-        if kind == "dense":
-            if native.dense_kind(w.dtype) is None or w.dim() != 2 or w.device.type != "cpu" or w.stride(1) != 1:
-                return False
-        elif not kind.startswith("packed:") and kind not in native.GGML_KINDS:
-            return False
-    return True
-
-
-def _native_max_m(weights: tuple, kinds: tuple) -> int:
-    """Below this many rows the native kernel runs these weights; from it on, torch (native/cost.py)."""
-    from max.engine import native
-    from max.engine.native import cost
-
-    return cost.native_max_m(native.isa(), [cost.storage_of(kd, w.dtype) for kd, w in zip(kinds, weights)])
+    return all(kind != "dense" or (w.dim() == 2 and w.device.type == "cpu" and w.stride(1) == 1)
+               for kind, w in zip(kinds, weights))
 
 
 _wide = threading.local()
@@ -166,16 +153,18 @@ def _split(operands: tuple, kinds: tuple, has_bias: tuple, norm_eps: float | Non
 
 @kernel("fused_matmul_t")
 def fused_matmul_t(x: torch.Tensor, *operands: torch.Tensor, kinds: tuple, ns: tuple, k: int, has_bias: tuple,
-                   act: str | None, exact: bool = False, norm_eps: float | None = None) -> torch.Tensor:
+                   act: str | None, exact: bool = False, norm_eps: float | None = None,
+                   native_max_m: int = 0) -> torch.Tensor:
     """``concat_i(x' @ W_iᵀ (+ b_i))`` [gated], ``x' = rms_norm(x, gamma, norm_eps)`` when a norm was fused
-    (its weight is the last operand).  Quantised weights run on the native kernels with 8-bit activation
-    codes (one scale per 32 values) unless ``exact``: then float32 activations times the dequantised
-    weight."""
+    (its weight is the last operand).  Below ``native_max_m`` rows (set at lowering by the backend
+    policy, ``max.engine.backend``) the native kernels run, quantised weights with 8-bit activation
+    codes (one scale per 32 values); else torch, quantised weights as float32 activations times the
+    dequantised weight (``exact`` forces that)."""
     weights, biases, gamma = _split(operands, kinds, has_bias, norm_eps)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
-    if not exact and _native_ok(x2, weights, kinds) and m < _native_max_m(weights, kinds):
+    if not exact and m < native_max_m and _layout_ok(x2, weights, kinds):
         if x2.stride(1) != 1:
             x2 = x2.contiguous()
         norm = (gamma, norm_eps) if gamma is not None else None
@@ -212,14 +201,14 @@ def fused_matmul_t(x: torch.Tensor, *operands: torch.Tensor, kinds: tuple, ns: t
 
 @preparer("fused_matmul_t")
 def prepare_fused_matmul_t(operands: list, kinds: tuple, ns: tuple, k: int, has_bias: tuple, act: str | None,
-                           exact: bool = False, norm_eps: float | None = None) -> Any:
+                           exact: bool = False, norm_eps: float | None = None, native_max_m: int = 0) -> Any:
     """With constant weights: the native plan is built once; each call quantises/streams only ``x``."""
     consts = tuple(operands[1:])
-    if operands[0] is not None or any(c is None for c in consts) or exact:
+    if operands[0] is not None or any(c is None for c in consts) or exact or native_max_m <= 0:
         return None
     weights, biases, gamma = _split(consts, kinds, has_bias, norm_eps)
     probe = torch.empty(1, k, dtype=torch.float32)
-    if not _native_ok(probe, weights, kinds):
+    if not _layout_ok(probe, weights, kinds):
         return None
     plan = _plan_for(weights, biases, kinds, ns, k, (gamma, norm_eps) if gamma is not None else None)
     from max.engine import native
@@ -228,7 +217,7 @@ def prepare_fused_matmul_t(operands: list, kinds: tuple, ns: tuple, k: int, has_
     glu_code = {"silu": 0, "gelu_tanh": 1}.get(act) if act else None
     fallback_attrs = dict(kinds=kinds, ns=ns, k=k, has_bias=has_bias, act=act, norm_eps=norm_eps)
     f32, n_out = torch.float32, plan.n_out
-    big = _native_max_m(weights, kinds)
+    big = native_max_m
     empty = torch.empty
     half = n_out // 2
     (fn, args, col), = plan.calls if len(plan.calls) == 1 else ((None, None, None),)

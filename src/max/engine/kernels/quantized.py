@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from max.engine.kernels import kernel
 from max.engine.kernels import quantization as q
-
-# The int4 CPU kernel rounds activations to bfloat16 (~1e-2 relative error);
-# it is opt-in so qmatmul stays within float32 tolerance of dequantize+matmul.
-_FAST = os.environ.get("LIBREMAX_QMATMUL_FAST", "0") == "1"
 
 
 @kernel("dequantize")
@@ -35,8 +29,10 @@ def dequantize(blocks: torch.Tensor, encoding: str) -> torch.Tensor:
 
 
 @kernel("qmatmul")
-def qmatmul(x: torch.Tensor, blocks: torch.Tensor, encoding: str) -> torch.Tensor:
-    return q.qmatmul(x, blocks, encoding, fast=_FAST)
+def qmatmul(x: torch.Tensor, blocks: torch.Tensor, encoding: str, fast: bool = False) -> torch.Tensor:
+    # ``fast`` (set at lowering, LIBREMAX_QMATMUL_FAST=1): torch's int4 GEMM, activations rounded to
+    # bfloat16 (~1e-2 relative error); off by default so qmatmul stays within float32 tolerance.
+    return q.qmatmul(x, blocks, encoding, fast=fast)
 
 
 @kernel("pack_qweight")

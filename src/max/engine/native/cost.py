@@ -40,10 +40,3 @@ def native_max_m(isa: str, storages: "tuple[str, ...] | list[str]") -> int:
     return min(limits) if limits else 1 << 62
 
 
-def storage_of(kind: str, dtype: object) -> str:
-    """``kind``: a fused projection's weight kind (``"dense"``, ``"packed:Q4_K"``, ``"Q8_0"``...)."""
-    if kind != "dense":
-        return "quant"
-    import torch
-
-    return "f32" if dtype == torch.float32 else "half"

@@ -54,56 +54,28 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- dtype policy
-def _native_cpu() -> bool:
-    from max.engine import native
+# The engine's backend policy decides (max.engine.backend); these are the names families use.
+def _policy() -> Any:
+    from max.engine import backend
 
-    return native.lib() is not None
+    return backend.current()
 
 
 def compute_dtype(encoding: Any, device: DeviceRef) -> DType:
-    """The dtype a model computes in (activations, norms, KV cache) for a weight ``encoding``
-    (a ``SupportedEncoding`` or None) on ``device``.
-
-    On the CPU with libremax's native kernels: float32 for every encoding.  Quantised and
-    half-precision weights stay as they are (see :func:`storage_dtype`): the kernels read them
-    directly with float32 accumulation, so only the bytes streamed per token shrink, while the
-    element-wise ops keep float32 speed and precision.
-
-    Without the native kernels (no C compiler): GGML encodings are dequantised to float32;
-    float16 runs as float32; bfloat16 stays bfloat16 only on CPUs with bf16 matrix instructions.
-    On accelerators: bfloat16 for GGML/float8 encodings, else the encoding's dtype.
-    """
-    from max.engine.kernels.linalg import CPU_NATIVE_BF16
-
-    if encoding is None:
-        return DType.float32
-    quantized = bool(getattr(encoding, "is_quantized", False))
-    dt = DType.uint8 if quantized else encoding.dtype
-    if device.is_cpu():
-        if quantized or dt in (DType.float16, DType.float8_e4m3fn) or _native_cpu():
-            return DType.float32
-        if dt == DType.bfloat16 and not CPU_NATIVE_BF16:
-            return DType.float32
-        return dt
-    return DType.bfloat16 if quantized or dt == DType.float8_e4m3fn else dt
+    """The dtype a model computes in for a weight ``encoding`` on ``device``
+    (:meth:`max.engine.backend.BackendPolicy.compute_dtype`)."""
+    return _policy().compute_dtype(encoding, device)
 
 
 def storage_dtype(encoding: Any, device: DeviceRef) -> DType:
-    """The dtype float weights are kept in: bfloat16/float16 weights stay half precision on a CPU
-    with the native kernels (which widen them exactly as they stream them); otherwise the compute
-    dtype."""
-    comp = compute_dtype(encoding, device)
-    if (encoding is not None and device.is_cpu() and not getattr(encoding, "is_quantized", False)
-            and encoding.dtype in (DType.bfloat16, DType.float16) and _native_cpu()):
-        return encoding.dtype
-    return comp
+    """The dtype float weights are kept in (:meth:`~max.engine.backend.BackendPolicy.weight_storage`)."""
+    return _policy().weight_storage(encoding, device).dtype
 
 
 def keeps_quantized(encoding: Any, device: DeviceRef) -> bool:
     """Whether GGML block-quantised weights stay quantised in memory (native CPU kernels read them);
     elsewhere they are dequantised once at load."""
-    return (device.is_cpu() and bool(getattr(encoding, "is_quantized", False))
-            and getattr(encoding, "is_gguf", False) and _native_cpu())
+    return _policy().weight_storage(encoding, device).keep_quantized
 
 
 class WidenedLinear(Linear):
