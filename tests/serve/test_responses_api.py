@@ -26,7 +26,7 @@ def rserver(tmp_path_factory):
 
     d = make_tiny_llama(str(tmp_path_factory.mktemp("tiny_responses")), tokenizer=make_tokenizer(
         chat_template=HERMES_TEMPLATE), max_position_embeddings=1024)
-    app = build_app(build_config(d, None, "cpu", 1024, 8), served_model_name="tiny")
+    app = build_app(build_config(d, None, "cpu", 1024, 8), served_model_name="tiny", responses_store_size=2)
     with ServerThread(app) as srv:
         srv.state = app.state.serve
         yield srv
@@ -126,22 +126,26 @@ def test_store_false_and_retrieve_delete(rclient, rserver):
 
 
 def test_store_is_bounded_lru(rclient, rserver):
-    from max.serve.response_store import ResponseStore
+    assert rserver.state.responses.max_entries == 2  # build_app(responses_store_size=2)
+    ids = [rclient.responses.create(model="tiny", input=f"q{i}", max_output_tokens=1).id for i in range(3)]
+    assert len(rserver.state.responses) == 2
+    r = httpx.post(rserver.url + "/v1/responses", json={"model": "tiny", "input": "x",
+                                                        "previous_response_id": ids[0]})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "previous_response_not_found"
+    rclient.responses.retrieve(ids[1])  # a use: ids[1] becomes the most recent
+    rclient.responses.create(model="tiny", input="q3", max_output_tokens=1)
+    rclient.responses.retrieve(ids[1])
+    assert httpx.get(rserver.url + f"/v1/responses/{ids[2]}").status_code == 404  # the least recent went
 
-    old = rserver.state.responses
-    rserver.state.responses = ResponseStore(2)
-    try:
-        ids = [rclient.responses.create(model="tiny", input=f"q{i}", max_output_tokens=1).id for i in range(3)]
-        assert len(rserver.state.responses) == 2
-        r = httpx.post(rserver.url + "/v1/responses", json={"model": "tiny", "input": "x",
-                                                            "previous_response_id": ids[0]})
-        assert r.status_code == 400 and r.json()["error"]["code"] == "previous_response_not_found"
-        rclient.responses.retrieve(ids[1])  # a use: ids[1] becomes the most recent
-        rclient.responses.create(model="tiny", input="q3", max_output_tokens=1)
-        rclient.responses.retrieve(ids[1])
-        assert httpx.get(rserver.url + f"/v1/responses/{ids[2]}").status_code == 404  # the least recent went
-    finally:
-        rserver.state.responses = old
+
+def test_store_size_zero_keeps_nothing():
+    from max.serve.response_store import ResponseStore, StoredResponse
+
+    s = ResponseStore(0)
+    s.put("a", StoredResponse([], {}))
+    assert len(s) == 0 and s.get("a") is None
+    with pytest.raises(ValueError):
+        ResponseStore(-1)
 
 
 def _check_call(item, names):
