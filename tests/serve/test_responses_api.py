@@ -138,7 +138,7 @@ def test_store_is_bounded_lru(rclient, rserver):
     assert httpx.get(rserver.url + f"/v1/responses/{ids[2]}").status_code == 404  # the least recent went
 
 
-def test_store_size_zero_keeps_nothing():
+def test_store_bounds_entries_and_bytes():
     from max.serve.response_store import ResponseStore, StoredResponse
 
     s = ResponseStore(0)
@@ -146,6 +146,19 @@ def test_store_size_zero_keeps_nothing():
     assert len(s) == 0 and s.get("a") is None
     with pytest.raises(ValueError):
         ResponseStore(-1)
+
+    def entry(n):
+        return StoredResponse([{"role": "user", "content": "x" * n}], {"id": "r"})
+
+    size = entry(1000).nbytes
+    s = ResponseStore(10, max_bytes=3 * size)
+    for k in "abcd":
+        s.put(k, entry(1000))
+    assert len(s) == 3 and s.get("a") is None and s.nbytes == 3 * size  # the oldest went for the bytes
+    s.put("big", entry(10 * size))  # bigger than the whole store: not kept, nothing else dropped
+    assert s.get("big") is None and len(s) == 3
+    s.put("b", entry(1000))  # replacing an entry counts it once
+    assert s.nbytes == 3 * size and s.delete("b") and s.nbytes == 2 * size and not s.delete("b")
 
 
 def _check_call(item, names):
