@@ -108,12 +108,8 @@ def make_tiny_cross_encoder(out: str, kind: str = "bert", num_labels: int = 1, s
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     ids = [(cls_, vocab[cls_]), (sep, vocab[sep])]
-    if roberta:
-        tok.post_processor = processors.TemplateProcessing(single=f"{cls_} $A {sep}", pair=f"{cls_} $A {sep} {sep} $B {sep}",
-                                                           special_tokens=ids)
-    else:
-        tok.post_processor = processors.TemplateProcessing(single=f"{cls_} $A {sep}", pair=f"{cls_} $A {sep} $B:1 {sep}:1",
-                                                           special_tokens=ids)
+    pair = f"{cls_} $A {sep} {sep} $B {sep}" if roberta else f"{cls_} $A {sep} $B:1 {sep}:1"
+    tok.post_processor = processors.TemplateProcessing(single=f"{cls_} $A {sep}", pair=pair, special_tokens=ids)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token=unk, pad_token=pad, cls_token=cls_, sep_token=sep,
                                    mask_token=mask)
     torch.manual_seed(seed)

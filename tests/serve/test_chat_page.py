@@ -23,7 +23,8 @@ from lm_support import make_tiny_llama
 sync_api = pytest.importorskip("playwright.sync_api")
 
 BROWSERS = ("chromium", "chromium-browser")
-PNG_1PX = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+PNG_1PX = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJ"
+                           "RU5ErkJggg==")
 
 
 def _browser() -> str | None:

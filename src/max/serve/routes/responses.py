@@ -182,7 +182,8 @@ def response_format(text: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
 def chat_request(req: ResponsesRequest, messages: list[dict[str, Any]]) -> ChatCompletionRequest:
     body: dict[str, Any] = {"messages": messages, "tools": chat_tools(req.tools),
                             "tool_choice": chat_tool_choice(req.tool_choice),
-                            "response_format": response_format(req.text), "max_completion_tokens": req.max_output_tokens}
+                            "response_format": response_format(req.text),
+                            "max_completion_tokens": req.max_output_tokens}
     for k in ("temperature", "top_p", "top_k", "min_p", "seed", "repetition_penalty", "guided_json", "guided_regex",
               "guided_choice", "guided_grammar", "structured_outputs"):
         v = getattr(req, k)
@@ -294,7 +295,8 @@ async def create_response(request: Request) -> Response:
 
 
 def _event(kind: str, seq: int, **fields: Any) -> str:
-    return f"event: {kind}\ndata: {json.dumps(dict(type=kind, sequence_number=seq, **fields), separators=(',', ':'))}\n\n"
+    data = json.dumps(dict(type=kind, sequence_number=seq, **fields), separators=(",", ":"))
+    return f"event: {kind}\ndata: {data}\n\n"
 
 
 async def _stream(state: AppState, b: _Builder, job: Any, plan: ToolPlan, history: list[dict[str, Any]]
