@@ -87,13 +87,13 @@ def _pairs(text_1: Union[str, list[str]], text_2: Union[str, list[str]]) -> list
 
 
 async def _scores(state: AppState, request: Request, pairs: list[tuple[str, str]], instruction: Optional[str],
-                  path: str) -> tuple[np.ndarray, int]:
+                  path: str, model: Optional[str]) -> tuple[np.ndarray, int]:
     if state.embedder is not None:
         try:
             return await state.embedder.score(pairs)
         except (ValueError, TypeError) as e:
             raise APIError(400, str(e).replace("score_pairs: ", ""), code="invalid_value") from None
-    return await _causal_scores(state, request, pairs, instruction, path)
+    return await _causal_scores(state, request, pairs, instruction, path, model)
 
 
 def _answer_token(tok: Any, word: str) -> int:
@@ -111,14 +111,14 @@ def _answer_token(tok: Any, word: str) -> int:
 
 
 async def _causal_scores(state: AppState, request: Request, pairs: list[tuple[str, str]],
-                         instruction: Optional[str], path: str) -> tuple[np.ndarray, int]:
+                         instruction: Optional[str], path: str, model: Optional[str]) -> tuple[np.ndarray, int]:
     gen = state.need_generator(path)
     yes, no = _answer_token(gen.tokenizer, "yes"), _answer_token(gen.tokenizer, "no")
     prompts = [causal_prompt(q, d, instruction) for q, d in pairs]
     rid = f"score-{uuid.uuid4().hex}"
     lps = []
     for name, tok in (("yes", yes), ("no", no)):
-        req = parse(CompletionRequest, {"prompt": prompts, "max_tokens": 1, "temperature": 0.0, "logprobs": 1,
+        req = parse(CompletionRequest, {"model": model, "prompt": prompts, "max_tokens": 1, "temperature": 0.0, "logprobs": 1,
                                         "logit_bias": {str(tok): 100}, "ignore_eos": True})
         job = await start_job(state, gen, request, f"{rid}-{name}", [dict(prompt=p) for p in prompts], req, 1,
                               logprobs=1, echo=False, chat_extra={})
@@ -142,7 +142,8 @@ def _usage(n_tokens: int) -> dict[str, int]:
 async def rerank(request: Request) -> JSONResponse:
     state, req = await parse_body(request, RerankRequest)
     docs = _documents(req.documents)
-    scores, n_tokens = await _scores(state, request, [(req.query, d) for d in docs], req.instruction, "/v1/rerank")
+    scores, n_tokens = await _scores(state, request, [(req.query, d) for d in docs], req.instruction, "/v1/rerank",
+                                     req.model)
     order = sorted(range(len(docs)), key=lambda i: -scores[i])[: req.top_n or len(docs)]
     results = []
     for i in order:
@@ -159,7 +160,7 @@ async def rerank(request: Request) -> JSONResponse:
 async def score(request: Request) -> JSONResponse:
     state, req = await parse_body(request, ScoreRequest)
     pairs = _pairs(req.text_1, req.text_2)
-    scores, n_tokens = await _scores(state, request, pairs, req.instruction, "/v1/score")
+    scores, n_tokens = await _scores(state, request, pairs, req.instruction, "/v1/score", req.model)
     state.metrics.prompt_tokens.inc(n_tokens)
     return JSONResponse({"id": f"score-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),
                          "model": state.model_name,
