@@ -88,3 +88,41 @@ def make_tiny_bert(out: str) -> str:
     transformers.BertModel(cfg, add_pooling_layer=False).eval().save_pretrained(out)
     fast.save_pretrained(out)
     return out
+
+
+def make_tiny_cross_encoder(out: str, kind: str = "bert", num_labels: int = 1, seed: int = 0) -> str:
+    """A tiny random cross-encoder (``BertForSequenceClassification`` or, ``kind="xlm-roberta"``,
+    ``XLMRobertaForSequenceClassification``; 32 wide, 2 layers) with a word-level tokenizer that encodes
+    text pairs (``[CLS] a [SEP] b [SEP]`` with segment ids 0/1, or ``<s> a </s></s> b </s>``)."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    roberta = kind == "xlm-roberta"
+    cls_, pad, sep, unk, mask = (("<s>", "<pad>", "</s>", "<unk>", "<mask>") if roberta else
+                                 ("[CLS]", "[PAD]", "[SEP]", "[UNK]", "[MASK]"))
+    special = [cls_, pad, sep, unk, mask] if roberta else [pad, unk, cls_, sep, mask]
+    vocab = {t: i for i, t in enumerate(special + list(BERT_WORDS))}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token=unk))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    ids = [(cls_, vocab[cls_]), (sep, vocab[sep])]
+    pair = f"{cls_} $A {sep} {sep} $B {sep}" if roberta else f"{cls_} $A {sep} $B:1 {sep}:1"
+    tok.post_processor = processors.TemplateProcessing(single=f"{cls_} $A {sep}", pair=pair, special_tokens=ids)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token=unk, pad_token=pad, cls_token=cls_, sep_token=sep,
+                                   mask_token=mask)
+    torch.manual_seed(seed)
+    common = dict(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                  intermediate_size=64, initializer_range=0.2, num_labels=num_labels, pad_token_id=vocab[pad])
+    if roberta:
+        cfg = transformers.XLMRobertaConfig(max_position_embeddings=66, type_vocab_size=1, layer_norm_eps=1e-5,
+                                            architectures=["XLMRobertaForSequenceClassification"], **common)
+        model = transformers.XLMRobertaForSequenceClassification(cfg)
+    else:
+        cfg = transformers.BertConfig(max_position_embeddings=64, architectures=["BertForSequenceClassification"],
+                                      **common)
+        model = transformers.BertForSequenceClassification(cfg)
+    model.eval().save_pretrained(out)
+    fast.save_pretrained(out)
+    return out

@@ -472,6 +472,9 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
               "adapters can then be loaded at run time (POST /v1/load_lora_adapter).")
 @click.option("--max-num-loras", type=int, default=None, help="LoRA adapters resident at once (default 1).")
 @click.option("--max-lora-rank", type=int, default=None, help="Largest LoRA rank accepted (default 16).")
+@click.option("--responses-store-size", type=click.IntRange(min=0), default=1024, show_default=True,
+              help="Responses /v1/responses keeps in memory for previous_response_id (least recently used "
+                   "dropped first; 0 keeps none).")
 @click.option("--replicas", type=click.IntRange(min=1), default=None,
               help="Serve N model replicas on Ray Serve behind one endpoint (needs libremax[ray]); without "
                    "--ray-address a local Ray cluster is started.")
@@ -491,7 +494,7 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
           host: str, port: int, api_key: Any, max_queue_size: Any, metrics_port: Any, served_model_name: Any,
           max_request_bytes: int, drain_timeout: float, log_level: str, tool_call_parser: Any,
           enable_echo: bool, lora_paths: tuple, enable_lora: bool, max_num_loras: Any, max_lora_rank: Any,
-          replicas: Any, min_replicas: Any, max_replicas: Any, target_ongoing_requests: Any, ray_address: Any) -> None:
+          responses_store_size: int, replicas: Any, min_replicas: Any, max_replicas: Any, target_ongoing_requests: Any, ray_address: Any) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (chat, completions, embeddings, metrics).
 
     SIGTERM or Ctrl-C shuts down gracefully: no new requests, --drain-timeout seconds for those in
@@ -539,7 +542,8 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
         if served_model_name is None and model_path is None:  # the bundled model: a short id
             served_model_name = BUNDLED[0].served_name
         app = build_app(cfg, served_model_name=served_model_name, api_key=api_key, max_queue_size=max_queue_size,
-                        tool_parser=tool_call_parser, max_request_bytes=max_request_bytes)
+                        tool_parser=tool_call_parser, max_request_bytes=max_request_bytes,
+                        responses_store_size=responses_store_size)
     except (ValueError, FileNotFoundError, TypeError, NotImplementedError) as e:
         raise click.ClickException(str(e)) from None
     state = app.state.serve

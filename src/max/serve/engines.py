@@ -67,6 +67,17 @@ class EmbeddingsEngine:
         arr, n_tokens = await loop.run_in_executor(self._pool, self.pipeline.encode_texts, texts)
         return np.asarray(arr, dtype=np.float32), int(n_tokens)
 
+    @property
+    def cross_encoder(self) -> bool:
+        """Whether the model scores text pairs (a reranker) instead of embedding texts."""
+        return bool(getattr(self.pipeline, "cross_encoder", False))
+
+    async def score(self, pairs: list[tuple[str, str]]) -> tuple[np.ndarray, int]:
+        """``pipeline.score_pairs(pairs)`` on the worker thread: ``(scores [n], prompt tokens)``."""
+        loop = asyncio.get_running_loop()
+        scores, n_tokens = await loop.run_in_executor(self._pool, self.pipeline.score_pairs, pairs)
+        return np.asarray(scores, dtype=np.float64), int(n_tokens)
+
     def start(self) -> None:
         pass
 

@@ -16,6 +16,7 @@ import time
 from typing import Any, Optional
 
 from max.serve.lifecycle import DEFAULT_DRAIN_TIMEOUT_S, draining_server
+from max.serve.response_store import DEFAULT_RESPONSES_STORE_SIZE
 from max.serve.state import DEFAULT_MAX_REQUEST_BYTES
 
 logger = logging.getLogger("max.serve")
@@ -31,12 +32,17 @@ def model_task(pipeline_config: Any) -> Any:
 
 def build_app(pipeline_config: Any, *, served_model_name: Optional[str] = None, api_key: Optional[str] = None,
               max_queue_size: Optional[int] = None, metrics: Any = None, tool_parser: Optional[str] = None,
-              max_request_bytes: Optional[int] = DEFAULT_MAX_REQUEST_BYTES) -> Any:
+              max_request_bytes: Optional[int] = DEFAULT_MAX_REQUEST_BYTES,
+              responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE) -> Any:
     """Load the model of ``pipeline_config`` and return the FastAPI app serving it (``tool_parser``: see
-    :func:`~max.serve.app.create_app`; request bodies up to ``max_request_bytes``, None for no limit)."""
+    :func:`~max.serve.app.create_app`; request bodies up to ``max_request_bytes``, None for no limit;
+    ``/v1/responses`` keeps the last ``responses_store_size`` responses for ``previous_response_id``)."""
+    from max.serve.response_store import ResponseStore
+
     app = _build_app(pipeline_config, served_model_name=served_model_name, api_key=api_key,
                      max_queue_size=max_queue_size, metrics=metrics, tool_parser=tool_parser)
     app.state.serve.max_request_bytes = max_request_bytes
+    app.state.serve.responses = ResponseStore(responses_store_size)
     return app
 
 

@@ -13,6 +13,7 @@ from max.serve.engines import EmbeddingsEngine, GenerationEngine
 from max.serve.lifecycle import Lifecycle
 from max.serve.metrics import ServeMetrics
 from max.serve.openai_schemas import APIError, parse
+from max.serve.response_store import ResponseStore
 
 
 DEFAULT_MAX_REQUEST_BYTES = 4 << 20
@@ -31,6 +32,7 @@ class AppState:
     tool_parser: Optional[str] = None  # None: chosen from the chat template
     max_request_bytes: Optional[int] = DEFAULT_MAX_REQUEST_BYTES
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
+    responses: ResponseStore = field(default_factory=ResponseStore)  # /v1/responses, previous_response_id
 
     def check_model(self, name: Optional[str]) -> None:
         """404 for a model this server does not serve; with LoRA, 400 naming ``model`` for an adapter

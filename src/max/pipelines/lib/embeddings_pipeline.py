@@ -102,6 +102,11 @@ class EmbeddingsPipeline(Pipeline):
     def pool_embeddings(self) -> bool:
         return bool(self._pipeline_model.pool_embeddings)
 
+    @property
+    def cross_encoder(self) -> bool:
+        """Whether the model is a cross-encoder (it scores text pairs: :meth:`score_pairs`)."""
+        return bool(getattr(self._pipeline_model, "cross_encoder", False))
+
     # ---------------------------------------------------------------- API
     def execute(self, inputs: EmbeddingsGenerationInputs) -> dict[str, EmbeddingsGenerationOutput]:
         """Embed every context of ``inputs.batch`` (ValueError for one longer than ``max_seq_len``)."""
@@ -137,6 +142,9 @@ class EmbeddingsPipeline(Pipeline):
         texts = list(texts)
         if not texts:
             raise ValueError("encode_texts: the input list is empty; pass at least one text")
+        if self.cross_encoder:
+            raise ValueError("encode_texts: this model is a cross-encoder (a reranker): it scores text pairs "
+                             "(score_pairs, /v1/rerank, /v1/score) and produces no embeddings")
         if not self.pool_embeddings:
             raise ValueError("encode_texts: the pipeline was built with pool_embeddings=False (per-token "
                              "outputs); use execute() for those, or build it with pool_embeddings=True")
@@ -145,6 +153,46 @@ class EmbeddingsPipeline(Pipeline):
             self._check_row(ids, f"input {i}")
         vecs = self._embed(rows)
         return np.stack(vecs).astype(np.float32, copy=False), int(sum(len(r) for r in rows))
+
+    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> tuple[np.ndarray, int]:
+        """Relevance scores of ``(query, document)`` pairs as float64 ``[len(pairs)]`` and the number of
+        prompt tokens they used.
+
+        A cross-encoder reads each pair as one input (``[CLS] a [SEP] b [SEP]``, segment ids 0 / 1) and
+        scores it as sentence-transformers' ``CrossEncoder`` does: the sigmoid of its logit (one label),
+        or the softmax probability of class 1 (two labels).  An embeddings model scores the cosine
+        similarity of the two texts' embeddings.  A pair longer than ``max_seq_len`` raises ValueError.
+        """
+        pairs = list(pairs)
+        if not pairs:
+            raise ValueError("score_pairs: no pairs to score")
+        for i, p in enumerate(pairs):
+            if not (isinstance(p, (tuple, list)) and len(p) == 2 and all(isinstance(t, str) for t in p)):
+                raise TypeError(f"score_pairs: pair {i} must be two strings")
+        if not self.cross_encoder:
+            texts = sorted({t for p in pairs for t in p})
+            vecs, n_tokens = self.encode_texts(texts)
+            at = {t: i for i, t in enumerate(texts)}
+            norms = np.maximum(np.linalg.norm(vecs.astype(np.float64), axis=1), 1e-12)
+            scores = [float(np.dot(vecs[at[a]], vecs[at[b]]) / (norms[at[a]] * norms[at[b]])) for a, b in pairs]
+            return np.asarray(scores, dtype=np.float64), n_tokens
+        delegate = getattr(self._tokenizer, "delegate", None)
+        if delegate is None:
+            raise ValueError("score_pairs: the model's tokenizer cannot encode text pairs")
+        enc = delegate([a for a, _ in pairs], [b for _, b in pairs], add_special_tokens=True)
+        types = enc.get("token_type_ids")
+        rows: list[Any] = []
+        for i, ids in enumerate(enc["input_ids"]):
+            ids = np.asarray(ids, dtype=np.int64)
+            self._check_row(ids, f"pair {i}")
+            rows.append((ids, None if types is None else np.asarray(types[i], dtype=np.int64)))
+        logits = np.stack(self._embed(rows)).astype(np.float64)
+        if logits.shape[1] == 1:
+            scores = 1.0 / (1.0 + np.exp(-logits[:, 0]))
+        else:
+            z = np.exp(logits - logits.max(axis=1, keepdims=True))
+            scores = z[:, 1] / z.sum(axis=1)
+        return scores, int(sum(len(r[0]) for r in rows))
 
     # ---------------------------------------------------------------- internals
     def _tokenize(self, texts: list[Any], truncate: bool) -> list[np.ndarray]:
@@ -181,22 +229,28 @@ class EmbeddingsPipeline(Pipeline):
                 "tokens; shorten it (or split it), or pass truncate=True to embed only its first "
                 f"{self.max_seq_len} tokens")
 
-    def _embed(self, rows: list[np.ndarray]) -> list[np.ndarray]:
-        """Outputs for token rows (any lengths), run as padded batches of similar lengths."""
-        order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+    def _embed(self, rows: list[Any]) -> list[np.ndarray]:
+        """Outputs for token rows (any lengths; a cross-encoder's rows are ``(ids, token types)``), run as
+        padded batches of similar lengths."""
+
+        def size(r: Any) -> int:
+            return len(r[0]) if isinstance(r, tuple) else len(r)
+
+        order = sorted(range(len(rows)), key=lambda i: -size(rows[i]))
         budget = max(int(self._pipeline_config.prefill_chunk_size), self.max_seq_len)
         out: list[Optional[np.ndarray]] = [None] * len(rows)
         start = 0
         model = self._pipeline_model
         with self._lock:
             while start < len(order):
-                width = len(rows[order[start]])  # the longest row of this batch (sorted descending)
+                width = size(rows[order[start]])  # the longest row of this batch (sorted descending)
                 n = max(1, min(self._max_rows, budget // width, len(order) - start))
                 idx = order[start: start + n]
                 inputs = model.prepare_initial_token_inputs([rows[i] for i in idx])
                 res = model.execute(inputs).logits.detach().to("cpu").float().numpy()
                 for j, i in enumerate(idx):
-                    out[i] = res[j].copy() if model.pool_embeddings else res[j, : len(rows[i])].copy()
+                    whole = model.pool_embeddings or getattr(model, "cross_encoder", False)
+                    out[i] = res[j].copy() if whole else res[j, : size(rows[i])].copy()
                 start += n
         return out  # type: ignore[return-value]
 

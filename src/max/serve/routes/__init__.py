@@ -1,7 +1,8 @@
 """The routes of ``max serve``, one module per family; each defines ``router`` (a FastAPI ``APIRouter``)."""
 
-from max.serve.routes import chat, completions, embeddings, health, lora, models
+from max.serve.routes import chat, completions, embeddings, health, lora, models, responses, scoring, ui
 
-ROUTERS = [health.router, models.router, chat.router, completions.router, embeddings.router, lora.router]
+ROUTERS = [health.router, models.router, chat.router, completions.router, embeddings.router, lora.router,
+           responses.router, scoring.router, ui.router]
 
 __all__ = ["ROUTERS"]

@@ -23,6 +23,10 @@ async def embeddings(request: Request) -> JSONResponse:
         raise APIError(400, f"the model '{state.model_name}' is a text generation model and does not serve "
                        "embeddings; use /v1/chat/completions or /v1/completions", param="model",
                        code="model_not_supported")
+    if embedder.cross_encoder:
+        raise APIError(400, f"the model '{state.model_name}' is a cross-encoder (a reranker): it scores text pairs "
+                       "and produces no embeddings; use /v1/rerank or /v1/score", param="model",
+                       code="model_not_supported")
     inp = req.input
     if isinstance(inp, str):
         texts: list[Any] = [inp]

@@ -1,7 +1,8 @@
-"""BERT encoders for embeddings: config translation, graph builder, pipeline model, registration."""
+"""BERT encoders for embeddings and cross-encoder scoring: config translation, graph builders, pipeline models,
+registration."""
 
-from max.pipelines.architectures.bert.arch import bert_arch
+from max.pipelines.architectures.bert.arch import bert_arch, bert_classifier_arch, xlm_roberta_classifier_arch
 
-ARCHITECTURES = [bert_arch]
+ARCHITECTURES = [bert_arch, bert_classifier_arch, xlm_roberta_classifier_arch]
 
-__all__ = ["ARCHITECTURES", "bert_arch"]
+__all__ = ["ARCHITECTURES", "bert_arch", "bert_classifier_arch", "xlm_roberta_classifier_arch"]

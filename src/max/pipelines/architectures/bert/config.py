@@ -32,10 +32,12 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
     architecture: str = "BertModel"
+    num_labels: int = 1  # the classification head's outputs (``*ForSequenceClassification``)
+    position_offset: int = 0  # first position id of a token (RoBERTa / XLM-R: pad_token_id + 1)
 
     @property
     def max_input_length(self) -> int:
-        return self.max_position_embeddings
+        return self.max_position_embeddings - self.position_offset
 
     @property
     def head_dim(self) -> int:
@@ -51,6 +53,10 @@ class BertConfig:
         if not isinstance(act, str) or act not in ACTIVATIONS:
             raise NotImplementedError(f"{arch}: hidden_act {act!r} is not supported; supported: {sorted(ACTIVATIONS)}")
         hidden, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+        pad = int(cfg.get("pad_token_id") or 0)
+        roberta = cfg.get("model_type") in ("roberta", "xlm-roberta") or arch.startswith(("Roberta", "XLMRoberta"))
+        labels = cfg.get("id2label")
+        num_labels = len(labels) if isinstance(labels, dict) and labels else int(cfg.get("num_labels", 1) or 1)
         if hidden % heads:
             raise ValueError(f"{arch}: hidden_size {hidden} is not divisible by num_attention_heads {heads}")
         return cls(
@@ -63,6 +69,8 @@ class BertConfig:
             max_position_embeddings=int(cfg.get("max_position_embeddings", 512)),
             type_vocab_size=int(cfg.get("type_vocab_size", 2) or 1),
             layer_norm_eps=float(cfg.get("layer_norm_eps", 1e-12)),
-            pad_token_id=int(cfg.get("pad_token_id") or 0),
+            pad_token_id=pad,
             architecture=arch,
+            num_labels=num_labels,
+            position_offset=pad + 1 if roberta else 0,
         )

@@ -49,11 +49,19 @@ class BertEmbeddings(Module):
         self.token_type_embeddings = f.embedding(f"{p}.token_type_embeddings", cfg.type_vocab_size, cfg.hidden_size)
         self.LayerNorm = _LayerNorm(cfg.hidden_size, f.device, f.dtype, eps=cfg.layer_norm_eps)
 
-    def __call__(self, input_ids: TensorValue) -> TensorValue:
+        self.position_offset = cfg.position_offset
+
+    def __call__(self, input_ids: TensorValue, token_type_ids: TensorValue | None = None) -> TensorValue:
         seq = input_ids.shape[1]
         x = self.word_embeddings(input_ids)
-        # positions 0..seq-1 and token type 0: slices of the tables, no gathers
-        x = x + self.position_embeddings.weight[:seq] + self.token_type_embeddings.weight[0]
+        # positions offset..offset+seq-1 (right padding: every token's own position) and, without
+        # token_type_ids, token type 0: slices of the tables, no gathers
+        off = self.position_offset
+        x = x + (self.position_embeddings.weight[off: off + seq] if off else self.position_embeddings.weight[:seq])
+        if token_type_ids is None:
+            x = x + self.token_type_embeddings.weight[0]
+        else:
+            x = x + self.token_type_embeddings(token_type_ids)
         return self.LayerNorm(x)
 
 

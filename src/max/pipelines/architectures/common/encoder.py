@@ -99,9 +99,15 @@ class EncoderPipelineModel(PipelineModel):
         load_weights_into(module, checkpoint, cfg.architecture)
         self.weights_seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
-        self.model = session.load(build_encoder_graph(module, dev_ref, cfg.architecture),
+        self.model = session.load(type(self).build_graph(module, dev_ref, cfg.architecture),
                                   weights_registry=module.state_dict())
         self.compile_seconds = time.perf_counter() - t1
+
+    cross_encoder = False  # True: the model scores text pairs (``execute`` returns logits, see bert.classifier)
+
+    @staticmethod
+    def build_graph(module: Module, device: DeviceRef, name: str) -> Graph:
+        return build_encoder_graph(module, device, name)
 
     @classmethod
     def encoder_config(cls, pipeline_config: Any) -> Any:
