@@ -19,9 +19,8 @@ this module only provides the functions.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
 import torch
 
 from max.graph.quantization import QuantizationEncoding

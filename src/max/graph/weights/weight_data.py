@@ -21,19 +21,10 @@ def as_torch(data: Any) -> torch.Tensor:
     f = getattr(data, "_torch", None)
     if callable(f):
         return f()
-    if isinstance(data, np.ndarray):
-        arr = data if data.flags.c_contiguous else np.ascontiguousarray(data)
-        if arr.dtype.kind == "V" or arr.dtype.name in ("bfloat16",) or arr.dtype.name.startswith("float8"):
-            dt = DType.from_numpy(arr.dtype)
-            return torch.from_numpy(arr.view(np.uint8)).view(dt.to_torch()).reshape(arr.shape)
-        if not arr.flags.writeable:
-            # torch.from_numpy warns on read-only arrays; the data is never written through this view.
-            import warnings
+    if isinstance(data, np.ndarray):  # shared memory (bfloat16/float8 as bits): the driver's one conversion
+        from max.driver.buffer import numpy_to_torch
 
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                return torch.from_numpy(arr)
-        return torch.from_numpy(arr)
+        return numpy_to_torch(data)
     if hasattr(data, "__dlpack__"):
         return torch.from_dlpack(data)
     raise TypeError(f"WeightData: expected a torch/numpy/DLPack array, got {type(data).__name__}")
@@ -106,10 +97,9 @@ class WeightData:
         t = self._torch()
         if t.device.type != "cpu":
             t = t.cpu()
-        np_dt = self.dtype.to_numpy()
-        if t.dtype in (torch.bfloat16,) or str(t.dtype).startswith("torch.float8"):
-            return t.contiguous().view(torch.uint8).numpy().view(np_dt).reshape(tuple(t.shape))
-        return t.numpy()
+        from max.driver.buffer import torch_to_numpy
+
+        return torch_to_numpy(t, DType.from_torch(t.dtype))
 
     # ------------------------------------------------------------ DLPack
     def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
