@@ -68,4 +68,6 @@ def test_registered_with_the_vision_tokenizer():
 
     register_all_models()
     arch = PIPELINE_REGISTRY.architectures["Qwen2_5_VLForConditionalGeneration"]
-    assert arch.tokenizer.__name__ == "TextAndVisionTokenizer"
+    from max.pipelines.lib.tokenizer import TextAndVisionTokenizer
+
+    assert issubclass(arch.tokenizer, TextAndVisionTokenizer) and arch.tokenizer.__name__ == "Qwen2VLTokenizer"

@@ -285,6 +285,12 @@ def _kernels_line() -> str:
     return f"{used} (this CPU runs: {', '.join(native.runnable())}; LIBREMAX_NATIVE_ISA picks another)"
 
 
+def _takes_images(tokenizer: Any) -> bool:
+    from max.pipelines.lib.tokenizer import TextAndVisionTokenizer
+
+    return isinstance(tokenizer, type) and issubclass(tokenizer, TextAndVisionTokenizer)
+
+
 def _checked_context(cfg: Any, prompt: str, params: Any, chat: bool, response_format: Any = None,
                      images: Any = ()) -> Any:
     """The request's context, made with the model's tokenizer alone (a fraction of a second), so a
@@ -324,7 +330,7 @@ def list_architectures() -> None:
         PIPELINE_REGISTRY, "architectures") else []
     for a in archs:
         encs = ", ".join(e.value for e in a.supported_encodings)
-        inputs = "text and images" if getattr(a.tokenizer, "__name__", "") == "TextAndVisionTokenizer" else None
+        inputs = "text and images" if _takes_images(a.tokenizer) else None
         click.echo(f"{a.name}\n    task: {a.task.value}" + (f" ({inputs})" if inputs else "") +
                    f"\n    example: {', '.join(a.example_repo_ids)}\n"
                    f"    encodings: {encs} (default {a.default_encoding.value})")

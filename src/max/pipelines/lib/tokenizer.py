@@ -403,10 +403,23 @@ class TextAndVisionTokenizer(TextTokenizer):
         try:
             self.processor = AutoProcessor.from_pretrained(folder, trust_remote_code=trust_remote_code)
         except Exception as e:  # noqa: BLE001 - e.g. a video processor that needs torchvision: images alone
-            self.processor = _GridImageProcessor.load(folder, self.delegate, e)
+            self.processor = self.processor_without_auto(folder, e)
         if getattr(self.processor, "image_processor", None) is None:
             raise ValueError(f"{folder}: the processor has no image processor")
         self.image_token_id = self._image_token_id(folder)
+
+    def processor_without_auto(self, folder: str, why: Exception) -> Any:
+        """The processor to use when ``AutoProcessor`` cannot load (a family may offer one; the
+        default says why the folder is unusable)."""
+        raise ValueError(f"{folder}: cannot load the model's processor ({why}); a vision-language model folder "
+                         "needs its processor files") from None
+
+    def split_images(self, out: dict[str, Any], request_id: str) -> tuple[Sequence[np.ndarray], dict[str, Any]]:
+        """The processor's output -> (one pixel array per image placeholder span, extra model args).
+
+        The default reads ``pixel_values`` as ``[images, C, H, W]``; families whose processors pack
+        images differently (patch grids, tiles) override this in their folder."""
+        return np.asarray(out["pixel_values"], dtype=np.float32), {}
 
     def _image_token_id(self, folder: str) -> int:
         cfg: Any = None
@@ -469,20 +482,7 @@ class TextAndVisionTokenizer(TextTokenizer):
             raise ValueError(f"request {request.request_id}: the processor rejected the prompt and images: {e}") \
                 from None
         ids = np.asarray(out["input_ids"][0], dtype=np.int64)
-        pixels = np.asarray(out["pixel_values"], dtype=np.float32)
-        extra: dict[str, Any] = {}
-        if "image_grid_thw" in out:  # patches of every image in one array (Qwen2-VL family): split per image
-            grid = np.asarray(out["image_grid_thw"], np.int64).reshape(-1, 3)
-            extra["image_grid_thw"] = grid
-            pixels = np.split(pixels, np.cumsum(grid.prod(axis=1))[:-1])
-        elif pixels.ndim == 5:  # [batch, tiles, C, H, W] (Idefics3): each tile has its own placeholder span
-            tiles = pixels[0]
-            real = np.flatnonzero(np.abs(tiles).reshape(len(tiles), -1).max(axis=1) > 0)  # all-zero: padding
-            mask = out.get("pixel_attention_mask")
-            if mask is not None and not np.asarray(mask)[0][real].all():
-                raise ValueError(f"request {request.request_id}: the processor padded inside an image tile, which "
-                                 "this model does not support")
-            pixels = tiles[real]
+        pixels, extra = self.split_images(out, request.request_id)
         spans = _runs(ids, self.image_token_id)
         if len(spans) != len(pixels):
             raise ValueError(f"request {request.request_id}: {len(pixels)} processed images but {len(spans)} image "
@@ -501,53 +501,6 @@ class TextAndVisionTokenizer(TextTokenizer):
                                                                                             range(len(pixels))),
                                  images=metas, vision_token_ids=[self.image_token_id], cache_salt=salt,
                                  extra_model_args=extra)
-
-
-class _GridImageProcessor:
-    """The model folder's image processor and tokenizer without its ``AutoProcessor`` (which may need more,
-    e.g. torchvision for a video processor), for image processors that report each image's patch grid
-    (``image_grid_thw``, Qwen2-VL family): each image placeholder token is repeated once per merged patch
-    (``t * h * w / merge_size**2``), as those processors do."""
-
-    def __init__(self, image_processor: Any, tokenizer: Any, chat_template: Optional[str]) -> None:
-        self.image_processor = image_processor
-        self.tokenizer = tokenizer
-        self.chat_template = chat_template
-        self.image_token = getattr(tokenizer, "image_token", None)
-        if not self.image_token:
-            raise ValueError("the tokenizer names no image_token")
-
-    @classmethod
-    def load(cls, folder: str, tokenizer: Any, why: Exception) -> "_GridImageProcessor":
-        from transformers import AutoImageProcessor
-
-        try:
-            ip = AutoImageProcessor.from_pretrained(folder)
-            tpl = Path(folder, "chat_template.jinja")
-            return cls(ip, tokenizer, tpl.read_text() if tpl.is_file() else None)
-        except Exception as e:  # noqa: BLE001 - neither loader works: say both reasons
-            raise ValueError(f"{folder}: cannot load the model's processor ({why}) nor its image processor ({e}); a "
-                             "vision-language model folder needs its processor files") from None
-
-    def apply_chat_template(self, messages: Any, tools: Any = None, tokenize: bool = False, **opts: Any) -> str:
-        if self.chat_template is not None:
-            opts["chat_template"] = self.chat_template
-        return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, **opts)
-
-    def __call__(self, text: list[str], images: list[list[Any]], return_tensors: str = "np",
-                 add_special_tokens: bool = True) -> dict[str, Any]:
-        out = self.image_processor(images=images[0], return_tensors="np")
-        if "image_grid_thw" not in out:
-            raise ValueError("this image processor reports no image_grid_thw; the model's own processor is needed")
-        merge = int(getattr(self.image_processor, "merge_size", 1) or 1)
-        counts = [int(np.prod(g)) // (merge * merge) for g in np.asarray(out["image_grid_thw"])]
-        pieces = text[0].split(self.image_token)
-        if len(pieces) - 1 != len(counts):
-            raise ValueError(f"{len(pieces) - 1} image placeholders for {len(counts)} images")
-        expanded = pieces[0] + "".join(self.image_token * n + p for n, p in zip(counts, pieces[1:]))
-        ids = self.tokenizer(expanded, add_special_tokens=add_special_tokens)["input_ids"]
-        return {"input_ids": np.asarray([ids], np.int64), "pixel_values": np.asarray(out["pixel_values"]),
-                "image_grid_thw": np.asarray(out["image_grid_thw"])}
 
 
 def _split_images(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], list[Any]]:
