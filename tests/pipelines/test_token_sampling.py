@@ -56,6 +56,16 @@ def test_top_k_support():
     assert set(draws(lg, sp(top_k=3), 500).tolist()) <= top3
 
 
+def test_top_k_zero_is_the_whole_vocabulary_and_minus_one_the_top_255():
+    # 1000 equally likely tokens: a sampler limited to 255 candidates can never draw the other 745
+    flat = torch.zeros(1, 1000)
+    allowed = set(torch.topk(flat[0], 255).indices.tolist())
+    whole = draws(flat, sp(top_k=0), 600)
+    assert len(set(whole.tolist()) - allowed) > 300
+    top255 = draws(flat, sp(top_k=-1), 600)
+    assert set(top255.tolist()) <= allowed
+
+
 def test_top_p_mass():
     # probabilities 0.5, 0.3, 0.15, 0.05: top_p=0.8 keeps the first two only.
     p = torch.tensor([[0.5, 0.3, 0.15, 0.05]])

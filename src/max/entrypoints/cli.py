@@ -162,8 +162,9 @@ def _sampling_params(**kw: Any) -> Any:
               help="Most tokens to generate (generation also stops at EOS and at --max-length).")
 @click.option("--temperature", type=float, default=0.0, show_default=True,
               help="Sampling temperature; 0 = greedy (always the most likely token).")
-@click.option("--top-k", type=int, default=-1, show_default=True,
-              help="Sample among the K most likely tokens; -1 = the top 255, 1 = greedy.")
+@click.option("--top-k", type=int, default=0, show_default=True,
+              help="Sample among the K most likely tokens; 0 = no limit (the whole vocabulary), -1 = the top "
+                   "255 (SamplingParams' default), 1 = greedy.")
 @click.option("--top-p", type=float, default=1.0, show_default=True,
               help="Nucleus sampling: the smallest set of tokens whose probabilities sum to P, in (0, 1].")
 @click.option("--min-p", type=float, default=0.0, show_default=True,

@@ -26,6 +26,7 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from max.interfaces import SamplingParams, TextGenerationRequest
+from max.interfaces.sampling import TOP_K_DISABLED
 from max.pipelines.lib.scheduler import QueueFull, StepOutput
 from max.pipelines.lib.structured_output import GrammarError
 from max.serve.engines import GenerationEngine
@@ -118,6 +119,10 @@ def sampling_params(req: Any, max_new: Optional[int], seed: Optional[int]) -> Sa
         v = getattr(req, name, None)
         if v is not None:
             kw[name] = v
+    # OpenAI / vLLM semantics: no top_k (or vLLM's -1) means no limit, the whole vocabulary (the Python
+    # SamplingParams default -1 is the reference's top 255)
+    if kw.get("top_k") in (None, -1):
+        kw["top_k"] = TOP_K_DISABLED
     if req.stop_list:
         kw["stop"] = req.stop_list
     kw["min_new_tokens"] = req.min_tokens

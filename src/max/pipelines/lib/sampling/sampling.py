@@ -9,7 +9,7 @@ this order:
 2. banned tokens (e.g. EOS before ``min_new_tokens``) set to ``-inf``;
 3. greedy rows (``temperature == 0`` or ``top_k == 1``): argmax;
 4. other rows: ``logits / temperature``, top-k (``-1`` = the top 255 tokens, as the
-   reference's ``SamplingParams`` documents), top-p (nucleus, over the top-k), min-p
+   reference's ``SamplingParams`` documents; ``0`` = no limit, the whole vocabulary), top-p (nucleus, over the top-k), min-p
    (relative to the most likely token), then one categorical draw with the row's own
    ``torch.Generator`` (seeded from ``SamplingParams.seed``).
 
@@ -41,8 +41,8 @@ def validate_sampling_params(params: SamplingParams, vocab_size: Optional[int] =
         raise TypeError(f"expected SamplingParams, got {type(params).__name__}")
     if params.temperature < 0 or math.isnan(params.temperature) or math.isinf(params.temperature):
         raise ValueError(f"temperature must be a finite value >= 0, got {params.temperature}")
-    if params.top_k != -1 and params.top_k < 1:
-        raise ValueError(f"top_k must be -1 or >= 1, got {params.top_k}")
+    if params.top_k < -1:
+        raise ValueError(f"top_k must be -1 (top 255), 0 (the whole vocabulary) or >= 1, got {params.top_k}")
     if vocab_size is not None and params.top_k > vocab_size:
         raise ValueError(f"top_k ({params.top_k}) exceeds the vocabulary size ({vocab_size})")
     if not 0.0 < params.top_p <= 1.0:
@@ -95,7 +95,7 @@ class SamplingBatch:
         def t(vals: list, dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(vals, dtype=dtype, device=device)
 
-        top_k = [min(TOP_K_DEFAULT if p.top_k == -1 else p.top_k, vocab_size) for p in params]
+        top_k = [p.top_k_for(vocab_size) for p in params]
         return cls(
             temperature=t([p.temperature for p in params], torch.float32),
             top_k=t(top_k, torch.int64),
