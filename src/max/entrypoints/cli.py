@@ -216,6 +216,7 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
     n_prompt = int(ctx.active_length)
     times: list[float] = []
     pieces: list[str] = []
+    finish: list[str] = []
 
     def on_output(out: Any) -> None:
         now = time.perf_counter()
@@ -226,6 +227,8 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
             sys.stdout.flush()
         if out.error:
             click.echo(f"\nerror: {out.error}", err=True)
+        if out.done and out.finish_reason:
+            finish.append(out.finish_reason)
 
     if not chat and not images:
         click.echo(prompt, nl=False)
@@ -234,6 +237,8 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
     llm.scheduler.run_until_idle()
     click.echo()
     n = len(times)
+    if finish and finish[0] == "length":
+        click.echo(_length_notice(n, max_new_tokens, response_format), err=True)
     ttft = (times[0] - t_start) if n else float("nan")
     tpot = ((times[-1] - times[0]) / (n - 1)) if n > 1 else float("nan")
     total = (times[-1] - t_start) if n else float("nan")
@@ -250,6 +255,17 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
         click.echo(f"Draft acceptance rate: {spec.acceptance_rate:.1%} ({spec.draft_tokens_accepted} of "
                    f"{spec.draft_tokens_proposed} draft tokens); {spec.tokens_per_round:.2f} tokens per target "
                    "step", err=True)
+
+
+def _length_notice(n: int, max_new_tokens: int, response_format: Any) -> str:
+    """The line ``max generate`` prints when the output was cut off by a length limit."""
+    flag = "--max-new-tokens" if n >= max_new_tokens else "--max-length"
+    msg = f"[stopped at {flag}: {n} tokens generated; raise {flag} for a longer output]"
+    if response_format is not None and response_format.get("type") in ("json_schema", "json_object"):
+        msg += f"\n[the JSON above is incomplete (cut off by {flag}), so it is not valid JSON]"
+    elif response_format is not None:
+        msg += f"\n[the constrained output above is incomplete (cut off by {flag})]"
+    return msg
 
 
 def _text_or_file(value: str) -> str:
