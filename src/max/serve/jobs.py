@@ -167,8 +167,9 @@ async def start_job(state: AppState, gen: GenerationEngine, request: Request, ri
         for j in range(max(req.n, getattr(req, "best_of", None) or 0)):  # best_of: candidates to rank
             seed = None if req.seed is None else (req.seed + j) % (SEED_MAX + 1)
             params = sampling_params(req, max_new, seed)
+            treq_id = f"{rid}-{p_i}-{j}"
             try:
-                treq = TextGenerationRequest(request_id=f"{rid}-{p_i}-{j}",
+                treq = TextGenerationRequest(request_id=treq_id,
                                              model_name=state.adapter(req.model) or state.model_name,
                                              sampling_params=params, logprobs=logprobs, echo=echo,
                                              response_format=response_format,
@@ -178,7 +179,10 @@ async def start_job(state: AppState, gen: GenerationEngine, request: Request, ri
                 param = e.param if constraint_field == "response_format" else constraint_field
                 raise APIError(400, str(e), param=param, code="invalid_response_format") from None
             except (ValueError, TypeError) as e:
-                msg = str(e).replace("TextGenerationRequest: ", "")
+                # the request id inside the message is the server's own (``cmpl-...-0-0``): not for clients
+                msg = str(e).replace("TextGenerationRequest: ", "").replace(f"request {treq_id}: ", "")
+                if msg.startswith("the prompt encodes to no tokens"):
+                    msg = "the prompt is empty (it encodes to no tokens)"
                 if len(inputs) > 1:
                     msg = f"prompt[{p_i}]: {msg}"
                 param = "messages" if is_chat else "prompt"

@@ -42,9 +42,9 @@ class AuthAndCount:
         if work:
             early = None
             if self.state.lifecycle.draining:
-                early = APIError(503, "the server is shutting down and accepts no new requests; retry on another "
-                                 "replica", code="server_shutting_down", headers={"Retry-After": "5",
-                                                                                  "Connection": "close"})
+                retry = "retry on another replica" if self.state.replicated else "retry when it is back up"
+                early = APIError(503, f"the server is shutting down and accepts no new requests; {retry}",
+                                 code="server_shutting_down", headers={"Retry-After": "5", "Connection": "close"})
             else:
                 receive, early = await _bounded_body(scope, receive, self.state.max_request_bytes)
             if early is not None:
