@@ -142,3 +142,31 @@ def test_serve_option_errors_before_loading(args, needle, tiny_model):
 
     r = CliRunner().invoke(main, ["serve", "--model-path", tiny_model, *args])
     assert r.exit_code == 2 and needle in r.output, r.output
+
+
+def test_max_serve_prints_the_kv_cache_line_once(tiny_model, monkeypatch):
+    import logging
+
+    import max.serve.server as server_mod
+    from max.entrypoints.cli import main
+
+    ran = []
+    monkeypatch.setattr(server_mod, "serve", lambda app, *a, **k: ran.append(app))  # start-up only
+    monkeypatch.setattr(logging.getLogger("max.nn.kv_cache"), "level", logging.DEBUG)
+    handler_out = []
+
+    class Capture(logging.Handler):
+        def emit(self, record):
+            handler_out.append(record.getMessage())
+
+    h = Capture(level=logging.INFO)  # what `max serve --log-level info` shows
+    logging.getLogger().addHandler(h)
+    try:
+        r = CliRunner().invoke(main, ["serve", "--model-path", tiny_model, "--devices", "cpu", "--max-length", "64",
+                                      "--max-batch-size", "2"])
+    finally:
+        logging.getLogger().removeHandler(h)
+    assert r.exit_code == 0 and ran, r.output
+    printed = [ln for ln in r.output.splitlines() + handler_out if "KV cache:" in ln]
+    assert len(printed) == 1, (r.output, handler_out)
+    assert "(2 sequences of 64 tokens)" in printed[0]

@@ -72,7 +72,8 @@ def _model_options(f: Any) -> Any:
                      help="Reuse KV cache pages of shared prompt prefixes."),
         click.option("--kv-cache-memory", default=None, callback=_memory_size, metavar="SIZE",
                      help="KV cache size per device, e.g. 512MiB or 2GiB (default: room for --max-batch-size "
-                          "sequences of --max-length tokens, within --device-memory-utilization of free memory)."),
+                          "sequences of --max-length tokens but at most 32768 tokens, within "
+                          "--device-memory-utilization of free memory)."),
         click.option("--device-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=None,
                      help="Most of the free device memory the default-sized KV cache may take (default 0.9)."),
         click.option("--draft-model-path", default=None,
