@@ -55,3 +55,23 @@ def test_generate_constraint_compile_errors_are_one_line(tiny_llama, args, needl
     assert r.exit_code != 0
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error:") and needle in lines[0], r.output
+
+
+def test_generate_top_k_default_is_the_whole_vocabulary():
+    from max.entrypoints.cli import generate
+
+    top_k = next(p for p in generate.params if p.name == "top_k")
+    assert top_k.default == 0 and "whole vocabulary" in top_k.help
+
+
+def test_generate_chat_template_file_is_used(tiny_llama, tmp_path):
+    from transformers import AutoTokenizer
+
+    tpl = tmp_path / "t.jinja"
+    tpl.write_text("{% for m in messages %}[[{{ m['role'] }}]] {{ m['content'] }}{% endfor %}"
+                   "{% if add_generation_prompt %} [[assistant]]{% endif %}")
+    r = _gen(tiny_llama, "--chat", "--chat-template", str(tpl), "--max-new-tokens", "1", "--max-length", "64")
+    assert r.exit_code == 0, r.output
+    want = len(AutoTokenizer.from_pretrained(tiny_llama)("[[user]] the cat [[assistant]]",
+                                                         add_special_tokens=False)["input_ids"])
+    assert f"Prompt size:           {want} tokens" in r.output
