@@ -102,6 +102,17 @@ def test_cors_preflight_and_simple_request(opt_server, server):
     assert r.headers["access-control-allow-origin"] == "http://localhost:3000"
     other = httpx.get(opt_server.url + "/v1/models", headers={"Origin": "http://evil.example"}, timeout=10)
     assert "access-control-allow-origin" not in other.headers
+    # the preflight carries no Authorization header: it must not meet the API key check
+    opt_server.state.api_key = "sekrit"
+    try:
+        pre = httpx.options(opt_server.url + "/v1/chat/completions", timeout=10, headers={
+            **origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"})
+        assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == "http://localhost:3000"
+        denied = httpx.get(opt_server.url + "/v1/models", headers=origin, timeout=10)
+        assert denied.status_code == 401  # the browser can read the 401 too
+        assert denied.headers["access-control-allow-origin"] == "http://localhost:3000"
+    finally:
+        opt_server.state.api_key = None
     # without --allowed-origins there is no CORS
     plain = httpx.get(server.url + "/v1/models", headers=origin, timeout=10)
     assert "access-control-allow-origin" not in plain.headers
