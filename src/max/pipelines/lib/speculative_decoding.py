@@ -67,6 +67,11 @@ def token_probabilities(logits: torch.Tensor, params: Any) -> torch.Tensor:
         return torch.nn.functional.one_hot(lg.argmax(-1), V).float()
     lg = lg / params.temperature
     k = params.top_k_for(V)
+    if k >= V and params.top_p >= 1.0:  # the whole vocabulary: no sort needed
+        probs = torch.softmax(lg, dim=-1)
+        probs = torch.where(probs >= params.min_p * probs.max(dim=-1, keepdim=True).values, probs,
+                            torch.zeros_like(probs))
+        return probs / probs.sum(-1, keepdim=True)
     vals, idx = torch.topk(lg, k, dim=-1)
     probs = torch.softmax(vals, dim=-1)
     keep = (torch.cumsum(probs, dim=-1) - probs) < params.top_p
