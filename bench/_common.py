@@ -37,8 +37,9 @@ def fmt_s(s: float) -> str:
     return f"{s:.2f} s"
 
 
-def start_max_serve(extra_args: list, timeout: float = 300.0, stderr_file: str | None = None) -> tuple:
-    """Start ``max serve`` (this environment's console script) on a free port of 127.0.0.1 with
+def start_max_serve(extra_args: list, timeout: float = 300.0, stderr_file: str | None = None,
+                    port: int | None = None) -> tuple:
+    """Start ``max serve`` (this environment's console script) on ``port`` (default: a free one) of 127.0.0.1 with
     ``extra_args``; wait for ``/health``.  Returns ``(process, base_url, seconds_to_ready)``; exits with
     the server's stderr when it dies or does not come up in ``timeout`` s.  ``stderr_file``: the
     server's stderr goes there instead of a pipe (a chatty server, e.g. Ray's logs, never blocks on it)."""
@@ -50,7 +51,7 @@ def start_max_serve(extra_args: list, timeout: float = 300.0, stderr_file: str |
 
     from max.serve.server import free_port
 
-    port = free_port()
+    port = port or free_port()
     exe = os.path.join(os.path.dirname(sys.executable), "max")
     t0 = time.perf_counter()
     err = open(stderr_file, "w") if stderr_file else subprocess.PIPE

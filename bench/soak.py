@@ -21,6 +21,9 @@ non-zero if anything was unexpected, a KV page is still in use, or RSS grew more
 ``--max-rss-growth-mib`` after the warm-up.  There is no peer to compare with here: the
 figures are absolute (RSS in MiB, latencies in ms).
 
+While it runs it prints a progress line every ``--progress-every`` seconds (to stderr: requests done,
+unexpected results so far, requests/s).  ``--port`` picks the server's port (default: a free one).
+
 Run: nice -n 15 .venv/bin/python bench/soak.py [--requests 1000] [--concurrency 12] [--model-path PATH]
 """
 
@@ -204,22 +207,42 @@ class Soak:
         return str(r.status_code), ok, r.text[:200]
 
     # ------------------------------------------------------------------ driving
-    async def run(self, n: int, seed: int, deadline: float) -> list:
+    async def run(self, n: int, seed: int, deadline: float, phase: str = "run") -> list:
         import httpx
 
         rng = random.Random(seed)
         sem = asyncio.Semaphore(self.args.concurrency)
         limits = httpx.Limits(max_connections=self.args.concurrency + 4)
+        done: list[Result] = []
 
         async with httpx.AsyncClient(base_url=self.url, timeout=300, limits=limits) as c:
             async def guarded(r: random.Random) -> Optional[Result]:
                 async with sem:
                     if time.monotonic() > deadline:
                         return None
-                    return await self.one(c, r)
+                    res = await self.one(c, r)
+                    done.append(res)
+                    return res
 
-            tasks = [guarded(random.Random(rng.random())) for _ in range(n)]
-            return [r for r in await asyncio.gather(*tasks) if r is not None]
+            reporter = asyncio.ensure_future(progress(phase, n, done, self.args.progress_every))
+            try:
+                tasks = [guarded(random.Random(rng.random())) for _ in range(n)]
+                return [r for r in await asyncio.gather(*tasks) if r is not None]
+            finally:
+                reporter.cancel()
+
+
+async def progress(phase: str, total: int, done: list, every: float) -> None:
+    """Every ``every`` seconds, one line on stderr: requests done of ``total``, unexpected so far, rate."""
+    if every <= 0:
+        return
+    t0 = time.monotonic()
+    while True:
+        await asyncio.sleep(every)
+        dt = time.monotonic() - t0
+        bad = sum(not r.ok for r in done)
+        print(f"[soak {phase}] {len(done)}/{total} requests in {dt:.0f} s ({len(done) / dt:.1f}/s), "
+              f"{bad} unexpected so far", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------- server side
@@ -273,7 +296,12 @@ def main() -> int:
     ap.add_argument("--max-rss-growth-mib", type=float, default=50.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="also write the figures as JSON here")
+    ap.add_argument("--port", type=int, default=None, help="port of the max serve it starts (default: a free one)")
+    ap.add_argument("--progress-every", type=float, default=30.0,
+                    help="seconds between progress lines on stderr (0: none)")
     args = ap.parse_args()
+    if args.port is not None and not 1 <= args.port <= 65535:
+        ap.error("--port must be in 1..65535")
     if not 8 <= args.concurrency <= 64:
         ap.error("--concurrency must be in 8..64 (the soak is about concurrent load)")
 
@@ -283,7 +311,11 @@ def main() -> int:
         cmd += ["--model-path", args.model_path]
     if args.max_length:
         cmd += ["--max-length", str(args.max_length)]
-    proc, url, t_up = start_max_serve(cmd)
+    print(f"[soak] starting max serve{' on port ' + str(args.port) if args.port else ''} ...", file=sys.stderr,
+          flush=True)
+    proc, url, t_up = start_max_serve(cmd, port=args.port)
+    print(f"[soak] max serve is up on {url} after {t_up:.1f} s; {args.warmup} warm-up requests, then "
+          f"{args.requests}", file=sys.stderr, flush=True)
     failures: list[str] = []
     try:
         import httpx
@@ -296,7 +328,7 @@ def main() -> int:
         rss_start = rss_mib(proc.pid)
         t0 = time.perf_counter()
         deadline = time.monotonic() + args.duration
-        warm = asyncio.run(soak.run(args.warmup, args.seed, deadline))
+        warm = asyncio.run(soak.run(args.warmup, args.seed, deadline, "warm-up"))
         wait_idle(url)
         rss_warm = rss_mib(proc.pid)
         for k in soak.kinds.values():

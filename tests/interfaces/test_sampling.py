@@ -125,7 +125,9 @@ def test_min_greater_than_max_new_tokens():
 
 def test_boundaries_and_normalisation():
     sp = SamplingParams(top_p=1.0, min_p=1.0, temperature=0.0, frequency_penalty=-2, presence_penalty=2, top_k=0)
-    assert sp.top_k == -1  # vLLM's 0 = disabled
+    assert sp.top_k == 0 and sp.effective_top_k is None and sp.top_k_for(1000) == 1000  # 0: no limit
+    assert SamplingParams().top_k == -1 and SamplingParams().top_k_for(1000) == 255  # the reference's default
+    assert SamplingParams(top_k=7).top_k_for(5) == 5
     assert SamplingParams(stop="END").stop == ["END"]
     assert SamplingParams(stop_token_ids=(1, 2)).stop_token_ids == [1, 2]
     assert SamplingParams(max_new_tokens=1).max_new_tokens == 1

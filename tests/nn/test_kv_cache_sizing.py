@@ -73,6 +73,30 @@ def test_default_budget_is_capped_by_free_memory(monkeypatch, caplog):
         _budget(monkeypatch, free, device_memory_utilization=1.5)
 
 
+def test_default_budget_is_bounded_by_the_default_token_count(monkeypatch):
+    """A long context times a big batch (SmolLM2-135M: 16 x 8192 tokens, 5.6 GiB of float32 K/V) is
+    not reserved by default: the pool holds DEFAULT_KV_CACHE_TOKENS tokens, and never less than one
+    sequence of max_length."""
+    p = params()
+    page_bytes = p.bytes_per_page(2)
+    cap = sizing.DEFAULT_KV_CACHE_TOKENS
+    assert _budget(monkeypatch, 1 << 40, batch=16, seq=8192) == (cap // P) * page_bytes
+    assert _budget(monkeypatch, 1 << 40, batch=2, seq=8192) == 2 * (8192 // P) * page_bytes  # below the cap
+    assert _budget(monkeypatch, 1 << 40, batch=4, seq=2 * cap) == (2 * cap // P) * page_bytes  # one sequence
+    # an explicit size is not bounded by it
+    assert _budget(monkeypatch, 1 << 40, batch=16, seq=8192, kv_cache_memory=16 * 8192 // P * page_bytes) == \
+        16 * 8192 // P * page_bytes
+
+
+def test_describe_says_when_a_full_batch_does_not_fit():
+    m = PagedKVCacheManager(params(), 16, 64, 2, [CPU()], total_num_pages=32)  # 2 sequences of 16 pages
+    d = m.describe()
+    assert "(2 sequences of 64 tokens; a full batch, 16 x 64 tokens, would take" in d
+    assert "--kv-cache-memory" in d
+    full = PagedKVCacheManager(params(), 2, 64, 2, [CPU()], total_num_pages=32)
+    assert "full batch" not in full.describe()
+
+
 def test_explicit_kv_cache_memory(monkeypatch):
     page_bytes = params().bytes_per_page(2)
     # exactly what was asked (whole pages), even beyond the default and the free memory
@@ -90,7 +114,7 @@ def test_available_memory_of_the_host_is_positive():
 def test_manager_from_budget_describes_itself(monkeypatch, caplog):
     p = params(enable_prefix_caching=True)
     budget = _budget(monkeypatch, 1 << 40, p=p)
-    with caplog.at_level(logging.INFO, logger="max.nn.kv_cache"):
+    with caplog.at_level(logging.DEBUG, logger="max.nn.kv_cache"):
         m = PagedKVCacheManager(p, 4, 30, 2, [CPU()], available_cache_memory=budget)
     assert m.total_num_pages == 32 and m.capacity_tokens == 128
     assert m.memory_bytes == budget

@@ -85,6 +85,23 @@ def test_rejection_sampling_keeps_the_target_distribution():
     assert abs(accepted / n - float(torch.minimum(p, q).sum())) < 0.02  # acceptance = sum(min(p, q))
 
 
+def test_token_probabilities_over_the_whole_vocabulary():
+    from max.interfaces import SamplingParams
+    from max.pipelines.lib.speculative_decoding import token_probabilities
+
+    lg = torch.randn(3, 300, generator=torch.Generator().manual_seed(1)) * 2
+    ref = torch.softmax(lg.double() / 0.8, dim=-1)
+    got = token_probabilities(lg, SamplingParams(temperature=0.8, top_k=0))
+    assert torch.allclose(got.double(), ref, atol=1e-6)
+    cut = token_probabilities(lg, SamplingParams(temperature=0.8, top_k=0, min_p=0.1)).double()
+    keep = ref >= 0.1 * ref.max(dim=-1, keepdim=True).values
+    assert torch.equal(cut > 0, keep)
+    assert torch.allclose(cut, torch.where(keep, ref, 0) / torch.where(keep, ref, 0).sum(-1, keepdim=True),
+                          atol=1e-6)
+    top255 = token_probabilities(lg, SamplingParams(temperature=0.8, top_k=-1))
+    assert int((top255[0] > 0).sum()) == 255
+
+
 def test_max_generate_summary_and_serve_metrics(models):
     from click.testing import CliRunner
 

@@ -56,6 +56,35 @@ def test_top_k_support():
     assert set(draws(lg, sp(top_k=3), 500).tolist()) <= top3
 
 
+def test_top_k_zero_is_the_whole_vocabulary_and_minus_one_the_top_255():
+    # 1000 equally likely tokens: a sampler limited to 255 candidates can never draw the other 745
+    flat = torch.zeros(1, 1000)
+    allowed = set(torch.topk(flat[0], 255).indices.tolist())
+    whole = draws(flat, sp(top_k=0), 600)
+    assert len(set(whole.tolist()) - allowed) > 300
+    top255 = draws(flat, sp(top_k=-1), 600)
+    assert set(top255.tolist()) <= allowed
+
+
+def test_whole_vocabulary_draws_follow_the_softmax_and_min_p():
+    lg = logits()
+    n = 4000
+    ref = torch.softmax(lg[0].double() / 0.7, dim=-1)
+    got = torch.bincount(draws(lg, sp(top_k=0, temperature=0.7), n), minlength=V).double() / n
+    assert float((got - ref).abs().max()) < 0.03  # the unsorted path samples the same distribution
+    # min_p with no top-k: only tokens at least min_p times as likely as the best one
+    hot = torch.softmax(lg[0].double() / 3.0, dim=-1)
+    keep = hot >= 0.2 * hot.max()
+    assert 3 <= int(keep.sum()) < V
+    seen = set(draws(lg, sp(top_k=0, temperature=3.0, min_p=0.2), 500).tolist())
+    assert seen <= set(keep.nonzero().flatten().tolist()) and len(seen) >= 2
+    # top_p with no top-k goes through the sorted path: the nucleus only
+    order = torch.argsort(ref, descending=True)
+    mass = torch.cumsum(ref[order], 0) - ref[order]
+    nucleus = set(order[mass < 0.5].tolist())
+    assert set(draws(lg, sp(top_k=0, temperature=0.7, top_p=0.5), 500).tolist()) <= nucleus
+
+
 def test_top_p_mass():
     # probabilities 0.5, 0.3, 0.15, 0.05: top_p=0.8 keeps the first two only.
     p = torch.tensor([[0.5, 0.3, 0.15, 0.05]])

@@ -231,9 +231,26 @@ def test_draining_server_refuses_new_work(server):
         assert httpx.get(server.url + "/health").json()["status"] == "draining"
         assert httpx.get(server.url + "/v1/models").status_code == 200  # reads still work
         assert "shutting down" in e["message"]
+        assert "another replica" not in e["message"]  # one server: there is no other replica
+        server.state.replicated = True  # as a Ray Serve replica
+        assert "retry on another replica" in _err(post(server, "/v1/completions", json={"prompt": "a"}), 503)[
+            "message"]
     finally:
         lc.draining = False
+        server.state.replicated = False
     assert httpx.get(server.url + "/health").status_code == 200
+
+
+@pytest.mark.parametrize("path,body,param", [
+    ("/v1/completions", {"prompt": ""}, "prompt"),
+    ("/v1/completions", {"prompt": ["ok", ""]}, "prompt"),
+    ("/v1/completions", {"prompt": [[]]}, "prompt"),
+])
+def test_empty_prompt_error_has_no_internal_id(server, path, body, param):
+    e = _err(post(server, path, json={"max_tokens": 2, **body}), 400)
+    assert e["param"] == param
+    assert "cmpl-" not in e["message"] and "request " not in e["message"], e["message"]
+    assert "empty" in e["message"]
 
 
 def test_aborted_stream_ends_with_error_event_and_done(server):

@@ -142,6 +142,20 @@ def test_bad_constraints_are_400_naming_the_field(server, body, param):
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["param"] == param and err["type"] == "invalid_request_error" and err["message"]
+    assert "\n" not in err["message"] and "^" not in err["message"]  # one line, no source excerpt
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("guided_regex", "[a-", 'invalid regex "[a-": unclosed character class'),
+    ("guided_regex", "a(b", "unclosed group"),
+    ("guided_grammar", "start: foo", 'unknown name: "foo"'),
+])
+def test_constraint_compile_errors_are_one_clear_line(server, field, value, needle):
+    r = httpx.post(server.url + "/v1/chat/completions", json={"model": "tiny", "messages": MSG, field: value},
+                   timeout=30)
+    assert r.status_code == 400, r.text
+    msg = r.json()["error"]["message"]
+    assert needle in msg and "\n" not in msg, msg
 
 
 def test_bad_schema_leaves_a_running_stream_unaffected(server, client):

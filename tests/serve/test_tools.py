@@ -145,11 +145,19 @@ def test_history_with_tool_calls_and_results(tclient):
      "tools[0].function.parameters"),
     ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}}, "response_format"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "wizard"}}}],
-      "tool_choice": "required"}, "tool_choice"),
+      "tool_choice": "required"}, "tools[0].function.parameters"),
+    # a bad schema is found under auto (and none) too, and named by its index
+    ({"tools": [TOOLS[0], {"type": "function", "function": {"name": "f", "parameters": {"type": "wizard"}}}],
+      "tool_choice": "auto"}, "tools[1].function.parameters"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"$ref": "#/missing"}}}]},
+     "tools[0].function.parameters"),
+    ({"tools": [TOOLS[0], {"type": "function", "function": {"name": "f", "parameters": {"type": "wizard"}}}],
+      "tool_choice": "none"}, "tools[1].function.parameters"),
 ])
 def test_bad_tools_are_400(tools_server, tclient, body, param):
     r = httpx.post(tools_server.url + "/v1/chat/completions", timeout=30,
                    json={"model": "tiny", "messages": MSG, "max_tokens": 4, **body})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+    assert "\n" not in r.json()["error"]["message"]
     assert tclient.chat.completions.create(model="tiny", messages=MSG, max_tokens=2).choices  # still serving

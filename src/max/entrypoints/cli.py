@@ -69,7 +69,8 @@ def _model_options(f: Any) -> Any:
                      help="Reuse KV cache pages of shared prompt prefixes."),
         click.option("--kv-cache-memory", default=None, callback=_memory_size, metavar="SIZE",
                      help="KV cache size per device, e.g. 512MiB or 2GiB (default: room for --max-batch-size "
-                          "sequences of --max-length tokens, within --device-memory-utilization of free memory)."),
+                          "sequences of --max-length tokens but at most 32768 tokens, within "
+                          "--device-memory-utilization of free memory)."),
         click.option("--device-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=None,
                      help="Most of the free device memory the default-sized KV cache may take (default 0.9)."),
         click.option("--draft-model-path", default=None,
@@ -82,6 +83,9 @@ def _model_options(f: Any) -> Any:
         click.option("--allow-image-urls", is_flag=True,
                      help="Vision-language models: fetch http(s) image URLs (off: only data: URIs and local paths; a "
                           "URL is refused with a clear error).  Fetches use a 10 s timeout and a 32 MiB limit."),
+        click.option("--chat-template", default=None, type=click.Path(exists=True, dir_okay=False),
+                     help="A Jinja chat template file to use instead of the model's own (chat prompts, "
+                          "/v1/chat/completions, /v1/tokenize with messages)."),
         click.option("--fallback/--no-fallback", "hf_fallback", default=True, show_default=True,
                      help="Run a causal LM whose architecture libremax has no native implementation of through "
                           "Hugging Face transformers (with a warning); --no-fallback makes it an error."),
@@ -159,8 +163,9 @@ def _sampling_params(**kw: Any) -> Any:
               help="Most tokens to generate (generation also stops at EOS and at --max-length).")
 @click.option("--temperature", type=float, default=0.0, show_default=True,
               help="Sampling temperature; 0 = greedy (always the most likely token).")
-@click.option("--top-k", type=int, default=-1, show_default=True,
-              help="Sample among the K most likely tokens; -1 = the top 255, 1 = greedy.")
+@click.option("--top-k", type=int, default=0, show_default=True,
+              help="Sample among the K most likely tokens; 0 = no limit (the whole vocabulary), -1 = the top "
+                   "255 (SamplingParams' default), 1 = greedy.")
 @click.option("--top-p", type=float, default=1.0, show_default=True,
               help="Nucleus sampling: the smallest set of tokens whose probabilities sum to P, in (0, 1].")
 @click.option("--min-p", type=float, default=0.0, show_default=True,
@@ -181,7 +186,7 @@ def _sampling_params(**kw: Any) -> Any:
 def generate(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
              prefill_chunk_size: Any, enable_prefix_caching: bool, kv_cache_memory: Any, device_memory_utilization: Any,
              draft_model_path: Any, num_speculative_tokens: Any, num_threads: Any,
-             allow_image_urls: bool, hf_fallback: bool,
+             allow_image_urls: bool, chat_template: Any, hf_fallback: bool,
              prompt: str, chat: bool, images: tuple, max_new_tokens: int, temperature: float, top_k: int,
              top_p: float, min_p: float,
              frequency_penalty: float, presence_penalty: float, repetition_penalty: float, seed: Any,
@@ -200,7 +205,7 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
                            device_memory_utilization=device_memory_utilization,
                            draft_model_path=draft_model_path, num_speculative_tokens=num_speculative_tokens,
                            num_threads=num_threads, hf_fallback=hf_fallback,
-                           allow_image_urls=allow_image_urls or None)
+                           allow_image_urls=allow_image_urls or None, chat_template=chat_template)
         ctx = _checked_context(cfg, prompt, params, chat, response_format, images)  # before the model loads
         from max.entrypoints.llm import LLM
 
@@ -212,6 +217,7 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
     n_prompt = int(ctx.active_length)
     times: list[float] = []
     pieces: list[str] = []
+    finish: list[str] = []
 
     def on_output(out: Any) -> None:
         now = time.perf_counter()
@@ -222,6 +228,8 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
             sys.stdout.flush()
         if out.error:
             click.echo(f"\nerror: {out.error}", err=True)
+        if out.done and out.finish_reason:
+            finish.append(out.finish_reason)
 
     if not chat and not images:
         click.echo(prompt, nl=False)
@@ -230,6 +238,8 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
     llm.scheduler.run_until_idle()
     click.echo()
     n = len(times)
+    if finish and finish[0] == "length":
+        click.echo(_length_notice(n, max_new_tokens, response_format), err=True)
     ttft = (times[0] - t_start) if n else float("nan")
     tpot = ((times[-1] - times[0]) / (n - 1)) if n > 1 else float("nan")
     total = (times[-1] - t_start) if n else float("nan")
@@ -246,6 +256,17 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
         click.echo(f"Draft acceptance rate: {spec.acceptance_rate:.1%} ({spec.draft_tokens_accepted} of "
                    f"{spec.draft_tokens_proposed} draft tokens); {spec.tokens_per_round:.2f} tokens per target "
                    "step", err=True)
+
+
+def _length_notice(n: int, max_new_tokens: int, response_format: Any) -> str:
+    """The line ``max generate`` prints when the output was cut off by a length limit."""
+    flag = "--max-new-tokens" if n >= max_new_tokens else "--max-length"
+    msg = f"[stopped at {flag}: {n} tokens generated; raise {flag} for a longer output]"
+    if response_format is not None and response_format.get("type") in ("json_schema", "json_object"):
+        msg += f"\n[the JSON above is incomplete (cut off by {flag}), so it is not valid JSON]"
+    elif response_format is not None:
+        msg += f"\n[the constrained output above is incomplete (cut off by {flag})]"
+    return msg
 
 
 def _text_or_file(value: str) -> str:
@@ -455,7 +476,8 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
 @click.option("--api-key", default=None, envvar="MAX_SERVE_API_KEY",
               help="Require 'Authorization: Bearer KEY' on /v1/* (also from $MAX_SERVE_API_KEY).")
 @click.option("--max-queue-size", type=click.IntRange(min=0), default=None,
-              help="Bound on requests waiting for a batch slot; beyond it the server answers 503 + Retry-After.")
+              help="Bound on requests waiting for a batch slot; beyond it the server answers 503 + Retry-After "
+                   "(default: no bound, every request waits its turn).")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
               help="Also serve Prometheus /metrics on this port (it is always on the main port too).")
 @click.option("--served-model-name", default=None, callback=_non_empty,
@@ -470,6 +492,12 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @click.option("--tool-call-parser", type=click.Choice(["hermes", "llama3_json", "mistral"]), default=None,
               help="How the model writes tool calls (default: chosen from its chat template).")
+@click.option("--reasoning-parser", type=click.Choice(["deepseek_r1", "qwen3"]), default=None,
+              help="Return a reasoning model's <think>...</think> text as reasoning_content (chat answers and "
+                   "streamed deltas) instead of content (default: off).")
+@click.option("--allowed-origins", default=None, metavar="ORIGINS",
+              help="CORS: browser origins allowed to call the API, comma separated or a JSON list, e.g. "
+                   "http://localhost:3000 or '*' (default: none, browsers refuse cross-origin calls).")
 @click.option("--enable-echo", is_flag=True, help="Compute prompt log probabilities (echo with logprobs, "
               "prompt_logprobs); the model then returns the logits of every prompt position.")
 @click.option("--lora-paths", multiple=True, help="A PEFT LoRA adapter to load at start-up, NAME=PATH "
@@ -496,11 +524,12 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
 def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
           prefill_chunk_size: Any, enable_prefix_caching: bool, kv_cache_memory: Any, device_memory_utilization: Any,
           draft_model_path: Any, num_speculative_tokens: Any, num_threads: Any, allow_image_urls: bool,
-          hf_fallback: bool,
+          chat_template: Any, hf_fallback: bool,
           host: str, port: int, api_key: Any, max_queue_size: Any, metrics_port: Any, served_model_name: Any,
           max_request_bytes: int, drain_timeout: float, log_level: str, tool_call_parser: Any,
           enable_echo: bool, lora_paths: tuple, enable_lora: bool, max_num_loras: Any, max_lora_rank: Any,
-          responses_store_size: int, replicas: Any, min_replicas: Any, max_replicas: Any, target_ongoing_requests: Any, ray_address: Any) -> None:
+          responses_store_size: int, replicas: Any, min_replicas: Any, max_replicas: Any,
+          target_ongoing_requests: Any, ray_address: Any, allowed_origins: Any, reasoning_parser: Any) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (chat, completions, embeddings, metrics).
 
     SIGTERM or Ctrl-C shuts down gracefully: no new requests, --drain-timeout seconds for those in
@@ -518,6 +547,12 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
     logging.basicConfig(level=getattr(logging, log_level.upper()), format="%(levelname)s %(name)s: %(message)s")
     if metrics_port is not None and metrics_port == port:
         raise click.BadParameter("must differ from --port", param_hint="--metrics-port")
+    from max.serve.app import parse_origins
+
+    try:
+        origins = parse_origins(allowed_origins) or None
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--allowed-origins") from None
     t0 = time.perf_counter()
     ray_mode = replicas is not None or min_replicas is not None or max_replicas is not None or ray_address is not None
     if ray_mode:
@@ -525,10 +560,12 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
                            max_length=max_length, max_batch_size=max_batch_size, prefill_chunk_size=prefill_chunk_size,
                            enable_prefix_caching=enable_prefix_caching, enable_echo=enable_echo or None,
                            kv_cache_memory=kv_cache_memory, device_memory_utilization=device_memory_utilization,
-                           num_threads=num_threads, hf_fallback=hf_fallback),
+                           num_threads=num_threads, hf_fallback=hf_fallback,
+                           chat_template=os.path.abspath(chat_template) if chat_template else None),
                       dict(served_model_name=served_model_name or (BUNDLED[0].served_name if model_path is None else None),
                            api_key=api_key, max_queue_size=max_queue_size, tool_parser=tool_call_parser,
-                           max_request_bytes=max_request_bytes),
+                           max_request_bytes=max_request_bytes, reasoning_parser=reasoning_parser,
+                           allowed_origins=origins),
                       host=host, port=port, replicas=replicas, min_replicas=min_replicas, max_replicas=max_replicas,
                       target_ongoing_requests=target_ongoing_requests, ray_address=ray_address,
                       metrics_port=metrics_port,
@@ -543,13 +580,14 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
                            kv_cache_memory=kv_cache_memory, device_memory_utilization=device_memory_utilization,
                            draft_model_path=draft_model_path, num_speculative_tokens=num_speculative_tokens,
                            num_threads=num_threads, hf_fallback=hf_fallback,
-                           allow_image_urls=allow_image_urls or None)
+                           allow_image_urls=allow_image_urls or None, chat_template=chat_template)
         click.echo(f"Loading {cfg.model_config.model_path} ...", err=True)
         if served_model_name is None and model_path is None:  # the bundled model: a short id
             served_model_name = BUNDLED[0].served_name
         app = build_app(cfg, served_model_name=served_model_name, api_key=api_key, max_queue_size=max_queue_size,
                         tool_parser=tool_call_parser, max_request_bytes=max_request_bytes,
-                        responses_store_size=responses_store_size)
+                        responses_store_size=responses_store_size, reasoning_parser=reasoning_parser,
+                        allowed_origins=origins)
     except (ValueError, FileNotFoundError, TypeError, NotImplementedError) as e:
         raise click.ClickException(str(e)) from None
     state = app.state.serve

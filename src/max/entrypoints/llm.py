@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import concurrent.futures
+import dataclasses
+import os
 import threading
 import uuid
 from typing import Any, Optional, Sequence
@@ -51,12 +52,52 @@ def make_context(tokenizer: Any, pipeline_config: Any, prompt: str, sampling_par
     return run_coro(tokenizer.new_context(req))
 
 
-class LLM:
-    """A high level interface for generating text with an LLM (thread safe)."""
+_DEFAULT_MAX_NEW_TOKENS = 100
 
-    def __init__(self, pipeline_config: Any) -> None:
+
+class _Unset:
+    """``LLM.generate``'s ``max_new_tokens`` when the caller did not pass it."""
+
+    def __repr__(self) -> str:
+        return str(_DEFAULT_MAX_NEW_TOKENS)
+
+
+_UNSET: Any = _Unset()
+
+
+def pipeline_config_of(pipeline_config: Any = None, model: Any = None, **kwargs: Any) -> Any:
+    """The ``PipelineConfig`` of ``LLM``'s arguments: a ``PipelineConfig`` as is, or a model path (a
+    model folder, a ``.gguf`` file or a cached repo id; positional or ``model=``, as vLLM writes it)
+    with ``kwargs`` as more ``PipelineConfig`` options."""
+    from max.pipelines.lib.config import PipelineConfig
+
+    if pipeline_config is not None and model is not None:
+        raise TypeError("LLM: give the model once (a PipelineConfig or a model path, or model=...)")
+    target = pipeline_config if pipeline_config is not None else model
+    if target is None:
+        raise TypeError("LLM: missing the model: LLM(PipelineConfig(...)), LLM('path/to/model') or LLM(model=...)")
+    if isinstance(target, PipelineConfig):
+        if kwargs:
+            raise TypeError(f"LLM: options {sorted(kwargs)} go into the PipelineConfig, not next to it")
+        return target
+    if isinstance(target, os.PathLike):
+        target = os.fspath(target)
+    if not isinstance(target, str):
+        raise TypeError(f"LLM: expected a PipelineConfig or a model path, got {type(target).__name__}")
+    return PipelineConfig(model_path=target, **kwargs)
+
+
+class LLM:
+    """A high level interface for generating text with an LLM (thread safe).
+
+    ``LLM(pipeline_config)`` (the reference's form), or ``LLM("model folder | file.gguf | repo id")`` /
+    ``LLM(model=...)`` with more ``PipelineConfig`` options as keywords (``LLM(model=p,
+    max_length=512)``, ``chat_template="template.jinja"``)."""
+
+    def __init__(self, pipeline_config: Any = None, *, model: Any = None, **kwargs: Any) -> None:
         from max.pipelines.lib.registry import PIPELINE_REGISTRY, register_all_models
 
+        pipeline_config = pipeline_config_of(pipeline_config, model, **kwargs)
         register_all_models()
         self.pipeline_config = pipeline_config
         self.tokenizer, self.pipeline = PIPELINE_REGISTRY.retrieve(pipeline_config)
@@ -73,10 +114,14 @@ class LLM:
         return make_context(self.tokenizer, self.pipeline_config, prompt, sampling_params, request_id=request_id,
                             chat=chat, response_format=response_format, images=images)
 
-    def generate(self, prompts: str | Sequence[str], max_new_tokens: int | None = 100, use_tqdm: bool = True,
+    def generate(self, prompts: str | Sequence[str], max_new_tokens: int | None = _UNSET, use_tqdm: bool = True,
                  sampling_params: Optional[SamplingParams] = None, *, response_format: Optional[dict] = None,
                  images: Optional[Sequence[Any]] = None) -> Sequence[str]:
         """One completion per prompt (the continuation text only).
+
+        ``max_new_tokens`` caps every output (None: up to the maximum length).  When it is not passed,
+        the cap is ``sampling_params.max_new_tokens`` if that is set, else 100; an explicit
+        ``max_new_tokens`` wins.  Without ``sampling_params`` decoding is greedy.
 
         ``response_format`` (as ``TextGenerationRequest.response_format``) constrains every output:
         ``{"type": "json_object"}``, ``{"type": "json_schema", "json_schema": {"name": ..., "schema":
@@ -97,9 +142,14 @@ class LLM:
         for i, p in enumerate(plist):
             if not isinstance(p, str) or not p:
                 raise ValueError(f"LLM.generate: prompt {i} must be a non-empty str, got {p!r}")
+        if sampling_params is not None and not isinstance(sampling_params, SamplingParams):
+            raise TypeError(f"LLM.generate: sampling_params must be a SamplingParams, got "
+                            f"{type(sampling_params).__name__}")
         base = sampling_params or SamplingParams(top_k=1)
-        if max_new_tokens is not None:
-            base = dataclasses.replace(base, max_new_tokens=int(max_new_tokens))
+        if max_new_tokens is _UNSET:
+            max_new_tokens = _DEFAULT_MAX_NEW_TOKENS if base.max_new_tokens is None else base.max_new_tokens
+        if max_new_tokens != base.max_new_tokens:
+            base = dataclasses.replace(base, max_new_tokens=None if max_new_tokens is None else int(max_new_tokens))
         per_prompt = _images_per_prompt(images, single, len(plist))
         ctxs = [self.make_context(p, base, response_format=response_format, images=im)
                 for p, im in zip(plist, per_prompt)]  # validates first

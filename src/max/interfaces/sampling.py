@@ -6,8 +6,9 @@ both messages name the offending field.  Ranges (the reference documents only so
 them; the rest follow vLLM / the OpenAI API):
 
 =====================  ============================================================
-``top_k``              ``-1`` (the default: the top 255 tokens) or ``>= 1``;
-                       ``0`` (vLLM's "disabled") is accepted and stored as ``-1``
+``top_k``              ``-1`` (the default: the top 255 tokens, as the reference documents),
+                       ``0`` (no top-k limit: the whole vocabulary, vLLM's "disabled")
+                       or ``>= 1``
 ``top_p``              ``(0, 1]``
 ``min_p``              ``[0, 1]``
 ``temperature``        ``>= 0`` (0 = greedy)
@@ -42,6 +43,9 @@ logger = logging.getLogger("max.interfaces")
 
 TOP_K_DEFAULT_TOKENS = 255
 """How many tokens ``top_k=-1`` considers."""
+
+TOP_K_DISABLED = 0
+"""``top_k`` value meaning "no top-k limit" (every token of the vocabulary is a candidate)."""
 
 
 @dataclass
@@ -127,7 +131,7 @@ class SamplingParams:
 
     top_k: int = -1
     """Limits sampling to the K most probable tokens. -1 (default) evaluates the top 255
-    tokens. For greedy sampling, set to 1."""
+    tokens; 0 disables the limit (the whole vocabulary). For greedy sampling, set to 1."""
     top_p: float = 1
     """Only use the tokens whose cumulative probability is within the top_p threshold.
     This applies to the top_k tokens."""
@@ -165,12 +169,10 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         self.top_k = _need_int("top_k", self.top_k)
-        if self.top_k == 0:
-            self.top_k = -1
         if self.top_k < -1:
             raise ValueError(
-                f"SamplingParams: top_k must be -1 (top {TOP_K_DEFAULT_TOKENS} tokens) or a positive integer, "
-                f"got {self.top_k}"
+                f"SamplingParams: top_k must be -1 (top {TOP_K_DEFAULT_TOKENS} tokens), 0 (the whole vocabulary) "
+                f"or a positive integer, got {self.top_k}"
             )
         self.top_p = _need_float("top_p", self.top_p)
         if not 0.0 < self.top_p <= 1.0:
@@ -239,9 +241,17 @@ class SamplingParams:
         return self.temperature == 0.0 or self.top_k == 1
 
     @property
-    def effective_top_k(self) -> int:
-        """The number of candidate tokens: ``top_k``, or 255 for the default ``-1``."""
+    def effective_top_k(self) -> Optional[int]:
+        """The number of candidate tokens: ``top_k``, 255 for the default ``-1``, None (the whole
+        vocabulary) for ``0``."""
+        if self.top_k == TOP_K_DISABLED:
+            return None
         return TOP_K_DEFAULT_TOKENS if self.top_k == -1 else self.top_k
+
+    def top_k_for(self, vocab_size: int) -> int:
+        """The number of candidate tokens for a vocabulary of ``vocab_size`` tokens."""
+        k = self.effective_top_k
+        return int(vocab_size) if k is None else min(k, int(vocab_size))
 
     @classmethod
     def from_input(cls, input_params: "SamplingParamsInput") -> "SamplingParams":
@@ -261,7 +271,7 @@ class SamplingParams:
         else:
             lines.append("  Strategy           : stochastic")
             lines.append(f"  Temperature        : {self.temperature}")
-            lines.append(f"  Top K              : {self.top_k}" + (" (top 255)" if self.top_k == -1 else ""))
+            lines.append(f"  Top K              : {self.top_k}" + {-1: " (top 255)", 0: " (whole vocabulary)"}.get(self.top_k, ""))
             lines.append(f"  Top P              : {self.top_p}")
             lines.append(f"  Min P              : {self.min_p}")
             lines.append(f"  Seed               : {self.seed}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import uuid
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Optional, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -32,13 +32,17 @@ __all__ = ["AppState", "EmbeddingsEngine", "GenerationEngine", "create_app"]
 
 def create_app(model_name: str, *, generator: Optional[GenerationEngine] = None,
                embedder: Optional[EmbeddingsEngine] = None, api_key: Optional[str] = None,
-               metrics: Optional[ServeMetrics] = None, aliases: Any = (), tool_parser: Optional[str] = None
+               metrics: Optional[ServeMetrics] = None, aliases: Any = (), tool_parser: Optional[str] = None,
+               reasoning_parser: Optional[str] = None, allowed_origins: Optional[Sequence[str]] = None
                ) -> FastAPI:
     """The FastAPI app serving ``generator`` (chat / completions) or ``embedder`` (embeddings).
 
     The app starts the engines on startup (the generator's scheduler thread) and stops them on
     shutdown; its state is ``app.state.serve`` (:class:`AppState`).  ``tool_parser`` names the
     tool-call parser (``hermes``, ``llama3_json``, ``mistral``; None: chosen from the chat template).
+    ``reasoning_parser`` (``deepseek_r1``, ``qwen3``) splits ``<think>`` text into ``reasoning_content``
+    (:mod:`max.serve.reasoning`); ``allowed_origins`` (e.g. ``["*"]`` or ``["http://localhost:3000"]``)
+    turns on CORS for those browser origins (none by default: browsers then refuse cross-origin calls).
     """
     if generator is None and embedder is None:
         raise ValueError("create_app: give a generator or an embedder")
@@ -49,8 +53,11 @@ def create_app(model_name: str, *, generator: Optional[GenerationEngine] = None,
         from max.serve.tools import make_parser
 
         make_parser(tool_parser)  # ValueError for an unknown name
+    from max.serve.reasoning import check_reasoning_parser
+
     state = AppState(model_name, generator, embedder, api_key, metrics, set(aliases) - {None},
                      tool_parser=tool_parser)
+    state.reasoning_parser = check_reasoning_parser(reasoning_parser)
     engines = [e for e in (generator, embedder) if e is not None]
 
     @asynccontextmanager
@@ -67,9 +74,45 @@ def create_app(model_name: str, *, generator: Optional[GenerationEngine] = None,
     app.state.serve = state
     _add_error_handlers(app)
     app.add_middleware(AuthAndCount, state=state)
+    if allowed_origins:
+        _add_cors(app, allowed_origins)
     for router in ROUTERS:
         app.include_router(router)
     return app
+
+
+def parse_origins(value: Any) -> list[str]:
+    """``--allowed-origins``: a JSON list (vLLM's form, ``'["http://a:1", "http://b"]'``) or a comma
+    separated list (``http://a:1,http://b``; ``*`` for any origin); ValueError for anything else."""
+    import json
+
+    if value is None:
+        return []
+    if not isinstance(value, str):
+        origins = list(value)
+    elif value.strip().startswith("["):
+        try:
+            origins = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"allowed origins: not a valid JSON list: {e}") from None
+    else:
+        origins = [o.strip() for o in value.split(",") if o.strip()]
+    if not isinstance(origins, list) or not origins or not all(isinstance(o, str) and o for o in origins):
+        raise ValueError(f"allowed origins must be a non-empty list of origins such as http://localhost:3000 or *, "
+                         f"got {value!r}")
+    for o in origins:
+        if o != "*" and not (o.startswith("http://") or o.startswith("https://")):
+            raise ValueError(f"allowed origin {o!r} must be * or start with http:// or https://")
+    return [o.rstrip("/") for o in origins]
+
+
+def _add_cors(app: FastAPI, allowed_origins: Sequence[str]) -> None:
+    """CORS for ``allowed_origins`` (outermost, so a browser's preflight ``OPTIONS`` never meets the API
+    key check); credentials (cookies) are never allowed, the API key goes in the Authorization header."""
+    from starlette.middleware.cors import CORSMiddleware
+
+    app.add_middleware(CORSMiddleware, allow_origins=parse_origins(list(allowed_origins)), allow_methods=["*"],
+                       allow_headers=["*"], allow_credentials=False, expose_headers=["Retry-After"])
 
 
 def _add_error_handlers(app: FastAPI) -> None:

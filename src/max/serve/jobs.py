@@ -26,6 +26,7 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from max.interfaces import SamplingParams, TextGenerationRequest
+from max.interfaces.sampling import TOP_K_DISABLED
 from max.pipelines.lib.scheduler import QueueFull, StepOutput
 from max.pipelines.lib.structured_output import GrammarError
 from max.serve.engines import GenerationEngine
@@ -118,6 +119,10 @@ def sampling_params(req: Any, max_new: Optional[int], seed: Optional[int]) -> Sa
         v = getattr(req, name, None)
         if v is not None:
             kw[name] = v
+    # OpenAI / vLLM semantics: no top_k (or vLLM's -1) means no limit, the whole vocabulary (the Python
+    # SamplingParams default -1 is the reference's top 255)
+    if kw.get("top_k") in (None, -1):
+        kw["top_k"] = TOP_K_DISABLED
     if req.stop_list:
         kw["stop"] = req.stop_list
     kw["min_new_tokens"] = req.min_tokens
@@ -162,8 +167,9 @@ async def start_job(state: AppState, gen: GenerationEngine, request: Request, ri
         for j in range(max(req.n, getattr(req, "best_of", None) or 0)):  # best_of: candidates to rank
             seed = None if req.seed is None else (req.seed + j) % (SEED_MAX + 1)
             params = sampling_params(req, max_new, seed)
+            treq_id = f"{rid}-{p_i}-{j}"
             try:
-                treq = TextGenerationRequest(request_id=f"{rid}-{p_i}-{j}",
+                treq = TextGenerationRequest(request_id=treq_id,
                                              model_name=state.adapter(req.model) or state.model_name,
                                              sampling_params=params, logprobs=logprobs, echo=echo,
                                              response_format=response_format,
@@ -173,7 +179,10 @@ async def start_job(state: AppState, gen: GenerationEngine, request: Request, ri
                 param = e.param if constraint_field == "response_format" else constraint_field
                 raise APIError(400, str(e), param=param, code="invalid_response_format") from None
             except (ValueError, TypeError) as e:
-                msg = str(e).replace("TextGenerationRequest: ", "")
+                # the request id inside the message is the server's own (``cmpl-...-0-0``): not for clients
+                msg = str(e).replace("TextGenerationRequest: ", "").replace(f"request {treq_id}: ", "")
+                if msg.startswith("the prompt encodes to no tokens"):
+                    msg = "the prompt is empty (it encodes to no tokens)"
                 if len(inputs) > 1:
                     msg = f"prompt[{p_i}]: {msg}"
                 param = "messages" if is_chat else "prompt"

@@ -10,6 +10,15 @@ from fastapi.responses import JSONResponse
 from max.serve.openai_schemas import APIError
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/health", "/metrics")
+ENDPOINTS += ("/v1/tokenize", "/v1/detokenize", "/v1/responses", "/v1/rerank", "/v1/score")
+
+V1_AT_ROOT = ("/tokenize", "/detokenize")
+"""Routes also served outside ``/v1`` (where vLLM has them): checked and bounded like ``/v1/*``."""
+
+
+def _api_path(path: str) -> str:
+    """``path``, with a root alias of a ``/v1`` route (:data:`V1_AT_ROOT`) mapped to its ``/v1`` form."""
+    return "/v1" + path if path in V1_AT_ROOT else path
 
 
 class AuthAndCount:
@@ -26,7 +35,7 @@ class AuthAndCount:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path = scope.get("path", "")
+        path = _api_path(scope.get("path", ""))
         endpoint = endpoint_of(path)
         key = self.state.api_key
         if key is not None and path.startswith("/v1/"):
@@ -42,9 +51,9 @@ class AuthAndCount:
         if work:
             early = None
             if self.state.lifecycle.draining:
-                early = APIError(503, "the server is shutting down and accepts no new requests; retry on another "
-                                 "replica", code="server_shutting_down", headers={"Retry-After": "5",
-                                                                                  "Connection": "close"})
+                retry = "retry on another replica" if self.state.replicated else "retry when it is back up"
+                early = APIError(503, f"the server is shutting down and accepts no new requests; {retry}",
+                                 code="server_shutting_down", headers={"Retry-After": "5", "Connection": "close"})
             else:
                 receive, early = await _bounded_body(scope, receive, self.state.max_request_bytes)
             if early is not None:

@@ -161,6 +161,7 @@ def _app_builder(config_kwargs: dict, app_kwargs: dict) -> Callable[[], Any]:
         from max.serve.server import build_app
 
         asgi = build_app(PipelineConfig(**config_kwargs), **app_kwargs)
+        asgi.state.serve.replicated = True  # a 503 while draining sends clients to the other replicas
         asgi.add_middleware(_ReplicaHeader)
         _export_to_ray(asgi.state.serve.metrics.registry)
         return asgi

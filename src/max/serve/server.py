@@ -33,21 +33,22 @@ def model_task(pipeline_config: Any) -> Any:
 def build_app(pipeline_config: Any, *, served_model_name: Optional[str] = None, api_key: Optional[str] = None,
               max_queue_size: Optional[int] = None, metrics: Any = None, tool_parser: Optional[str] = None,
               max_request_bytes: Optional[int] = DEFAULT_MAX_REQUEST_BYTES,
-              responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE) -> Any:
-    """Load the model of ``pipeline_config`` and return the FastAPI app serving it (``tool_parser``: see
-    :func:`~max.serve.app.create_app`; request bodies up to ``max_request_bytes``, None for no limit;
-    ``/v1/responses`` keeps the last ``responses_store_size`` responses for ``previous_response_id``)."""
+              responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE, **app_options: Any) -> Any:
+    """Load the model of ``pipeline_config`` and return the FastAPI app serving it (``tool_parser`` and
+    ``app_options`` such as ``reasoning_parser``, ``allowed_origins``: see :func:`~max.serve.app.create_app`;
+    request bodies up to ``max_request_bytes``, None for no limit; ``/v1/responses`` keeps the last
+    ``responses_store_size`` responses for ``previous_response_id``)."""
     from max.serve.response_store import ResponseStore
 
     app = _build_app(pipeline_config, served_model_name=served_model_name, api_key=api_key,
-                     max_queue_size=max_queue_size, metrics=metrics, tool_parser=tool_parser)
+                     max_queue_size=max_queue_size, metrics=metrics, tool_parser=tool_parser, **app_options)
     app.state.serve.max_request_bytes = max_request_bytes
     app.state.serve.responses = ResponseStore(responses_store_size)
     return app
 
 
 def _build_app(pipeline_config: Any, *, served_model_name: Optional[str], api_key: Optional[str],
-               max_queue_size: Optional[int], metrics: Any, tool_parser: Optional[str]) -> Any:
+               max_queue_size: Optional[int], metrics: Any, tool_parser: Optional[str], **app_options: Any) -> Any:
     from max.interfaces import PipelineTask
     from max.pipelines.lib.registry import PIPELINE_REGISTRY
     from max.serve.app import EmbeddingsEngine, GenerationEngine, create_app
@@ -61,7 +62,8 @@ def _build_app(pipeline_config: Any, *, served_model_name: Optional[str], api_ke
     if task == PipelineTask.EMBEDDINGS_GENERATION:
         tokenizer, pipeline = PIPELINE_REGISTRY.retrieve(pipeline_config, task=PipelineTask.EMBEDDINGS_GENERATION)
         engine = EmbeddingsEngine(pipeline, max_length=getattr(tokenizer, "max_length", None))
-        return create_app(name, embedder=engine, api_key=api_key, metrics=metrics, aliases=aliases)
+        return create_app(name, embedder=engine, api_key=api_key, metrics=metrics, aliases=aliases,
+                          **{k: v for k, v in app_options.items() if k == "allowed_origins"})
     if task != PipelineTask.TEXT_GENERATION:
         raise ValueError(f"max serve: models of task {task.value!r} are not served (text generation and "
                          "embeddings are)")
@@ -74,7 +76,7 @@ def _build_app(pipeline_config: Any, *, served_model_name: Optional[str], api_ke
         pipeline, tokenizer, max_batch_size=pipeline_config.max_batch_size or 16, max_queue_size=max_queue_size,
         prefill_token_budget=pipeline_config.prefill_chunk_size, metrics=metrics)
     return create_app(name, generator=GenerationEngine.from_pipeline(tokenizer, pipeline, scheduler),
-                      api_key=api_key, metrics=metrics, aliases=aliases, tool_parser=tool_parser)
+                      api_key=api_key, metrics=metrics, aliases=aliases, tool_parser=tool_parser, **app_options)
 
 
 def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, *, metrics_port: Optional[int] = None,

@@ -33,6 +33,8 @@ class AppState:
     max_request_bytes: Optional[int] = DEFAULT_MAX_REQUEST_BYTES
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     responses: ResponseStore = field(default_factory=ResponseStore)  # /v1/responses, previous_response_id
+    replicated: bool = False  # one of several replicas behind one endpoint (Ray Serve)
+    reasoning_parser: Optional[str] = None  # deepseek_r1 / qwen3: <think> text to reasoning_content
 
     def check_model(self, name: Optional[str]) -> None:
         """404 for a model this server does not serve; with LoRA, 400 naming ``model`` for an adapter

@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from max.pipelines.lib.structured_output import GrammarError, check_json_schema
 from max.serve.openai_schemas import APIError
 
 PARSERS = ("hermes", "llama3_json", "mistral")
@@ -62,9 +63,12 @@ def check_tools(tools: Optional[list[dict[str, Any]]], tool_choice: Any) -> tupl
                 raise APIError(400, f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ..., "
                                "'parameters': {...}}}}", param=f"tools[{i}]")
             params = fn.get("parameters")
-            if params is not None and not isinstance(params, dict):
-                raise APIError(400, f"tools[{i}].function.parameters must be a JSON schema object",
-                               param=f"tools[{i}].function.parameters")
+            if params is not None:
+                where = f"tools[{i}].function.parameters"
+                try:
+                    check_json_schema(params, where)
+                except GrammarError as e:
+                    raise APIError(400, str(e), param=where, code="invalid_value") from None
     if tool_choice is None:
         return ("auto" if tools else "none"), None
     if isinstance(tool_choice, str):

@@ -278,7 +278,7 @@ class PagedKVCacheManager(KVCacheManager[Any]):
         # that were written, and its kernel zeroes the padding it gathers.
         self.device_buffers: list[Any] = [Buffer(params.dtype, shape, device=d) for d in self.devices]
         """One page pool per device, shape ``[pages, 2, layers, page_size, kv_heads, head_dim]``."""
-        logger.info("%s", self.describe())
+        logger.debug("%s", self.describe())  # `max serve` prints it once; LLM users see it at DEBUG
 
     # ---------------------------------------------------------------- sizing
     @staticmethod
@@ -383,9 +383,15 @@ class PagedKVCacheManager(KVCacheManager[Any]):
         from max.nn.kv_cache.sizing import format_bytes
 
         devs = ", ".join(str(getattr(d, "label", d)) for d in self.devices)
-        return (f"KV cache: {self.total_num_pages} pages x {self.page_size} tokens = {self.capacity_tokens} tokens, "
+        line = (f"KV cache: {self.total_num_pages} pages x {self.page_size} tokens = {self.capacity_tokens} tokens, "
                 f"{format_bytes(self.memory_bytes)} {self.params.dtype_shorthand} on {devs} "
-                f"({self.total_num_pages // self.max_pages_per_seq} sequences of {self.max_seq_len} tokens)")
+                f"({self.total_num_pages // self.max_pages_per_seq} sequences of {self.max_seq_len} tokens")
+        full_pages = int(self.max_batch_size) * self.max_pages_per_seq
+        if full_pages > self.total_num_pages:
+            full = format_bytes(full_pages * (self.memory_bytes // self.total_num_pages))
+            line += (f"; a full batch, {self.max_batch_size} x {self.max_seq_len} tokens, would take {full}: requests "
+                     "wait for free pages; --kv-cache-memory sets the size")
+        return line + ")"
 
     @property
     def num_cached_pages(self) -> int:

@@ -4,11 +4,15 @@
 
 * with an explicit ``kv_cache_memory`` (bytes per device; ``--kv-cache-memory``) the
   pool is exactly that (rounded down to whole pages);
-* otherwise the pool holds ``max_batch_size`` sequences of ``max_seq_len`` tokens (a
-  full batch at full length never runs out of pages), capped at
-  ``device_memory_utilization`` of the memory the device has free now
-  (``--device-memory-utilization``); a capped pool is logged as a warning, and the
-  scheduler then admits requests only while their pages fit.
+* otherwise the pool holds what the model can use, ``max_batch_size`` sequences of
+  ``max_seq_len`` tokens (a full batch at full length never runs out of pages), but no
+  more than :data:`DEFAULT_KV_CACHE_TOKENS` tokens (and never less than one sequence of
+  ``max_seq_len``): a small model with a long context (SmolLM2-135M: 16 x 8192 tokens
+  of float32 K/V would be 5.6 GiB) does not reserve gigabytes it rarely fills; and
+  no more than ``device_memory_utilization`` of the memory the device has free now
+  (``--device-memory-utilization``; a pool capped by free memory is logged as a
+  warning).  With a smaller pool the scheduler admits requests only while their
+  pages (for their own maximum length, prompt + ``max_tokens``) fit, the others wait.
 
 Either way the pool must hold at least one sequence of ``max_seq_len`` tokens, else a
 ``ValueError`` says what to change.  :func:`parse_memory_size` reads sizes such as
@@ -26,6 +30,10 @@ from typing import Any, Optional, Union
 from max.nn.kv_cache.cache_params import KVCacheParams
 
 logger = logging.getLogger("max.nn.kv_cache")
+
+DEFAULT_KV_CACHE_TOKENS = 32768
+"""Most tokens a default-sized KV cache holds (all sequences together; ``--kv-cache-memory`` sets any
+size): 16 sequences of 2048 tokens, or 4 of 8192."""
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(i?)([bB]?)\s*$")
@@ -127,7 +135,7 @@ def kv_cache_budget(
         return pages * page_bytes * n_dev
     if not 0.0 < device_memory_utilization <= 1.0:
         raise ValueError(f"device_memory_utilization must be in (0, 1], got {device_memory_utilization}")
-    pages = max_batch_size * pages_per_seq
+    pages = min(max_batch_size * pages_per_seq, max(pages_per_seq, math.ceil(DEFAULT_KV_CACHE_TOKENS / page)))
     free = [available_memory(d) for d in devices]
     known = [f for f in free if f is not None]
     if known:
@@ -140,9 +148,9 @@ def kv_cache_budget(
                 "or set --kv-cache-memory / --device-memory-utilization")
         if cap_pages < pages:
             logger.warning(
-                "KV cache capped at %s (%.0f%% of the %s free): room for %d tokens, less than max_batch_size %d x "
-                "max_length %d; requests wait for pages (set --kv-cache-memory, or lower --max-length / "
+                "KV cache capped at %s (%.0f%% of the %s free): room for %d tokens, less than the %d of its "
+                "default size; requests wait for pages (set --kv-cache-memory, or lower --max-length / "
                 "--max-batch-size)", format_bytes(cap_pages * page_bytes), device_memory_utilization * 100,
-                format_bytes(min(known)), cap_pages * page, max_batch_size, max_seq_len)
+                format_bytes(min(known)), cap_pages * page, pages * page)
             pages = cap_pages
     return pages * page_bytes * n_dev

@@ -252,8 +252,9 @@ class KVCacheConfig(_ConfigBase):
     cache_dtype: Optional[DType] = None
     """Override the KV cache dtype (default: from the encoding, see ``SupportedEncoding.cache_dtype``)."""
     kv_cache_memory: Optional[int] = None
-    """Bytes of KV cache per device (None: ``max_batch_size`` sequences of ``max_length``, capped at
-    ``device_memory_utilization`` of the free memory); strings such as ``"512MiB"`` are accepted."""
+    """Bytes of KV cache per device (None: ``max_batch_size`` sequences of ``max_length`` but at most
+    32768 tokens, capped at ``device_memory_utilization`` of the free memory; see
+    ``max.nn.kv_cache.sizing``); strings such as ``"512MiB"`` are accepted."""
 
     _help = {
         "cache_strategy": "KV cache strategy: 'model_default' or 'paged'.",
@@ -265,7 +266,7 @@ class KVCacheConfig(_ConfigBase):
         "host_kvcache_swap_space_gb": "Host swap space for KV cache pages, in GiB.",
         "cache_dtype": "Override the KV cache dtype.",
         "kv_cache_memory": "KV cache size per device (bytes, or e.g. 512MiB / 2GiB); default: max_batch_size "
-                           "sequences of max_length tokens.",
+                           "sequences of max_length tokens, at most 32768 tokens.",
     }
 
     def __post_init__(self) -> None:

@@ -58,7 +58,7 @@ class SpeculativeDecodingMetrics:
 
 
 def token_probabilities(logits: torch.Tensor, params: Any) -> torch.Tensor:
-    """The distribution ``(rows, vocab)`` a request samples from: temperature, top-k (-1 = 255), top-p
+    """The distribution ``(rows, vocab)`` a request samples from: temperature, top-k (-1 = 255, 0 = the whole vocabulary), top-p
     and min-p applied to float32 ``logits`` rows, as :func:`~max.pipelines.lib.sampling.sample_tokens`
     does (greedy parameters give a one-hot argmax)."""
     lg = logits.float()
@@ -66,7 +66,12 @@ def token_probabilities(logits: torch.Tensor, params: Any) -> torch.Tensor:
     if params.temperature == 0.0 or params.top_k == 1:
         return torch.nn.functional.one_hot(lg.argmax(-1), V).float()
     lg = lg / params.temperature
-    k = min(255 if params.top_k == -1 else params.top_k, V)
+    k = params.top_k_for(V)
+    if k >= V and params.top_p >= 1.0:  # the whole vocabulary: no sort needed
+        probs = torch.softmax(lg, dim=-1)
+        probs = torch.where(probs >= params.min_p * probs.max(dim=-1, keepdim=True).values, probs,
+                            torch.zeros_like(probs))
+        return probs / probs.sum(-1, keepdim=True)
     vals, idx = torch.topk(lg, k, dim=-1)
     probs = torch.softmax(vals, dim=-1)
     keep = (torch.cumsum(probs, dim=-1) - probs) < params.top_p

@@ -26,6 +26,7 @@ may emit unbounded whitespace inside a JSON value can otherwise run to its token
 from __future__ import annotations
 
 import json
+import re
 import threading
 from typing import Any, Optional, Sequence
 
@@ -94,7 +95,7 @@ def grammar_for(response_format: dict) -> Optional[str]:
         try:
             return lg.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=opts)
         except (ValueError, TypeError) as e:
-            raise GrammarError(f"invalid JSON schema: {e}", param) from None
+            raise GrammarError(f"invalid JSON schema: {one_line(str(e))}", param) from None
     value = response_format.get(kind)
     param = f"response_format.{kind}"
     if kind == "choice":
@@ -106,7 +107,44 @@ def grammar_for(response_format: dict) -> Optional[str]:
     try:
         return lg.grammar_from("regex" if kind == "regex" else "grammar", value)
     except ValueError as e:
-        raise GrammarError(f"invalid {kind}: {e}", param) from None
+        raise GrammarError(f"invalid {kind}: {one_line(str(e))}", param) from None
+
+
+_AT_RE = re.compile(r"^at \d+\(\d+\):\s*")
+
+
+def one_line(message: str) -> str:
+    """A compiler's multi-line error (source excerpts, ``^`` markers, ``error:`` lines) as one line:
+    its first line (without the ``at L(C):`` position prefix and the ``(in regex): regex parse
+    error:`` tail) and the reason from its ``error:`` line, e.g. ``invalid regex "[a-": unclosed
+    character class``; ``at line L column C`` is kept when the first line had a position."""
+    lines = [ln.strip() for ln in str(message).splitlines() if ln.strip()]
+    if not lines:
+        return str(message).strip()
+    first = lines[0]
+    pos = re.match(r"^at (\d+)\((\d+)\):", first)
+    first = _AT_RE.sub("", first)
+    first = re.sub(r"\s*\(in \w+\)\s*:?\s*regex parse error:?\s*$", "", first).rstrip(":").strip()
+    reasons = [ln[len("error:"):].strip() for ln in lines[1:] if ln.startswith("error:")]
+    out = f"{first}: {'; '.join(reasons)}" if reasons else first
+    if pos and "regex" not in first:
+        out += f" (at line {pos.group(1)} column {pos.group(2)})"
+    return out
+
+
+def check_json_schema(schema: Any, param: str) -> None:
+    """GrammarError (one line, naming ``param``) when ``schema`` is not a JSON schema the structured
+    output engine can compile; no tokenizer is needed."""
+    lg = _llguidance()
+    if not isinstance(schema, dict):
+        raise GrammarError(f"{param} must be a JSON schema object", param)
+    try:
+        grammar = lg.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=dict(_JSON_OPTIONS))
+        err = lg.LLMatcher.validate_grammar(grammar, None)
+    except (ValueError, TypeError) as e:
+        err = str(e)
+    if err:
+        raise GrammarError(f"{param} is not a valid JSON schema: {one_line(err)}", param)
 
 
 def _is_transformers(tok: Any) -> bool:
@@ -157,7 +195,7 @@ class GrammarCompiler:
             kind = constraint_kind(response_format)
             param = {"json_schema": "response_format.json_schema", "json_object": "response_format"}.get(
                 kind, f"response_format.{kind}")
-            raise GrammarError(f"the {kind} constraint does not compile: {m.get_error()}", param)
+            raise GrammarError(f"the {kind} constraint does not compile: {one_line(m.get_error())}", param)
         return m
 
 

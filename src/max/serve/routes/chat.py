@@ -13,6 +13,7 @@ from max.serve.engines import GenerationEngine
 from max.serve.jobs import Choice, Job, collect, error_event, sse, sse_data, start_job, stream_outputs
 from max.serve.logprobs import TokenText, chat_logprobs, split_prompt_entries, vllm_prompt_logprobs
 from max.serve.openai_schemas import APIError, ChatCompletionRequest
+from max.serve.reasoning import ReasoningStream, split_reasoning
 from max.serve.state import AppState, parse_body
 from max.serve.tools import (
     ToolCall,
@@ -91,9 +92,23 @@ async def chat_completions(request: Request) -> Response:
     return JSONResponse(await _chat_full(state, gen, job, req, n_top, plan))
 
 
-def _message(c: Choice, plan: ToolPlan) -> tuple[dict[str, Any], Optional[str]]:
-    """The assistant message of a finished choice and its finish reason."""
+def _reasoning_of(state: AppState, req: ChatCompletionRequest, plan: ToolPlan) -> Optional[tuple[str, bool]]:
+    """``(reasoning parser, constrained output)`` when the answer's ``<think>`` part is split off
+    (``--reasoning-parser``; never for a tool call forced by ``tool_choice``), else None."""
+    if state.reasoning_parser is None or plan.constrained:
+        return None
+    return state.reasoning_parser, req.constraint()[0] is not None
+
+
+def _message(c: Choice, plan: ToolPlan, reasoning: Optional[tuple[str, bool]] = None
+             ) -> tuple[dict[str, Any], Optional[str]]:
+    """The assistant message of a finished choice and its finish reason (with ``reasoning_content``
+    when a reasoning parser is on)."""
     text = "".join(c.text)
+    think = None
+    if reasoning is not None:
+        think, rest = split_reasoning(reasoning[0], text, reasoning[1])
+        text = rest or ""
     calls: list[ToolCall] = []
     content: Optional[str] = text
     if plan.constrained and c.finish_reason == "stop":
@@ -106,6 +121,9 @@ def _message(c: Choice, plan: ToolPlan) -> tuple[dict[str, Any], Optional[str]]:
         if calls and not content.strip():
             content = None
     msg: dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning is not None:
+        msg["content"] = content or None
+        msg["reasoning_content"] = think
     reason = c.finish_reason
     if calls:
         msg["tool_calls"] = [t.openai() for t in calls]
@@ -120,8 +138,9 @@ async def _chat_full(state: AppState, gen: GenerationEngine, job: Job, req: Chat
     text = TokenText(gen.tokenizer)
     choices = []
     prompt_lp = None
+    reasoning = _reasoning_of(state, req, plan)
     for c in job.choices:
-        msg, reason = _message(c, plan)
+        msg, reason = _message(c, plan, reasoning)
         entries = c.logprobs
         if c.ctx.log_probabilities_echo:  # prompt_logprobs: the first entry starts with the prompt's
             prompt_ids = [int(t) for t in c.ctx.prompt_tokens]
@@ -145,6 +164,8 @@ async def _chat_stream(state: AppState, gen: GenerationEngine, job: Job, req: Ch
     base = {"id": job.id, "object": "chat.completion.chunk", "created": job.created, "model": state.model_name,
             "system_fingerprint": None}
     streams = {c.index: ToolStream(plan.parser, plan.special_tokens) for c in job.choices} if plan.parses else {}
+    reasoning = _reasoning_of(state, req, plan)
+    thinking = {c.index: ReasoningStream(*reasoning) for c in job.choices} if reasoning is not None else {}
     n_calls = {c.index: 0 for c in job.choices}
     split: set[int] = set()
 
@@ -176,12 +197,21 @@ async def _chat_stream(state: AppState, gen: GenerationEngine, job: Job, req: Ch
         lp = None
         if req.logprobs and entries:
             lp = chat_logprobs(entries, out.tokens, n_top, text)
-        delta, calls = out.text, []
+        delta, calls, think = out.text, [], ""
         if plan.constrained:
             delta = ""  # the whole answer is the call(s): sent when it is complete
-        elif c.index in streams:
-            delta, calls = streams[c.index].feed(out.text)
-        if delta or lp is not None:
+        else:
+            if c.index in thinking:
+                think, delta = thinking[c.index].feed(delta)
+                if out.done:
+                    more_think, more = thinking[c.index].finish()
+                    think, delta = think + more_think, delta + more
+            if c.index in streams:
+                delta, calls = streams[c.index].feed(delta)
+        if think:
+            yield chunk([{"index": c.index, "delta": {"reasoning_content": think}, "logprobs": None if delta else lp,
+                          "finish_reason": None}])
+        if delta or (lp is not None and not think):
             yield chunk([{"index": c.index, "delta": {"content": delta}, "logprobs": lp, "finish_reason": None}])
         for s in call_chunks(c, calls):
             yield s

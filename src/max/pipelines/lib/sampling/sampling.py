@@ -9,7 +9,7 @@ this order:
 2. banned tokens (e.g. EOS before ``min_new_tokens``) set to ``-inf``;
 3. greedy rows (``temperature == 0`` or ``top_k == 1``): argmax;
 4. other rows: ``logits / temperature``, top-k (``-1`` = the top 255 tokens, as the
-   reference's ``SamplingParams`` documents), top-p (nucleus, over the top-k), min-p
+   reference's ``SamplingParams`` documents; ``0`` = no limit, the whole vocabulary), top-p (nucleus, over the top-k), min-p
    (relative to the most likely token), then one categorical draw with the row's own
    ``torch.Generator`` (seeded from ``SamplingParams.seed``).
 
@@ -41,8 +41,8 @@ def validate_sampling_params(params: SamplingParams, vocab_size: Optional[int] =
         raise TypeError(f"expected SamplingParams, got {type(params).__name__}")
     if params.temperature < 0 or math.isnan(params.temperature) or math.isinf(params.temperature):
         raise ValueError(f"temperature must be a finite value >= 0, got {params.temperature}")
-    if params.top_k != -1 and params.top_k < 1:
-        raise ValueError(f"top_k must be -1 or >= 1, got {params.top_k}")
+    if params.top_k < -1:
+        raise ValueError(f"top_k must be -1 (top 255), 0 (the whole vocabulary) or >= 1, got {params.top_k}")
     if vocab_size is not None and params.top_k > vocab_size:
         raise ValueError(f"top_k ({params.top_k}) exceeds the vocabulary size ({vocab_size})")
     if not 0.0 < params.top_p <= 1.0:
@@ -95,7 +95,7 @@ class SamplingBatch:
         def t(vals: list, dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(vals, dtype=dtype, device=device)
 
-        top_k = [min(TOP_K_DEFAULT if p.top_k == -1 else p.top_k, vocab_size) for p in params]
+        top_k = [p.top_k_for(vocab_size) for p in params]
         return cls(
             temperature=t([p.temperature for p in params], torch.float32),
             top_k=t(top_k, torch.int64),
@@ -192,7 +192,21 @@ def sample_tokens(
     processed = logits
     out = torch.argmax(logits, dim=-1)
     rows = (~batch.greedy).nonzero().flatten().tolist()
-    if rows:
+    # rows with no top-k limit and no top-p sample from the whole vocabulary without sorting it
+    # (a full sort of a 50k vocabulary per row costs several times the top 255's)
+    unsorted = [r for r in rows if int(batch.top_k[r]) >= V and float(batch.top_p[r]) >= 1.0]
+    if unsorted:
+        sub = logits[unsorted] / batch.temperature[unsorted, None]
+        # unnormalised probabilities, 1 for the most likely token (so min-p compares with min_p itself)
+        probs = torch.exp(sub - sub.max(dim=-1, keepdim=True).values)
+        min_p = batch.min_p[unsorted]
+        if bool((min_p > 0).any()):
+            probs = probs.masked_fill(probs < min_p[:, None], 0.0)
+        _draw_inverse_cdf(out, probs, unsorted, sampling_params, generators, device)
+    no_sort = set(unsorted)
+    sorted_rows = [r for r in rows if r not in no_sort]
+    if sorted_rows:
+        rows = sorted_rows
         sub = logits[rows] / batch.temperature[rows, None]
         kmax = int(batch.top_k[rows].max())
         vals, idx = torch.topk(sub, kmax, dim=-1)  # sorted descending
@@ -207,16 +221,44 @@ def sample_tokens(
         keep &= probs >= batch.min_p[rows, None] * probs[:, :1]
         keep[:, 0] = True
         probs = torch.where(keep, probs, torch.zeros_like(probs))
-        probs = probs / probs.sum(dim=-1, keepdim=True)
-        for j, r in enumerate(rows):
-            g = generators[r] if generators is not None else None
-            if g is None:
-                g = torch.Generator(device=device)
-                g.manual_seed(int(sampling_params[r].seed) & 0xFFFF_FFFF_FFFF_FFFF)
-            choice = torch.multinomial(probs[j], 1, generator=g)
-            out[r] = idx[j, choice[0]]
+        _draw(out, probs, idx, rows, sampling_params, generators, device)
     out = out.to(torch.int64)
     return (out, processed) if return_logits else out
+
+
+def _generator(r: int, sampling_params: Sequence[SamplingParams], generators: Optional[Sequence[Any]],
+               device: Any) -> torch.Generator:
+    g = generators[r] if generators is not None else None
+    if g is None:
+        g = torch.Generator(device=device)
+        g.manual_seed(int(sampling_params[r].seed) & 0xFFFF_FFFF_FFFF_FFFF)
+    return g
+
+
+def _draw_inverse_cdf(out: torch.Tensor, probs: torch.Tensor, rows: list[int],
+                      sampling_params: Sequence[SamplingParams], generators: Optional[Sequence[Any]],
+                      device: Any) -> None:
+    """One draw per row of ``probs`` (unnormalised, over the whole vocabulary) by inverting its CDF
+    with one uniform number from the row's generator: ``torch.multinomial`` over a 50k vocabulary
+    costs about a thousand times more on the CPU.  A token of probability 0 is never drawn."""
+    cdf = torch.cumsum(probs, dim=-1)
+    for j, r in enumerate(rows):
+        u = torch.rand(1, generator=_generator(r, sampling_params, generators, device), device=device,
+                       dtype=cdf.dtype) * cdf[j, -1]
+        t = int(torch.searchsorted(cdf[j], u, right=True)[0])
+        if t >= cdf.shape[-1]:  # u rounded up to the total: the last token with any mass
+            t = int(probs[j].nonzero()[-1, 0])
+        out[r] = t
+
+
+def _draw(out: torch.Tensor, probs: torch.Tensor, idx: torch.Tensor, rows: list[int],
+          sampling_params: Sequence[SamplingParams], generators: Optional[Sequence[Any]], device: Any) -> None:
+    """One categorical draw per row of ``probs`` (unnormalised, over the candidates ``idx`` names)
+    with the row's generator, written to ``out[rows]``."""
+    probs = probs / probs.sum(dim=-1, keepdim=True)
+    for j, r in enumerate(rows):
+        choice = torch.multinomial(probs[j], 1, generator=_generator(r, sampling_params, generators, device))
+        out[r] = idx[j, choice[0]]
 
 
 def prepare_logits(logits: torch.Tensor, contexts: Sequence[Any]) -> torch.Tensor:
