@@ -138,17 +138,14 @@ _SAMPLING_FLAGS = {"max_new_tokens": "--max-new-tokens", "min_new_tokens": "--mi
 
 def _sampling_params(**kw: Any) -> Any:
     """``SamplingParams(**kw)``; a bad value is a usage error naming its flag."""
-    import re
-
     from max.interfaces import SamplingParams
+    from max.interfaces.errors import InvalidRequest
 
     try:
         return SamplingParams(**kw)
-    except (ValueError, TypeError) as e:
-        msg = str(e).replace("SamplingParams: ", "")
-        m = re.match(r"(\w+)", msg)
-        flag = _SAMPLING_FLAGS.get(m.group(1), "--" + m.group(1).replace("_", "-")) if m else None
-        raise click.BadParameter(msg, param_hint=flag) from None
+    except InvalidRequest as e:
+        flag = _SAMPLING_FLAGS.get(e.param, "--" + e.param.replace("_", "-")) if e.param else None
+        raise click.BadParameter(e.detail, param_hint=flag) from None
 
 
 @main.command()
@@ -317,6 +314,7 @@ def _checked_context(cfg: Any, prompt: str, params: Any, chat: bool, response_fo
     """The request's context, made with the model's tokenizer alone (a fraction of a second), so a
     prompt that does not fit --max-length (or a bad constraint or image) fails before the model loads."""
     from max.entrypoints.llm import make_context
+    from max.interfaces.errors import PromptTooLong
     from max.pipelines.lib.registry import PIPELINE_REGISTRY, register_all_models
 
     register_all_models()
@@ -324,12 +322,9 @@ def _checked_context(cfg: Any, prompt: str, params: Any, chat: bool, response_fo
     try:
         return make_context(tokenizer, cfg, prompt, params, chat=chat, response_format=response_format,
                             images=list(images))
-    except ValueError as e:
-        if images and "maximum length" in str(e):
-            raise ValueError(f"{e}: use fewer --image or raise --max-length") from None
-        if "maximum length" in str(e):
-            raise ValueError(f"{e}: shorten --prompt or raise --max-length") from None
-        raise
+    except PromptTooLong as e:
+        hint = "use fewer --image or raise --max-length" if images else "shorten --prompt or raise --max-length"
+        raise ValueError(f"{e}: {hint}") from None
 
 
 @main.command(name="list")
@@ -458,7 +453,7 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
         vecs, n_tokens = pipe.encode_texts(list(prompts), truncate=truncate)
         t_enc = time.perf_counter() - t1
     except (ValueError, FileNotFoundError, TypeError, NotImplementedError) as e:
-        raise click.ClickException(str(e).replace("pass truncate=True", "pass --truncate")) from None
+        raise click.ClickException(str(e)) from None
     if as_json:
         data = [v.tolist() for v in vecs]
         click.echo(json.dumps(data[0] if len(data) == 1 else data))

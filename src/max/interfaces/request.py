@@ -19,7 +19,10 @@ import numpy.typing as npt
 
 from typing_extensions import NotRequired, TypedDict
 
+from max.interfaces.errors import InvalidRequest, InvalidRequestType
 from max.interfaces.sampling import SamplingParams
+
+W = "TextGenerationRequest"  # the prefix of its errors' messages
 
 RequestID = str
 """Alias of ``str``: the unique identifier of a request."""
@@ -84,52 +87,55 @@ class TextGenerationRequestMessage(TypedDict):
 
 def _check_messages(messages: Any) -> list:
     if not isinstance(messages, list):
-        raise TypeError(f"TextGenerationRequest: messages must be a list of dicts, got {type(messages).__name__}")
+        raise InvalidRequestType(f"messages must be a list of dicts, got {type(messages).__name__}",
+                                 param="messages", where=W)
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
-            raise TypeError(f"TextGenerationRequest: messages[{i}] must be a dict, got {type(m).__name__}")
+            raise InvalidRequestType(f"messages[{i}] must be a dict, got {type(m).__name__}",
+                                     param="messages", where=W)
         role = m.get("role")
         if role not in MESSAGE_ROLES:
-            raise ValueError(f"TextGenerationRequest: messages[{i}].role must be one of {MESSAGE_ROLES}, got {role!r}")
+            raise InvalidRequest(f"messages[{i}].role must be one of {MESSAGE_ROLES}, got {role!r}",
+                                 param="messages", where=W)
         content = m.get("content")
         # ``None`` content is allowed for assistant messages that only carry tool calls.
         if content is not None and not isinstance(content, (str, list)):
-            raise TypeError(
-                f"TextGenerationRequest: messages[{i}].content must be a str or a list of parts, "
-                f"got {type(content).__name__}"
-            )
+            raise InvalidRequestType(f"messages[{i}].content must be a str or a list of parts, got "
+                                     f"{type(content).__name__}", param="messages", where=W)
         if isinstance(content, list):
             for j, part in enumerate(content):
                 if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                    raise ValueError(
-                        f"TextGenerationRequest: messages[{i}].content[{j}] must be a dict with a 'type' string"
-                    )
+                    raise InvalidRequest(f"messages[{i}].content[{j}] must be a dict with a 'type' string",
+                                         param="messages", where=W)
     return messages
 
 
 def _check_tools(tools: Any) -> list:
     if not isinstance(tools, list):
-        raise TypeError(f"TextGenerationRequest: tools must be a list, got {type(tools).__name__}")
+        raise InvalidRequestType(f"tools must be a list, got {type(tools).__name__}", param="tools", where=W)
     for i, t in enumerate(tools):
         if not isinstance(t, dict) or not isinstance(t.get("type"), str):
-            raise ValueError(f"TextGenerationRequest: tools[{i}] must be a dict with a 'type' string")
+            raise InvalidRequest(f"tools[{i}] must be a dict with a 'type' string", param="tools", where=W)
         fn = t.get("function")
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise ValueError(f"TextGenerationRequest: tools[{i}].function must be a dict with a non-empty 'name'")
+            raise InvalidRequest(f"tools[{i}].function must be a dict with a non-empty 'name'",
+                                 param="tools", where=W)
         params = fn.get("parameters")
         if params is not None and not isinstance(params, dict):
-            raise TypeError(f"TextGenerationRequest: tools[{i}].function.parameters must be a dict (JSON schema)")
+            raise InvalidRequestType(f"tools[{i}].function.parameters must be a dict (JSON schema)",
+                                     param="tools", where=W)
     return tools
 
 
 def _check_response_format(rf: Any) -> dict:
     if not isinstance(rf, dict) or not isinstance(rf.get("type"), str):
-        raise ValueError("TextGenerationRequest: response_format must be a dict with a 'type' string")
+        raise InvalidRequest("response_format must be a dict with a 'type' string", param="response_format", where=W)
     schema = rf.get("json_schema")
     if schema is not None and not isinstance(schema, dict):
-        raise TypeError("TextGenerationRequest: response_format.json_schema must be a dict")
+        raise InvalidRequestType("response_format.json_schema must be a dict", param="response_format", where=W)
     if rf["type"] == "json_schema" and schema is None:
-        raise ValueError("TextGenerationRequest: response_format of type 'json_schema' needs a json_schema")
+        raise InvalidRequest("response_format of type 'json_schema' needs a json_schema",
+                             param="response_format", where=W)
     return rf
 
 
@@ -169,44 +175,43 @@ class TextGenerationRequest(Request):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not isinstance(self.model_name, str):
-            raise TypeError(f"TextGenerationRequest: model_name must be a str, got {type(self.model_name).__name__}")
+            raise InvalidRequestType(f"model_name must be a str, got {type(self.model_name).__name__}",
+                                     param="model_name", where=W)
         if self.prompt is None and self.messages is None:
-            raise ValueError("TextGenerationRequest: one of prompt or messages must be provided")
+            raise InvalidRequest("one of prompt or messages must be provided", param="prompt", where=W)
         if self.prompt is not None and not isinstance(self.prompt, str):
             if isinstance(self.prompt, np.ndarray):
                 self.prompt = self.prompt.tolist()
             if not isinstance(self.prompt, Sequence) or not all(
                 isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in self.prompt
             ):
-                raise TypeError("TextGenerationRequest: prompt must be a str or a sequence of token ids")
+                raise InvalidRequestType("prompt must be a str or a sequence of token ids", param="prompt", where=W)
             neg = next((i for i, t in enumerate(self.prompt) if int(t) < 0), None)
             if neg is not None:
-                raise ValueError(f"TextGenerationRequest: prompt token id {int(self.prompt[neg])} at index {neg} is "
-                                 "negative: token ids are non-negative")
+                raise InvalidRequest(f"prompt token id {int(self.prompt[neg])} at index {neg} is negative: token ids "
+                                     "are non-negative", param="prompt", where=W)
         if self.messages is not None:
             _check_messages(self.messages)
         if self.images is not None:
             if not isinstance(self.images, list) or not all(isinstance(b, (bytes, bytearray)) for b in self.images):
-                raise TypeError("TextGenerationRequest: images must be a list of bytes")
+                raise InvalidRequestType("images must be a list of bytes", param="images", where=W)
         if self.tools is not None:
             _check_tools(self.tools)
         if self.response_format is not None:
             _check_response_format(self.response_format)
         if isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int):
-            raise TypeError(f"TextGenerationRequest: logprobs must be an int, got {self.logprobs!r}")
+            raise InvalidRequestType(f"logprobs must be an int, got {self.logprobs!r}", param="logprobs", where=W)
         if self.logprobs < 0:
-            raise ValueError(f"TextGenerationRequest: logprobs must be >= 0, got {self.logprobs}")
+            raise InvalidRequest(f"logprobs must be >= 0, got {self.logprobs}", param="logprobs", where=W)
         if self.timestamp_ns < 0:
-            raise ValueError(f"TextGenerationRequest: timestamp_ns must be >= 0, got {self.timestamp_ns}")
+            raise InvalidRequest(f"timestamp_ns must be >= 0, got {self.timestamp_ns}", param="timestamp_ns", where=W)
         if self.stop is not None:
             stops = [self.stop] if isinstance(self.stop, str) else self.stop
             if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-                raise TypeError("TextGenerationRequest: stop must be a str or a list of str")
+                raise InvalidRequestType("stop must be a str or a list of str", param="stop", where=W)
         if not isinstance(self.sampling_params, SamplingParams):
-            raise TypeError(
-                f"TextGenerationRequest: sampling_params must be a SamplingParams, "
-                f"got {type(self.sampling_params).__name__}"
-            )
+            raise InvalidRequestType(f"sampling_params must be a SamplingParams, got "
+                                     f"{type(self.sampling_params).__name__}", param="sampling_params", where=W)
 
     @property
     def stop_sequences(self) -> list[str]:

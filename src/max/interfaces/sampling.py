@@ -35,6 +35,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Optional
 
+from max.interfaces.errors import InvalidRequest, InvalidRequestType
+
 if TYPE_CHECKING:  # pragma: no cover
     from max import driver as md
     from max.interfaces.context import InputContext
@@ -89,38 +91,44 @@ def _is_real(v: Any) -> bool:
 
 def _need_int(name: str, v: Any) -> int:
     if not _is_int(v):
-        raise TypeError(f"SamplingParams: {name} must be an int, got {type(v).__name__} {v!r}")
+        raise InvalidRequestType(f"{name} must be an int, got {type(v).__name__} {v!r}",
+                                 param=name, where="SamplingParams")
     return int(v)
 
 
 def _need_float(name: str, v: Any) -> float:
     if not _is_real(v):
-        raise TypeError(f"SamplingParams: {name} must be a number, got {type(v).__name__} {v!r}")
+        raise InvalidRequestType(f"{name} must be a number, got {type(v).__name__} {v!r}",
+                                 param=name, where="SamplingParams")
     f = float(v)
     if math.isnan(f):
-        raise ValueError(f"SamplingParams: {name} must not be NaN")
+        raise InvalidRequest(f"{name} must not be NaN", param=name, where="SamplingParams")
     return f
 
 
 def _need_bool(name: str, v: Any) -> bool:
     if not isinstance(v, bool):
-        raise TypeError(f"SamplingParams: {name} must be a bool, got {type(v).__name__} {v!r}")
+        raise InvalidRequestType(f"{name} must be a bool, got {type(v).__name__} {v!r}",
+                                 param=name, where="SamplingParams")
     return v
 
 
 def _check_logit_bias(bias: Any) -> dict[int, float]:
     if not isinstance(bias, dict):
-        raise TypeError(f"SamplingParams: logit_bias must be a dict of token id -> bias, got {type(bias).__name__}")
+        raise InvalidRequestType(f"logit_bias must be a dict of token id -> bias, got {type(bias).__name__}",
+                                 param="logit_bias", where="SamplingParams")
     out: dict[int, float] = {}
     for k, v in bias.items():
         if isinstance(k, str) and k.strip().lstrip("-").isdigit():
             k = int(k)  # JSON object keys are strings
         t = _need_int("logit_bias", k)
         if t < 0:
-            raise ValueError(f"SamplingParams: logit_bias token ids must be non-negative, got {t}")
+            raise InvalidRequest(f"logit_bias token ids must be non-negative, got {t}",
+                                 param="logit_bias", where="SamplingParams")
         b = _need_float("logit_bias", v)
         if not -100.0 <= b <= 100.0:
-            raise ValueError(f"SamplingParams: logit_bias values must be in [-100, 100], got {b} for token {t}")
+            raise InvalidRequest(f"logit_bias values must be in [-100, 100], got {b} for token {t}",
+                                 param="logit_bias", where="SamplingParams")
         out[t] = b
     return out
 
@@ -170,68 +178,69 @@ class SamplingParams:
     def __post_init__(self) -> None:
         self.top_k = _need_int("top_k", self.top_k)
         if self.top_k < -1:
-            raise ValueError(
-                f"SamplingParams: top_k must be -1 (top {TOP_K_DEFAULT_TOKENS} tokens), 0 (the whole vocabulary) "
-                f"or a positive integer, got {self.top_k}"
-            )
+            raise InvalidRequest(f"top_k must be -1 (top {TOP_K_DEFAULT_TOKENS} tokens), 0 (the whole vocabulary) "
+                f"or a positive integer, got {self.top_k}", param="top_k", where="SamplingParams")
         self.top_p = _need_float("top_p", self.top_p)
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"SamplingParams: top_p must be in (0, 1], got {self.top_p}")
+            raise InvalidRequest(f"top_p must be in (0, 1], got {self.top_p}", param="top_p", where="SamplingParams")
         self.min_p = _need_float("min_p", self.min_p)
         if not 0.0 <= self.min_p <= 1.0:
-            raise ValueError(f"SamplingParams: min_p must be in [0, 1], got {self.min_p}")
+            raise InvalidRequest(f"min_p must be in [0, 1], got {self.min_p}", param="min_p", where="SamplingParams")
         self.temperature = _need_float("temperature", self.temperature)
         if self.temperature < 0.0 or math.isinf(self.temperature):
-            raise ValueError(f"SamplingParams: temperature must be a finite value >= 0, got {self.temperature}")
+            raise InvalidRequest(f"temperature must be a finite value >= 0, got {self.temperature}",
+                                 param="temperature", where="SamplingParams")
         for name in ("frequency_penalty", "presence_penalty"):
             v = _need_float(name, getattr(self, name))
             if not -2.0 <= v <= 2.0:
-                raise ValueError(f"SamplingParams: {name} must be in [-2, 2], got {v}")
+                raise InvalidRequest(f"{name} must be in [-2, 2], got {v}", param=name, where="SamplingParams")
             setattr(self, name, v)
         self.repetition_penalty = _need_float("repetition_penalty", self.repetition_penalty)
         if not 0.0 < self.repetition_penalty < math.inf:
-            raise ValueError(
-                f"SamplingParams: repetition_penalty must be a finite value > 0, got {self.repetition_penalty}"
-            )
+            raise InvalidRequest(f"repetition_penalty must be a finite value > 0, got {self.repetition_penalty}",
+                                 param="repetition_penalty", where="SamplingParams")
         if self.max_new_tokens is not None:
             self.max_new_tokens = _need_int("max_new_tokens", self.max_new_tokens)
             if self.max_new_tokens < 1:
-                raise ValueError(f"SamplingParams: max_new_tokens must be None or >= 1, got {self.max_new_tokens}")
+                raise InvalidRequest(f"max_new_tokens must be None or >= 1, got {self.max_new_tokens}",
+                                     param="max_new_tokens", where="SamplingParams")
         self.min_new_tokens = _need_int("min_new_tokens", self.min_new_tokens)
         if self.min_new_tokens < 0:
-            raise ValueError(f"SamplingParams: min_new_tokens must be >= 0, got {self.min_new_tokens}")
+            raise InvalidRequest(f"min_new_tokens must be >= 0, got {self.min_new_tokens}",
+                                 param="min_new_tokens", where="SamplingParams")
         if self.max_new_tokens is not None and self.min_new_tokens > self.max_new_tokens:
-            raise ValueError(
-                f"SamplingParams: min_new_tokens ({self.min_new_tokens}) must be <= max_new_tokens "
-                f"({self.max_new_tokens})"
-            )
+            raise InvalidRequest(f"min_new_tokens ({self.min_new_tokens}) must be <= max_new_tokens "
+                f"({self.max_new_tokens})", param="min_new_tokens", where="SamplingParams")
         self.ignore_eos = _need_bool("ignore_eos", self.ignore_eos)
         self.detokenize = _need_bool("detokenize", self.detokenize)
         if self.stop is not None:
             if isinstance(self.stop, str):
                 self.stop = [self.stop]
             if not isinstance(self.stop, (list, tuple)) or not all(isinstance(s, str) for s in self.stop):
-                raise TypeError(f"SamplingParams: stop must be None or a list of strings, got {self.stop!r}")
+                raise InvalidRequestType(f"stop must be None or a list of strings, got {self.stop!r}",
+                                         param="stop", where="SamplingParams")
             if any(s == "" for s in self.stop):
-                raise ValueError("SamplingParams: stop must not contain empty strings")
+                raise InvalidRequest("stop must not contain empty strings", param="stop", where="SamplingParams")
             self.stop = list(self.stop)
         if self.stop_token_ids is not None:
             if isinstance(self.stop_token_ids, (str, bytes)) or not isinstance(self.stop_token_ids, Sequence):
-                raise TypeError(
-                    f"SamplingParams: stop_token_ids must be None or a list of ints, got {self.stop_token_ids!r}"
-                )
+                raise InvalidRequestType(f"stop_token_ids must be None or a list of ints, got {self.stop_token_ids!r}",
+                                         param="stop_token_ids", where="SamplingParams")
             ids = [_need_int("stop_token_ids", t) for t in self.stop_token_ids]
             if any(t < 0 for t in ids):
-                raise ValueError(f"SamplingParams: stop_token_ids must be non-negative, got {ids}")
+                raise InvalidRequest(f"stop_token_ids must be non-negative, got {ids}",
+                                     param="stop_token_ids", where="SamplingParams")
             self.stop_token_ids = ids
         self.seed = _need_int("seed", self.seed)
         if not 0 <= self.seed <= SEED_MAX:
-            raise ValueError(f"SamplingParams: seed must be in 0..{SEED_MAX} (2**63 - 1), got {self.seed}")
+            raise InvalidRequest(f"seed must be in 0..{SEED_MAX} (2**63 - 1), got {self.seed}",
+                                 param="seed", where="SamplingParams")
         if self.logits_processors is not None:
             if not isinstance(self.logits_processors, Sequence) or not all(
                 callable(p) for p in self.logits_processors
             ):
-                raise TypeError("SamplingParams: logits_processors must be None or a sequence of callables")
+                raise InvalidRequestType("logits_processors must be None or a sequence of callables",
+                                         param="logits_processors", where="SamplingParams")
         if self.logit_bias is not None:
             self.logit_bias = _check_logit_bias(self.logit_bias)
 

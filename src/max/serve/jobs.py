@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from max.interfaces import SamplingParams, TextGenerationRequest
+from max.interfaces.errors import InvalidRequest
 from max.interfaces.sampling import TOP_K_DISABLED
 from max.pipelines.lib.scheduler import QueueFull, StepOutput
 from max.pipelines.lib.structured_output import GrammarError
@@ -133,10 +133,8 @@ def sampling_params(req: Any, max_new: Optional[int], seed: Optional[int]) -> Sa
         kw["seed"] = seed
     try:
         return SamplingParams(**kw)
-    except (ValueError, TypeError) as e:
-        m = re.match(r"SamplingParams: (\w+)", str(e))
-        param = _PARAM_NAMES.get(m.group(1), m.group(1)) if m else None
-        raise APIError(400, str(e).replace("SamplingParams: ", ""), param=param, code="invalid_value") from None
+    except InvalidRequest as e:
+        raise APIError(400, e.detail, param=_PARAM_NAMES.get(e.param or "", e.param), code=e.code) from None
 
 
 def _new_context(tokenizer: Any, treq: TextGenerationRequest) -> Any:
@@ -178,22 +176,17 @@ async def start_job(state: AppState, gen: GenerationEngine, request: Request, ri
             except GrammarError as e:
                 param = e.param if constraint_field == "response_format" else constraint_field
                 raise APIError(400, str(e), param=param, code="invalid_response_format") from None
-            except (ValueError, TypeError) as e:
-                # the request id inside the message is the server's own (``cmpl-...-0-0``): not for clients
-                msg = str(e).replace("TextGenerationRequest: ", "").replace(f"request {treq_id}: ", "")
-                if msg.startswith("the prompt encodes to no tokens"):
-                    msg = "the prompt is empty (it encodes to no tokens)"
-                if len(inputs) > 1:
-                    msg = f"prompt[{p_i}]: {msg}"
-                param = "messages" if is_chat else "prompt"
-                if "response_format" in msg:
+            except InvalidRequest as e:  # typed where the check was made: its field and code, no parsing
+                msg = e.detail if len(inputs) == 1 else f"prompt[{p_i}]: {e.detail}"
+                param = e.param
+                if param in ("prompt", "messages", "images", None):
+                    param = "messages" if is_chat else "prompt"
+                elif param == "response_format":
                     param = constraint_field
-                elif msg.startswith("logit_bias"):
-                    param = "logit_bias"
-                code = "context_length_exceeded" if "maximum length" in msg else "invalid_value"
-                if "leaves no room" in msg or "more than the maximum length" in msg:
-                    code = "context_length_exceeded"
-                raise APIError(400, msg, param=param, code=code) from None
+                raise APIError(400, msg, param=_PARAM_NAMES.get(param, param), code=e.code) from None
+            except (ValueError, TypeError) as e:  # other checks of the prompt (chat template, images, ...)
+                msg = str(e) if len(inputs) == 1 else f"prompt[{p_i}]: {e}"
+                raise APIError(400, msg, param="messages" if is_chat else "prompt", code="invalid_value") from None
             n_prompt = int(ctx.prompt_len)
             if max_new is not None and explicit_max and max_len is not None and n_prompt + max_new > max_len:
                 raise APIError(400, f"max_tokens ({max_new}) plus the prompt ({n_prompt} tokens) exceeds the "

@@ -31,6 +31,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from max.interfaces.errors import InvalidRequest, InvalidRequestType, PromptTooLong
 from max.interfaces import EmbeddingsGenerationInputs, EmbeddingsGenerationOutput, Pipeline, PipelineTask
 
 __all__ = ["EmbeddingsPipeline", "load_embeddings_pipeline"]
@@ -165,10 +166,10 @@ class EmbeddingsPipeline(Pipeline):
         """
         pairs = list(pairs)
         if not pairs:
-            raise ValueError("score_pairs: no pairs to score")
+            raise InvalidRequest("no pairs to score", where="score_pairs")
         for i, p in enumerate(pairs):
             if not (isinstance(p, (tuple, list)) and len(p) == 2 and all(isinstance(t, str) for t in p)):
-                raise TypeError(f"score_pairs: pair {i} must be two strings")
+                raise InvalidRequestType(f"pair {i} must be two strings", where="score_pairs")
         if not self.cross_encoder:
             texts = sorted({t for p in pairs for t in p})
             vecs, n_tokens = self.encode_texts(texts)
@@ -178,7 +179,7 @@ class EmbeddingsPipeline(Pipeline):
             return np.asarray(scores, dtype=np.float64), n_tokens
         delegate = getattr(self._tokenizer, "delegate", None)
         if delegate is None:
-            raise ValueError("score_pairs: the model's tokenizer cannot encode text pairs")
+            raise InvalidRequest("the model's tokenizer cannot encode text pairs", where="score_pairs")
         enc = delegate([a for a, _ in pairs], [b for _, b in pairs], add_special_tokens=True)
         types = enc.get("token_type_ids")
         rows: list[Any] = []
@@ -224,10 +225,11 @@ class EmbeddingsPipeline(Pipeline):
         if ids.size == 0:
             raise ValueError(f"{who}: no tokens to embed")
         if ids.size > self.max_seq_len:
-            raise ValueError(
+            raise PromptTooLong(
                 f"{who} has {ids.size} tokens, more than this model's maximum input length of {self.max_seq_len} "
-                "tokens; shorten it (or split it), or pass truncate=True to embed only its first "
-                f"{self.max_seq_len} tokens")
+                "tokens; shorten it (or split it), or truncate it to embed only its first "
+                f"{self.max_seq_len} tokens (truncate=True; --truncate on the command line)",
+                length=int(ids.size), limit=self.max_seq_len, param="input")
 
     def _embed(self, rows: list[Any]) -> list[np.ndarray]:
         """Outputs for token rows (any lengths; a cross-encoder's rows are ``(ids, token types)``), run as

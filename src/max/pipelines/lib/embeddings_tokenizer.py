@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from max.interfaces.errors import EmptyPrompt, InvalidRequest
 from max.pipelines.core import TextContext
 from max.pipelines.lib.tokenizer import TextTokenizer
 
@@ -29,12 +30,14 @@ class EmbeddingsTokenizer(TextTokenizer):
     async def new_context(self, request: Any) -> TextContext:
         """A ``TextContext`` holding the request's prompt tokens (``max_length`` = prompt length)."""
         if getattr(request, "messages", None):
-            raise ValueError(f"request {request.request_id}: an embeddings model takes a prompt, not chat messages")
+            raise InvalidRequest("an embeddings model takes a prompt, not chat messages",
+                                 param="input", where=f"request {request.request_id}")
         prompt = request.prompt
         if prompt is None:
-            raise ValueError(f"request {request.request_id}: no prompt")
+            raise EmptyPrompt("no prompt", param="input", where=f"request {request.request_id}")
         ids = self.encode_sync(prompt, add_special_tokens=True)  # ValueError above max_length
         if len(ids) == 0:
-            raise ValueError(f"request {request.request_id}: the prompt encodes to no tokens")
+            raise EmptyPrompt("the prompt encodes to no tokens",
+                              param="input", where=f"request {request.request_id}")
         return TextContext(request_id=request.request_id, max_length=len(ids), tokens=ids,
                            model_name=getattr(request, "model_name", "") or "")

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from max.interfaces import TextGenerationRequest, TextGenerationRequestMessage, TextGenerationRequestTool
+from max.interfaces.errors import EmptyPrompt, InvalidRequest, PromptTooLong
 from max.pipelines.core import ImageMetadata, TextAndVisionContext, TextContext
 from max.pipelines.lib.gguf_utils import is_gguf_file
 from max.pipelines.lib.hf_utils import eos_token_ids_from_configs, generate_local_model_path, load_generation_config
@@ -120,7 +121,8 @@ class _HFTokenizerMixin:
 
     def _check_length(self, n: int) -> None:
         if self.max_length is not None and n > self.max_length:
-            raise ValueError(f"the prompt has {n} tokens, more than the maximum length {self.max_length}")
+            raise PromptTooLong(f"the prompt has {n} tokens, more than the maximum length {self.max_length}",
+                                length=n, limit=self.max_length)
 
     @functools.cached_property
     def vocab_size(self) -> int:
@@ -161,8 +163,8 @@ class _HFTokenizerMixin:
         n_bytes = len(text.encode("utf-8", errors="replace"))
         at_least = -(-n_bytes // per_token)
         if at_least > self.max_length:
-            raise ValueError(f"the prompt has at least {at_least} tokens ({n_bytes} bytes), more than the maximum "
-                             f"length {self.max_length}")
+            raise PromptTooLong(f"the prompt has at least {at_least} tokens ({n_bytes} bytes), more than the maximum "
+                                f"length {self.max_length}", length=at_least, limit=self.max_length)
 
     def check_token_ids(self, ids: Sequence[int], what: str = "prompt") -> npt.NDArray[np.int64]:
         """``ids`` as an int64 array; ValueError naming the first id outside the vocabulary."""
@@ -175,8 +177,8 @@ class _HFTokenizerMixin:
             arr = None
             first = next(i for i, t in enumerate(ids) if not 0 <= t < n)
         if first is not None:
-            raise ValueError(f"{what} token id {ids[first]} at index {first} is outside the vocabulary: ids must be "
-                             f"in 0..{n - 1} (vocabulary size {n})")
+            raise InvalidRequest(f"{what} token id {ids[first]} at index {first} is outside the vocabulary: ids must "
+                                 f"be in 0..{n - 1} (vocabulary size {n})", param=what)
         return arr
 
     def encode_sync(self, prompt: str | Sequence[int], add_special_tokens: bool = True) -> npt.NDArray[np.int64]:
@@ -304,31 +306,35 @@ class TextTokenizer(_HFTokenizerMixin):
             text = self.apply_chat_template(request.messages, request.tools, request.chat_template_options)
             return self.encode_sync(text, add_special_tokens=False)
         if request.prompt is None:
-            raise ValueError(f"request {request.request_id}: no prompt and no messages")
+            raise EmptyPrompt("no prompt and no messages", param="prompt", where=f"request {request.request_id}")
         return self.encode_sync(request.prompt, add_special_tokens=True)
 
     def _new_context(self, request: TextGenerationRequest, cls: type, ids: Optional[npt.NDArray[np.int64]] = None,
                      **extra: Any) -> Any:
         if ids is None:
             if request.images:
-                raise ValueError(f"request {request.request_id}: this model takes text only; the request has "
-                                 f"{len(request.images)} image(s)")
+                raise InvalidRequest(f"this model takes text only; the request has {len(request.images)} image(s)",
+                                     param="images", where=f"request {request.request_id}")
             ids = self._prompt_ids(request)
         if len(ids) == 0:
-            raise ValueError(f"request {request.request_id}: the prompt encodes to no tokens")
+            raise EmptyPrompt("the prompt is empty (it encodes to no tokens)", param="prompt",
+                              where=f"request {request.request_id}")
         n_vocab = self.vocab_size  # token-id prompts were checked against it by encode_sync
         sp = request.sampling_params
         max_new = max_tokens_to_generate(len(ids), self.max_length, sp.max_new_tokens)
         if max_new is not None and max_new <= 0 and self.max_length is not None:
-            raise ValueError(f"request {request.request_id}: the prompt ({len(ids)} tokens) leaves no room to "
-                             f"generate within the maximum length {self.max_length}")
+            raise PromptTooLong(f"the prompt ({len(ids)} tokens) leaves no room to generate within the maximum length "
+                                f"{self.max_length}", length=len(ids), limit=self.max_length,
+                                where=f"request {request.request_id}")
         if max_new is None:
-            raise ValueError(f"request {request.request_id}: no maximum length: set max_length on the tokenizer "
-                             "or max_new_tokens on the request")
+            raise InvalidRequest("no maximum length: set max_length on the tokenizer "
+                                 "or max_new_tokens on the request",
+                                 param="prompt", where=f"request {request.request_id}")
         if sp.logit_bias:
             bad = sorted(t for t in sp.logit_bias if t >= n_vocab)
             if bad:
-                raise ValueError(f"logit_bias: token id {bad[0]} is outside the vocabulary ({n_vocab} tokens)")
+                raise InvalidRequest(f"logit_bias: token id {bad[0]} is outside the vocabulary ({n_vocab} tokens)",
+                                     param="logit_bias")
         eos = set(self._default_eos_token_ids)
         if sp.stop_token_ids:
             eos.update(sp.stop_token_ids)
@@ -475,22 +481,25 @@ class TextAndVisionTokenizer(TextTokenizer):
             if placeholder and placeholder not in text:
                 text = placeholder * len(images) + text
         else:
-            raise ValueError(f"request {request.request_id}: images need a text prompt or chat messages, not token ids")
+            raise InvalidRequest("images need a text prompt or chat messages, not token ids",
+                                 param="images", where=f"request {request.request_id}")
         try:
             out = self.processor(text=[text], images=[images], return_tensors="np", add_special_tokens=special)
         except ValueError as e:  # e.g. the number of placeholders differs from the number of images
-            raise ValueError(f"request {request.request_id}: the processor rejected the prompt and images: {e}") \
+            raise InvalidRequest(f"the processor rejected the prompt and images: {e}",
+                                 param="images", where=f"request {request.request_id}") \
                 from None
         ids = np.asarray(out["input_ids"][0], dtype=np.int64)
         pixels, extra = self.split_images(out, request.request_id)
         spans = _runs(ids, self.image_token_id)
         if len(spans) != len(pixels):
-            raise ValueError(f"request {request.request_id}: {len(pixels)} processed images but {len(spans)} image "
-                             "placeholder spans in the prompt")
+            raise InvalidRequest(f"{len(pixels)} processed images but {len(spans)} image "
+                                 "placeholder spans in the prompt", param="images",
+                                 where=f"request {request.request_id}")
         if self.max_length is not None and len(ids) >= self.max_length:
-            raise ValueError(f"request {request.request_id}: the prompt with its {len(images)} image(s) is {len(ids)} "
-                             f"tokens, which leaves no room to generate within the maximum length {self.max_length}; "
-                             "send fewer or smaller images")
+            raise PromptTooLong(f"the prompt with its {len(images)} image(s) is {len(ids)} tokens, which leaves no "
+                                f"room to generate within the maximum length {self.max_length}; send fewer or smaller "
+                                "images", length=len(ids), limit=self.max_length, where=f"request {request.request_id}")
         import hashlib
 
         metas = [ImageMetadata(start_idx=a, end_idx=b, pixel_values=pixels[i],
@@ -567,8 +576,8 @@ class PreTrainedPipelineTokenizer(_HFTokenizerMixin):
             ids = self.encode_sync(request.prompt, add_special_tokens=True)  # type: ignore[arg-type]
         max_new = max_tokens_to_generate(len(ids), self.max_length, request.sampling_params.max_new_tokens)
         if max_new is None or max_new <= 0:
-            raise ValueError(f"request {request.request_id}: no room to generate (prompt {len(ids)} tokens, "
-                             f"max_length {self.max_length})")
+            raise PromptTooLong(f"no room to generate (prompt {len(ids)} tokens, max_length {self.max_length})",
+                                length=len(ids), limit=self.max_length, where=f"request {request.request_id}")
         return TextContext(request_id=request.request_id, max_length=len(ids) + max_new, tokens=ids,
                            eos_token_ids={self.eos}, sampling_params=request.sampling_params,
                            log_probabilities=request.logprobs, log_probabilities_echo=request.echo,

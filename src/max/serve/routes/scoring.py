@@ -25,6 +25,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
+from max.interfaces.errors import InvalidRequest
 from max.serve.jobs import collect, start_job
 from max.serve.openai_schemas import APIError, CompletionRequest, _Body, parse
 from max.serve.state import AppState, parse_body
@@ -91,8 +92,8 @@ async def _scores(state: AppState, request: Request, pairs: list[tuple[str, str]
     if state.embedder is not None:
         try:
             return await state.embedder.score(pairs)
-        except (ValueError, TypeError) as e:
-            raise APIError(400, str(e).replace("score_pairs: ", ""), code="invalid_value") from None
+        except InvalidRequest as e:
+            raise APIError(400, e.detail, code=e.code) from None
     return await _causal_scores(state, request, pairs, instruction, path, model)
 
 

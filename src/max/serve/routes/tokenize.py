@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
+from max.interfaces.errors import PromptTooLong
 from max.serve.openai_schemas import APIError, ChatMessage, _Body
 from max.serve.state import parse_body
 from max.serve.tools import check_tools, messages_for_template
@@ -88,10 +89,10 @@ def _tokenize(tok: Any, req: TokenizeRequest) -> list[int]:
         return []
     try:
         return [int(t) for t in tok.encode_sync(text, add_special_tokens=special)]
-    except ValueError as e:  # longer than the model's maximum length: count it anyway
-        if "maximum length" not in str(e):
-            raise APIError(400, str(e), param="messages" if req.messages is not None else "prompt") from None
+    except PromptTooLong:  # longer than the model's maximum length: count it anyway
         return [int(t) for t in tok.delegate.encode(text, add_special_tokens=special)]
+    except ValueError as e:
+        raise APIError(400, str(e), param="messages" if req.messages is not None else "prompt") from None
 
 
 def _check_ids(tok: Any, ids: list[int]) -> None:

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from max.interfaces.errors import InvalidRequest
 from max.pipelines.lib.tokenizer import TextAndVisionTokenizer
 
 __all__ = ["Idefics3Tokenizer"]
@@ -18,12 +19,12 @@ class Idefics3Tokenizer(TextAndVisionTokenizer):
     def split_images(self, out: dict[str, Any], request_id: str) -> tuple[Sequence[np.ndarray], dict[str, Any]]:
         pixels = np.asarray(out["pixel_values"], dtype=np.float32)
         if pixels.ndim != 5:
-            raise ValueError(f"request {request_id}: expected tiles [batch, tiles, C, H, W] from the processor, "
-                             f"got shape {list(pixels.shape)}")
+            raise InvalidRequest("expected tiles [batch, tiles, C, H, W] from the processor, "
+                                 f"got shape {list(pixels.shape)}", param="images", where=f"request {request_id}")
         tiles = pixels[0]
         real = np.flatnonzero(np.abs(tiles).reshape(len(tiles), -1).max(axis=1) > 0)  # all-zero: padding
         mask = out.get("pixel_attention_mask")
         if mask is not None and not np.asarray(mask)[0][real].all():
-            raise ValueError(f"request {request_id}: the processor padded inside an image tile, which "
-                             "this model does not support")
+            raise InvalidRequest("the processor padded inside an image tile, which "
+                                 "this model does not support", param="images", where=f"request {request_id}")
         return tiles[real], {}

@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from max.interfaces.errors import InvalidRequest
 from max.pipelines.lib.tokenizer import TextAndVisionTokenizer
 
 __all__ = ["Qwen2VLTokenizer"]
@@ -24,7 +25,8 @@ class Qwen2VLTokenizer(TextAndVisionTokenizer):
     def split_images(self, out: dict[str, Any], request_id: str) -> tuple[Sequence[np.ndarray], dict[str, Any]]:
         pixels = np.asarray(out["pixel_values"], dtype=np.float32)
         if "image_grid_thw" not in out:
-            raise ValueError(f"request {request_id}: the processor reported no image_grid_thw")
+            raise InvalidRequest("the processor reported no image_grid_thw",
+                                 param="images", where=f"request {request_id}")
         grid = np.asarray(out["image_grid_thw"], np.int64).reshape(-1, 3)
         return np.split(pixels, np.cumsum(grid.prod(axis=1))[:-1]), {"image_grid_thw": grid}
 
