@@ -376,3 +376,20 @@ def scatter_set_constant(data: BufferValue, indices: Any, fill_val: float) -> No
     if idx.rank != 2 or not idx.dtype.is_integral():
         fail(op, f"indices must be an integer [n, rank] tensor, got {idx.type}")
     _chained(op, [data, idx], [], {"fill_val": float(fill_val)})
+
+
+# The entry points defined beside this module (each file one family; all reached as max.nn.kernels.*).
+from max.nn.kernels_float8 import (  # noqa: E402
+    convert_weights_to_fp8_fnuz_if_needed,
+    dynamic_scaled_matmul,
+    fused_qkv_ragged_matmul_scaled_float8,
+    matmul_static_scaled_float8,
+    needs_fp8_fnuz_conversion,
+    normalize_e4m3fn_to_e4m3fnuz,
+    quantize_dynamic_scaled_float8,
+    quantize_static_scaled_float8,
+)
+
+__all__ += ["convert_weights_to_fp8_fnuz_if_needed", "dynamic_scaled_matmul", "fused_qkv_ragged_matmul_scaled_float8",
+            "matmul_static_scaled_float8", "needs_fp8_fnuz_conversion", "normalize_e4m3fn_to_e4m3fnuz",
+            "quantize_dynamic_scaled_float8", "quantize_static_scaled_float8"]
