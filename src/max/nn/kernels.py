@@ -389,7 +389,20 @@ from max.nn.kernels_float8 import (  # noqa: E402
     quantize_dynamic_scaled_float8,
     quantize_static_scaled_float8,
 )
+from max.nn.kernels_attention import (  # noqa: E402
+    cross_attention_ragged,
+    flash_attention_gpu,
+    flash_attention_ragged_gpu,
+    fused_qkv_ragged_matmul_quantized,
+    kv_cache_ragged_radd,
+    matmul_k_cache_ragged,
+    matmul_kv_cache_ragged,
+    unfused_qkv_ragged_matmul_gguf_quantized,
+)
 
+__all__ += ["cross_attention_ragged", "flash_attention_gpu", "flash_attention_ragged_gpu",
+            "fused_qkv_ragged_matmul_quantized", "kv_cache_ragged_radd", "matmul_k_cache_ragged",
+            "matmul_kv_cache_ragged", "unfused_qkv_ragged_matmul_gguf_quantized"]
 __all__ += ["convert_weights_to_fp8_fnuz_if_needed", "dynamic_scaled_matmul", "fused_qkv_ragged_matmul_scaled_float8",
             "matmul_static_scaled_float8", "needs_fp8_fnuz_conversion", "normalize_e4m3fn_to_e4m3fnuz",
             "quantize_dynamic_scaled_float8", "quantize_static_scaled_float8"]

@@ -31,7 +31,7 @@ _FAMILIES = (
     "quantized",
     "ragged",
     "decoder",
-    "moe", "lora", "float8",
+    "moe", "lora", "float8", "attention",
     "conv", "pool", "signal", "distributed", "complex", "vision", "random",
 )
 

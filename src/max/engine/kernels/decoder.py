@@ -30,10 +30,11 @@ def ragged_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleav
 
 
 @kernel("store_kv_ragged", pure=False)
-def store_kv_ragged(k: torch.Tensor, v: torch.Tensor, blocks: torch.Tensor, write_page: torch.Tensor,
-                    write_offset: torch.Tensor, layer: int) -> None:
+def store_kv_ragged(k: torch.Tensor, *rest: torch.Tensor, layer: int, has_v: bool = True) -> None:
+    v, blocks, write_page, write_offset = rest if has_v else (None, *rest)
     blocks[write_page, 0, layer, write_offset] = k.to(blocks.dtype)
-    blocks[write_page, 1, layer, write_offset] = v.to(blocks.dtype)
+    if v is not None:
+        blocks[write_page, 1, layer, write_offset] = v.to(blocks.dtype)
 
 
 @kernel("ragged_attention", pure=False)
