@@ -399,7 +399,11 @@ from max.nn.kernels_attention import (  # noqa: E402
     matmul_kv_cache_ragged,
     unfused_qkv_ragged_matmul_gguf_quantized,
 )
+from max.nn.moe import grouped_matmul_ragged, moe_create_indices  # noqa: E402
+from max.nn.lora import sgmv_kernel, sgmv_lora_kernel, sgmv_qkv_lora_kernel  # noqa: E402
 
+__all__ += ["sgmv_kernel", "sgmv_lora_kernel", "sgmv_qkv_lora_kernel"]
+__all__ += ["grouped_matmul_ragged", "moe_create_indices"]
 __all__ += ["cross_attention_ragged", "flash_attention_gpu", "flash_attention_ragged_gpu",
             "fused_qkv_ragged_matmul_quantized", "kv_cache_ragged_radd", "matmul_k_cache_ragged",
             "matmul_kv_cache_ragged", "unfused_qkv_ragged_matmul_gguf_quantized"]
