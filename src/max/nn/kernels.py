@@ -400,6 +400,15 @@ from max.nn.kernels_attention import (  # noqa: E402
     unfused_qkv_ragged_matmul_gguf_quantized,
 )
 from max.nn.moe import grouped_matmul_ragged, moe_create_indices  # noqa: E402
+from max.nn.kernels_mla import (  # noqa: E402
+    flare_mla_decode_ragged,
+    flare_mla_decompress_k_cache,
+    flare_mla_prefill_plan,
+    flare_mla_prefill_ragged,
+)
+
+__all__ += ["flare_mla_decode_ragged", "flare_mla_decompress_k_cache", "flare_mla_prefill_plan",
+            "flare_mla_prefill_ragged"]
 from max.nn.lora import sgmv_kernel, sgmv_lora_kernel, sgmv_qkv_lora_kernel  # noqa: E402
 
 __all__ += ["sgmv_kernel", "sgmv_lora_kernel", "sgmv_qkv_lora_kernel"]
