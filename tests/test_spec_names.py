@@ -75,7 +75,9 @@ def spec_names() -> list[str]:
 
 
 def _assigns_self_attr(cls: type, name: str) -> bool:
-    pat = re.compile(rf"\bself\.{re.escape(name)}\s*(?::[^=\n]*)?=(?!=)")
+    # ``self.name = ...``, ``self.name: T = ...`` or a tuple target ``self.a, self.name = ...``
+    pat = re.compile(rf"^\s*(?:self\.\w+\s*,\s*)*self\.{re.escape(name)}\b(?:\s*,\s*self\.\w+)*\s*"
+                     rf"(?::[^=\n]*)?=(?!=)", re.M)
     for k in cls.__mro__:
         if k is object:
             continue
@@ -145,6 +147,7 @@ def test_parse_reads_member_lines_and_anchors():
 def test_resolves_rejects_what_is_missing():
     assert resolves("max.nn.kernels.flash_attention_ragged")
     assert resolves("max.nn.linear.Linear.weight")  # an instance attribute set in __init__
+    assert resolves("max.nn.conv.Conv1D.stride")  # set by a tuple assignment
     assert not resolves("max.nn.kernels.no_such_kernel")
     assert not resolves("max.nn.linear.Linear.no_such_member")
     assert not resolves("max.no_such_module.x")
