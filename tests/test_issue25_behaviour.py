@@ -88,8 +88,9 @@ def test_while_loop_body_returns_several_values():
 
     C = DeviceRef.CPU()
     with Graph("wl", input_types=[TensorType(DType.float32, [2], C)]) as g:
-        x, i, s = ops.while_loop((g.inputs[0].tensor, ops.constant(0, DType.int32, C), ops.constant(0.0, DType.float32, C)),
-                                 lambda a, i, s: i < 3, lambda a, i, s: [a * 2, i + 1, s + ops.sum(a, -1).reshape([])])
+        init = (g.inputs[0].tensor, ops.constant(0, DType.int32, C), ops.constant(0.0, DType.float32, C))
+        x, i, s = ops.while_loop(init, lambda a, i, s: i < 3,
+                                 lambda a, i, s: [a * 2, i + 1, s + ops.sum(a, -1).reshape([])])
         g.output(x, i, s)
     x, i, s = (r.to_numpy() for r in InferenceSession().load(g).execute(Buffer.from_numpy(np.ones(2, np.float32))))
     np.testing.assert_array_equal(x, [8.0, 8.0])

@@ -75,7 +75,8 @@ def test_dataclass_attention_layers(kind):
     x, (wq, wk, wv, wo) = _weights(0)
     kvp, mgr, kv_in = _cache()
     rope = RotaryEmbedding(H * D, H, 10000.0, 32, DEV, interleaved=True)
-    types = [TensorType(DType.float32, a.shape, DEV) for a in (x, wq, wk, wv, wo)] + [TensorType(DType.uint32, [3], DEV)]
+    types = [TensorType(DType.float32, a.shape, DEV) for a in (x, wq, wk, wv, wo)]
+    types += [TensorType(DType.uint32, [3], DEV)]
     with Graph("attn_v1", input_types=types + list(mgr.input_symbols()[0])) as g:
         xv, q_, k_, v_, o_, ov, *cache = g.inputs
         xv, q_, k_, v_, o_, ov = (i.tensor for i in (xv, q_, k_, v_, o_, ov))

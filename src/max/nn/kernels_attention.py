@@ -28,8 +28,8 @@ from max.nn.kernels import MHAMaskVariant, _chained, _coll, _layer, _offsets, _p
 from max.nn.kernels_decoder import store_kv_ragged
 from max.nn.kv_cache.cache_params import KVCacheParams
 
-__all__ = ["cross_attention_ragged", "flash_attention_gpu", "flash_attention_ragged_gpu", "fused_qkv_ragged_matmul_quantized",
-           "kv_cache_ragged_radd", "matmul_k_cache_ragged", "matmul_kv_cache_ragged",
+__all__ = ["cross_attention_ragged", "flash_attention_gpu", "flash_attention_ragged_gpu",
+           "fused_qkv_ragged_matmul_quantized", "kv_cache_ragged_radd", "matmul_k_cache_ragged", "matmul_kv_cache_ragged",
            "unfused_qkv_ragged_matmul_gguf_quantized"]
 
 
