@@ -115,8 +115,8 @@ class LoRALinear(Linear):
 def lora_group_mask(input_row_offsets: Any, lora_ids: Any, lora_ranks: Any, rows_of: TensorValue, max_rank: int,
                     num_loras: int, dtype: DType) -> TensorValue:
     """The ``[rows, num_loras * max_rank]`` slot mask of the rows of ``rows_of`` (any ``[rows, ...]``
-    tensor): rows ``input_row_offsets[g] .. input_row_offsets[g + 1]`` use adapter ``lora_ids[g]`` (-1: none) of rank ``lora_ranks[g]``, so
-    their columns ``id * max_rank .. id * max_rank + rank`` are 1; rows past the last group use none."""
+    tensor): rows ``input_row_offsets[g] .. input_row_offsets[g + 1]`` use adapter ``lora_ids[g]``
+    (-1: none) of rank ``lora_ranks[g]``, so their columns ``id * max_rank .. id * max_rank + rank`` are 1; rows past the last group use none."""
     op = "lora_group_mask"
     offs = as_tensor(input_row_offsets, op=op, arg="input_row_offsets")
     ids = as_tensor(lora_ids, op=op, arg="lora_ids")
