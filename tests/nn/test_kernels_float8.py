@@ -15,7 +15,7 @@ from max.driver import CPU, Buffer
 from max.dtype import DType
 from max.engine import InferenceSession
 from max.graph import DeviceRef, Graph, TensorType, ops
-from max.nn import kernels
+from max.nn import kernels, kernels_float8
 
 CPU_REF = DeviceRef.CPU()
 F8 = ml_dtypes.float8_e4m3fn
@@ -145,3 +145,22 @@ def test_fused_qkv_ragged_matmul_scaled_float8_writes_k_and_v():
             np.testing.assert_allclose(blocks[page, 0, 0, off, 0], ref[start + i, H * D:H * D + D], rtol=1e-5)
             np.testing.assert_allclose(blocks[page, 1, 0, off, 0], ref[start + i, H * D + D:], rtol=1e-5)
         start += n
+
+
+@pytest.mark.parametrize("block", [None, (4, 8)])
+def test_matmul_float8_weight_per_tensor_and_block_scales(block):
+    """libremax's weight-only FP8 projection (FP8 checkpoints): x @ (w * scale).T, scales per tensor or per
+    (bo x bi) block (ragged edge blocks included)."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((3, 20)).astype(np.float32)
+    w = _to_f8(rng.standard_normal((10, 20)) * 100)
+    if block is None:
+        s = np.float32(0.01)
+        full = np.full((10, 20), 0.01)
+    else:
+        s = rng.uniform(0.001, 0.02, (-(-10 // block[0]), -(-20 // block[1]))).astype(np.float32)
+        full = np.repeat(np.repeat(s.astype(np.float64), block[0], 0), block[1], 1)[:10, :20]
+    types = [TensorType(DType.float32, [3, 20], CPU_REF), TensorType(DType.float8_e4m3fn, [10, 20], CPU_REF),
+             TensorType(DType.float32, np.shape(s), CPU_REF)]
+    (y,) = _run(types, lambda xv, wv, sv: kernels_float8.matmul_float8_weight(xv, wv, sv, block), x, w, s)
+    np.testing.assert_allclose(y, x.astype(np.float64) @ (w.astype(np.float64) * full).T, rtol=1e-5, atol=1e-5)

@@ -210,3 +210,35 @@ def convert_weights_to_fp8_fnuz_if_needed(weight: Any, weight_scale: Any) -> tup
     if needs_fp8_fnuz_conversion() and w is not None and w.dtype is DType.float8_e4m3fn:
         return normalize_e4m3fn_to_e4m3fnuz(weight, weight_scale)
     return weight, weight_scale
+
+
+def matmul_float8_weight(x: Any, weight: Any, weight_scale: Any, block_size: tuple[int, int] | None = None
+                         ) -> TensorValue:
+    """``x @ (weight * scale).T`` for a float8 ``weight`` ``[N, K]`` and activations ``x`` ``[..., K]`` in
+    their own float dtype (libremax extension: the weight-only FP8 projection of FP8 checkpoints).
+
+    ``weight_scale``: one value (per tensor), or ``[ceil(N / bo), ceil(K / bi)]`` block scales with
+    ``block_size = (bo, bi)``.  The weight is widened per call inside the kernel, so only the float8
+    bytes stay in memory (a graph of ``cast``/``mul`` on the weight would be folded into a float copy
+    at load)."""
+    op = "matmul_float8_weight"
+    xv = as_tensor(x, op=op, arg="x")
+    w = as_tensor(weight, op=op, arg="weight")
+    s = _scale_operand(op, weight_scale, "weight_scale", w.device)
+    if w.rank != 2 or not w.dtype.is_float8():
+        fail(op, f"weight must be a rank-2 float8 tensor, got {w.type}", TypeError)
+    if xv.rank < 1 or not xv.dtype.is_float() or xv.dtype.is_float8() or xv.shape[-1] != w.shape[1]:
+        fail(op, f"x must be a float [..., {w.shape[1]}] tensor, got {xv.type}")
+    N, K = int(w.shape[0]), int(w.shape[1])
+    if block_size is None:
+        if any(int(d) != 1 for d in s.shape):
+            fail(op, f"a per-tensor weight_scale holds one value, got shape {s.shape}")
+        s, blk = s.reshape([1, 1]), (N, K)
+    else:
+        bo, bi = (int(b) for b in block_size)
+        want = [-(-N // bo), -(-K // bi)]
+        if [int(d) for d in s.shape] != want:
+            fail(op, f"block scales for a [{N}, {K}] weight in {bo}x{bi} blocks must be {want}, got {s.shape}")
+        blk = (bo, bi)
+    return stage1(op, [xv, w, s.cast(DType.float32)], TensorType(xv.dtype, list(xv.shape[:-1]) + [w.shape[0]],
+                                                               xv.device), {"block": blk})
