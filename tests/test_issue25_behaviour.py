@@ -95,3 +95,27 @@ def test_while_loop_body_returns_several_values():
     x, i, s = (r.to_numpy() for r in InferenceSession().load(g).execute(Buffer.from_numpy(np.ones(2, np.float32))))
     np.testing.assert_array_equal(x, [8.0, 8.0])
     assert int(i) == 3 and float(s) == 2 + 4 + 8
+
+
+def test_tensor_type_fields_are_assignable():
+    """https://docs.modular.com/max/api/python/generated/max.graph.TensorType/ -- ``dtype``, ``shape`` and
+    ``device`` are the type's fields and (issue 25: as on today's MAX) assignable; the values are checked
+    as the constructor checks them, and a graph keeps its own copy of every type it was given."""
+    from max.graph import DeviceRef, Graph, TensorType
+
+    t = TensorType(DType.float32, [2, 3], DeviceRef.CPU())
+    with Graph("tt", input_types=[t]) as g:
+        x = g.inputs[0].tensor
+        t.dtype, t.shape = DType.int32, [4, "n"]
+        assert (t.dtype, [str(d) for d in t.shape]) == (DType.int32, ["4", "n"])
+        assert x.dtype is DType.float32 and [int(d) for d in x.shape] == [2, 3]  # the graph's input unchanged
+        vt = x.type
+        vt.shape = [5]
+        assert [int(d) for d in x.shape] == [2, 3]
+        g.output(x)
+    with pytest.raises(ValueError, match="non-negative"):
+        t.shape = [-1]
+    with pytest.raises(TypeError, match="dtype must be a DType"):
+        t.dtype = "float32"
+    with pytest.raises(AttributeError, match="no assignable field"):
+        t.rank = 3
