@@ -157,3 +157,19 @@ def test_forward_sharded_layers_and_take():
         forward_sharded_layers([lambda v: v], [1, 2])
     it = iter(range(5))
     assert take(it, 2) == [0, 1] and take(it, 5) == [2, 3, 4] and take(it, 1) == []
+
+
+def test_gptq_paths_fail_clearly():
+    """No GPTQ int4 kernel yet: the GPTQ projections raise NotImplementedError naming GPTQ at graph build."""
+    from max.graph.quantization import QuantizationConfig
+    from max.nn import kernels
+
+    kvp, mgr, _ = _cache()
+    cfg = QuantizationConfig(quant_method="gptq", bits=4, group_size=32)
+    types = [TensorType(DType.float32, [T, HIDDEN], DEV),
+             TensorType(DType.uint8, [(H + 2 * HKV) * D, HIDDEN // 2], DEV), TensorType(DType.uint32, [3], DEV)]
+    with Graph("gptq", input_types=types + list(mgr.input_symbols()[0])) as g:
+        xv, wv, ov, *cache = g.inputs
+        coll = FetchPagedKVCacheCollection(kvp, 1)(*cache)
+        with pytest.raises(NotImplementedError, match="GPTQ"):
+            kernels.fused_qkv_ragged_matmul_quantized(kvp, xv.tensor, ov.tensor, wv.tensor, coll, 0, H, cfg)
