@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from max.driver import CPU, Buffer
 from max.dtype import DType
 from max.engine import InferenceSession
-from max.graph import DeviceRef, Graph, TensorType, ops
+from max.graph import DeviceRef, Graph, TensorType
 from max.nn import kernels, kernels_float8
 
 CPU_REF = DeviceRef.CPU()

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from max.dtype import DType
-from max.graph import TensorType, TensorValue, ops
+from max.graph import TensorValue, ops
 from max.graph.ops._common import as_tensor, fail, stage1
 from max.graph.quantization import QuantizationEncoding
 from max.nn.kernels import MHAMaskVariant, _chained, _coll, _layer, _offsets, _plan
