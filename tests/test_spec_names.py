@@ -91,6 +91,8 @@ def _assigns_self_attr(cls: type, name: str) -> bool:
 
 
 def _has_member(obj: object, name: str) -> bool:
+    if inspect.ismodule(obj):  # module attributes may be made on first use (PEP 562 __getattr__)
+        return hasattr(obj, name)
     try:
         inspect.getattr_static(obj, name)
         return True

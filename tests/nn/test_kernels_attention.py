@@ -207,3 +207,16 @@ def test_unfused_qkv_gguf_quantized(monkeypatch):
         with pytest.raises(ValueError, match="q_weight projects to"):
             kernels.unfused_qkv_ragged_matmul_gguf_quantized(kvp, xv.tensor, ov.tensor, H + 1, qv.tensor, kv.tensor,
                                                              vv.tensor, Q.Q8_0, Q.Q4_0, Q.Q8_0, coll, 0)
+
+
+@pytest.mark.parametrize("first", ["max.nn.kernels_decoder", "max.nn.kernels_attention", "max.nn.kernels_mla"])
+def test_family_modules_import_in_any_order(first):
+    """max.nn.kernels reaches its family modules' entry points lazily: importing any of them first works."""
+    import subprocess
+    import sys
+
+    code = (f"import {first}; import max.nn.kernels as k; "
+            "print(k.cross_attention_ragged.__module__, k.flare_mla_decode_ragged.__module__, k.sgmv_kernel.__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["max.nn.kernels_attention", "max.nn.kernels_mla", "max.nn.lora"]
