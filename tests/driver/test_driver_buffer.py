@@ -172,11 +172,11 @@ def test_zeros_overloads():
         assert (z.to_numpy() == 0).all()
 
 
-def test_item_requires_rank0():
-    with pytest.raises(ValueError, match=r"rank-0.*shape \(2, 3\)"):
+def test_item_requires_one_element():
+    """Today's MAX (issue 25): any one-element buffer; spec 004 allowed rank 0 only."""
+    with pytest.raises(ValueError, match=r"exactly one element.*shape \(2, 3\)"):
         Buffer.zeros([2, 3], DType.float32).item()
-    with pytest.raises(ValueError, match=r"shape \(1,\)"):
-        Buffer.zeros([1], DType.float32).item()
+    assert Buffer.zeros([1], DType.float32).item() == 0.0
     assert Buffer.zeros([2, 3], DType.float32)[1, 2].item() == 0.0
 
 

@@ -31,9 +31,11 @@ def test_setitem_one_element_only():
     assert s.item() == 4.0
 
 
-def test_item_needs_rank_zero():
-    with pytest.raises(ValueError, match="item\\(\\) needs a rank-0 buffer"):
-        Buffer.from_numpy(np.ones((1, 1), np.float32)).item()
+def test_item_needs_one_element():
+    """Today's MAX (issue 25) reads item() of any one-element buffer; spec 004 said rank 0 only."""
+    with pytest.raises(ValueError, match="item\\(\\) needs a buffer with exactly one element"):
+        Buffer.from_numpy(np.ones((2, 1), np.float32)).item()
+    assert Buffer.from_numpy(np.ones((1, 1), np.float32)).item() == 1.0
     assert Buffer.from_numpy(np.ones((1, 1), np.float32))[0, 0].item() == 1.0
 
 

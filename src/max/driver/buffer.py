@@ -559,15 +559,15 @@ class Buffer:
         return self._t.__dlpack_device__()
 
     def item(self) -> Any:
-        """The value of a rank-0 buffer as a Python scalar."""
-        if self._t.dim() != 0:
+        """The value of a one-element buffer (rank 0, or any shape holding one element) as a Python scalar."""
+        if self._t.numel() != 1:
             raise ValueError(
-                f"item() needs a rank-0 buffer, but this buffer has shape {self.shape}; "
+                f"item() needs a buffer with exactly one element, but this buffer has shape {self.shape}; "
                 "index it down to a single element first (e.g. buf[0, 0].item())"
             )
         if self._dtype in BIT_STORED:
-            return self.to_numpy().astype(np.float64).item()
-        return self._t.item()
+            return self.to_numpy().astype(np.float64).reshape(()).item()
+        return self._t.reshape(()).item()
 
     # ------------------------------------------------------------ copies and moves
     def _target(self, device: Any, stream: Any, who: str) -> tuple[Device, Optional[DeviceStream]]:

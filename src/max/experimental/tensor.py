@@ -28,6 +28,7 @@ compute graph (``_compute``), replay (``_replay``), dispatch of an op on tensors
 from __future__ import annotations
 
 import math
+import collections.abc
 import numbers
 from typing import Any, Iterator
 
@@ -664,6 +665,15 @@ def _all_bool(x: Any) -> bool:
     return False
 
 
+def _as_lists(x: Any) -> Any:
+    """Nested sequences (ranges, tuples, user sequences) as nested lists; numbers kept."""
+    if isinstance(x, (numbers.Number, np.generic)):
+        return x
+    if isinstance(x, (str, bytes)) or not isinstance(x, collections.abc.Sequence):
+        raise TypeError(f"Tensor: cannot make a tensor element from {type(x).__name__} {x!r}")
+    return [_as_lists(e) for e in x]
+
+
 def _from_data(data: Any, dtype: DType | None, device: Any) -> Tensor:
     """A realized tensor from ``Tensor(data, dtype=..., device=...)``'s data."""
     if dtype is not None and not isinstance(dtype, DType):
@@ -679,7 +689,12 @@ def _from_data(data: Any, dtype: DType | None, device: Any) -> Tensor:
                 t = t.to(dev)
         return t
     if not isinstance(data, (numbers.Number, np.generic, list, tuple)):
-        raise TypeError(f"Tensor: data must be a number, a nested list or a DLPack array, got {type(data).__name__}")
+        if isinstance(data, (str, bytes, dict)) or not isinstance(data, collections.abc.Sequence):
+            raise TypeError(f"Tensor: data must be a number, a nested list or a DLPack array, got "
+                            f"{type(data).__name__}")
+        data = _as_lists(data)  # range(...), other sequences (nested too)
+    elif isinstance(data, (list, tuple)):
+        data = _as_lists(data)  # lists may nest ranges / other sequences
     if dtype is None and _all_bool(data):
         dtype = DType.bool
     dtype, dev = defaults(dtype, device)

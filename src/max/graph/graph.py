@@ -151,6 +151,7 @@ class Graph(metaclass=_GraphMeta):
                     f"Graph {name!r}: input_types[{i}] must be a TensorType, BufferType or other graph Type, "
                     f"got {type(t).__name__} {t!r}"
                 )
+        types = [_own_type(t) for t in types]
         if _parent is not None:
             types.append(_ChainType())
         self._input_types = tuple(types)
@@ -219,7 +220,7 @@ class Graph(metaclass=_GraphMeta):
                     f"not to graph {self.name!r}; values cannot be mixed between graphs"
                 )
         node = Node(self, op, tuple(inputs), attrs or {}, loc or _user_location(), side_effects, regions)
-        node.results = tuple(_make_value(self, node, i, t) for i, t in enumerate(result_types))
+        node.results = tuple(_make_value(self, node, i, _own_type(t)) for i, t in enumerate(result_types))
         self._nodes.append(node)
         self._version += 1
         return list(node.results)
@@ -470,3 +471,9 @@ def _used(g: Graph, node: Node) -> bool:
         if any(v is r for v in n.inputs):
             return True
     return bool(g._outputs) and any(v is r for v in g._outputs)
+
+
+def _own_type(t: Any) -> Any:
+    """The graph's own copy of a tensor/buffer type (a caller may assign the fields of the one it passed)."""
+    copy = getattr(t, "_copy", None)
+    return copy() if copy is not None else t

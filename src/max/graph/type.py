@@ -199,7 +199,22 @@ class _ShapedType(Type):
         object.__setattr__(self, "_layout", _layout)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable")
+        """``dtype``, ``shape`` and ``device`` are assignable (checked as the constructor checks them).
+        Graph values hold their own copies of their types, so editing a type never changes a graph."""
+        if name not in ("dtype", "shape", "device"):
+            raise AttributeError(f"{type(self).__name__} has no assignable field {name!r} (dtype, shape, device)")
+        fields = {"dtype": self.dtype, "shape": self.shape, "device": self.device, name: value}
+        checked = type(self)(fields["dtype"], fields["shape"], fields["device"], self._layout)
+        object.__setattr__(self, name, getattr(checked, name))
+
+    def _copy(self) -> "_ShapedType":
+        """An independent copy (the shape list copied too)."""
+        new = object.__new__(type(self))
+        object.__setattr__(new, "dtype", self.dtype)
+        object.__setattr__(new, "shape", Shape(self.shape))
+        object.__setattr__(new, "device", self.device)
+        object.__setattr__(new, "_layout", self._layout)
+        return new
 
     @property
     def rank(self) -> int:

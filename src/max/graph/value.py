@@ -54,7 +54,10 @@ class Value(Generic[T]):
 
     @property
     def type(self) -> T:
-        return self._type  # type: ignore[return-value]
+        """The value's type (a copy: assigning its fields leaves the graph unchanged)."""
+        t = self._type
+        copy = getattr(t, "_copy", None)
+        return copy() if copy is not None else t  # type: ignore[return-value]
 
     @property
     def tensor(self) -> "TensorValue":

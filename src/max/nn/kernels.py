@@ -376,3 +376,38 @@ def scatter_set_constant(data: BufferValue, indices: Any, fill_val: float) -> No
     if idx.rank != 2 or not idx.dtype.is_integral():
         fail(op, f"indices must be an integer [n, rank] tensor, got {idx.type}")
     _chained(op, [data, idx], [], {"fill_val": float(fill_val)})
+
+
+# The entry points defined beside this module (one file per family), reached as max.nn.kernels.<name>.
+# Imported on first use (PEP 562): those modules import this one's helpers, so importing any of them
+# first must not depend on this module finishing theirs.
+_LAZY = {
+    **dict.fromkeys(["convert_weights_to_fp8_fnuz_if_needed", "dynamic_scaled_matmul",
+                     "fused_qkv_ragged_matmul_scaled_float8", "matmul_static_scaled_float8",
+                     "needs_fp8_fnuz_conversion", "normalize_e4m3fn_to_e4m3fnuz", "quantize_dynamic_scaled_float8",
+                     "quantize_static_scaled_float8"], "max.nn.kernels_float8"),
+    **dict.fromkeys(["cross_attention_ragged", "flash_attention_gpu", "flash_attention_ragged_gpu",
+                     "fused_qkv_ragged_matmul_quantized", "kv_cache_ragged_radd", "matmul_k_cache_ragged",
+                     "matmul_kv_cache_ragged", "unfused_qkv_ragged_matmul_gguf_quantized"],
+                    "max.nn.kernels_attention"),
+    **dict.fromkeys(["flare_mla_decode_ragged", "flare_mla_decompress_k_cache", "flare_mla_prefill_plan",
+                     "flare_mla_prefill_ragged"], "max.nn.kernels_mla"),
+    **dict.fromkeys(["grouped_matmul_ragged", "moe_create_indices"], "max.nn.moe"),
+    **dict.fromkeys(["sgmv_kernel", "sgmv_lora_kernel", "sgmv_qkv_lora_kernel"], "max.nn.lora"),
+}
+__all__ += sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

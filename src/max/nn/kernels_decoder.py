@@ -68,18 +68,20 @@ def ragged_rope(x: Any, cos: Any, sin: Any, interleaved: bool = False) -> Tensor
 def store_kv_ragged(kv_params: KVCacheParams, k: Any, v: Any, kv_collection: Any, write_page: Any,
                     write_offset: Any, layer_idx: Any) -> None:
     """Write this step's keys and values ``[total_seq_len, n_kv_heads, head_dim]`` into layer
-    ``layer_idx`` of the paged cache at the slots from :func:`ragged_write_plan`."""
+    ``layer_idx`` of the paged cache at the slots from :func:`ragged_write_plan` (``v=None``: keys only)."""
     op = "store_kv_ragged"
     coll = _coll(op, kv_collection)
     layer = _layer(op, layer_idx, coll)
-    kt, vt = as_tensor(k, op=op, arg="k"), as_tensor(v, op=op, arg="v")
+    kt = as_tensor(k, op=op, arg="k")
+    vt = as_tensor(v, op=op, arg="v") if v is not None else None
     want = [kv_params.n_kv_heads_per_device, kv_params.head_dim]
     for name, t in (("k", kt), ("v", vt)):
-        if t.rank != 3 or [int(d) for d in t.shape[1:]] != want:
+        if t is not None and (t.rank != 3 or [int(d) for d in t.shape[1:]] != want):
             fail(op, f"{name} must be [total_seq_len, {want[0]}, {want[1]}], got {t.shape}")
     wp = as_tensor(write_page, op=op, arg="write_page")
     wo = as_tensor(write_offset, op=op, arg="write_offset")
-    _chained(op, [kt, vt, coll.blocks, wp, wo], [], {"layer": layer})
+    _chained(op, [kt] + ([vt] if vt is not None else []) + [coll.blocks, wp, wo], [],
+             {"layer": layer, "has_v": vt is not None})
 
 
 def ragged_attention(kv_params: KVCacheParams, q: Any, input_row_offsets: Any, kv_collection: Any, layer_idx: Any,

@@ -11,6 +11,12 @@ graph ops they stage.
   ``[experts, hidden, moe_dim]`` (optional biases ``[experts, out]``).  Activations: ``silu``
   (SwiGLU), ``gelu_tanh``, ``gelu``, ``swigluoai`` (GPT-OSS: clamped, ``(up + 1) * g * sigmoid(alpha g)``).
 
+Their building blocks are ``max.nn.kernels``' MoE entry points, defined here and run by the same
+kernels :func:`moe_experts_ffn` uses:
+
+- :func:`moe_create_indices` -- group the ``(token, slot)`` pairs of ``topk_ids`` by expert;
+- :func:`grouped_matmul_ragged` -- one matmul per active expert over its rows of the grouped order.
+
 Kernels: ``max.engine.kernels.moe``.
 """
 
@@ -24,7 +30,7 @@ from max.graph.ops._common import as_tensor, fail, stage
 from max.nn.layer import LayerList, Module
 from max.nn.linear import MLP, Linear
 
-__all__ = ["MoE", "MoEGate", "moe_experts_ffn", "moe_route"]
+__all__ = ["MoE", "MoEGate", "grouped_matmul_ragged", "moe_create_indices", "moe_experts_ffn", "moe_route"]
 
 _ROUTING = ("softmax_topk", "topk_softmax")
 _ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai")
@@ -87,6 +93,55 @@ def moe_experts_ffn(x: Any, expert_ids: Any, expert_weights: Any, gate: Any, up:
         present.append(b is not None)
     return stage(op, operands, [xv.type], {"activation": activation, "alpha": float(swiglu_alpha),
                                           "limit": float(swiglu_limit), "biases": tuple(present)})[0]
+
+
+def moe_create_indices(topk_ids: Any, num_local_experts: int) -> tuple[TensorValue, TensorValue, TensorValue,
+                                                                          TensorValue, TensorValue]:
+    """Group the token/expert pairs of ``topk_ids`` ``[tokens, k]`` by expert.
+
+    Returns ``(token_expert_order [tokens*k] uint32, expert_start_indices [num_local_experts + 1] uint32,
+    restore_token_order [tokens*k] uint32, expert_ids [num_local_experts] int32, expert_usage_stats [2]
+    uint32)``: the flat pair indices sorted by expert (stable), where each active expert's rows start in
+    that order (entries past the last active expert hold ``tokens*k``), the inverse permutation, the
+    active experts' ids (then -1), and (most rows of one expert, number of active experts)."""
+    op = "moe_create_indices"
+    ids = as_tensor(topk_ids, op=op, arg="topk_ids")
+    if ids.rank not in (1, 2) or not ids.dtype.is_integral():
+        fail(op, f"topk_ids must be an integer [tokens, k] tensor, got {ids.type}")
+    if not isinstance(num_local_experts, int) or num_local_experts < 1:
+        fail(op, f"num_local_experts must be a positive int, got {num_local_experts!r}")
+    n = ids.shape[0] * ids.shape[1] if ids.rank == 2 else ids.shape[0]
+    dev = ids.device
+    u32 = DType.uint32
+    res = stage(op, [ids], [TensorType(u32, [n], dev), TensorType(u32, [num_local_experts + 1], dev),
+                            TensorType(u32, [n], dev), TensorType(DType.int32, [num_local_experts], dev),
+                            TensorType(u32, [2], dev)],
+                {"num_experts": num_local_experts, "_multi": True})
+    return res[0], res[1], res[2], res[3], res[4]
+
+
+def grouped_matmul_ragged(hidden_states: Any, weight: Any, expert_start_indices: Any, expert_ids: Any,
+                          expert_usage_stats_host: Any) -> TensorValue:
+    """``out[rows of group i] = hidden_states[rows of group i] @ weight[expert_ids[i]].T`` for the
+    ``expert_usage_stats_host[1]`` active groups (rows ``expert_start_indices[i] ..
+    expert_start_indices[i + 1]``), as :func:`moe_create_indices` lays them out; ``weight`` is
+    ``[experts, out, in]``; rows in no group are zero."""
+    op = "grouped_matmul_ragged"
+    x = as_tensor(hidden_states, op=op, arg="hidden_states")
+    w = as_tensor(weight, op=op, arg="weight")
+    st = as_tensor(expert_start_indices, op=op, arg="expert_start_indices")
+    eid = as_tensor(expert_ids, op=op, arg="expert_ids")
+    stats = as_tensor(expert_usage_stats_host, op=op, arg="expert_usage_stats_host")
+    if x.rank != 2 or w.rank != 3 or w.shape[2] != x.shape[1]:
+        fail(op, f"hidden_states must be [rows, in] and weight [experts, out, in], got {x.shape} and {w.shape}")
+    if x.dtype != w.dtype:
+        fail(op, f"hidden_states ({x.dtype}) and weight ({w.dtype}) must have the same dtype", TypeError)
+    for t, name in ((st, "expert_start_indices"), (eid, "expert_ids"), (stats, "expert_usage_stats_host")):
+        if t.rank != 1 or not t.dtype.is_integral():
+            fail(op, f"{name} must be a 1-D integer tensor, got {t.type}")
+    if int(stats.shape[0]) != 2:
+        fail(op, f"expert_usage_stats_host must be [2] (max rows per expert, active experts), got {stats.shape}")
+    return stage(op, [x, w, st, eid, stats], [TensorType(x.dtype, [x.shape[0], w.shape[1]], x.device)], {})[0]
 
 
 class MoEGate(Module):

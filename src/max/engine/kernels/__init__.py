@@ -31,7 +31,7 @@ _FAMILIES = (
     "quantized",
     "ragged",
     "decoder",
-    "moe", "lora",
+    "moe", "lora", "float8", "attention",
     "conv", "pool", "signal", "distributed", "complex", "vision", "random",
 )
 

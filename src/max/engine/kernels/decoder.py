@@ -30,10 +30,11 @@ def ragged_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleav
 
 
 @kernel("store_kv_ragged", pure=False)
-def store_kv_ragged(k: torch.Tensor, v: torch.Tensor, blocks: torch.Tensor, write_page: torch.Tensor,
-                    write_offset: torch.Tensor, layer: int) -> None:
+def store_kv_ragged(k: torch.Tensor, *rest: torch.Tensor, layer: int, has_v: bool = True) -> None:
+    v, blocks, write_page, write_offset = rest if has_v else (None, *rest)
     blocks[write_page, 0, layer, write_offset] = k.to(blocks.dtype)
-    blocks[write_page, 1, layer, write_offset] = v.to(blocks.dtype)
+    if v is not None:
+        blocks[write_page, 1, layer, write_offset] = v.to(blocks.dtype)
 
 
 @kernel("ragged_attention", pure=False)
@@ -127,3 +128,95 @@ def mla_attention_ragged(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.T
     res = q.new_empty(T, H, latent_dim)
     res[q_index[valid]] = out[valid]
     return res
+
+
+# ----------------------------------------------------------------- MLA prefill in chunks (max.nn.kernels_mla)
+def _cached_rows(blocks: torch.Tensor, lookup: torch.Tensor, req: torch.Tensor, pos: torch.Tensor, layer: int,
+                 page_size: int) -> torch.Tensor:
+    """The latent rows (K-plane half then V-plane half) of requests ``req`` at positions ``pos``: ``[n, width]``."""
+    page = lookup.to(torch.int64)[req, pos // page_size]
+    rows = blocks[page, :, layer, pos % page_size]  # [n, 2, 1, width/2]
+    return rows.reshape(rows.shape[0], -1)
+
+
+def _row_owner(bro: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For buffer rows ``0 .. rows``: the request owning each (by ``bro`` prefix sums) and whether any does."""
+    r = torch.arange(rows, device=bro.device)
+    b = torch.searchsorted(bro[1:], r, right=True)
+    return b.clamp(max=bro.shape[0] - 2), (r >= bro[0]) & (r < bro[-1])
+
+
+@kernel("flare_mla_prefill_plan", pure=False)
+def flare_mla_prefill_plan(offsets: torch.Tensor, cache_lengths: torch.Tensor, buffer_size: int,
+                           max_chunks: int) -> tuple:
+    offs = offsets.to(torch.int64)
+    total = cache_lengths.to(torch.int64).to(offs.device) + (offs[1:] - offs[:-1])
+    start = torch.cat([total.new_zeros(1), torch.cumsum(total, 0)])  # [B + 1]
+    n_all = int(start[-1])
+    if n_all > buffer_size * max_chunks:
+        raise ValueError(f"flare_mla_prefill_plan: {n_all} cached positions need more than max_chunks={max_chunks} "
+                         f"chunks of {buffer_size}")
+    c0 = torch.arange(max_chunks, device=offs.device)[:, None] * buffer_size  # [C, 1]
+    bro = (start[None, :] - c0).clamp(0, buffer_size)
+    co = torch.minimum((c0 - start[None, :-1]).clamp(min=0), total[None, :])
+    lengths = (n_all - c0[:, 0]).clamp(max=buffer_size)
+    lengths = torch.where(lengths > 0, lengths, torch.full_like(lengths, -1))
+    return bro.to(torch.int32), co.to(torch.int32), lengths.to(torch.int32)
+
+
+@kernel("flare_mla_decompress_k_cache", pure=False)
+def flare_mla_decompress_k_cache(bro: torch.Tensor, co: torch.Tensor, length: torch.Tensor, w: torch.Tensor,
+                                 blocks: torch.Tensor, lookup: torch.Tensor, layer: int, page_size: int,
+                                 buffer_size: int) -> torch.Tensor:
+    out = w.new_zeros(buffer_size, w.shape[0])
+    n = min(int(length), buffer_size)
+    if n <= 0:
+        return out
+    bro64 = bro.to(torch.int64)
+    req, _ = _row_owner(bro64, n)
+    pos = co.to(torch.int64)[req] + torch.arange(n, device=bro.device) - bro64[req]
+    lat = _cached_rows(blocks, lookup, req, pos, layer, page_size)[:, :w.shape[1]]
+    out[:n] = (lat.float() @ w.float().T).to(w.dtype)
+    return out
+
+
+@kernel("flare_mla_prefill_ragged", pure=False)
+def flare_mla_prefill_ragged(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offsets: torch.Tensor,
+                             bro: torch.Tensor, co: torch.Tensor, blocks: torch.Tensor, cache_lengths: torch.Tensor,
+                             lookup: torch.Tensor, *prev: torch.Tensor, layer: int, scale: float, rope_dim: int,
+                             page_size: int, has_prev: bool) -> tuple:
+    T, H, _ = q.shape
+    dev = q.device
+    offs, bro64 = offsets.to(torch.int64), bro.to(torch.int64)
+    nbuf = int(bro64[-1]) if bro64.numel() else 0
+    m = torch.full((T, H), float("-inf"), device=dev)
+    s_exp = torch.zeros(T, H, device=dev)
+    o = torch.zeros(T, H, v.shape[2], device=dev)
+    if nbuf > 0 and T > 0:
+        kreq, _ = _row_owner(bro64, nbuf)
+        kpos = co.to(torch.int64)[kreq] + torch.arange(nbuf, device=dev) - bro64[kreq]
+        rows = _cached_rows(blocks, lookup, kreq, kpos, layer, page_size).float()
+        k_rope = rows[:, rows.shape[1] - rope_dim:] if rope_dim else rows[:, :0]
+        keys = torch.cat([k[:nbuf].float(), k_rope[:, None, :].expand(nbuf, H, rope_dim)], dim=-1)  # [n, H, qk]
+        qreq = torch.searchsorted(offs[1:], torch.arange(T, device=dev), right=True)
+        qpos = cache_lengths.to(torch.int64).to(dev)[qreq] + torch.arange(T, device=dev) - offs[qreq]
+        allowed = (qreq[:, None] == kreq[None, :]) & (kpos[None, :] <= qpos[:, None])  # [T, n]
+        scores = torch.einsum("thd,nhd->htn", q.float(), keys) * scale
+        scores = scores.masked_fill(~allowed[None], float("-inf"))
+        m = scores.amax(-1).T  # [T, H]
+        safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        p = torch.exp(scores - safe.T[:, :, None])  # [H, T, n]; masked -> 0
+        s_exp = p.sum(-1).T
+        o = torch.einsum("htn,nhd->thd", p, v[:nbuf].float()) / s_exp.clamp(min=1e-30)[:, :, None]
+    if has_prev:
+        po, pi = prev[0].float(), prev[1].float()
+        pm, ps = pi[..., 0], pi[..., 1]
+        new_m = torch.maximum(pm, m)
+        base = torch.where(torch.isfinite(new_m), new_m, torch.zeros_like(new_m))
+        wa = torch.where(ps > 0, ps * torch.exp(pm - base), torch.zeros_like(ps))
+        wb = torch.where(s_exp > 0, s_exp * torch.exp(m - base), torch.zeros_like(s_exp))
+        tot = wa + wb
+        o = (po * wa[..., None] + o * wb[..., None]) / tot.clamp(min=1e-30)[..., None]
+        m, s_exp = new_m, tot  # the sum of exponentials relative to the new max
+    info = torch.stack([m, s_exp], dim=-1)
+    return o.to(q.dtype), info

@@ -44,35 +44,79 @@ def _act(g: torch.Tensor, u: torch.Tensor, activation: str, alpha: float, limit:
     return (u + 1) * (g * torch.sigmoid(g * alpha))
 
 
+def create_indices(topk_ids: torch.Tensor, num_experts: int) -> tuple:
+    """Group the ``(token, slot)`` pairs of ``topk_ids`` ``[T, k]`` by expert (``moe_create_indices``).
+
+    Returns ``token_expert_order`` (uint32 ``[T*k]``: flat pair indices sorted by expert, stable),
+    ``expert_start_indices`` (uint32 ``[num_experts + 1]``: where the i-th *active* expert's rows start
+    in that order; entries past the last active expert hold ``T*k``), ``restore_token_order`` (uint32
+    ``[T*k]``: the inverse permutation), ``expert_ids`` (int32 ``[num_experts]``: the active experts in
+    order, then -1) and ``expert_usage_stats`` (uint32 ``[2]``: most rows of one expert, active experts).
+    """
+    flat = topk_ids.reshape(-1).to(torch.int64)
+    n = flat.numel()
+    dev = flat.device
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat, minlength=num_experts)[:num_experts]
+    active = torch.nonzero(counts > 0).reshape(-1)
+    n_active = active.numel()
+    starts = torch.full((num_experts + 1,), n, dtype=torch.int64, device=dev)
+    starts[0] = 0
+    starts[1:n_active + 1] = torch.cumsum(counts[active], 0)
+    ids = torch.full((num_experts,), -1, dtype=torch.int64, device=dev)
+    ids[:n_active] = active
+    restore = torch.empty_like(order)
+    restore[order] = torch.arange(n, device=dev)
+    stats = torch.tensor([int(counts.max()) if n else 0, n_active], dtype=torch.int64, device=dev)
+    u32 = torch.uint32
+    return order.to(u32), starts.to(u32), restore.to(u32), ids.to(torch.int32), stats.to(u32)
+
+
+def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, starts: torch.Tensor, expert_ids: torch.Tensor,
+                   n_active: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Rows ``starts[i] .. starts[i + 1]`` of ``x`` times ``weight[expert_ids[i]].T`` (+ ``bias[expert]``), for
+    each of the ``n_active`` groups (``grouped_matmul_ragged``); rows outside every group are zero."""
+    mm = half_matmul if x.dtype in (torch.bfloat16, torch.float16) else torch.matmul
+    out = x.new_zeros(x.shape[0], weight.shape[1])
+    st = starts.to(torch.int64).tolist()
+    ids = expert_ids.to(torch.int64).tolist()
+    for i in range(n_active):  # one matmul per expert that has rows
+        a, b = st[i], st[i + 1]
+        if b <= a:
+            continue
+        y = mm(x[a:b], weight[ids[i]].T)
+        out[a:b] = y + bias[ids[i]] if bias is not None else y
+    return out
+
+
+@kernel("moe_create_indices")
+def moe_create_indices(topk_ids: torch.Tensor, num_experts: int) -> tuple:
+    return create_indices(topk_ids, num_experts)
+
+
+@kernel("grouped_matmul_ragged")
+def grouped_matmul_ragged(x: torch.Tensor, weight: torch.Tensor, starts: torch.Tensor, expert_ids: torch.Tensor,
+                          usage_stats: torch.Tensor) -> torch.Tensor:
+    n_active = int(usage_stats.reshape(-1)[1])
+    return grouped_matmul(x, weight, starts, expert_ids, n_active)
+
+
 @kernel("moe_experts_ffn")
 def moe_experts_ffn(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, gate: torch.Tensor, up: torch.Tensor,
-                     down: torch.Tensor, *rest: torch.Tensor, activation: str, alpha: float, limit: float,
-                     biases: tuple) -> torch.Tensor:
+                    down: torch.Tensor, *rest: torch.Tensor, activation: str, alpha: float, limit: float,
+                    biases: tuple) -> torch.Tensor:
+    """The routed experts as ``moe_create_indices`` + three ``grouped_matmul_ragged`` (gate, up, down)."""
     it = iter(rest)
     gb, ub, db = (next(it) if present else None for present in biases)
-    T, k = ids.shape
-    flat = ids.reshape(-1)
-    order = torch.argsort(flat, stable=True)
+    k = ids.shape[1]
+    order, starts, _, eids, stats = create_indices(ids, gate.shape[0])
+    order = order.to(torch.int64)
+    n_active = int(stats[1])
     tok = order // k  # token of each sorted (token, expert) pair
-    counts = torch.bincount(flat, minlength=gate.shape[0]).tolist()
-    w_sorted = weights.reshape(-1)[order].to(x.dtype)
+    xs = x[tok]
+    g = grouped_matmul(xs, gate, starts, eids, n_active, gb)
+    u = grouped_matmul(xs, up, starts, eids, n_active, ub)
+    y = grouped_matmul(_act(g, u, activation, alpha, limit), down, starts, eids, n_active, db)
     out = torch.zeros_like(x)
-    mm = half_matmul if x.dtype in (torch.bfloat16, torch.float16) else torch.matmul
-    start = 0
-    for e, n in enumerate(counts):  # one grouped matmul per expert that has tokens
-        if n == 0:
-            continue
-        rows = tok[start:start + n]
-        xs = x[rows]
-        g = mm(xs, gate[e].T)
-        u = mm(xs, up[e].T)
-        if gb is not None:
-            g = g + gb[e]
-        if ub is not None:
-            u = u + ub[e]
-        y = mm(_act(g, u, activation, alpha, limit), down[e].T)
-        if db is not None:
-            y = y + db[e]
-        out.index_add_(0, rows, y * w_sorted[start:start + n, None])
-        start += n
+    out.index_add_(0, tok, y * weights.reshape(-1)[order].to(x.dtype)[:, None])
     return out

@@ -80,3 +80,4 @@ from max.graph.ops.distributed import *  # noqa: F401,F403,E402
 from max.graph.ops.complex import *  # noqa: F401,F403,E402
 from max.graph.ops.vision import *  # noqa: F401,F403,E402
 from max.graph.ops.quantized import dequantize, qmatmul  # noqa: E402
+from max.graph.ops import random  # noqa: E402,F401  (max.graph.ops.random, reachable as an attribute)

@@ -21,7 +21,9 @@ from max.nn.layer import Module
 from max.nn.linear import Linear
 from max.nn.norm import RMSNorm
 
-__all__ = ["AttentionWithRope", "AttentionWithRopeNoOpaque", "DistributedAttentionWithRope", "RaggedAttention"]
+__all__ = ["AttentionWithRope", "AttentionWithRopeNoOpaque", "AttentionWithRopeQKV", "AttentionWithRopeV1",
+           "DistributedAttentionWithRope", "GGUFQAttentionWithRope", "GPTQAttentionWithRope", "RaggedAttention",
+           "distribute_value"]
 
 
 class _RaggedAttentionBase(Module):
@@ -266,3 +268,150 @@ class RaggedAttention(_RaggedAttentionBase):
         else:
             q = self._qkv(layer_idx, x, kv_collection, input_row_offsets)
         return self._attend(layer_idx, x, q, kv_collection, input_row_offsets, self.mask_variant)
+
+
+# ----------------------------------------------------------------- deprecated dataclass-style layers and the
+# quantised variants
+from dataclasses import dataclass  # noqa: E402
+from functools import partial  # noqa: E402
+
+from max.graph.ops._common import as_tensor  # noqa: E402
+from max.graph.quantization import QuantizationConfig, QuantizationEncoding  # noqa: E402
+from max.nn.attention.interfaces import AttentionImpl, AttentionImplQKV, required_kwargs  # noqa: E402
+from max.nn.linear import GPTQLinear  # noqa: E402
+from max.nn.transformer.distributed_transformer import distribute_value  # noqa: E402,F401
+
+
+def _rope_attention(kv_params: KVCacheParams, n_heads: int, scale: float, rope: Any, q: TensorValue, x: TensorValue,
+                    kv_collection: Any, kwargs: dict[str, Any], layer_idx: Any, input_row_offsets: Any,
+                    wo: Any) -> TensorValue:
+    """RoPE on ``q`` ``[T, n_heads * head_dim]`` and this step's cached K, causal attention, ``wo``."""
+    D = kv_params.head_dim
+    freqs = kwargs.get("freqs_cis")
+    freqs = rope.freqs_cis if freqs is None else freqs
+    q = ops.reshape(q, [-1, n_heads, D])
+    q = kernels.fused_qk_ragged_rope(kv_params, q, input_row_offsets, kv_collection, freqs, layer_idx,
+                                     interleaved=getattr(rope, "interleaved", True))
+    attn = kernels.flash_attention_ragged(kv_params, q, input_row_offsets, kv_collection, layer_idx,
+                                          MHAMaskVariant.CAUSAL_MASK, scale)
+    return wo(ops.reshape(attn, [x.shape[0], n_heads * D]))
+
+
+@dataclass(eq=False)
+class AttentionWithRopeV1(AttentionImpl):
+    """Deprecated (use :class:`AttentionWithRope`): attention with RoPE from graph values -- a stacked
+    ``wqkv`` ``[(n_heads + 2 n_kv_heads) * head_dim, hidden]`` (GPTQ-quantised when
+    ``quantization_config`` is set, with ``perm_idx`` for act-order), optional ``bias``, ``wo``.
+
+    Called as ``attn(x, kv_collection, input_row_offsets=..., layer_idx=...)`` (``freqs_cis`` defaults
+    to ``rope.freqs_cis``); ValueError when a keyword is missing."""
+
+    rope: Any = None
+    bias: Any = None
+    perm_idx: Any = None
+    quantization_config: QuantizationConfig | None = None
+
+    def __call__(self, x: Any, kv_collection: Any, **kwargs: Any) -> TensorValue:
+        input_row_offsets, layer_idx = required_kwargs(self, kwargs, "input_row_offsets", "layer_idx")
+        if self.rope is None:
+            raise ValueError("AttentionWithRopeV1: rope is required")
+        xv = as_tensor(x, op="AttentionWithRopeV1", arg="x")
+        if self.quantization_config is not None:
+            q = kernels.fused_qkv_ragged_matmul_quantized(self.kv_params, xv, input_row_offsets, self.wqkv,
+                                                          kv_collection, layer_idx, self.n_heads,
+                                                          self.quantization_config, perm_idx=self.perm_idx,
+                                                          bias=self.bias)
+        else:
+            q = kernels.fused_qkv_ragged_matmul(self.kv_params, xv, input_row_offsets, self.wqkv, kv_collection,
+                                                layer_idx, self.n_heads, bias=self.bias)
+        return _rope_attention(self.kv_params, self.n_heads, self.scale, self.rope, q, xv, kv_collection, kwargs,
+                               layer_idx, input_row_offsets, self.wo)
+
+
+@dataclass(eq=False)
+class AttentionWithRopeQKV(AttentionImplQKV):
+    """:class:`AttentionWithRopeV1` with separate ``wq``, ``wk``, ``wv`` weights (stacked at call time)."""
+
+    rope: Any = None
+
+    def __call__(self, x: Any, kv_collection: Any, **kwargs: Any) -> TensorValue:
+        input_row_offsets, layer_idx = required_kwargs(self, kwargs, "input_row_offsets", "layer_idx")
+        if self.rope is None:
+            raise ValueError("AttentionWithRopeQKV: rope is required")
+        xv = as_tensor(x, op="AttentionWithRopeQKV", arg="x")
+        wqkv = ops.concat([as_tensor(w, op="AttentionWithRopeQKV", arg=n)
+                           for w, n in ((self.wq, "wq"), (self.wk, "wk"), (self.wv, "wv"))], axis=0)
+        q = kernels.fused_qkv_ragged_matmul(self.kv_params, xv, input_row_offsets, wqkv, kv_collection, layer_idx,
+                                            self.n_heads)
+        return _rope_attention(self.kv_params, self.n_heads, self.scale, self.rope, q, xv, kv_collection, kwargs,
+                               layer_idx, input_row_offsets, self.wo)
+
+
+class GGUFQAttentionWithRope(AttentionWithRope):
+    """:class:`AttentionWithRope` whose q/k/v/o projections hold GGML-block-quantised weights (uint8
+    ``[rows, bytes]``, ``quantization_encoding``); activations are float32.  Without bias or clipping the
+    QKV projection runs ``max.nn.kernels.unfused_qkv_ragged_matmul_gguf_quantized``."""
+
+    def __init__(self, *, rope: Any, num_attention_heads: int, num_key_value_heads: int, hidden_size: int,
+                 kv_params: KVCacheParams, dtype: DType, quantization_encoding: QuantizationEncoding,
+                 devices: Sequence[DeviceRef] | None = None, linear_cls: Callable[..., Linear] = Linear,
+                 scale: float | None = None, has_bias: bool = False, clip_qkv: float | None = None) -> None:
+        if not isinstance(quantization_encoding, QuantizationEncoding) or \
+                quantization_encoding is QuantizationEncoding.GPTQ:
+            raise ValueError(f"GGUFQAttentionWithRope: quantization_encoding must be a GGML block encoding, got "
+                             f"{quantization_encoding!r}")
+        if dtype != DType.uint8:
+            raise ValueError(f"GGUFQAttentionWithRope: dtype must be uint8 (the quantised storage), got {dtype}")
+        if clip_qkv is not None:
+            raise NotImplementedError("GGUFQAttentionWithRope: clip_qkv cannot clamp quantised weights")
+        self.quantization_encoding = quantization_encoding
+        super().__init__(rope=rope, num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads,
+                         hidden_size=hidden_size, kv_params=kv_params, devices=devices, dtype=DType.float32,
+                         linear_cls=partial(linear_cls, quantization_encoding=quantization_encoding), scale=scale,
+                         has_bias=has_bias)
+
+    @property
+    def wqkv(self) -> TensorValue:
+        """The q, k and v weights' quantised rows, stacked ``[(H + 2 Hkv) * D, bytes]``."""
+        return ops.concat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight], axis=0)
+
+    def __call__(self, layer_idx: Any, x: TensorValue, kv_collection: Any, freqs_cis: TensorValue,
+                 input_row_offsets: TensorValue) -> TensorValue:
+        if self.has_bias:  # the biased projections: each Linear applies its bias
+            return super().__call__(layer_idx, x, kv_collection, freqs_cis, input_row_offsets)
+        enc = self.quantization_encoding
+        q = kernels.unfused_qkv_ragged_matmul_gguf_quantized(
+            self.kv_params, x, input_row_offsets, self.n_heads, self.q_proj.weight, self.k_proj.weight,
+            self.v_proj.weight, enc, enc, enc, kv_collection, layer_idx)
+        return _rope_attention(self.kv_params, self.n_heads, self.scale, self.rope, q, x, kv_collection,
+                               {"freqs_cis": freqs_cis}, layer_idx, input_row_offsets, self.o_proj)
+
+
+class GPTQAttentionWithRope(AttentionWithRope):
+    """:class:`AttentionWithRope` whose q/k/v projections are :class:`~max.nn.linear.GPTQLinear` layers
+    (GPTQ-packed weights with ``quantization_config``; ``perm_idx`` when ``desc_act``); the output
+    projection is ``linear_cls`` in ``dtype``."""
+
+    def __init__(self, quantization_config: QuantizationConfig, rope: Any, num_attention_heads: int,
+                 num_key_value_heads: int, hidden_size: int, kv_params: KVCacheParams,
+                 devices: Sequence[DeviceRef] | None = None, dtype: DType = DType.float32, scale: float | None = None,
+                 linear_cls: Callable[..., Linear] = Linear) -> None:
+        if quantization_config is None:
+            raise ValueError("GPTQAttentionWithRope: quantization_config is required")
+        self.quantization_config = quantization_config
+        super().__init__(rope=rope, num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads,
+                         hidden_size=hidden_size, kv_params=kv_params, devices=devices, dtype=dtype,
+                         linear_cls=linear_cls, scale=scale)
+        dev = self.devices[0]
+        qd, kd = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        gptq = partial(GPTQLinear, dtype=dtype, device=dev, quantization_encoding=QuantizationEncoding.GPTQ,
+                       quantization_config=quantization_config)
+        self.q_proj = gptq(hidden_size, qd)
+        self.k_proj = gptq(hidden_size, kd)
+        self.v_proj = gptq(hidden_size, kd)
+
+    @property
+    def wqkv(self) -> TensorValue:
+        """The q, k and v projections' packed GPTQ weights, stacked along the output features."""
+        ws = [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]
+        return ops.concat(ws, axis=0)

@@ -224,6 +224,28 @@ class KVCacheManager(ABC, Generic[T]):
         """Commit the new tokens into the prefix cache (no-op without prefix caching)."""
         return None
 
+    @property
+    def increment_cache_lengths_model(self) -> Any:
+        """A compiled model ``(cache_lengths uint32 [batch], input_row_offsets uint32 [batch+1])
+        -> cache_lengths + (offsets[1:] - offsets[:-1])`` on the first device (built on first
+        use with ``session``, or a new ``InferenceSession`` over ``devices``)."""
+        if getattr(self, "_inc_model", None) is None:
+            from max.engine import InferenceSession
+            from max.dtype import DType
+            from max.graph import DeviceRef, Graph, TensorType, ops
+
+            ref = DeviceRef.from_device(self.devices[0])
+            cl_t = TensorType(DType.uint32, ["batch_size"], ref)
+            off_t = TensorType(DType.uint32, ["input_row_offsets_len"], ref)
+            with Graph("increment_cache_lengths", input_types=[cl_t, off_t]) as g:
+                cl, off = (v.tensor for v in g.inputs)
+                off = ops.cast(off, DType.int64)
+                diff = ops.rebind(off[1:] - off[:-1], ["batch_size"])
+                g.output(ops.cast(ops.cast(cl, DType.int64) + diff, DType.uint32))
+            session = self.session if self.session is not None else InferenceSession(devices=self.devices)
+            self._inc_model = session.load(g)
+        return self._inc_model
+
     def increment_cache_lengths(
         self,
         kv_cache_inputs: Union[list[RaggedKVCacheInputs], list[PaddedKVCacheInputs]],

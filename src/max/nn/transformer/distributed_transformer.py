@@ -16,7 +16,7 @@ device.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar, runtime_checkable
 
 from max.dtype import DType
 from max.graph import DeviceRef, TensorValue, ops
@@ -27,7 +27,9 @@ from max.nn.linear import ColumnParallelLinear, Linear, allreduce_parts
 from max.nn.transformer.transformer import ReturnLogits, Transformer, finish_logits
 
 __all__ = ["DistributedTransformer", "DistributedTransformerBlock", "ShardableCallable", "distribute_value",
-           "replicate_on"]
+           "forward_sharded_layers", "replicate_on", "take"]
+
+_T = TypeVar("_T")
 
 
 @runtime_checkable
@@ -42,6 +44,28 @@ class ShardableCallable(Protocol):
 def distribute_value(v: TensorValue, devices: Sequence[DeviceRef]) -> list[TensorValue]:
     """``v`` on every device of ``devices`` (one value per device)."""
     return [on_device(v, d) for d in devices]
+
+
+def forward_sharded_layers(layers: Sequence[Callable[[TensorValue], TensorValue]],
+                           xs: Sequence[TensorValue]) -> list[TensorValue]:
+    """``[layers[i](xs[i]) for each i]``: each shard of a layer on its device's input.
+
+    AssertionError when ``layers`` and ``xs`` differ in length."""
+    if len(layers) != len(xs):
+        raise AssertionError(f"forward_sharded_layers: {len(layers)} layers but {len(xs)} inputs")
+    return [layer(x) for layer, x in zip(layers, xs)]
+
+
+def take(it: Iterable[_T], n: int) -> list[_T]:
+    """The next ``n`` items of ``it`` (fewer when it runs out first); an iterator advances past them."""
+    iterator: Iterator[_T] = iter(it)
+    out: list[_T] = []
+    for _ in range(n):
+        try:
+            out.append(next(iterator))
+        except StopIteration:
+            break
+    return out
 
 
 def _shards_of(layer: Any, devices: Sequence[DeviceRef], default: Any, cache_name: str) -> list[Any]:

@@ -10,10 +10,11 @@ values between calls; ``release(request_id)`` frees its pages.
 from __future__ import annotations
 
 import abc
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, AsyncGenerator, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -25,7 +26,8 @@ from max.nn.transformer import ReturnLogits
 
 logger = logging.getLogger("max.pipelines")
 
-__all__ = ["ModelInputs", "ModelOutputs", "PipelineModel", "TextGenerationPipeline", "upper_bounded_default"]
+__all__ = ["BatchInfo", "GenerateMixin", "KVCacheMixin", "ModelInputs", "ModelOutputs", "PipelineModel",
+           "TextGenerationPipeline", "get_paged_manager", "upper_bounded_default"]
 
 
 class ModelInputs:
@@ -69,6 +71,120 @@ def upper_bounded_default(upper_bound: int, default: Optional[int]) -> int:
     if default > upper_bound:
         raise ValueError(f"default {default} is larger than the upper bound {upper_bound}")
     return default
+
+
+@dataclass
+class BatchInfo:
+    """What one pipeline call runs: each request's context length (tokens already cached), its new
+    tokens this step (the prompt length, or 1 when decoding), and the number of steps."""
+
+    past_seq_lens: list[int]
+    seq_lens: list[int]
+    num_steps: int
+
+
+class KVCacheMixin:
+    """Builds a pipeline model's paged KV cache from its architecture's answers to three questions
+    (classmethods to implement): :meth:`get_kv_params`, :meth:`get_num_layers` and
+    :meth:`estimate_kv_cache_size`.  :meth:`load_kv_manager` needs ``pipeline_config``,
+    ``huggingface_config``, ``devices`` and ``kv_cache_config`` attributes (as ``PipelineModel`` has)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def get_kv_params(cls, huggingface_config: Any, n_devices: int, kv_cache_config: Any, cache_dtype: Any) -> Any:
+        """The model's ``KVCacheParams``."""
+
+    @classmethod
+    @abc.abstractmethod
+    def get_num_layers(cls, huggingface_config: Any) -> int:
+        """The number of layers that keep a KV cache."""
+
+    @classmethod
+    @abc.abstractmethod
+    def estimate_kv_cache_size(cls, pipeline_config: Any, available_cache_memory: int, devices: list[Any],
+                               huggingface_config: Any, kv_cache_config: Any, cache_dtype: Any) -> int:
+        """Bytes the KV cache will take."""
+
+    def load_kv_manager(self, session: InferenceSession, available_cache_memory: Optional[int]) -> Any:
+        """A ``PagedKVCacheManager`` over this model's devices holding at most ``available_cache_memory``
+        bytes (None: room for ``max_batch_size`` sequences of the model's maximum length)."""
+        from max.nn.kv_cache import PagedKVCacheManager
+
+        missing = [a for a in ("pipeline_config", "huggingface_config", "devices", "kv_cache_config")
+                   if not hasattr(self, a)]
+        if missing:
+            raise AttributeError(f"{type(self).__name__}.load_kv_manager needs the attributes {', '.join(missing)}")
+        pc, hf, devices, kvc = self.pipeline_config, self.huggingface_config, list(self.devices), self.kv_cache_config
+        cache_dtype = getattr(kvc, "cache_dtype", None) or getattr(getattr(self, "encoding", None), "dtype", None)
+        params = self.get_kv_params(hf, len(devices), kvc, cache_dtype)
+        max_seq_len = self.calculate_max_seq_len(pc, hf) if hasattr(self, "calculate_max_seq_len") else \
+            int(pc.max_length)
+        return PagedKVCacheManager(params, max_batch_size=int(pc.max_batch_size or 1), max_seq_len=max_seq_len,
+                                   num_layers=self.get_num_layers(hf), devices=devices, session=session,
+                                   available_cache_memory=available_cache_memory)
+
+
+def get_paged_manager(pipeline: Any) -> Any:
+    """The ``PagedKVCacheManager`` a pipeline runs on (its first KV manager of that kind), or None."""
+    from max.nn.kv_cache import PagedKVCacheManager
+
+    for mgr in getattr(pipeline, "kv_managers", None) or []:
+        if isinstance(mgr, PagedKVCacheManager):
+            return mgr
+    return None
+
+
+class GenerateMixin:
+    """``generate(prompts)`` / ``generate_async(prompts)`` for a pipeline with ``tokenizer``, ``execute``
+    and ``release``: each prompt (a ``TextGenerationRequest``) becomes a context, all of them run together
+    one step per ``execute`` call until done, and their KV cache is released."""
+
+    def generate(self, prompts: Any) -> list[TextGenerationOutput]:
+        """One finished ``TextGenerationOutput`` per prompt (all its tokens), in the prompts' order.
+        Inside a running event loop, use :meth:`generate_async`."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self._collect(prompts))
+        raise RuntimeError(f"{type(self).__name__}.generate: called inside a running event loop; "
+                           "iterate generate_async(prompts) instead")
+
+    async def _collect(self, prompts: Any) -> list[TextGenerationOutput]:
+        done: dict[str, list[TextGenerationOutput]] = {}
+        async for step in self.generate_async(prompts):
+            for out in step:
+                done.setdefault(out.request_id, []).append(out)
+        results = []
+        for rid, parts in done.items():
+            lps = [lp for p in parts for lp in (p.log_probabilities or [])]
+            results.append(TextGenerationOutput(request_id=rid, tokens=[t for p in parts for t in p.tokens],
+                                                final_status=parts[-1].final_status, log_probabilities=lps or None))
+        return results
+
+    async def generate_async(self, prompts: Any) -> AsyncGenerator[list[TextGenerationOutput], None]:
+        """Yields, after each step, every unfinished prompt's new tokens (one output per prompt)."""
+        requests = list(prompts) if isinstance(prompts, (list, tuple)) else [prompts]
+        if not requests:
+            raise ValueError(f"{type(self).__name__}.generate: no prompts")
+        tokenizer = getattr(self, "tokenizer")
+        batch: dict[str, Any] = {}
+        for req in requests:
+            ctx = await tokenizer.new_context(req)
+            if ctx.request_id in batch:
+                raise ValueError(f"{type(self).__name__}.generate: request id {ctx.request_id!r} given twice")
+            batch[ctx.request_id] = ctx
+        order = list(batch)
+        try:
+            while batch:
+                outs = self.execute(TextGenerationInputs([dict(batch)], num_steps=1))  # type: ignore[attr-defined]
+                yield [outs[rid] for rid in order if rid in outs]
+                for rid, out in outs.items():
+                    if out.is_done:
+                        batch.pop(rid, None)
+                        self.release(rid)  # type: ignore[attr-defined]
+        finally:
+            for rid in list(batch):
+                self.release(rid)  # type: ignore[attr-defined]
 
 
 class PipelineModel(abc.ABC):
@@ -121,6 +237,22 @@ class PipelineModel(abc.ABC):
     def estimate_activation_memory(cls, pipeline_config: Any, huggingface_config: Any) -> int:
         return 0
 
+    @classmethod
+    def infer_optimal_batch_size(cls, pipeline_config: Any, available_cache_memory: int, huggingface_config: Any,
+                                 devices: list[Any], kv_cache_config: Any, cache_dtype: Any) -> int:
+        """How many sequences of the model's maximum length fit in ``available_cache_memory`` (>= 1),
+        from the model's KV cache parameters (a :class:`KVCacheMixin` model's; other models override this)."""
+        from max.nn.kv_cache import PagedKVCacheManager
+
+        if not issubclass(cls, KVCacheMixin):
+            raise NotImplementedError(f"{cls.__name__}: infer_optimal_batch_size needs the model's KV cache "
+                                      "parameters (implement KVCacheMixin or override it)")
+        params = cls.get_kv_params(huggingface_config, len(devices), kv_cache_config, cache_dtype)
+        num_layers = cls.get_num_layers(huggingface_config)
+        return PagedKVCacheManager.infer_optimal_batch_size(
+            params, cls.calculate_max_seq_len(pipeline_config, huggingface_config), num_layers,
+            available_cache_memory, devices)
+
 
 def build_pipeline_model(pipeline_config: Any, pipeline_model: type, weight_adapters: Any,
                          return_logits: Any) -> tuple[list[Any], PipelineModel]:
@@ -141,7 +273,7 @@ def build_pipeline_model(pipeline_config: Any, pipeline_model: type, weight_adap
     return devices, model
 
 
-class TextGenerationPipeline(Pipeline):
+class TextGenerationPipeline(GenerateMixin, Pipeline):
     """Generates text for batches of ``TextContext`` with one ``PipelineModel``."""
 
     def __init__(self, pipeline_config: Any, pipeline_model: type, eos_token_id: int, weight_adapters: Any,

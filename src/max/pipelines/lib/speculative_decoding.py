@@ -118,6 +118,7 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
         self.metrics = SpeculativeDecodingMetrics()
         self._draft_ctx: dict[str, Any] = {}
         self._gens: dict[str, torch.Generator] = {}
+        self._round_end: dict[str, int] = {}
         self.load_seconds = time.perf_counter() - t0
 
     def _check_vocabularies(self, draft_cfg: Any) -> None:
@@ -187,27 +188,83 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
         return g
 
     def _speculate(self, ctxs: list[Any]) -> None:
-        k_max = self.num_speculative_tokens
-        ks = [max(1, min(k_max, c.max_length - c.end_idx - 1)) for c in ctxs]
         ds = [self._draft_context(c) for c in ctxs]
-        drafts: list[list[int]] = [[] for _ in ctxs]
-        qs: list[list[torch.Tensor]] = [[] for _ in ctxs]
+        drafts, qs = self.generate_draft_tokens(ctxs, self.num_speculative_tokens, ds)
+        first_rejected, recovered, bonus = self.verify_draft_tokens_with_target_model(
+            ds, ctxs, [len(d) for d in drafts], drafts, qs)
+        self.update_contexts(ctxs, first_rejected, recovered, bonus, drafts, [len(d) for d in drafts])
+        for c, d, n_acc in zip(ctxs, ds, first_rejected):  # the draft's KV stays valid up to the accepted prefix
+            valid = min(d.start_idx, self._round_end[c.request_id] + n_acc)
+            d.set_token_indices(start_idx=valid, active_idx=valid, end_idx=valid)
+        self._pipeline_model.kv_manager.step(ctxs)
+
+    # ------------------------------------------------------------ the round's parts (MAX's method names)
+    def generate_draft_tokens(self, batch: list[Any], num_steps: int, model_inputs: Any = None
+                              ) -> tuple[list[list[int]], list[list[torch.Tensor]]]:
+        """Run the draft model ``num_steps`` times (fewer for a request near its ``max_length``) over the
+        target contexts ``batch``; ``model_inputs``: the draft contexts (made from ``batch`` when None).
+        Returns each request's proposals and the draft distribution each was drawn from."""
+        ds = list(model_inputs) if model_inputs is not None else [self._draft_context(c) for c in batch]
+        ks = [max(1, min(int(num_steps), c.max_length - c.end_idx - 1)) for c in batch]
+        drafts: list[list[int]] = [[] for _ in batch]
+        qs: list[list[torch.Tensor]] = [[] for _ in batch]
         for step in range(max(ks)):
-            idx = [i for i in range(len(ctxs)) if step < ks[i]]
+            idx = [i for i in range(len(batch)) if step < ks[i]]
             logits = self._draft_step([ds[i] for i in idx])
+            toks, probs = self.sample_draft_logits([batch[i] for i in idx], logits)
             for row, i in enumerate(idx):
-                q = token_probabilities(logits[row:row + 1], ctxs[i].sampling_params)[0]
-                t = int(torch.multinomial(q, 1, generator=self._generator(ctxs[i]))[0]) \
-                    if not ctxs[i].sampling_params.is_greedy else int(q.argmax())
-                drafts[i].append(t)
-                qs[i].append(q)
-                ds[i].update(t)
+                drafts[i].append(toks[row])
+                qs[i].append(probs[row])
+                ds[i].update(toks[row])
             self._draft.kv_manager.step([ds[i] for i in idx])
-        # target: [last token, d_1 .. d_k] for every request, one step
+        return drafts, qs
+
+    def sample_draft_logits(self, batch: list[Any], model_outputs: Any, prev_tokens: Any = None,
+                            prev_logits: Any = None, top_k: Any = None, max_k: Any = None, temperature: Any = None,
+                            top_p: Any = None, seed: Any = None) -> tuple[list[int], list[torch.Tensor]]:
+        """Draw one token per row of the draft's ``model_outputs`` (logits ``[len(batch), vocab]``, or a
+        ``ModelOutputs``) from the request's distribution (its sampling parameters; ``top_k``,
+        ``temperature``, ``top_p``, ``seed`` override them for every row, ``max_k`` caps ``top_k``);
+        greedy requests take the argmax.  Appends to ``prev_tokens`` / ``prev_logits`` (per-row lists)
+        when given.  Returns the tokens and their distributions."""
+        import dataclasses
+
+        logits = getattr(model_outputs, "logits", model_outputs)
+        logits = logits.float() if isinstance(logits, torch.Tensor) else torch.as_tensor(np.asarray(logits)).float()
+        over = {k: v for k, v in (("top_k", top_k), ("temperature", temperature), ("top_p", top_p), ("seed", seed))
+                if v is not None}
+        if max_k is not None:
+            over["top_k"] = min(int(over.get("top_k", max_k)), int(max_k))
+        toks: list[int] = []
+        probs: list[torch.Tensor] = []
+        for row, c in enumerate(batch):
+            params = dataclasses.replace(c.sampling_params, **over) if over else c.sampling_params
+            q = token_probabilities(logits[row:row + 1], params)[0]
+            t = int(q.argmax()) if params.is_greedy else int(torch.multinomial(q, 1, generator=self._generator(c))[0])
+            toks.append(t)
+            probs.append(q)
+            if prev_tokens is not None:
+                prev_tokens[row].append(t)
+            if prev_logits is not None:
+                prev_logits[row].append(q)
+        return toks, probs
+
+    def verify_draft_tokens_with_target_model(self, draft_inputs: Any, context_batch: list[Any],
+                                              num_draft_tokens_generated: Any, draft_tokens: list[list[int]],
+                                              draft_logits: list[list[torch.Tensor]], merged_draft_tokens: Any = None,
+                                              merged_draft_offsets: Any = None, all_draft_logits: Any = None
+                                              ) -> tuple[list[int], list[Optional[int]], list[Optional[int]]]:
+        """Score ``[last token, d_1 .. d_k]`` of every request with the target model in one step and run the
+        acceptance test against the draft distributions ``draft_logits``.  Returns, per request, the index
+        of the first rejected draft (= the number accepted), the token drawn in its place (None when all
+        were accepted) and the bonus token (None unless all were accepted)."""
+        ctxs = context_batch
+        counts = [int(n) for n in num_draft_tokens_generated]
         mgr = self._pipeline_model.kv_manager
         saved = []
-        for c, dr in zip(ctxs, drafts):
+        for c, dr, n in zip(ctxs, draft_tokens, counts):
             E = c.end_idx
+            dr = dr[:n]
             saved.append((c.start_idx, c.active_idx, E))
             c._grow(E + len(dr))
             c.tokens[E:E + len(dr)] = dr
@@ -216,25 +273,46 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
         out = self._pipeline_model.execute(self._pipeline_model.prepare_initial_token_inputs(ctxs, kv))
         logits = out.logits.float()
         pos = 0
+        first_rejected: list[int] = []
+        recovered: list[Optional[int]] = []
+        bonus: list[Optional[int]] = []
+        self._round_end = {}
         for i, c in enumerate(ctxs):
-            n = len(drafts[i]) + 1
+            n = counts[i] + 1
             rows = logits[pos:pos + n]
             pos += n
             s, a, e = saved[i]
             c.set_token_indices(start_idx=s, active_idx=a, end_idx=e)
-            accepted, nxt = self._verify(c, drafts[i], qs[i], rows)
-            self.metrics.draft_tokens_proposed += len(drafts[i])
-            self.metrics.draft_tokens_accepted += len(accepted)
+            self._round_end[c.request_id] = e
+            accepted, nxt = self._verify(c, draft_tokens[i][:counts[i]], draft_logits[i], rows)
+            first_rejected.append(len(accepted))
+            all_in = len(accepted) == counts[i]
+            recovered.append(None if all_in else nxt)
+            bonus.append(nxt if all_in else None)
+        return first_rejected, recovered, bonus
+
+    def update_contexts(self, context_batch: list[Any], first_rejected_tokens: list[int],
+                        recovered_tokens: list[Optional[int]], bonus_tokens: list[Optional[int]],
+                        draft_tokens: list[list[int]], num_draft_tokens_generated: Any) -> None:
+        """Append each request's accepted drafts (``draft_tokens[i][:first_rejected_tokens[i]]``) and then its
+        recovered or bonus token, stopping when the request finishes; counts them in :attr:`metrics`."""
+        for i, c in enumerate(context_batch):
+            n_acc = int(first_rejected_tokens[i])
+            nxt = recovered_tokens[i] if recovered_tokens[i] is not None else bonus_tokens[i]
+            self.metrics.draft_tokens_proposed += int(num_draft_tokens_generated[i])
+            self.metrics.draft_tokens_accepted += n_acc
             self.metrics.rounds += 1
-            for t in [*accepted, nxt]:
+            for t in [*draft_tokens[i][:n_acc], nxt]:
                 c.update(int(t))
                 self.metrics.tokens_generated += 1
                 if c.is_done:
                     break
-            d = ds[i]  # the draft's KV stays valid up to the accepted prefix
-            valid = min(d.start_idx, e + len(accepted))
-            d.set_token_indices(start_idx=valid, active_idx=valid, end_idx=valid)
-        mgr.step(ctxs)
+
+    def build_response(self, context_batch: Any) -> dict[str, Any]:
+        """``{request_id: TextGenerationOutput}`` of the contexts' tokens not yet returned."""
+        items = context_batch.items() if isinstance(context_batch, dict) else \
+            ((c.request_id, c) for c in context_batch)
+        return {rid: ctx.to_generation_output() for rid, ctx in items}
 
     def _verify(self, c: Any, drafts: list[int], qs: list[torch.Tensor], rows: torch.Tensor
                 ) -> tuple[list[int], int]:

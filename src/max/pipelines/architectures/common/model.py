@@ -33,7 +33,7 @@ from max.pipelines.architectures.common.weights import (
     standard_adapters,
     storage_dtype,
 )
-from max.pipelines.lib.pipeline import ModelInputs, ModelOutputs, PipelineModel, upper_bounded_default
+from max.pipelines.lib.pipeline import KVCacheMixin, ModelInputs, ModelOutputs, PipelineModel, upper_bounded_default
 
 __all__ = ["DecoderPipelineModel", "build_graph", "device_refs", "kv_params_for"]
 
@@ -99,7 +99,7 @@ def build_graph(model: Module, kv_input_symbols: Any, device: DeviceRef, name: s
 Adapter = Callable[..., Mapping[str, Any]]
 
 
-class DecoderPipelineModel(PipelineModel):
+class DecoderPipelineModel(KVCacheMixin, PipelineModel):
     """A decoder family's compiled model: weights loaded, graph compiled, paged KV cache sized.
 
     A family subclasses it and sets:
@@ -131,6 +131,34 @@ class DecoderPipelineModel(PipelineModel):
     def kv_cache_shape(cls, cfg: DecoderConfig) -> tuple[int, int]:
         """(KV heads, head_dim) of the paged cache (MLA families store a latent instead)."""
         return cfg.num_key_value_heads, cfg.head_dim
+
+    # -- KVCacheMixin: the cache's parameters from the Hugging Face config alone
+    @classmethod
+    def _cfg_of(cls, huggingface_config: Any) -> DecoderConfig:
+        hf = huggingface_config
+        return cls.config_from_hf(hf.to_dict() if hasattr(hf, "to_dict") else dict(hf))
+
+    @classmethod
+    def get_kv_params(cls, huggingface_config: Any, n_devices: int, kv_cache_config: Any,
+                      cache_dtype: DType) -> KVCacheParams:
+        cfg = cls._cfg_of(huggingface_config)
+        return kv_params_for(cfg, cache_dtype, page_size=getattr(kv_cache_config, "kv_cache_page_size", 128) or 128,
+                             enable_prefix_caching=bool(getattr(kv_cache_config, "enable_prefix_caching", True)),
+                             shape=cls.kv_cache_shape(cfg), n_devices=n_devices)
+
+    @classmethod
+    def get_num_layers(cls, huggingface_config: Any) -> int:
+        return int(cls._cfg_of(huggingface_config).num_hidden_layers)
+
+    @classmethod
+    def estimate_kv_cache_size(cls, pipeline_config: Any, available_cache_memory: int, devices: list,
+                               huggingface_config: Any, kv_cache_config: Any, cache_dtype: DType) -> int:
+        """Bytes of ``max_batch_size`` sequences of the maximum length, at most ``available_cache_memory``."""
+        params = cls.get_kv_params(huggingface_config, len(devices), kv_cache_config, cache_dtype)
+        layers = cls.get_num_layers(huggingface_config)
+        seq = cls.calculate_max_seq_len(pipeline_config, huggingface_config)
+        pages = -(-seq // params.effective_page_size) * int(pipeline_config.max_batch_size or cls.default_max_batch)
+        return min(int(available_cache_memory), pages * params.bytes_per_page(layers) * max(1, len(devices)))
 
     def __init__(self, pipeline_config: Any, session: Any, huggingface_config: Any, encoding: Any, devices: list,
                  kv_cache_config: Any, weights: Any, adapter: Any, return_logits: ReturnLogits) -> None:

@@ -118,6 +118,61 @@ class WidenedEmbedding(Embedding):
 
 
 # --------------------------------------------------------------------------- the weight factory
+class Float8Linear(Linear):
+    """A projection of an FP8 checkpoint: the ``float8_e4m3fn`` weight ``[out, in]`` stays float8 in memory
+    and is scaled on use by its float32 scales, as Hugging Face FP8 checkpoints store them: per tensor
+    (``{name}.weight_scale``, one value) or per block (``{name}.weight_scale_inv``, ``[ceil(out / bo),
+    ceil(in / bi)]`` for ``bo x bi`` blocks).  ``y = x @ (weight * scale).T (+ bias)`` in the compute dtype,
+    by ``max.nn.kernels_float8.matmul_float8_weight`` (the weight is widened inside the kernel)."""
+
+    def __init__(self, in_dim: int, out_dim: int, dtype: DType, device: DeviceRef, has_bias: bool,
+                 scale_name: str, scale_shape: Sequence[int]) -> None:
+        super().__init__(in_dim, out_dim, DType.float8_e4m3fn, device, has_bias=False)
+        self._max_nn_dtype = dtype
+        self.float8_config = "checkpoint"  # not a plain float Linear: never fused or split
+        if has_bias:
+            self.bias = Weight("bias", dtype, [out_dim], self.device)
+        shape = [int(d) for d in scale_shape]
+        if scale_name not in ("weight_scale", "weight_scale_inv"):
+            raise ValueError(f"Float8Linear: unknown scale tensor {scale_name!r}")
+        if scale_name == "weight_scale" and int(np.prod(shape or [1])) != 1:
+            raise ValueError(f"Float8Linear: weight_scale must hold one value, got shape {shape}")
+        if scale_name == "weight_scale_inv" and len(shape) != 2:
+            raise ValueError(f"Float8Linear: weight_scale_inv must be [out blocks, in blocks], got shape {shape}")
+        self.scale_name = scale_name
+        setattr(self, scale_name, Weight(scale_name, DType.float32, shape, self.device))
+        if scale_name == "weight_scale_inv":
+            self.block = (-(-out_dim // shape[0]), -(-in_dim // shape[1]))
+            if -(-out_dim // self.block[0]) != shape[0] or -(-in_dim // self.block[1]) != shape[1]:
+                raise ValueError(f"Float8Linear: scales {shape} do not tile a [{out_dim}, {in_dim}] weight")
+
+    def __call__(self, x: Any) -> TensorValue:
+        from max.nn.layer import check_input, on_device
+
+        from max.nn.kernels_float8 import matmul_float8_weight
+
+        x = on_device(check_input(self, x, min_rank=1, last_dim=self.in_dim), self.device)
+        s: TensorValue = getattr(self, self.scale_name)
+        y = matmul_float8_weight(x, self.weight, s, self.block if self.scale_name == "weight_scale_inv" else None)
+        if self.bias is not None:
+            y = y + self.bias.cast(y.dtype)
+        return y
+
+
+def _float8_scale(checkpoint: Mapping[str, Any] | None, name: str) -> tuple[str, list[int]] | None:
+    """``(scale tensor name, its shape)`` when ``{name}.weight`` is a float8 tensor of an FP8 checkpoint."""
+    if checkpoint is None:
+        return None
+    w = checkpoint.get(f"{name}.weight")
+    if w is None or getattr(w, "dtype", None) not in (DType.float8_e4m3fn,):
+        return None
+    for scale in ("weight_scale_inv", "weight_scale"):
+        h = checkpoint.get(f"{name}.{scale}")
+        if h is not None:
+            return scale, [int(d) for d in getattr(h, "shape", [])]
+    raise ValueError(f"FP8 checkpoint tensor {name}.weight has no {name}.weight_scale_inv / .weight_scale")
+
+
 class WeightFactory:
     """Creates every checkpoint-weight-bearing projection and embedding of a model.
 
@@ -159,6 +214,9 @@ class WeightFactory:
         return None
 
     def _linear(self, name: str, in_dim: int, out_dim: int, has_bias: bool, enc: Any) -> Linear:
+        f8 = _float8_scale(self.checkpoint, name)
+        if f8 is not None:
+            return Float8Linear(in_dim, out_dim, self.dtype, self.device, has_bias, f8[0], f8[1])
         if enc is not None:
             return Linear(in_dim, out_dim, self.dtype, self.device, has_bias=has_bias, quantization_encoding=enc)
         if self.storage != self.dtype:

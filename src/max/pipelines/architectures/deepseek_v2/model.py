@@ -14,7 +14,8 @@ import dataclasses
 from typing import Any
 
 from max.graph import TensorValue, ops
-from max.nn.kernels_decoder import mla_attention_ragged, ragged_rope, ragged_write_plan, store_kv_ragged
+from max.nn.kernels import MHAMaskVariant, flare_mla_decode_ragged
+from max.nn.kernels_decoder import ragged_rope, ragged_write_plan, store_kv_ragged
 from max.nn.kv_cache import KVCacheParams
 from max.nn.layer import Module
 from max.nn.norm import RMSNorm
@@ -81,8 +82,8 @@ class MLAttention(Module):
         w = ops.reshape(w.cast(x.dtype), [H, nope + vd, L])
         q_lat = ops.transpose(ops.transpose(q_nope, 0, 1) @ w[:, :nope, :], 0, 1)  # [T, H, L]
         query = ops.concat([q_lat, q_pe], axis=-1)
-        o_lat = mla_attention_ragged(self.kv_params, query, input_row_offsets, kv_collection, layer_idx, self.scale,
-                                     L)  # [T, H, L]
+        o_lat = flare_mla_decode_ragged(self.kv_params, query, input_row_offsets, kv_collection, layer_idx,
+                                        MHAMaskVariant.CAUSAL_MASK, self.scale, qk_rope_dim=rd)  # [T, H, L]
         o = ops.transpose(ops.transpose(o_lat, 0, 1) @ ops.transpose(w[:, nope:, :], 1, 2), 0, 1)  # [T, H, vd]
         return self.o_proj(ops.reshape(o, [T, H * vd]))
 
