@@ -74,3 +74,70 @@ def test_cli_no_fallback_flag(gpt2_dir):
     res = CliRunner().invoke(main, ["generate", "--model-path", str(d), "--max-new-tokens", "3", "--devices", "cpu",
                                     "--prompt", "import os"])
     assert res.exit_code == 0, res.output
+
+
+# --------------------------------------------------------------------------- the zoo: many transformers classes
+from hf_zoo import REFUSED, ZOO, recurrent_causal_lms, reference_greedy, tiny_model  # noqa: E402
+
+ZOO_NEW_TOKENS = 6
+# "import os" fits one prefill chunk; the other prompt is longer than the chunk (chunked prefill)
+ZOO_PROMPTS = ["import os", "def forward(self, x):\n    return self.proj(x) + 1"]
+
+
+@pytest.fixture(scope="module")
+def bpe_tokenizer():
+    return transformers.AutoTokenizer.from_pretrained(make_bpe_tokenizer())
+
+
+@pytest.mark.parametrize("name", list(ZOO), ids=list(ZOO))
+def test_zoo_greedy_equals_transformers_generate_or_is_refused(name, bpe_tokenizer, tmp_path):
+    """A tiny checkpoint of ``name`` through LLM (the transformers fallback): greedy tokens alone and in a
+    batch (one prompt split by chunked prefill) equal transformers' own ``generate`` on the checkpoint;
+    or, for the classes in REFUSED, the load is refused naming the class and --no-fallback."""
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    from max.interfaces import SamplingParams
+
+    tiny_model(name).save_pretrained(tmp_path)
+    bpe_tokenizer.save_pretrained(tmp_path)
+    # tiny models: one thread (two spinning pools per test process only slow them down)
+    cfg = PipelineConfig(model_path=str(tmp_path), max_batch_size=4, prefill_chunk_size=8, num_threads=1)
+    if name in REFUSED:
+        with pytest.raises(ValueError, match=rf"{name} cannot run through the transformers fallback.*--no-fallback"):
+            LLM(cfg)
+        return
+    llm = LLM(cfg)
+    ids = [llm.make_context(p, SamplingParams(max_new_tokens=1)).prompt_tokens.tolist() for p in ZOO_PROMPTS]
+    assert len(ids[0]) <= 8 < len(ids[1])
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    want = [reference_greedy(ref, i, ZOO_NEW_TOKENS) for i in ids]
+    assert scheduled_greedy(llm, ZOO_PROMPTS[:1], ZOO_NEW_TOKENS) == want[:1]
+    assert scheduled_greedy(llm, ZOO_PROMPTS, ZOO_NEW_TOKENS) == want
+    mgr = llm.pipeline.kv_managers[0]
+    assert mgr.num_free_pages == mgr.total_num_pages
+
+
+def test_zoo_covers_every_recurrent_causal_lm():
+    """The zoo has >= 25 classes and every recurrent / hybrid causal LM the installed transformers ships;
+    prints the covered classes (shown with -rA / -s)."""
+    recurrent = recurrent_causal_lms()
+    missing = [c for c in recurrent if c not in ZOO]
+    assert not missing, f"recurrent / hybrid causal LMs of transformers {transformers.__version__} not in the zoo: " \
+                        f"{missing}"
+    assert len(ZOO) >= 25
+    print(f"\ntransformers {transformers.__version__}: {len(ZOO)} causal-LM classes through the fallback "
+          f"({len(recurrent)} recurrent / hybrid):")
+    for name in ZOO:
+        tag = "recurrent/hybrid" if name in recurrent else "attention"
+        print(f"  {name:32s} {tag:17s} " + (f"refused: {REFUSED[name]}" if name in REFUSED else "= generate"))
+
+
+def test_max_list_says_which_run_natively_and_the_fallback():
+    from click.testing import CliRunner
+
+    from max.entrypoints.cli import main
+
+    out = " ".join(CliRunner().invoke(main, ["list"]).output.split())
+    assert "Architectures: (these run natively)" in out and "LlamaForCausalLM" in out
+    assert "through the transformers fallback" in out and "--no-fallback" in out

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -177,8 +177,7 @@ def _refusal(name: str, why: str) -> str:
 class RequestCaches:
     """Per-request transformers generation states with the KV manager calls the pipeline makes."""
 
-    def __init__(self, max_batch_size: int, max_seq_len: int,
-                 new_state: Optional[Callable[[], Any]] = None) -> None:
+    def __init__(self, max_batch_size: int, max_seq_len: int, new_state: Callable[[], Any]) -> None:
         self.max_batch_size = max_batch_size
         self.max_seq_len = max_seq_len
         self._new_state = new_state
@@ -190,12 +189,7 @@ class RequestCaches:
     def claim(self, request_id: str) -> None:
         if request_id in self._caches:
             raise ValueError(f"request {request_id!r} already has a cache")
-        if self._new_state is None:
-            from transformers import DynamicCache
-
-            self._caches[request_id] = DynamicCache()
-        else:
-            self._caches[request_id] = self._new_state()
+        self._caches[request_id] = self._new_state()
 
     external_claim = claim
 
@@ -262,8 +256,9 @@ class HFFallbackModel(PipelineModel):
     def calculate_max_seq_len(cls, pipeline_config: Any, huggingface_config: Any) -> int:
         hf = huggingface_config if huggingface_config is not None else pipeline_config.model_config.huggingface_config
         hf = getattr(hf, "text_config", None) or hf
-        limit = getattr(hf, "max_position_embeddings", None) or getattr(hf, "n_positions", None) or 2048
-        return upper_bounded_default(int(limit), pipeline_config.max_length)
+        limit = getattr(hf, "max_position_embeddings", None) or getattr(hf, "n_positions", None)
+        limit = int(limit) if isinstance(limit, int) and limit > 0 else 2048  # XLNet says -1: no limit
+        return upper_bounded_default(limit, pipeline_config.max_length)
 
     def prepare_initial_token_inputs(self, context_batch: Sequence[Any], kv_cache_inputs: Any = None,
                                      return_n_logits: int = 1) -> ModelInputs:
