@@ -46,10 +46,49 @@ def test_unknown_architecture_runs_through_transformers(gpt2_dir, caplog):
 
     want = [hf_greedy(model, tok(p)["input_ids"], 12) for p in prompts]
     assert run(prompts[:1]) == want[:1]
-    assert run(prompts) == want
+    with caplog.at_level(logging.INFO, logger="max.pipelines"):
+        assert run(prompts) == want
+        assert run(prompts) == want
+    sequential = [r for r in caplog.records if "one after another" in r.getMessage()]
+    assert len(sequential) == 1 and "GPT2LMHeadModel" in sequential[0].getMessage()  # said once
     mgr = llm.pipeline.kv_managers[0]
     assert mgr.num_free_pages == mgr.total_num_pages
     assert isinstance(llm.generate(["import os"], max_new_tokens=4, use_tqdm=False)[0], str)
+
+
+def test_self_check_refuses_a_wrong_per_step_path(gpt2_dir):
+    """The load-time guard: a per-step path that forgets its cache (each step sees only its new tokens)
+    is refused naming the architecture; a chunk continuation it cannot do only switches to recomputing."""
+    from max.pipelines.lib.hf_fallback import FallbackRefused, StepRunner, self_check
+
+    _, model, _ = gpt2_dir
+    runner = StepRunner(model, 64)
+    self_check(runner, "GPT2LMHeadModel", model.config.vocab_size)
+    assert runner.continuation_ok
+
+    class Forgetful(StepRunner):
+        def step(self, state, tokens, start):
+            return super().step(self.new_state(), tokens[start:], 0)
+
+    with pytest.raises(FallbackRefused, match=r"GPT2LMHeadModel cannot run.*differ from a full forward.*--no-fallback"):
+        self_check(Forgetful(model, 64), "GPT2LMHeadModel", model.config.vocab_size)
+
+    class NoChunks(StepRunner):  # multi-token continuations are wrong, single tokens right
+        def step(self, state, tokens, start):
+            if start > 0 and len(tokens) - start > 1 and self.continuation_ok:
+                return super().step(self.new_state(), tokens[start:], 0)
+            return super().step(state, tokens, start)
+
+    runner = NoChunks(model, 64)
+    self_check(runner, "GPT2LMHeadModel", model.config.vocab_size)
+    assert not runner.continuation_ok
+    with torch.inference_mode():  # ... so a chunked prompt is recomputed from its first token
+        ids = list(range(3, 13))
+        state = runner.new_state()
+        runner.step(state, ids[:4], 0)
+        got = runner.step(state, ids, 4)
+        want = model(input_ids=torch.tensor([ids])).logits[0, -1]
+    assert torch.allclose(got, want, atol=1e-4)
 
 
 def test_no_fallback_is_the_clear_error(gpt2_dir):
