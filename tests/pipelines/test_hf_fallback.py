@@ -157,6 +157,31 @@ def test_zoo_greedy_equals_transformers_generate_or_is_refused(name, bpe_tokeniz
     assert mgr.num_free_pages == mgr.total_num_pages
 
 
+def test_generation_config_static_cache(bpe_tokenizer, tmp_path):
+    """A checkpoint whose generation config asks for a static cache ("hybrid", as Gemma 2's do) gets one per
+    request, sized to the request's max_length, and still the tokens of transformers' generate."""
+    from max.entrypoints.llm import LLM
+    from max.interfaces import SamplingParams
+    from max.pipelines import PipelineConfig
+
+    model = tiny_model("Gemma2ForCausalLM")
+    model.generation_config.cache_implementation = "hybrid"
+    model.save_pretrained(tmp_path)
+    bpe_tokenizer.save_pretrained(tmp_path)
+    llm = LLM(PipelineConfig(model_path=str(tmp_path), max_batch_size=4, max_length=32, num_threads=1))
+    ids = [llm.make_context(p, SamplingParams(max_new_tokens=1)).prompt_tokens.tolist() for p in ZOO_PROMPTS]
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert ref.generation_config.cache_implementation == "hybrid"
+    want = [reference_greedy(ref, i, ZOO_NEW_TOKENS) for i in ids]
+    assert scheduled_greedy(llm, ZOO_PROMPTS, ZOO_NEW_TOKENS) == want
+    mgr = llm.pipeline.kv_managers[0]
+    ctx = llm.make_context("import os", SamplingParams(max_new_tokens=5))
+    state = mgr.fetch([ctx])[0]
+    assert type(state.kwargs["cache"]).__name__ == "StaticCache"
+    assert state.max_cache_len == ctx.max_length == len(ctx.prompt_tokens) + 5  # as generate sizes it
+    mgr.release(ctx.request_id)
+
+
 def test_zoo_covers_every_recurrent_causal_lm():
     """The zoo has >= 25 classes and every recurrent / hybrid causal LM the installed transformers ships;
     prints the covered classes (shown with -rA / -s)."""

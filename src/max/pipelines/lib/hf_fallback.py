@@ -62,8 +62,9 @@ class RequestState:
     steps (the cache, ``use_cache``, ``logits_to_keep``), how many tokens the cache holds and whether the
     next call is the request's first."""
 
-    def __init__(self, kwargs: dict) -> None:
+    def __init__(self, kwargs: dict, max_cache_len: int | None = None) -> None:
         self.kwargs = kwargs
+        self.max_cache_len = max_cache_len
         self.seen = 0
         self.first = True
 
@@ -83,9 +84,12 @@ class StepRunner:
         """Whether a request's state can take a multi-token chunk after earlier tokens (chunked
         prefill); when not, such a chunk recomputes the request from its first token."""
 
-    def new_state(self) -> RequestState:
+    def new_state(self, max_cache_len: int | None = None) -> RequestState:
         """Fresh per-request state: the cache the model's own ``_prepare_cache_for_generation`` makes for a
-        one-sequence ``generate`` (none for classes that build their state in ``forward``)."""
+        one-sequence ``generate`` of at most ``max_cache_len`` tokens (default: the model's limit) -- none for
+        classes that build their state in ``forward``.  A generation config asking for an offloaded cache
+        gets the same cache without offloading when the model is not on an accelerator (there is nowhere to
+        offload to; transformers' own offloading needs one)."""
         import copy
 
         kwargs: dict[str, Any] = {"use_cache": True}
@@ -93,15 +97,22 @@ class StepRunner:
             kwargs["logits_to_keep"] = 1
         gen_cfg = copy.deepcopy(self.model.generation_config)
         gen_cfg.use_cache = True
-        self.model._prepare_cache_for_generation(gen_cfg, kwargs, None, 1, self.max_cache_len)
-        return RequestState(kwargs)
+        for k in ("num_beams", "num_return_sequences"):  # generate fills these in before preparing the cache
+            if getattr(gen_cfg, k, None) is None:
+                setattr(gen_cfg, k, 1)
+        impl = getattr(gen_cfg, "cache_implementation", None)
+        if isinstance(impl, str) and impl.startswith("offloaded") and self.model.device.type == "cpu":
+            gen_cfg.cache_implementation = {"offloaded": None, "offloaded_static": "static"}.get(impl, impl)
+        limit = self.max_cache_len if max_cache_len is None else min(max_cache_len, self.max_cache_len)
+        self.model._prepare_cache_for_generation(gen_cfg, kwargs, None, 1, limit)
+        return RequestState(kwargs, limit)
 
     def step(self, state: RequestState, tokens: Any, start: int) -> torch.Tensor:
         """Last-position logits (float32, shape [vocab]) after feeding ``tokens[start:]`` to ``state``,
         which holds ``tokens[:start]``; ``state`` is updated in place."""
         tokens = np.asarray(tokens)
         if start != state.seen or (start > 0 and len(tokens) - start > 1 and not self.continuation_ok):
-            state.__init__(self.new_state().kwargs)  # recompute the whole prefix in one call
+            state.__dict__.update(vars(self.new_state(state.max_cache_len)))  # recompute the prefix in one call
             start = 0
         device = self.model.device
         ids = torch.as_tensor(tokens, dtype=torch.long, device=device)[None]
@@ -129,7 +140,7 @@ def self_check(runner: StepRunner, name: str, vocab_size: int, *, prompt_len: in
     tokens = list(rng.integers(0, vocab_size, size=prompt_len))
     with torch.inference_mode():
         try:
-            state = runner.new_state()
+            state = runner.new_state(prompt_len + steps + 1)  # a static cache stays this small
             stepped = [runner.step(state, tokens, 0)]
             for _ in range(steps):
                 tokens.append(int(stepped[-1].argmax()))
@@ -150,7 +161,7 @@ def self_check(runner: StepRunner, name: str, vocab_size: int, *, prompt_len: in
         # the prompt in two chunks (chunked prefill): the second chunk continues the first one's state
         half = prompt_len // 2
         try:
-            state = runner.new_state()
+            state = runner.new_state(prompt_len + steps + 1)
             runner.step(state, tokens[:half], 0)
             chunked = runner.step(state, tokens[:prompt_len], half)
             ok = bool(torch.isfinite(chunked).all()) and float((chunked - want[0]).abs().max()) <= tol
@@ -177,7 +188,7 @@ def _refusal(name: str, why: str) -> str:
 class RequestCaches:
     """Per-request transformers generation states with the KV manager calls the pipeline makes."""
 
-    def __init__(self, max_batch_size: int, max_seq_len: int, new_state: Callable[[], Any]) -> None:
+    def __init__(self, max_batch_size: int, max_seq_len: int, new_state: Callable[[int], Any]) -> None:
         self.max_batch_size = max_batch_size
         self.max_seq_len = max_seq_len
         self._new_state = new_state
@@ -187,9 +198,10 @@ class RequestCaches:
         return request_id in self._caches
 
     def claim(self, request_id: str) -> None:
+        """Reserve a slot; the state is made on the request's first fetch (sized to its ``max_length``)."""
         if request_id in self._caches:
             raise ValueError(f"request {request_id!r} already has a cache")
-        self._caches[request_id] = self._new_state()
+        self._caches[request_id] = None
 
     external_claim = claim
 
@@ -200,6 +212,8 @@ class RequestCaches:
         for c in batch:
             if c.request_id not in self._caches:
                 self.claim(c.request_id)
+            if self._caches[c.request_id] is None:
+                self._caches[c.request_id] = self._new_state(getattr(c, "max_length", None) or self.max_seq_len)
         return [self._caches[c.request_id] for c in batch]
 
     def step(self, batch: Sequence[Any]) -> None:
