@@ -149,19 +149,17 @@ def tiny_model(name: str) -> Any:
 
 def reference_greedy(model: Any, ids: list[int], n: int) -> list[int]:
     """transformers' own greedy ``generate`` (its generation config's cache settings, no logits processors
-    beyond greedy selection, no stop token)."""
-    import copy
-
-    cfg = copy.deepcopy(model.generation_config)
+    beyond greedy selection -- BART-style configs force EOS at the last position -- and no stop token).
+    The processors are switched off on ``model.generation_config`` itself: ``generate`` fills a passed
+    config's unset fields from it."""
+    gc = model.generation_config
     for k in ("forced_eos_token_id", "forced_bos_token_id", "no_repeat_ngram_size", "repetition_penalty",
               "bad_words_ids", "suppress_tokens", "begin_suppress_tokens", "min_length", "min_new_tokens"):
-        if hasattr(cfg, k):
-            setattr(cfg, k, None)
-    cfg.update(do_sample=False, max_new_tokens=n, max_length=None, eos_token_id=None, pad_token_id=0, top_k=None,
-               top_p=None, temperature=None)
+        if getattr(gc, k, None) is not None:
+            setattr(gc, k, None)
     with torch.no_grad():
         g = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                           generation_config=cfg)
+                           max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
     return g[0, len(ids):].tolist()
 
 

@@ -151,7 +151,7 @@ def self_check(runner: StepRunner, name: str, vocab_size: int, *, prompt_len: in
             raise FallbackRefused(_refusal(name, f"its per-step generation fails ({type(e).__name__}: {e})")) from e
         want = full[prompt_len - 1:]
         got = torch.stack(stepped)
-        tol = _tolerance(got.dtype if model.dtype is None else model.dtype) * float(want.max() - want.min())
+        tol = _tolerance(model.dtype) * float(want.max() - want.min())
         err = (got - want).abs().amax(dim=-1)
         if not bool(torch.isfinite(got).all()) or bool((err > tol).any()):
             bad = int((err > tol).nonzero()[0, 0]) if bool((err > tol).any()) else 0
@@ -241,7 +241,6 @@ class HFFallbackModel(PipelineModel):
         from max.graph import DeviceRef
         from max.pipelines.architectures.common.weights import compute_dtype
 
-        name = ", ".join(getattr(huggingface_config, "architectures", None) or []) or "this model"
         if return_logits is not None and ReturnLogits(return_logits) is not ReturnLogits.LAST_TOKEN:
             raise NotImplementedError(f"{huggingface_config.architectures}: the transformers fallback returns "
                                       "last-token logits only (no prompt echo / prompt log probabilities)")
@@ -254,12 +253,14 @@ class HFFallbackModel(PipelineModel):
         if mc.gguf_file is not None:
             kw["gguf_file"] = mc.gguf_file.name
         self.model = transformers.AutoModelForCausalLM.from_pretrained(str(mc.model_dir), **kw).eval().to(self.device)
+        name = ", ".join(getattr(huggingface_config, "architectures", None) or []) or type(self.model).__name__
         self.max_seq_len = self.calculate_max_seq_len(pipeline_config, huggingface_config)
         self.runner = StepRunner(self.model, self.max_seq_len)
         self.weights_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
         text_cfg = self.model.config.get_text_config(decoder=True)
         vocab = int(getattr(text_cfg, "vocab_size", None) or self.model.get_output_embeddings().weight.shape[0])
+        vocab = min(vocab, int(getattr(text_cfg, "unpadded_vocab_size", None) or vocab))  # ids with embeddings
         self_check(self.runner, name, vocab)
         self.compile_seconds = time.perf_counter() - t0
         self.kv_manager = RequestCaches(pipeline_config.max_batch_size or 16, self.max_seq_len, self.runner.new_state)
