@@ -14,6 +14,7 @@ transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 from family_support import hf_greedy  # noqa: E402
+from hf_zoo import REFUSED, ZOO, recurrent_causal_lms, reference_greedy, tiny_model  # noqa: E402
 from test_hf_utils import make_bpe_tokenizer  # noqa: E402
 
 
@@ -116,8 +117,6 @@ def test_cli_no_fallback_flag(gpt2_dir):
 
 
 # --------------------------------------------------------------------------- the zoo: many transformers classes
-from hf_zoo import REFUSED, ZOO, recurrent_causal_lms, reference_greedy, tiny_model  # noqa: E402
-
 ZOO_NEW_TOKENS = 6
 # "import os" fits one prefill chunk; the other prompt is longer than the chunk (chunked prefill)
 ZOO_PROMPTS = ["import os", "def forward(self, x):\n    return self.proj(x) + 1"]
@@ -134,9 +133,8 @@ def test_zoo_greedy_equals_transformers_generate_or_is_refused(name, bpe_tokeniz
     batch (one prompt split by chunked prefill) equal transformers' own ``generate`` on the checkpoint;
     or, for the classes in REFUSED, the load is refused naming the class and --no-fallback."""
     from max.entrypoints.llm import LLM
-    from max.pipelines import PipelineConfig
-
     from max.interfaces import SamplingParams
+    from max.pipelines import PipelineConfig
 
     tiny_model(name).save_pretrained(tmp_path)
     bpe_tokenizer.save_pretrained(tmp_path)
