@@ -340,7 +340,7 @@ def list_architectures() -> None:
         click.echo(f"  {m.name} ({m.task})\n    path: {where}\n    package: {m.package}")
         if m.task == "text generation":
             click.echo(f"    max serve model id: {m.served_name}")
-    click.echo("\nArchitectures:")
+    click.echo("\nArchitectures: (these run natively)")
     register_all_models()
     archs = sorted(PIPELINE_REGISTRY.architectures.values(), key=lambda a: a.name) if hasattr(
         PIPELINE_REGISTRY, "architectures") else []
@@ -350,6 +350,9 @@ def list_architectures() -> None:
         click.echo(f"{a.name}\n    task: {a.task.value}" + (f" ({inputs})" if inputs else "") +
                    f"\n    example: {', '.join(a.example_repo_ids)}\n"
                    f"    encodings: {encs} (default {a.default_encoding.value})")
+    click.echo("\nOther causal LMs that Hugging Face transformers knows run through the transformers fallback "
+               "(slower, no paged KV cache; a model whose step-by-step generation fails a load-time self-check "
+               "is refused); --no-fallback turns it off.")
 
 
 def _serve_on_ray(model_kw: dict, app_kw: dict, *, host: str, port: int, replicas: Any, min_replicas: Any,
