@@ -11,6 +11,16 @@ from max.dtype import DType
 DEFAULT_PAGE_SIZE = 128
 """Tokens per page when ``KVCacheParams.page_size`` is None (MAX's ``kv_cache_page_size`` default)."""
 
+QUANTIZED_KV_DTYPES = (DType.int8, DType.float8_e4m3fn)
+"""Cache dtypes stored as scaled 8-bit codes: each (token, KV head) row of ``head_dim`` codes is followed
+by its float32 scale (4 bytes), so a pool row is ``head_dim + KV_SCALE_BYTES`` elements wide."""
+
+KV_SCALE_BYTES = 4
+
+KV_CACHE_DTYPES = {"int8": DType.int8, "fp8_e4m3": DType.float8_e4m3fn, "float32": DType.float32,
+                   "bfloat16": DType.bfloat16, "float16": DType.float16}
+"""Names accepted by ``--kv-cache-dtype`` (besides ``auto``: the model's float cache dtype)."""
+
 
 class KVCacheStrategy(str, enum.Enum):
     """How the KV cache is laid out."""
@@ -124,9 +134,21 @@ class KVCacheParams:
         """Devices per data-parallel replica."""
         return self.n_devices // self.data_parallel_degree
 
+    @property
+    def is_quantized(self) -> bool:
+        """Whether rows are stored as 8-bit codes with a per-(token, KV head) float32 scale
+        (``dtype`` int8 or float8_e4m3fn; see :data:`QUANTIZED_KV_DTYPES`)."""
+        return self.dtype in QUANTIZED_KV_DTYPES
+
+    @property
+    def row_width(self) -> int:
+        """Elements of one (token, KV head) row in the pool: ``head_dim``, plus the 4 scale bytes of a
+        quantised cache."""
+        return self.head_dim + (KV_SCALE_BYTES if self.is_quantized else 0)
+
     def bytes_per_token(self, num_layers: int) -> int:
         """Bytes of K and V for one token on one device, across ``num_layers`` layers."""
-        return 2 * num_layers * self.n_kv_heads_per_device * self.head_dim * self.dtype.size_in_bytes
+        return 2 * num_layers * self.n_kv_heads_per_device * self.row_width * self.dtype.size_in_bytes
 
     def bytes_per_page(self, num_layers: int) -> int:
         """Bytes of one page (K and V, all layers) on one device."""

@@ -272,12 +272,13 @@ class PagedKVCacheManager(KVCacheManager[Any]):
             num_layers,
             self.page_size,
             params.n_kv_heads_per_device,
-            params.head_dim,
+            params.row_width,
         )
         # Uninitialised (zeroing gigabytes costs seconds): attention only reads positions
         # that were written, and its kernel zeroes the padding it gathers.
         self.device_buffers: list[Any] = [Buffer(params.dtype, shape, device=d) for d in self.devices]
-        """One page pool per device, shape ``[pages, 2, layers, page_size, kv_heads, head_dim]``."""
+        """One page pool per device, shape ``[pages, 2, layers, page_size, kv_heads, row_width]`` (``row_width``:
+        ``head_dim``, or ``head_dim + 4`` for an int8 / fp8 cache: each row's codes then its float32 scale)."""
         logger.info("%s", self.describe())
 
     # ---------------------------------------------------------------- sizing
@@ -685,7 +686,7 @@ class PagedKVCacheManager(KVCacheManager[Any]):
         self, devices: Optional[Sequence[Any]] = None, num_layers: Optional[int] = None
     ) -> list[PagedCacheInputSymbols]:
         """Per device: ``kv_blocks`` (BufferType ``[total_num_pages, 2, num_layers, page_size,
-        n_kv_heads_per_device, head_dim]``), ``cache_lengths`` (uint32 ``["batch_size"]``),
+        n_kv_heads_per_device, row_width]``, ``row_width`` = ``KVCacheParams.row_width``), ``cache_lengths`` (uint32 ``["batch_size"]``),
         ``lookup_table`` (uint32 ``["batch_size", "max_num_pages"]``) and ``max_lengths``
         (uint32 ``["steps_remaining", 2]`` on the CPU)."""
         from max.graph import BufferType, DeviceRef, TensorType
@@ -705,7 +706,7 @@ class PagedKVCacheManager(KVCacheManager[Any]):
                             layers,
                             self.page_size,
                             self.params.n_kv_heads_per_device,
-                            self.params.head_dim,
+                            self.params.row_width,
                         ],
                         ref,
                     ),
