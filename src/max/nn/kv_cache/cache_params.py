@@ -75,6 +75,9 @@ class KVCacheParams:
     n_devices: int = 1
     data_parallel_degree: int = 1
     n_kv_heads_per_device: int = 0
+    host_kvcache_spill_dir: Optional[str] = None
+    """With ``enable_kvcache_swapping_to_host``: keep evicted prefix-cache pages as files in this directory
+    (bounded by ``host_kvcache_swap_space_gb``) instead of host memory."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.dtype, DType):
@@ -113,6 +116,8 @@ class KVCacheParams:
                 raise ValueError(
                     "KVCacheParams: enable_kvcache_swapping_to_host requires host_kvcache_swap_space_gb > 0"
                 )
+        elif self.host_kvcache_spill_dir is not None:
+            raise ValueError("KVCacheParams: host_kvcache_spill_dir requires enable_kvcache_swapping_to_host")
 
     @property
     def dtype_shorthand(self) -> str:
