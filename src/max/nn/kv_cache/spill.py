@@ -109,7 +109,7 @@ class PageSpillStore:
         arrays, _ = entry
         if arrays is None:
             assert self._layout is not None
-            data = self._path(h).read_bytes()
+            data = bytearray(self._path(h).read_bytes())  # writable: torch copies from it
             arrays, pos = [], 0
             for shape, dt in self._layout:
                 n = int(np.prod(shape)) * dt.itemsize

@@ -1,0 +1,201 @@
+"""The prefix cache's spill tier: pages evicted from the pool go to a bounded host-memory or disk store
+(``PageSpillStore``) and come back, byte for byte, on a later prefix hit; its figures reach /metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from max.driver import CPU
+from max.dtype import DType
+from max.nn.kv_cache import KVCacheParams, PagedKVCacheManager
+from max.nn.kv_cache.spill import PageSpillStore
+from test_kv_cache_context import FakeContext
+
+P = 4
+
+
+def manager(pages=8, spill_gb=1.0, spill_dir=None, dtype=DType.float32, swap=True) -> PagedKVCacheManager:
+    params = KVCacheParams(dtype=dtype, n_kv_heads=2, head_dim=8, page_size=P, enable_prefix_caching=True,
+                           enable_kvcache_swapping_to_host=swap, host_kvcache_swap_space_gb=spill_gb if swap else None,
+                           host_kvcache_spill_dir=str(spill_dir) if spill_dir is not None else None)
+    return PagedKVCacheManager(params, 4, 16, 2, [CPU()], total_num_pages=pages)
+
+
+def prefill(m: PagedKVCacheManager, rid: str, tokens, rng) -> tuple[FakeContext, list[int]]:
+    """Claim, fetch, 'compute' (random K/V bytes into the request's new positions), commit."""
+    ctx = FakeContext(rid, tokens)
+    m.claim(rid)
+    m.fetch([ctx])
+    pages = m.get_req_blocks(rid)
+    blocks = m.device_buffers[0]._torch()
+    for pos in range(int(ctx.start_idx), int(ctx.active_idx)):
+        page = pages[pos // P]
+        blocks[page, :, :, pos % P] = blocks.new_tensor(rng.standard_normal(blocks[page, :, :, 0].shape))
+    ctx.update(7)
+    m.step([ctx])
+    return ctx, pages
+
+
+def page_bytes(m: PagedKVCacheManager, page: int) -> np.ndarray:
+    return m.device_buffers[0]._torch()[page].clone().numpy()
+
+
+@pytest.mark.parametrize("where", ["host", "disk"])
+def test_evicted_pages_come_back_from_the_spill_tier(where, tmp_path):
+    rng = np.random.default_rng(0)
+    m = manager(spill_dir=tmp_path / "spill" if where == "disk" else None)
+    assert m.spill is not None and m.spill.kind == where
+    prefix = list(range(100, 112))  # 3 full pages
+    _, pa = prefill(m, "a", prefix + [1], rng)
+    saved = [page_bytes(m, p) for p in pa[:3]]
+    m.release("a")
+    assert m.num_cached_pages == 3
+    # two other requests take every page of the pool: a's cached pages are evicted into the tier
+    prefill(m, "b", list(range(200, 215)), rng)
+    prefill(m, "c", list(range(300, 315)), rng)
+    assert m.num_cached_pages == 6 and m.spill.stored_pages == 3 and len(m.spill) == 3
+    if where == "disk":
+        assert len(list((tmp_path / "spill").glob("*.kvpage"))) == 3
+    m.release("b")
+    m.release("c")
+    d = FakeContext("d", prefix + [5, 6])
+    m.claim("d")
+    m.fetch([d])
+    assert d.start_idx == 12  # the 3 pages were not recomputed
+    pd = m.get_req_blocks("d")
+    for p, want in zip(pd[:3], saved):
+        np.testing.assert_array_equal(page_bytes(m, p), want)
+    assert m.spill_hit_tokens == 12 and m.prefix_cache_hit_tokens == 12 and m.spill.hit_pages == 3
+    # a's pages left the tier; d's 4 pages took the pool's 2 never-cached pages and evicted 2 of b's / c's
+    assert len(m.spill) == 2 and m.spill.stored_pages == 5
+    m.check_invariants()
+    # the restored pages are in the pool's index again: a next request shares them without the tier
+    e = FakeContext("e", prefix + [9])
+    m.claim("e")
+    m.fetch([e])
+    assert m.get_req_blocks("e")[:3] == pd[:3] and m.spill.hit_pages == 3
+    m.check_invariants()
+    m.reset_prefix_cache()
+    assert len(m.spill) == 0 and m.spill.bytes_used == 0
+    if where == "disk":
+        assert not list((tmp_path / "spill").glob("*.kvpage"))
+
+
+def test_without_the_tier_an_evicted_prefix_is_recomputed():
+    rng = np.random.default_rng(1)
+    m = manager(swap=False)
+    assert m.spill is None
+    prefix = list(range(100, 112))
+    prefill(m, "a", prefix + [1], rng)
+    m.release("a")
+    prefill(m, "b", list(range(200, 215)), rng)
+    prefill(m, "c", list(range(300, 315)), rng)
+    m.release("b")
+    m.release("c")
+    d = FakeContext("d", prefix + [5])
+    m.claim("d")
+    m.fetch([d])
+    assert d.start_idx == 0 and m.prefix_cache_hit_tokens == 0
+
+
+def test_quantised_pages_spill_and_return_bit_exact():
+    rng = np.random.default_rng(2)
+    m = manager(dtype=DType.int8)
+    assert m.device_buffers[0]._torch().shape[-1] == 8 + 4  # codes + float32 scale
+    prefix = list(range(100, 112))
+    _, pa = prefill(m, "a", prefix + [1], rng)
+    saved = [page_bytes(m, p) for p in pa[:3]]
+    m.release("a")
+    prefill(m, "b", list(range(200, 215)), rng)
+    prefill(m, "c", list(range(300, 315)), rng)
+    m.release("b")
+    m.release("c")
+    d = FakeContext("d", prefix + [5])
+    m.claim("d")
+    m.fetch([d])
+    assert d.start_idx == 12
+    for p, want in zip(m.get_req_blocks("d")[:3], saved):
+        np.testing.assert_array_equal(page_bytes(m, p), want)
+
+
+def test_a_batch_restoring_the_same_page_twice_shares_it():
+    rng = np.random.default_rng(3)
+    m = manager(pages=8)
+    prefix = list(range(100, 108))  # 2 full pages
+    prefill(m, "a", prefix + [1], rng)
+    m.release("a")
+    prefill(m, "b", list(range(200, 215)), rng)
+    prefill(m, "c", list(range(300, 315)), rng)
+    m.release("b")
+    m.release("c")
+    assert m.spill.stored_pages == 2  # a's two cached pages
+    x, y = FakeContext("x", prefix + [5]), FakeContext("y", prefix + [6, 7])
+    m.claim("x")
+    m.claim("y")
+    m.fetch([x, y])
+    assert x.start_idx == y.start_idx == 8
+    assert m.get_req_blocks("x")[:2] == m.get_req_blocks("y")[:2]
+    assert m.spill.hit_pages == 2
+    m.check_invariants()
+
+
+def test_store_is_bounded_lru_and_validates():
+    s = PageSpillStore(100)
+    a = [np.zeros(40, np.uint8)]
+    assert s.put(b"1", a) and s.put(b"2", a)
+    assert s.get(b"1") is not None  # 1 is now the most recently used
+    assert s.put(b"3", a)  # 120 > 100 bytes: the least recently used (2) is dropped
+    assert b"2" not in s and b"1" in s and b"3" in s and s.dropped_pages == 1 and s.bytes_used == 80
+    assert not PageSpillStore(100).put(b"big", [np.zeros(101, np.uint8)])  # larger than the whole store
+    with pytest.raises(ValueError, match="same shapes"):
+        s.put(b"4", [np.zeros(8, np.float32)])
+    with pytest.raises(ValueError, match="capacity_bytes"):
+        PageSpillStore(0)
+    with pytest.raises(ValueError, match="host_kvcache_spill_dir requires"):
+        KVCacheParams(dtype=DType.float32, n_kv_heads=1, head_dim=4, host_kvcache_spill_dir="/tmp/x")
+
+
+def test_disk_store_round_trip(tmp_path):
+    s = PageSpillStore(1 << 20, tmp_path)
+    arrays = [np.arange(24, dtype=np.uint8).reshape(2, 12), np.arange(24, 48, dtype=np.uint8).reshape(2, 12)]
+    s.put(bytes(range(16)), arrays)
+    got = s.get(bytes(range(16)))
+    for g, w in zip(got, arrays):
+        np.testing.assert_array_equal(g, w)
+    s.close()
+    assert not list(tmp_path.iterdir())
+
+
+def test_metrics_report_prefix_and_spill_hits():
+    pytest.importorskip("prometheus_client")
+    from max.serve.metrics import ServeMetrics
+
+    rng = np.random.default_rng(4)
+    m = manager()
+    metrics = ServeMetrics()
+    metrics.bind(None, m)
+    prefix = list(range(100, 112))
+    prefill(m, "a", prefix + [1], rng)
+    m.release("a")
+    prefill(m, "b", list(range(200, 215)), rng)
+    prefill(m, "c", list(range(300, 315)), rng)
+    m.release("b")
+    m.release("c")
+    d = FakeContext("d", prefix + [5, 6])
+    m.claim("d")
+    m.fetch([d])
+    text = metrics.render()[0].decode()
+
+    def value(name: str) -> float:
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"maxserve_{name} "))
+        return float(line.split()[1])
+
+    queried = 13 + 15 + 15 + 14
+    assert value("prefix_cache_queried_tokens") == queried
+    assert value("prefix_cache_hit_tokens") == 12 and value("prefix_cache_spill_hit_tokens") == 12
+    assert value("prefix_cache_hit_ratio") == pytest.approx(12 / queried)
+    assert value("prefix_cache_spill_hit_ratio") == pytest.approx(12 / queried)
+    assert value("kv_spill_hit_pages") == 3 and value("kv_spill_stored_pages") == m.spill.stored_pages
+    assert value("kv_spill_pages") == len(m.spill) and value("kv_spill_bytes") == m.spill.bytes_used > 0
+    metrics.bind(None, m)  # binding again is harmless
