@@ -140,6 +140,57 @@ def test_a_batch_restoring_the_same_page_twice_shares_it():
     m.check_invariants()
 
 
+def test_restoring_into_a_full_tier_keeps_the_pages_being_restored():
+    """The tier holds exactly a's 3 pages and the pool has no never-cached page: each restore evicts one of
+    c's cached pages into the full tier, which drops its least recently used page -- one of a's pages not
+    restored yet, whose contents must already be in hand."""
+    rng = np.random.default_rng(5)
+    page_bytes = 2 * 2 * P * 2 * 8 * 4
+    m = manager(spill_gb=3 * page_bytes / (1 << 30))
+    assert m.spill.capacity_bytes == 3 * page_bytes
+    prefix = list(range(100, 112))
+    _, pa = prefill(m, "a", prefix + [1], rng)
+    saved = [page_bytes_of(m, p) for p in pa[:3]]
+    m.release("a")
+    prefill(m, "b", list(range(200, 215)), rng)  # held throughout
+    prefill(m, "c", list(range(300, 316)), rng)  # 4 full pages, all cached once released
+    m.release("c")
+    assert len(m.spill) == 3 and m.pool.num_free == 4 and not m.pool._free
+    d = FakeContext("d", prefix + [5, 6])
+    m.claim("d")
+    m.fetch([d])
+    assert d.start_idx == 12 and m.spill.dropped_pages >= 1
+    for p, want in zip(m.get_req_blocks("d")[:3], saved):
+        np.testing.assert_array_equal(page_bytes_of(m, p), want)
+    m.check_invariants()
+
+
+def test_chunked_prefill_lookup_restores_only_while_pages_are_free():
+    """``reuse_cached_prefix`` (called before chunking a long prompt) brings spilled pages back only while
+    free pages last; the rest of the prompt is computed."""
+    rng = np.random.default_rng(6)
+    m = manager(pages=8)
+    prefix = list(range(100, 112))
+    prefill(m, "a", prefix + [1], rng)
+    m.release("a")
+    prefill(m, "b", list(range(200, 215)), rng)
+    prefill(m, "c", list(range(300, 315)), rng)  # a's 3 pages are in the tier, the pool is full
+    m.release("c")
+    m.release("b")
+    prefill(m, "h1", list(range(400, 415)), rng)  # 4 more pages held: 4 pages (b's / c's cached) free
+    prefill(m, "h2", list(range(500, 506)), rng)  # 2 more held: 2 free
+    assert m.pool.num_free == 2
+    d = FakeContext("d", prefix + [5])
+    m.claim("d")
+    assert m.reuse_cached_prefix(d) == 2 * P  # 2 of a's 3 pages came back, in order
+    assert d.start_idx == 8 and m.spill_hit_tokens == 8
+    m.check_invariants()
+
+
+def page_bytes_of(m: PagedKVCacheManager, page: int) -> np.ndarray:
+    return page_bytes(m, page)
+
+
 def test_store_is_bounded_lru_and_validates():
     s = PageSpillStore(100)
     a = [np.zeros(40, np.uint8)]

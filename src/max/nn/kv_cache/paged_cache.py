@@ -268,6 +268,7 @@ class PagedKVCacheManager(KVCacheManager[Any]):
         self.spill_hit_tokens = 0
         """Prefix-cache hit tokens whose pages came back from the spill tier (part of ``prefix_cache_hit_tokens``)."""
         self._inc_model: Any = None
+        self._pending_restores: dict[bytes, list[Any]] = {}
         self.spill: Optional[Any] = None
         """The prefix cache's host / disk tier (a ``PageSpillStore``), with ``enable_kvcache_swapping_to_host``."""
         if params.enable_kvcache_swapping_to_host:
@@ -583,9 +584,16 @@ class PagedKVCacheManager(KVCacheManager[Any]):
         return self._build_inputs(batch, num_steps)
 
     def _pin_hits(self, pl: _Plan) -> None:
-        for page, _ in pl.matched:
+        """Hold a plan's pool hits, and read its spill-tier hits now: allocating pages evicts cached pages
+        into the tier, which may then drop the least recently used pages -- those could be ours."""
+        for page, h in pl.matched:
             if page is not None:
                 self.pool.acquire(page)
+            elif h not in self._pending_restores and self.pool.lookup(h) is None:
+                assert self.spill is not None
+                arrays = self.spill.get(h)
+                assert arrays is not None
+                self._pending_restores[h] = arrays
 
     def _restore(self, h: bytes) -> int:
         """A held page with the contents the spill tier keeps under ``h`` (registered under ``h``)."""
@@ -594,8 +602,7 @@ class PagedKVCacheManager(KVCacheManager[Any]):
             self.pool.acquire(page)
             return page
         assert self.spill is not None
-        arrays = self.spill.get(h)
-        assert arrays is not None
+        arrays = self._pending_restores.pop(h)
         page = self.pool.alloc()
         import torch
 
