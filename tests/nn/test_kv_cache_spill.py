@@ -46,6 +46,8 @@ def test_evicted_pages_come_back_from_the_spill_tier(where, tmp_path):
     rng = np.random.default_rng(0)
     m = manager(spill_dir=tmp_path / "spill" if where == "disk" else None)
     assert m.spill is not None and m.spill.kind == where
+    assert "spill tier: up to 1.0 GiB in " + (str(tmp_path / "spill") if where == "disk" else "host memory") \
+        in m.describe()
     prefix = list(range(100, 112))  # 3 full pages
     _, pa = prefill(m, "a", prefix + [1], rng)
     saved = [page_bytes(m, p) for p in pa[:3]]

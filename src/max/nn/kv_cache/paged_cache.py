@@ -400,7 +400,9 @@ class PagedKVCacheManager(KVCacheManager[Any]):
         devs = ", ".join(str(getattr(d, "label", d)) for d in self.devices)
         return (f"KV cache: {self.total_num_pages} pages x {self.page_size} tokens = {self.capacity_tokens} tokens, "
                 f"{format_bytes(self.memory_bytes)} {self.params.dtype_shorthand} on {devs} "
-                f"({self.total_num_pages // self.max_pages_per_seq} sequences of {self.max_seq_len} tokens)")
+                f"({self.total_num_pages // self.max_pages_per_seq} sequences of {self.max_seq_len} tokens)"
+                + (f"; prefix-cache spill tier: up to {format_bytes(self.spill.capacity_bytes)} in "
+                   f"{self.spill.directory or 'host memory'}" if self.spill is not None else ""))
 
     @property
     def num_cached_pages(self) -> int:
