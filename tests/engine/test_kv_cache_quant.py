@@ -181,3 +181,78 @@ def test_unknown_cache_kind_is_refused():
     assert so.lmx_paged_attention(q.data_ptr(), 1, 1, 1, 16, 1, offs.data_ptr(), one.data_ptr(), one.data_ptr(), 1,
                                   4, blocks.data_ptr(), 99, *blocks.stride()[:4], 0, ctypes.c_float(1.0), -1, 1,
                                   q.data_ptr()) == -1
+
+
+@pytest.mark.parametrize("dtype", QDTYPES)
+def test_every_torch_kernel_on_a_quantised_cache(dtype):
+    """Each torch kernel that writes or reads the pool, on a quantised cache vs a float32 cache: writes
+    store exactly ``kv_encode`` of what the float cache stores; read-modify-writes (RoPE, key norm) are the
+    float result re-encoded; attention over the same (decoded) values gives the same output."""
+    from max.engine.kernels.decoder import mla_attention_ragged, ragged_attention, store_kv_ragged
+    from max.engine.kernels.ragged import (fused_qk_ragged_rope, fused_qkv_ragged_matmul, ragged_rope_tables,
+                                           ragged_write_plan, rms_norm_key_cache)
+
+    g = torch.Generator().manual_seed(0)
+    pages, page, layers, layer, hkv, h, d = 6, 4, 2, 1, 2, 4, 16
+    offs, cl = torch.tensor([0, 3, 5]), torch.tensor([2, 6])
+    lookup = torch.tensor([[4, 1, 0], [2, 5, 3]])
+    tok_pos, wp, wo = ragged_write_plan(offs, cl, lookup, page)
+    t = 5
+    qb = torch.zeros(pages, 2, layers, page, hkv, d + 4, dtype=dtype)
+    fb = torch.zeros(pages, 2, layers, page, hkv, d)
+
+    def as_float(blocks):
+        return kv_decode(blocks.view(torch.uint8), dtype)
+
+    # fill the earlier positions (the cache before this step) with the same decoded values in both
+    prev = kv_encode(torch.randn(pages, 2, layers, page, hkv, d, generator=g), dtype)
+    qb.view(torch.uint8).copy_(prev)
+    fb.copy_(kv_decode(prev, dtype))
+    # store_kv_ragged: the quantised rows are exactly kv_encode of the float rows
+    k, v = torch.randn(t, hkv, d, generator=g) * 3, torch.randn(t, hkv, d, generator=g)
+    store_kv_ragged(k, v, qb, wp, wo, layer=layer)
+    store_kv_ragged(k, v, fb, wp, wo, layer=layer)
+    assert torch.equal(qb.view(torch.uint8)[wp, :, layer, wo], kv_encode(fb[wp, :, layer, wo], dtype))
+    # fused_qkv_ragged_matmul writes the same way
+    x, w = torch.randn(t, 32, generator=g), torch.randn((h + 2 * hkv) * d, 32, generator=g) * 0.2
+    q1 = fused_qkv_ragged_matmul(x, w, qb, wp, wo, layer=layer, n_heads=h, n_kv_heads=hkv, head_dim=d,
+                                 has_bias=False)
+    q2 = fused_qkv_ragged_matmul(x, w, fb, wp, wo, layer=layer, n_heads=h, n_kv_heads=hkv, head_dim=d,
+                                 has_bias=False)
+    assert torch.equal(q1, q2)
+    assert torch.equal(qb.view(torch.uint8)[wp, :, layer, wo], kv_encode(fb[wp, :, layer, wo], dtype))
+    fb[wp, :, layer, wo] = as_float(qb)[wp, :, layer, wo]  # both caches hold the same values again
+    # RoPE on the cached keys: the float result of the decoded keys, re-encoded
+    ang = torch.arange(16, dtype=torch.float64)[:, None] * (1.0 / 100.0 ** (torch.arange(d // 2) * 2 / d))
+    freqs = torch.stack([ang.cos(), ang.sin()], -1).reshape(16, d).float()
+    cos, sin = ragged_rope_tables(freqs, tok_pos)
+    qr = torch.randn(t, h, d, generator=g)
+    assert torch.equal(fused_qk_ragged_rope(qr, cos, sin, qb, wp, wo, layer=layer, interleaved=False),
+                       fused_qk_ragged_rope(qr, cos, sin, fb, wp, wo, layer=layer, interleaved=False))
+    assert torch.equal(qb.view(torch.uint8)[wp, 0, layer, wo], kv_encode(fb[wp, 0, layer, wo], dtype))
+    fb[wp, :, layer, wo] = as_float(qb)[wp, :, layer, wo]
+    # key RMS norm, in place
+    gamma = torch.rand(d, generator=g) + 0.5
+    rms_norm_key_cache(gamma, qb, wp, wo, layer=layer, eps=1e-6, weight_offset=0.0, cols=d, multiply_before_cast=True)
+    rms_norm_key_cache(gamma, fb, wp, wo, layer=layer, eps=1e-6, weight_offset=0.0, cols=d, multiply_before_cast=True)
+    assert torch.equal(qb.view(torch.uint8)[wp, 0, layer, wo], kv_encode(fb[wp, 0, layer, wo], dtype))
+    fb[wp, :, layer, wo] = as_float(qb)[wp, :, layer, wo]
+    assert torch.equal(as_float(qb), fb)
+    # attention kernels over the same values: the same outputs
+    plan = ragged_read_plan(offs, cl, lookup, page)
+    qa = torch.randn(t, h, d, generator=g)
+    for causal, window in ((True, -1), (True, 3), (False, -1)):
+        assert torch.equal(flash_attention_ragged(qa, qb, *plan, layer=layer, scale=0.25, causal=causal,
+                                                  window=window, head_dim=d),
+                           flash_attention_ragged(qa, fb, *plan, layer=layer, scale=0.25, causal=causal,
+                                                  window=window, head_dim=d))
+    assert torch.equal(ragged_attention(qa, qb, *plan, layer=layer, scale=0.25, window=-1, softcap=5.0,
+                                        has_sinks=False),
+                       ragged_attention(qa, fb, *plan, layer=layer, scale=0.25, window=-1, softcap=5.0,
+                                        has_sinks=False))
+    # MLA reads one latent row per token (here: the 2 "heads" are its two halves)
+    qm = torch.randn(t, 3, 2 * d, generator=g)
+    assert torch.equal(mla_attention_ragged(qm, qb[:, :, :, :, :1].contiguous(), *plan, layer=layer, scale=0.1,
+                                            latent_dim=d),
+                       mla_attention_ragged(qm, fb[:, :, :, :, :1].contiguous(), *plan, layer=layer, scale=0.1,
+                                            latent_dim=d))
