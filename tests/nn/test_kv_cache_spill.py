@@ -398,3 +398,25 @@ def test_random_loop_restores_pages_with_the_right_contents():
         restored += m.m.spill.hit_pages
         m.teardown()
     assert restored >= 5
+
+
+def test_a_plan_allocating_never_takes_a_cached_page_another_plan_of_the_batch_hits():
+    """Free pages are all cached (a's prefix page least recently freed): x, first in the batch, needs a new
+    page and y hits a's page.  Every hit is held before any allocation, so x gets another page (allocating
+    first handed x the page y then shared, and x's tokens overwrote y's prefix)."""
+    rng = np.random.default_rng(7)
+    m = PagedKVCacheManager(KVCacheParams(dtype=DType.float32, n_kv_heads=1, head_dim=2, page_size=P,
+                                          enable_prefix_caching=True), 4, 16, 1, [CPU()], total_num_pages=5)
+    prefill(m, "a", [1, 2, 3, 4, 7], rng)
+    m.release("a")
+    prefill(m, "z", list(range(50, 59)), rng)
+    m.release("z")
+    prefill(m, "w", list(range(60, 65)), rng)  # held: no never-cached page is left
+    assert not m.pool._free and m.pool.num_free == 3
+    x, y = FakeContext("x", [99]), FakeContext("y", [1, 2, 3, 4, 5])
+    m.claim("x")
+    m.claim("y")
+    m.fetch([x, y])
+    assert y.start_idx == 4
+    assert not set(m.get_req_blocks("x")) & set(m.get_req_blocks("y"))
+    m.check_invariants()
