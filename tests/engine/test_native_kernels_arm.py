@@ -264,6 +264,34 @@ def _attn_case(seed: int, bf16: bool, window: int, causal: bool):
 ATTN = [_attn_case(700, False, 5, True), _attn_case(701, True, -1, True), _attn_case(702, True, 4, False),
         _attn_case(703, False, -1, False)]
 
+
+# paged attention over int8 / fp8 e4m3 pages (codes + a float32 scale per row, --kv-cache-dtype), d = 24:
+# the NEON 8-wide dequantisation plus a tail
+def _qattn_case(seed: int, dtype: torch.dtype, window: int, causal: bool):
+    from max.engine.kernels.ragged import KV_KINDS, kv_decode, kv_encode
+
+    rng = np.random.default_rng(seed)
+    lens, hkv, group, d, page, layers, layer = [(5, 3), (12, 1), (0, 4)], 2, 3, 24, 8, 2, 1
+    h = hkv * group
+    maxp = max((c + n + page - 1) // page for c, n in lens)
+    npages = len(lens) * maxp + 3
+    x = torch.from_numpy(rng.standard_normal((npages, 2, layers, page, hkv, d)).astype(np.float32))
+    raw = kv_encode(x, dtype)
+    lookup = rng.permutation(npages)[:len(lens) * maxp].reshape(len(lens), maxp).astype(np.int64)
+    cl = np.array([c for c, _ in lens], dtype=np.int64)
+    offs = np.concatenate([[0], np.cumsum([n for _, n in lens])]).astype(np.int64)
+    t = int(offs[-1])
+    q = rng.standard_normal((t, h, d)).astype(np.float32)
+    c = case(OP_ATTN, (t, h, hkv, d, len(lens), maxp, page, KV_KINDS[dtype], *raw.stride()[:4], layer, window,
+                       int(causal)), (0.25,), (q, offs, cl, lookup, raw.numpy()))
+    return dict(case=c, lens=lens, cache=kv_decode(raw, dtype), lookup=torch.from_numpy(lookup),
+                q=torch.from_numpy(q), offs=offs, group=group, page=page, layer=layer, window=window, causal=causal,
+                h=h)
+
+
+ATTN += [_qattn_case(710, torch.int8, 5, True), _qattn_case(711, torch.int8, -1, False),
+         _qattn_case(712, torch.float8_e4m3fn, -1, True)]
+
 # ---------------------------------------------------------------- the tests
 
 pytestmark = pytest.mark.parametrize("variant", ARM_VARIANTS)

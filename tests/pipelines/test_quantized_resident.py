@@ -231,6 +231,20 @@ def test_smollm2_accuracy_against_float32(isa, smollm2_reference, monkeypatch):
     assert res["top1"] >= 0.95, res
 
 
+@pytest.mark.slow
+def test_smollm2_int8_kv_cache_against_the_float_cache(smollm2_reference):
+    """``--kv-cache-dtype int8`` on the same float32 weights as the reference (so only the cache differs),
+    512 teacher-forced positions: measured mean KL 0.0006, top-1 97.1 % (fp8_e4m3: 0.0039, 96.1 %; a
+    bfloat16 cache: 0.00002, 99.8 %); the issue's bar is KL <= 0.01, top-1 >= 95 %.  The cache takes 12,240
+    bytes per token instead of 46,080 (float32)."""
+    path, ids, ref = smollm2_reference
+    got = teacher_forced_logits(path, ids, "float32", kv_cache_dtype="int8")
+    res = compare_distributions(ref[:-1], got[:-1])
+    assert res["positions"] == 512
+    assert 0 < res["mean_kl"] <= 0.01, res
+    assert res["top1"] >= 0.95, res
+
+
 def test_gguf_with_a_kind_without_kernels_is_refused_clearly(tiny256, tmp_path):
     """IQ4_NL (an i-quant no libremax kernel reads): the error names the file's types and the supported ones."""
     from max.pipelines import PipelineConfig

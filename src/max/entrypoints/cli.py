@@ -71,6 +71,20 @@ def _model_options(f: Any) -> Any:
                      help="KV cache size per device, e.g. 512MiB or 2GiB (default: room for --max-batch-size "
                           "sequences of --max-length tokens but at most 32768 tokens, within "
                           "--device-memory-utilization of free memory)."),
+        click.option("--kv-cache-dtype", type=click.Choice(["auto", "int8", "fp8_e4m3", "float32", "bfloat16",
+                                                             "float16"]), default=None, expose_value=False,
+                     callback=_model_extra, help="How the KV cache stores keys and values: auto (the model's "
+                     "float dtype), or int8 / fp8_e4m3 (8-bit codes with a scale per token and KV head: about a "
+                     "quarter of a float32 cache; int8 costs SmolLM2 a KL of ~0.0006), or a float dtype."),
+        click.option("--enable-kvcache-swapping-to-host", is_flag=True, default=None, expose_value=False,
+                     callback=_model_extra, help="Spill prefix-cache pages evicted from the KV cache to host memory "
+                     "(or --kv-cache-spill-dir) and bring them back on a prefix hit."),
+        click.option("--host-kvcache-swap-space-gb", type=click.FloatRange(0, min_open=True), default=None,
+                     expose_value=False, callback=_model_extra,
+                     help="Most GiB the prefix cache's spill tier holds (default 50)."),
+        click.option("--kv-cache-spill-dir", type=click.Path(file_okay=False), default=None, expose_value=False,
+                     callback=_model_extra, help="Spill evicted prefix-cache pages to files in this directory "
+                     "instead of host memory (implies --enable-kvcache-swapping-to-host)."),
         click.option("--device-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=None,
                      help="Most of the free device memory the default-sized KV cache may take (default 0.9)."),
         click.option("--draft-model-path", default=None,
@@ -93,6 +107,16 @@ def _model_options(f: Any) -> Any:
     for o in reversed(opts):
         f = o(f)
     return f
+
+
+def _model_extra(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Model options that reach ``PipelineConfig`` through :func:`config_kwargs` (not the commands' arguments)."""
+    if value is not None:
+        extra = ctx.meta.setdefault("libremax.model_extra", {})
+        extra[param.name] = value
+        if param.name == "kv_cache_spill_dir":
+            extra["enable_kvcache_swapping_to_host"] = True
+    return value
 
 
 def build_config(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
@@ -119,6 +143,10 @@ def config_kwargs(model_path: Any, quantization_encoding: Any, devices: str, max
     if prefill_chunk_size:
         kw["prefill_chunk_size"] = prefill_chunk_size
     kw.update({k: v for k, v in extra.items() if v is not None})
+    cctx = click.get_current_context(silent=True)
+    if cctx is not None:  # options given on the command line (_model_extra)
+        for k, v in cctx.meta.get("libremax.model_extra", {}).items():
+            kw.setdefault(k, v)
     return kw
 
 

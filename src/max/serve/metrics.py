@@ -68,6 +68,33 @@ class ServeMetrics:
             self.kv_usage.set_function(lambda: (used() / total()) if total() else 0.0)
             self.kv_bytes.set_function(_safe(lambda: kv_manager.memory_bytes))
             self.kv_tokens.set_function(_safe(lambda: kv_manager.capacity_tokens))
+            self._bind_prefix_cache(kv_manager)
+
+    def _bind_prefix_cache(self, kv: Any) -> None:
+        """Prefix-cache hit rates, and its host / disk spill tier (pages, bytes, tokens served from it)."""
+        def spill(attr: str) -> Callable[[], float]:
+            return lambda: getattr(kv.spill, attr) if getattr(kv, "spill", None) is not None else 0
+
+        for name, doc, fn in (
+                ("prefix_cache_queried_tokens", "Prompt tokens looked up in the prefix cache",
+                 lambda: kv.prefix_cache_queried_tokens),
+                ("prefix_cache_hit_tokens", "Prompt tokens served from the prefix cache (either tier)",
+                 lambda: kv.prefix_cache_hit_tokens),
+                ("prefix_cache_hit_ratio", "Prefix-cache hit tokens / queried tokens", lambda: kv.cache_hit_rate),
+                ("prefix_cache_spill_hit_tokens", "Prompt tokens whose pages came back from the spill tier",
+                 lambda: getattr(kv, "spill_hit_tokens", 0)),
+                ("prefix_cache_spill_hit_ratio", "Spill-tier hit tokens / queried tokens",
+                 lambda: (kv.spill_hit_tokens / kv.prefix_cache_queried_tokens)
+                 if kv.prefix_cache_queried_tokens else 0.0),
+                ("kv_spill_pages", "Evicted KV pages kept in the spill tier",
+                 lambda: len(kv.spill) if getattr(kv, "spill", None) is not None else 0),
+                ("kv_spill_bytes", "Bytes of the spill tier in use", spill("bytes_used")),
+                ("kv_spill_capacity_bytes", "Bytes the spill tier may hold", spill("capacity_bytes")),
+                ("kv_spill_stored_pages", "Pages written to the spill tier (cumulative)", spill("stored_pages")),
+                ("kv_spill_hit_pages", "Pages read back from the spill tier (cumulative)", spill("hit_pages"))):
+            if f"{PREFIX}_{name}" in getattr(self.registry, "_names_to_collectors", {}):
+                continue  # bound before
+            Gauge(f"{PREFIX}_{name}", doc, registry=self.registry).set_function(_safe(fn))
 
     def bind_speculative(self, spec: Any) -> None:
         """Speculative decoding: draft tokens proposed / accepted and the acceptance rate, read from the

@@ -31,6 +31,9 @@ from max.graph.type import TensorType
 _CONST_OPS = {"weight", "constant", "bound"}
 
 
+# cache dtypes lmx_paged_attention reads (int8 / fp8 e4m3fn: codes + a float32 scale per row)
+_NATIVE_CACHE_DTYPES = (DType.float32, DType.bfloat16, DType.int8, DType.float8_e4m3fn)
+
 def _fresh_id(prog: Program) -> int:
     top = max([*prog.types, *prog.input_ids, *(o for n in prog.nodes for o in n.outs)], default=0)
     return top + 1
@@ -91,7 +94,7 @@ def lower(prog: Program, policy: Optional[BackendPolicy] = None) -> dict[str, in
             q, blocks = n.inputs[0], n.inputs[1]
             rest = n.inputs[8:]
             cache_dt = prog.types[blocks].dtype
-            if cache_dt in (DType.float32, DType.bfloat16) and prog.types[q].dtype == DType.float32:
+            if cache_dt in _NATIVE_CACHE_DTYPES and prog.types[q].dtype == DType.float32:
                 attrs = {k: v for k, v in n.attrs.items() if k != "native_operands"}
                 n = PNode("flash_attention_ragged_native", (q, blocks, *rest), attrs, n.types, n.outs, n.loc,
                           n.side_effects, n.regions)

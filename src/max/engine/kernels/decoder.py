@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from max.engine.kernels import kernel
+from max.engine.kernels.ragged import KV_KINDS, kv_load, kv_store
 
 
 @kernel("ragged_rope")
@@ -32,9 +33,9 @@ def ragged_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleav
 @kernel("store_kv_ragged", pure=False)
 def store_kv_ragged(k: torch.Tensor, *rest: torch.Tensor, layer: int, has_v: bool = True) -> None:
     v, blocks, write_page, write_offset = rest if has_v else (None, *rest)
-    blocks[write_page, 0, layer, write_offset] = k.to(blocks.dtype)
+    kv_store(blocks, (write_page, 0, layer, write_offset), k)
     if v is not None:
-        blocks[write_page, 1, layer, write_offset] = v.to(blocks.dtype)
+        kv_store(blocks, (write_page, 1, layer, write_offset), v)
 
 
 @kernel("ragged_attention", pure=False)
@@ -46,7 +47,7 @@ def ragged_attention(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tenso
     B = q_index.shape[0]
     if B == 0 or T == 0:
         return q.clone()
-    kv = blocks[read_page, :, layer, read_off].float()  # [B, L, 2, Hkv, D]
+    kv = kv_load(blocks, (read_page, slice(None), layer, read_off)).float()  # [B, L, 2, Hkv, D]
     kv.masked_fill_(~key_valid[:, :, None, None, None], 0)
     k, v = kv[:, :, 0], kv[:, :, 1]
     if k.shape[2] != H:
@@ -88,8 +89,7 @@ def _causal(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tensor, read_p
     from max.engine.kernels.ragged import flash_attention_ragged, flash_attention_ragged_native
 
     D = q.shape[-1]
-    if (q.device.type == "cpu" and q.dtype == torch.float32 and blocks.dtype in (torch.float32, torch.bfloat16)
-            and native.lib() is not None):
+    if q.device.type == "cpu" and q.dtype == torch.float32 and blocks.dtype in KV_KINDS and native.lib() is not None:
         return flash_attention_ragged_native(q, blocks, offsets, cache_lengths, lookup, layer=layer, scale=scale,
                                              causal=True, window=window, head_dim=D)
     return flash_attention_ragged(q, blocks, q_index, read_page, read_off, key_valid, q_pos, causal_mask,
@@ -118,7 +118,7 @@ def mla_attention_ragged(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.T
     B = q_index.shape[0]
     if B == 0 or T == 0:
         return q.new_zeros(T, H, latent_dim)
-    rows = blocks[read_page, :, layer, read_off].float()  # [B, L, 2, 1, W/2]: the latent's two halves
+    rows = kv_load(blocks, (read_page, slice(None), layer, read_off)).float()  # [B, L, 2, 1, W/2]: the latent's halves
     rows = rows.reshape(B, rows.shape[1], W).masked_fill(~key_valid[:, :, None], 0)
     qp = q[q_index.clamp(min=0)].float()  # [B, qmax, H, W]
     scores = torch.einsum("bqhw,bkw->bhqk", qp, rows) * scale

@@ -15,6 +15,52 @@ import torch.nn.functional as F
 from max.engine.kernels import kernel
 from max.engine.kernels.linalg import half_matmul
 
+# Quantised cache rows (KVCacheParams.is_quantized): head_dim 8-bit codes, then the row's float32 scale.
+_QMAX = {torch.int8: 127.0, torch.float8_e4m3fn: 448.0}
+KV_KINDS = {torch.float32: 0, torch.bfloat16: 30, torch.int8: 24, torch.float8_e4m3fn: 66}
+"""Native kernels' code for each cache dtype they read and write (``csrc/attention.c``)."""
+
+
+def kv_is_quantized(blocks: torch.Tensor) -> bool:
+    return blocks.dtype in _QMAX
+
+
+def kv_encode(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Rows ``x [..., D]`` as quantised cache rows: uint8 ``[..., D + 4]`` of ``D`` codes (int8 or fp8 e4m3)
+    and the row's float32 scale ``amax / qmax`` (symmetric, one scale per row), exactly as the native
+    ``lmx_qkv_rope_store`` writes them: ``code = round_half_even(x * (qmax / amax))`` clamped to +-qmax."""
+    qmax = _QMAX[dtype]
+    xf = x.float()
+    amax = xf.abs().amax(-1, keepdim=True)
+    inv = torch.where(amax > 0, qmax / amax, torch.zeros_like(amax))
+    y = xf * inv
+    codes = torch.round(y).clamp(-qmax, qmax).to(torch.int8) if dtype == torch.int8 else \
+        y.clamp(-qmax, qmax).to(torch.float8_e4m3fn)
+    scale = (amax / qmax).contiguous()
+    return torch.cat([codes.view(torch.uint8), scale.view(torch.uint8)], -1)
+
+
+def kv_decode(raw: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """float32 rows ``[..., D]`` of quantised cache rows ``raw`` (uint8 ``[..., D + 4]``): code * scale."""
+    d = raw.shape[-1] - 4
+    scale = raw[..., d:].contiguous().view(torch.float32)
+    return raw[..., :d].view(dtype).float() * scale
+
+
+def kv_load(blocks: torch.Tensor, index: tuple) -> torch.Tensor:
+    """``blocks[index]`` (rows of the pool): float32 values of a quantised cache, else the stored rows."""
+    if blocks.dtype in _QMAX:
+        return kv_decode(blocks.view(torch.uint8)[index], blocks.dtype)
+    return blocks[index]
+
+
+def kv_store(blocks: torch.Tensor, index: tuple, x: torch.Tensor) -> None:
+    """``blocks[index] = x`` (rows of ``head_dim`` values), quantising for an int8 / fp8 cache."""
+    if blocks.dtype in _QMAX:
+        blocks.view(torch.uint8)[index] = kv_encode(x, blocks.dtype)
+    else:
+        blocks[index] = x.to(blocks.dtype)
+
 
 def _token_layout(offsets: torch.Tensor, cache_lengths: torch.Tensor, dev: torch.device) -> tuple:
     offs = offsets.to(torch.int64).to(dev)
@@ -80,8 +126,8 @@ def fused_qkv_ragged_matmul(x: torch.Tensor, w: torch.Tensor, *rest: torch.Tenso
     T = x.shape[0]
     k = qkv[:, qd:qd + kd].reshape(T, n_kv_heads, head_dim)
     v = qkv[:, qd + kd:].reshape(T, n_kv_heads, head_dim)
-    blocks[wp, 0, layer, wo] = k.to(blocks.dtype)
-    blocks[wp, 1, layer, wo] = v.to(blocks.dtype)
+    kv_store(blocks, (wp, 0, layer, wo), k)
+    kv_store(blocks, (wp, 1, layer, wo), v)
     return qkv[:, :qd].contiguous()
 
 
@@ -107,21 +153,21 @@ def ragged_rope_tables(freqs: torch.Tensor, tok_pos: torch.Tensor) -> tuple:
 @kernel("fused_qk_ragged_rope", pure=False)
 def fused_qk_ragged_rope(q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, blocks: torch.Tensor,
                          wp: torch.Tensor, wo: torch.Tensor, layer: int, interleaved: bool) -> torch.Tensor:
-    k = blocks[wp, 0, layer, wo]
-    blocks[wp, 0, layer, wo] = _rotate(k, cos, sin, interleaved)
+    k = kv_load(blocks, (wp, 0, layer, wo))
+    kv_store(blocks, (wp, 0, layer, wo), _rotate(k, cos, sin, interleaved))
     return _rotate(q, cos, sin, interleaved)
 
 
 @kernel("rms_norm_key_cache", pure=False)
 def rms_norm_key_cache(gamma: torch.Tensor, blocks: torch.Tensor, wp: torch.Tensor, wo: torch.Tensor, layer: int,
                        eps: float, weight_offset: float, cols: int, multiply_before_cast: bool) -> None:
-    k = blocks[wp, 0, layer, wo]  # [T, H, D]
+    k = kv_load(blocks, (wp, 0, layer, wo))  # [T, H, D]
     shape = k.shape
     kf = k.float().reshape(shape[0], -1, cols)
     normed = kf * torch.rsqrt(kf.pow(2).mean(-1, keepdim=True) + eps)
     g = gamma.float() + weight_offset
     out = (normed * g).to(k.dtype) if multiply_before_cast else normed.to(k.dtype) * (gamma + weight_offset)
-    blocks[wp, 0, layer, wo] = out.reshape(shape)
+    kv_store(blocks, (wp, 0, layer, wo), out.reshape(shape))
 
 
 @kernel("flash_attention_ragged", pure=False)
@@ -136,7 +182,7 @@ def flash_attention_ragged(q: torch.Tensor, blocks: torch.Tensor, q_index: torch
     B, qmax = q_index.shape
     if B == 0 or T == 0:
         return q.clone()
-    kv = blocks[read_page, :, layer, read_off]  # [B, L, 2, Hkv, D]: one gather for K and V
+    kv = kv_load(blocks, (read_page, slice(None), layer, read_off))  # [B, L, 2, Hkv, D]: one gather for K and V
     if not bool(key_valid.all()):
         # padding slots may hold stale or uninitialised (even NaN) memory: zero them
         kv.masked_fill_(~key_valid[:, :, None, None, None], 0)
@@ -189,7 +235,7 @@ def flash_attention_ragged_native(q: torch.Tensor, blocks: torch.Tensor, offsets
     H, Hkv = q3.shape[1], blocks.shape[4]
     offs, cl, lk = _i64(offsets), _i64(cache_lengths), _i64(lookup)
     sp, skv, sl, so = _cache_strides(blocks)
-    kind = 0 if blocks.dtype == torch.float32 else 30
+    kind = KV_KINDS[blocks.dtype]
     rc = native.lib().lmx_paged_attention(
         q3.data_ptr(), T, H, Hkv, head_dim, cl.shape[0], offs.data_ptr(), cl.data_ptr(), lk.data_ptr(), lk.stride(0),
         blocks.shape[3], blocks.data_ptr(), kind, sp, skv, sl, so, layer, scale, window, int(causal), out.data_ptr())
@@ -208,7 +254,7 @@ def ragged_qkv_store(qkv: torch.Tensor, *operands: torch.Tensor, layer: int, n_h
     kg = next(it) if has_k_norm else None
     blocks, tok_pos, wp, wo = next(it), next(it), next(it), next(it)
     T, D, H, Hkv = qkv.shape[0], head_dim, n_heads, n_kv_heads
-    if (qkv.device.type == "cpu" and qkv.dtype == torch.float32 and blocks.dtype in (torch.float32, torch.bfloat16)
+    if (qkv.device.type == "cpu" and qkv.dtype == torch.float32 and blocks.dtype in KV_KINDS
             and (freqs is None or freqs.dtype == torch.float32) and qkv.stride(1) == 1):
         from max.engine import native
 
@@ -222,7 +268,7 @@ def ragged_qkv_store(qkv: torch.Tensor, *operands: torch.Tensor, layer: int, n_h
                 qkv.data_ptr(), T, qkv.stride(0), H, Hkv, D, pos.data_ptr(), 0 if f is None else f.data_ptr(),
                 0 if f is None else f.shape[0], 0 if f is None else f.shape[1], int(interleaved), 0 if qg is None else qg.contiguous().data_ptr(),
                 0 if kg is None else kg.contiguous().data_ptr(), eps, q.data_ptr(), blocks.data_ptr(),
-                0 if blocks.dtype == torch.float32 else 30, sp, skv, sl, sof, layer, wp64.data_ptr(), wo64.data_ptr())
+                KV_KINDS[blocks.dtype], sp, skv, sl, sof, layer, wp64.data_ptr(), wo64.data_ptr())
             if rc == -2:
                 raise ValueError("ragged_qkv_store: a token position is beyond the rotary table (max_seq_len)")
             if rc != 0:
@@ -245,8 +291,8 @@ def ragged_qkv_store(qkv: torch.Tensor, *operands: torch.Tensor, layer: int, n_h
         r = freqs.shape[1]  # partial rotary: the first r dims of each head
         q = torch.cat([_rotate(q[..., :r], cos, sin, interleaved), q[..., r:]], -1)
         k = torch.cat([_rotate(k[..., :r], cos, sin, interleaved), k[..., r:]], -1)
-    blocks[wp, 0, layer, wo] = k.to(blocks.dtype)
-    blocks[wp, 1, layer, wo] = v.to(blocks.dtype)
+    kv_store(blocks, (wp, 0, layer, wo), k)
+    kv_store(blocks, (wp, 1, layer, wo), v)
     return q.to(qkv.dtype)
 
 

@@ -11,6 +11,16 @@ from max.dtype import DType
 DEFAULT_PAGE_SIZE = 128
 """Tokens per page when ``KVCacheParams.page_size`` is None (MAX's ``kv_cache_page_size`` default)."""
 
+QUANTIZED_KV_DTYPES = (DType.int8, DType.float8_e4m3fn)
+"""Cache dtypes stored as scaled 8-bit codes: each (token, KV head) row of ``head_dim`` codes is followed
+by its float32 scale (4 bytes), so a pool row is ``head_dim + KV_SCALE_BYTES`` elements wide."""
+
+KV_SCALE_BYTES = 4
+
+KV_CACHE_DTYPES = {"int8": DType.int8, "fp8_e4m3": DType.float8_e4m3fn, "float32": DType.float32,
+                   "bfloat16": DType.bfloat16, "float16": DType.float16}
+"""Names accepted by ``--kv-cache-dtype`` (besides ``auto``: the model's float cache dtype)."""
+
 
 class KVCacheStrategy(str, enum.Enum):
     """How the KV cache is laid out."""
@@ -65,6 +75,9 @@ class KVCacheParams:
     n_devices: int = 1
     data_parallel_degree: int = 1
     n_kv_heads_per_device: int = 0
+    host_kvcache_spill_dir: Optional[str] = None
+    """With ``enable_kvcache_swapping_to_host``: keep evicted prefix-cache pages as files in this directory
+    (bounded by ``host_kvcache_swap_space_gb``) instead of host memory."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.dtype, DType):
@@ -103,6 +116,8 @@ class KVCacheParams:
                 raise ValueError(
                     "KVCacheParams: enable_kvcache_swapping_to_host requires host_kvcache_swap_space_gb > 0"
                 )
+        elif self.host_kvcache_spill_dir is not None:
+            raise ValueError("KVCacheParams: host_kvcache_spill_dir requires enable_kvcache_swapping_to_host")
 
     @property
     def dtype_shorthand(self) -> str:
@@ -124,9 +139,21 @@ class KVCacheParams:
         """Devices per data-parallel replica."""
         return self.n_devices // self.data_parallel_degree
 
+    @property
+    def is_quantized(self) -> bool:
+        """Whether rows are stored as 8-bit codes with a per-(token, KV head) float32 scale
+        (``dtype`` int8 or float8_e4m3fn; see :data:`QUANTIZED_KV_DTYPES`)."""
+        return self.dtype in QUANTIZED_KV_DTYPES
+
+    @property
+    def row_width(self) -> int:
+        """Elements of one (token, KV head) row in the pool: ``head_dim``, plus the 4 scale bytes of a
+        quantised cache."""
+        return self.head_dim + (KV_SCALE_BYTES if self.is_quantized else 0)
+
     def bytes_per_token(self, num_layers: int) -> int:
         """Bytes of K and V for one token on one device, across ``num_layers`` layers."""
-        return 2 * num_layers * self.n_kv_heads_per_device * self.head_dim * self.dtype.size_in_bytes
+        return 2 * num_layers * self.n_kv_heads_per_device * self.row_width * self.dtype.size_in_bytes
 
     def bytes_per_page(self, num_layers: int) -> int:
         """Bytes of one page (K and V, all layers) on one device."""

@@ -49,12 +49,12 @@ class FetchPagedKVCacheCollection:
         if not isinstance(blocks, BV):
             raise TypeError(f"FetchPagedKVCacheCollection: blocks must be a BufferValue, got {type(blocks).__name__}")
         want = [None, 2, self.num_layers, self.kv_params.page_size or DEFAULT_PAGE_SIZE,
-                self.kv_params.n_kv_heads_per_device, self.kv_params.head_dim]
+                self.kv_params.n_kv_heads_per_device, self.kv_params.row_width]
         got = list(blocks.shape)
         if len(got) != 6 or any(w is not None and g != w for w, g in zip(want, got)):
             raise ValueError(
                 "FetchPagedKVCacheCollection: blocks must have shape [pages, 2, num_layers, page_size, "
-                f"n_kv_heads, head_dim] = {want}, got {got}"
+                f"n_kv_heads, row_width] = {want}, got {got}"
             )
         if blocks.dtype != self.kv_params.dtype:
             raise TypeError(f"FetchPagedKVCacheCollection: blocks dtype {blocks.dtype}, kv_params say {self.kv_params.dtype}")

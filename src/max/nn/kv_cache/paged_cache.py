@@ -45,7 +45,7 @@ import hashlib
 import logging
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -93,6 +93,8 @@ class PagePool:
         self._evictable: OrderedDict[int, None] = OrderedDict()  # refcount 0, cached (LRU first)
         self._hash_of_page: dict[int, bytes] = {}
         self._page_of_hash: dict[bytes, int] = {}
+        self.on_evict: Optional[Callable[[int, bytes], None]] = None
+        """Called as ``on_evict(page, hash)`` just before a cached page is reused (its contents are intact)."""
 
     @property
     def num_free(self) -> int:
@@ -119,7 +121,10 @@ class PagePool:
             page = self._free.pop()
         elif self._evictable:
             page, _ = self._evictable.popitem(last=False)
-            del self._page_of_hash[self._hash_of_page.pop(page)]
+            h = self._hash_of_page.pop(page)
+            del self._page_of_hash[h]
+            if self.on_evict is not None:
+                self.on_evict(page, h)
         else:
             raise InsufficientPagesError("no free pages")
         self.refcount[page] = 1
@@ -201,7 +206,7 @@ class _Plan:
     ctx: Any
     req: _Request
     rewind_to: Optional[int]  # new start_idx when committed pages must be dropped
-    matched: list[tuple[int, bytes]]  # prefix-cache hits to acquire
+    matched: list[tuple[Optional[int], bytes]]  # prefix-cache hits to acquire (None: to restore from the spill tier)
     new_pages: int
     seq_len: int
 
@@ -244,8 +249,6 @@ class PagedKVCacheManager(KVCacheManager[Any]):
             raise ValueError(f"PagedKVCacheManager needs cache_strategy PAGED, got {params.cache_strategy.value}")
         if params.data_parallel_degree != 1:
             raise NotImplementedError("PagedKVCacheManager: data_parallel_degree > 1 is not supported")
-        if params.enable_kvcache_swapping_to_host:
-            raise NotImplementedError("PagedKVCacheManager: swapping KV cache pages to host memory is not supported")
         self.page_size = params.effective_page_size
         self.max_pages_per_seq = math.ceil(max_seq_len / self.page_size)
         if total_num_pages is None:
@@ -262,7 +265,18 @@ class PagedKVCacheManager(KVCacheManager[Any]):
         self._reqs: dict[str, _Request] = {}
         self.prefix_cache_hit_tokens = 0
         self.prefix_cache_queried_tokens = 0
+        self.spill_hit_tokens = 0
+        """Prefix-cache hit tokens whose pages came back from the spill tier (part of ``prefix_cache_hit_tokens``)."""
         self._inc_model: Any = None
+        self._pending_restores: dict[bytes, list[Any]] = {}
+        self.spill: Optional[Any] = None
+        """The prefix cache's host / disk tier (a ``PageSpillStore``), with ``enable_kvcache_swapping_to_host``."""
+        if params.enable_kvcache_swapping_to_host:
+            from max.nn.kv_cache.spill import PageSpillStore
+
+            self.spill = PageSpillStore(int(params.host_kvcache_swap_space_gb * (1 << 30)),
+                                        params.host_kvcache_spill_dir)
+            self.pool.on_evict = self._spill_page
 
         from max.driver import Buffer
 
@@ -272,12 +286,13 @@ class PagedKVCacheManager(KVCacheManager[Any]):
             num_layers,
             self.page_size,
             params.n_kv_heads_per_device,
-            params.head_dim,
+            params.row_width,
         )
         # Uninitialised (zeroing gigabytes costs seconds): attention only reads positions
         # that were written, and its kernel zeroes the padding it gathers.
         self.device_buffers: list[Any] = [Buffer(params.dtype, shape, device=d) for d in self.devices]
-        """One page pool per device, shape ``[pages, 2, layers, page_size, kv_heads, head_dim]``."""
+        """One page pool per device, shape ``[pages, 2, layers, page_size, kv_heads, row_width]`` (``row_width``:
+        ``head_dim``, or ``head_dim + 4`` for an int8 / fp8 cache: each row's codes then its float32 scale)."""
         logger.debug("%s", self.describe())  # `max serve` prints it once; LLM users see it at DEBUG
 
     # ---------------------------------------------------------------- sizing
@@ -391,6 +406,9 @@ class PagedKVCacheManager(KVCacheManager[Any]):
             full = format_bytes(full_pages * (self.memory_bytes // self.total_num_pages))
             line += (f"; a full batch, {self.max_batch_size} x {self.max_seq_len} tokens, would take {full}: requests "
                      "wait for free pages; --kv-cache-memory sets the size")
+        if self.spill is not None:
+            line += (f"; prefix-cache spill tier: up to {format_bytes(self.spill.capacity_bytes)} in "
+                     f"{self.spill.directory or 'host memory'}")
         return line + ")"
 
     @property
@@ -414,6 +432,8 @@ class PagedKVCacheManager(KVCacheManager[Any]):
     def reset_prefix_cache(self) -> None:
         """Drop every prefix-cache entry (held pages stay held)."""
         self.pool.reset_prefix_cache()
+        if self.spill is not None:
+            self.spill.clear()
         for r in self._reqs.values():
             r.hashes.clear()
 
@@ -496,7 +516,7 @@ class PagedKVCacheManager(KVCacheManager[Any]):
             while (i + 1) * P < active:  # leave >= 1 token to compute
                 h = hash_page(parent, tokens[i * P : (i + 1) * P])
                 page = self.pool.lookup(h)
-                if page is None:
+                if page is None and (self.spill is None or h not in self.spill):
                     break
                 matched.append((page, h))
                 parent = h
@@ -505,8 +525,12 @@ class PagedKVCacheManager(KVCacheManager[Any]):
         need = math.ceil(seq_len / P)
         return _Plan(ctx, req, rewind_to, matched, max(0, need - have), seq_len)
 
+    @staticmethod
+    def _restores(pl: _Plan) -> int:
+        return sum(1 for p, _ in pl.matched if p is None)
+
     def _check_capacity(self, plans: list[_Plan]) -> None:
-        hits_evictable = {p for pl in plans for p, _ in pl.matched if self.pool.is_evictable(p)}
+        hits_evictable = {p for pl in plans for p, _ in pl.matched if p is not None and self.pool.is_evictable(p)}
         # Pages dropped by a rewind are released first; only those reaching refcount 0 help.
         freed = 0
         for pl in plans:
@@ -514,7 +538,7 @@ class PagedKVCacheManager(KVCacheManager[Any]):
                 keep = pl.rewind_to // self.page_size
                 freed += sum(1 for p in pl.req.pages[keep:] if self.pool.refcount[p] == 1)
         available = self.pool.num_free - len(hits_evictable) + freed
-        needed = sum(pl.new_pages for pl in plans)
+        needed = sum(pl.new_pages + self._restores(pl) for pl in plans)
         if needed > available:
             raise InsufficientPagesError(
                 f"KV cache out of pages: the batch needs {needed} new pages of {self.page_size} tokens but only "
@@ -559,21 +583,66 @@ class PagedKVCacheManager(KVCacheManager[Any]):
                 del req.pages[keep:]
                 del req.hashes[keep:]
                 ctx.set_token_indices(start_idx=pl.rewind_to)
-            self._take_matches(pl)
+        for pl in plans:  # every plan's pool hits are held before any page is allocated (which may evict)
+            self._pin_hits(pl)
+        for pl in plans:
+            self._take_matches(pl, pinned=True)
+        for pl in plans:
             for _ in range(pl.new_pages):
-                req.pages.append(self.pool.alloc())
+                pl.req.pages.append(self.pool.alloc())
         return self._build_inputs(batch, num_steps)
 
-    def _take_matches(self, pl: _Plan) -> None:
-        """Acquire a plan's prefix-cache hits and move its context's ``start_idx`` past them."""
+    def _pin_hits(self, pl: _Plan) -> None:
+        """Hold a plan's pool hits, and read its spill-tier hits now: allocating pages evicts cached pages
+        into the tier, which may then drop the least recently used pages -- those could be ours."""
+        for page, h in pl.matched:
+            if page is not None:
+                self.pool.acquire(page)
+            elif h not in self._pending_restores and self.pool.lookup(h) is None:
+                assert self.spill is not None
+                arrays = self.spill.get(h)
+                assert arrays is not None
+                self._pending_restores[h] = arrays
+
+    def _restore(self, h: bytes) -> int:
+        """A held page with the contents the spill tier keeps under ``h`` (registered under ``h``)."""
+        page = self.pool.lookup(h)
+        if page is not None:  # restored already for another request of this batch
+            self.pool.acquire(page)
+            return page
+        assert self.spill is not None
+        arrays = self._pending_restores.pop(h)
+        page = self.pool.alloc()
+        import torch
+
+        for buf, a in zip(self.device_buffers, arrays):
+            dst = buf._torch()[page]
+            dst.view(torch.uint8).copy_(torch.from_numpy(a).to(dst.device))
+        self.spill.discard(h)
+        self.pool.register(page, h)
+        self.spill_hit_tokens += self.page_size
+        return page
+
+    def _spill_page(self, page: int, h: bytes) -> None:
+        """``PagePool.on_evict``: keep an evicted cached page's contents in the spill tier."""
+        import torch
+
+        assert self.spill is not None
+        arrays = [buf._torch()[page].contiguous().view(torch.uint8).cpu().numpy() for buf in self.device_buffers]
+        self.spill.put(h, arrays)
+
+    def _take_matches(self, pl: _Plan, pinned: bool = False) -> None:
+        """Acquire a plan's prefix-cache hits (``pinned``: its pool hits are held already), bring back those
+        in the spill tier, and move its context's ``start_idx`` past them."""
         req, ctx = pl.req, pl.ctx
         if self.params.enable_prefix_caching and req.num_committed * self.page_size == ctx.start_idx:
             lo = max(int(ctx.start_idx), req.queried_to)
             self.prefix_cache_queried_tokens += max(0, int(ctx.active_idx) - lo)
             req.queried_to = max(req.queried_to, int(ctx.active_idx))
+        if not pinned:
+            self._pin_hits(pl)
         for page, h in pl.matched:
-            self.pool.acquire(page)
-            req.pages.append(page)
+            req.pages.append(self._restore(h) if page is None else page)
             req.hashes.append(h)
         if pl.matched:
             n = len(pl.matched) * self.page_size
@@ -593,6 +662,15 @@ class PagedKVCacheManager(KVCacheManager[Any]):
         if not self.params.enable_prefix_caching:
             return 0
         pl = self._plan(ctx, 1)
+        if self.spill is not None and pl.matched:
+            # pages come back from the spill tier only while free pages last (fetch computes the rest)
+            free = self.pool.num_free - sum(1 for p, _ in pl.matched if p is not None and self.pool.is_evictable(p))
+            for i, (p, _) in enumerate(pl.matched):
+                if p is None:
+                    if free <= 0:
+                        del pl.matched[i:]
+                        break
+                    free -= 1
         if pl.rewind_to is not None or not pl.matched:
             if pl.rewind_to is None:
                 self._take_matches(pl)  # counts the queried tokens
@@ -670,7 +748,7 @@ class PagedKVCacheManager(KVCacheManager[Any]):
         self, devices: Optional[Sequence[Any]] = None, num_layers: Optional[int] = None
     ) -> list[PagedCacheInputSymbols]:
         """Per device: ``kv_blocks`` (BufferType ``[total_num_pages, 2, num_layers, page_size,
-        n_kv_heads_per_device, head_dim]``), ``cache_lengths`` (uint32 ``["batch_size"]``),
+        n_kv_heads_per_device, row_width]``, ``row_width`` = ``KVCacheParams.row_width``), ``cache_lengths`` (uint32 ``["batch_size"]``),
         ``lookup_table`` (uint32 ``["batch_size", "max_num_pages"]``) and ``max_lengths``
         (uint32 ``["steps_remaining", 2]`` on the CPU)."""
         from max.graph import BufferType, DeviceRef, TensorType
@@ -690,7 +768,7 @@ class PagedKVCacheManager(KVCacheManager[Any]):
                             layers,
                             self.page_size,
                             self.params.n_kv_heads_per_device,
-                            self.params.head_dim,
+                            self.params.row_width,
                         ],
                         ref,
                     ),

@@ -31,6 +31,7 @@ from max.driver import DeviceSpec
 from max.dtype import DType
 from max.graph.weights import WeightsFormat
 from max.nn.kv_cache import KVCacheStrategy, parse_memory_size
+from max.nn.kv_cache.cache_params import KV_CACHE_DTYPES
 from max.pipelines.lib.gguf_utils import GGUFMetadata, is_gguf_file, read_gguf_metadata
 from max.graph.quantization import formats
 from max.pipelines.lib.hf_utils import (
@@ -251,6 +252,12 @@ class KVCacheConfig(_ConfigBase):
     host_kvcache_swap_space_gb: float = 50.0
     cache_dtype: Optional[DType] = None
     """Override the KV cache dtype (default: from the encoding, see ``SupportedEncoding.cache_dtype``)."""
+    kv_cache_dtype: str = "auto"
+    """How K and V are stored: ``auto`` (the model's float dtype, or ``cache_dtype``), ``int8`` or
+    ``fp8_e4m3`` (8-bit codes with a float32 scale per token and KV head), or a float dtype name."""
+    kv_cache_spill_dir: Optional[str] = None
+    """With ``enable_kvcache_swapping_to_host``: spill evicted prefix-cache pages to files in this directory
+    (at most ``host_kvcache_swap_space_gb``) instead of host memory."""
     kv_cache_memory: Optional[int] = None
     """Bytes of KV cache per device (None: ``max_batch_size`` sequences of ``max_length`` but at most
     32768 tokens, capped at ``device_memory_utilization`` of the free memory; see
@@ -265,6 +272,10 @@ class KVCacheConfig(_ConfigBase):
                                      "fraction in (0, 1].",
         "host_kvcache_swap_space_gb": "Host swap space for KV cache pages, in GiB.",
         "cache_dtype": "Override the KV cache dtype.",
+        "kv_cache_dtype": "KV cache storage: auto (the model's float dtype), int8 or fp8_e4m3 (8-bit codes with a "
+                          "scale per token and KV head: about 1/4 of a float32 cache), float32, bfloat16, float16.",
+        "kv_cache_spill_dir": "Spill evicted prefix-cache pages to this directory instead of host memory (with "
+                              "enable_kvcache_swapping_to_host).",
         "kv_cache_memory": "KV cache size per device (bytes, or e.g. 512MiB / 2GiB); default: max_batch_size "
                            "sequences of max_length tokens, at most 32768 tokens.",
     }
@@ -278,12 +289,19 @@ class KVCacheConfig(_ConfigBase):
         super().__post_init__()
         if self.kv_cache_memory is not None and self.kv_cache_memory < 1:
             raise ValueError(f"kv_cache_memory must be a positive size, got {self.kv_cache_memory}")
+        if self.kv_cache_dtype != "auto" and self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of auto, {', '.join(KV_CACHE_DTYPES)}; got "
+                             f"{self.kv_cache_dtype!r}")
         if self.kv_cache_page_size < 1:
             raise ValueError(f"kv_cache_page_size must be >= 1, got {self.kv_cache_page_size}")
         if not 0.0 < self.device_memory_utilization <= 1.0:
             raise ValueError(f"device_memory_utilization must be in (0, 1], got {self.device_memory_utilization}")
         if self.enable_kvcache_swapping_to_host and not self.enable_prefix_caching:
             raise ValueError("enable_kvcache_swapping_to_host requires enable_prefix_caching")
+        if self.enable_kvcache_swapping_to_host and not self.host_kvcache_swap_space_gb > 0:
+            raise ValueError(f"host_kvcache_swap_space_gb must be > 0, got {self.host_kvcache_swap_space_gb}")
+        if self.kv_cache_spill_dir is not None and not self.enable_kvcache_swapping_to_host:
+            raise ValueError("kv_cache_spill_dir requires enable_kvcache_swapping_to_host")
 
 
 @dataclass

@@ -244,6 +244,11 @@ class HFFallbackModel(PipelineModel):
         if return_logits is not None and ReturnLogits(return_logits) is not ReturnLogits.LAST_TOKEN:
             raise NotImplementedError(f"{huggingface_config.architectures}: the transformers fallback returns "
                                       "last-token logits only (no prompt echo / prompt log probabilities)")
+        kv_dtype = getattr(kv_cache_config, "kv_cache_dtype", "auto")
+        if kv_dtype in ("int8", "fp8_e4m3"):
+            raise NotImplementedError(f"{huggingface_config.architectures}: the transformers fallback keeps its own "
+                                      f"float KV cache; --kv-cache-dtype {kv_dtype} needs a natively supported "
+                                      "architecture")
         t0 = time.perf_counter()
         mc = pipeline_config.model_config
         dev_ref = DeviceRef.from_device(devices[0])

@@ -19,11 +19,12 @@ __all__ = ["compare_distributions", "teacher_forced_logits"]
 
 
 def teacher_forced_logits(model_path: str, token_ids: Sequence[int], encoding: str | None = None,
-                          num_threads: int | None = None) -> np.ndarray:
+                          num_threads: int | None = None, kv_cache_dtype: str = "auto") -> np.ndarray:
     """float32 logits ``[len(token_ids), vocab]``: row ``i`` predicts token ``i + 1``.
 
     ``encoding``: the ``quantization_encoding`` to run (None: the weights' own, e.g. a quantised GGUF
-    stays quantised; ``"float32"`` dequantises it at load).
+    stays quantised; ``"float32"`` dequantises it at load).  ``kv_cache_dtype``: how the KV cache stores K
+    and V (``KVCacheConfig.kv_cache_dtype``: ``"int8"`` measures what the 8-bit cache costs).
     """
     from max.nn.transformer import ReturnLogits
     from max.pipelines.core import TextContext
@@ -35,7 +36,8 @@ def teacher_forced_logits(model_path: str, token_ids: Sequence[int], encoding: s
     if ids.ndim != 1 or ids.size < 2:
         raise ValueError("teacher_forced_logits: token_ids must hold at least two tokens")
     cfg = PipelineConfig(model_path=model_path, quantization_encoding=encoding, max_length=int(ids.size) + 8,
-                         max_batch_size=1, num_threads=num_threads, enable_prefix_caching=False)
+                         max_batch_size=1, num_threads=num_threads, enable_prefix_caching=False,
+                         kv_cache_dtype=kv_cache_dtype)
     register_all_models()  # as LLM() does: the built-in architectures, whatever ran before in the process
     arch = PIPELINE_REGISTRY.retrieve_architecture(cfg.model_config.huggingface_weight_repo)
     if arch is None:

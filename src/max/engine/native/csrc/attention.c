@@ -2,20 +2,125 @@
  * of different requests in one call), and the step's K/V write with RoPE.
  *
  * Cache pool layout (element strides given by the caller):
- *   blocks[page][0 = K | 1 = V][layer][offset in page][kv_head][head_dim]
- * stored as float32 or bfloat16 (kv_kind).
+ *   blocks[page][0 = K | 1 = V][layer][offset in page][kv_head][row]
+ * stored as float32 or bfloat16 (row = head_dim values), or as scaled 8-bit codes (int8 or fp8 e4m3fn:
+ * row = head_dim codes then the row's float32 scale, head_dim + 4 bytes; value = code * scale, one
+ * symmetric scale per (token, kv head) row).  kv_kind names which.
  */
 #include "common.h"
 
+#define LMX_KV_I8 24      /* int8 codes + float32 scale per row */
+#define LMX_KV_F8E4M3 66  /* fp8 e4m3fn codes + float32 scale per row */
+
 typedef struct {
     void *base;
-    int64_t s_page, s_kv, s_layer, s_off; /* element strides; kv_head stride = head_dim */
-    int kind;                              /* LMX_F32 or LMX_BF16 */
+    int64_t s_page, s_kv, s_layer, s_off; /* element strides */
+    int kind;                              /* LMX_F32, LMX_BF16, LMX_KV_I8 or LMX_KV_F8E4M3 */
+    int64_t hs;                            /* elements per kv_head row: head_dim (+ 4 when quantised) */
 } cache_t;
+
+LMX_INLINE int kv_quantised(int kind) { return kind == LMX_KV_I8 || kind == LMX_KV_F8E4M3; }
+
+/* fp8 e4m3fn (bias 7, no infinities, S.1111.111 = NaN) -> float, every code. */
+static float e4m3_lut[256];
+static int e4m3_ready = 0;
+
+static void e4m3_init(void) {
+    if (__atomic_load_n(&e4m3_ready, __ATOMIC_ACQUIRE)) return;
+    for (int c = 0; c < 256; c++) {
+        const int e = (c >> 3) & 15, m = c & 7;
+        float v;
+        if (e == 15 && m == 7) v = NAN;
+        else if (e == 0) v = (float)m * (1.0f / 512.0f);
+        else v = ldexpf(1.0f + (float)m / 8.0f, e - 7);
+        e4m3_lut[c] = (c & 0x80) ? -v : v;
+    }
+    __atomic_store_n(&e4m3_ready, 1, __ATOMIC_RELEASE);
+}
+
+/* float (|y| <= 448) -> fp8 e4m3fn, round to nearest even (as torch's conversion). */
+LMX_INLINE uint8_t f2e4m3(float y) {
+    uint32_t b;
+    memcpy(&b, &y, 4);
+    const uint8_t sign = (uint8_t)((b >> 24) & 0x80u);
+    uint32_t a = b & 0x7FFFFFFFu;
+    float ay;
+    memcpy(&ay, &a, 4);
+    if (ay < 0.015625f) return (uint8_t)(sign | (uint8_t)nearbyintf(ay * 512.0f)); /* subnormals: 2^-9 steps */
+    a += 0x7FFFFu + ((a >> 20) & 1u);
+    return (uint8_t)(sign | ((((a >> 23) - 120u) << 3) | ((a >> 20) & 7u)));
+}
+
+/* One row of n values as codes + scale: scale = amax / qmax, code = round_half_even(x * (qmax / amax))
+   clamped to +-qmax (the torch kernels' kv_encode computes the same, bit for bit). */
+static void quant_row(int kind, uint8_t *dst, const float *src, int64_t n) {
+    const float qmax = kind == LMX_KV_I8 ? 127.0f : 448.0f;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; i++) amax = fabsf(src[i]) > amax ? fabsf(src[i]) : amax;
+    const float inv = amax > 0 ? qmax / amax : 0.0f;
+    const float scale = amax / qmax;
+    if (kind == LMX_KV_I8) {
+        for (int64_t i = 0; i < n; i++) {
+            float y = nearbyintf(src[i] * inv);
+            y = y > qmax ? qmax : (y < -qmax ? -qmax : y);
+            dst[i] = (uint8_t)(int8_t)y;
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            float y = src[i] * inv;
+            y = y > qmax ? qmax : (y < -qmax ? -qmax : y);
+            dst[i] = f2e4m3(y);
+        }
+    }
+    memcpy(dst + n, &scale, 4);
+}
+
+/* codes + scale -> n floats */
+LMX_INLINE void dequant_row(int kind, const uint8_t *src, float *dst, int64_t n) {
+    float scale;
+    memcpy(&scale, src + n, 4);
+    int64_t i = 0;
+    if (kind == LMX_KV_I8) {
+        const int8_t *s8 = (const int8_t *)src;
+#ifdef LMX_AVX512
+        const __m512 vs = _mm512_set1_ps(scale);
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(dst + i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                _mm_loadu_si128((const __m128i *)(s8 + i)))), vs));
+#elif defined(LMX_AVX2)
+        const __m256 vs = _mm256_set1_ps(scale);
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                _mm_loadl_epi64((const __m128i *)(s8 + i)))), vs));
+#elif defined(LMX_NEON)
+        for (; i + 8 <= n; i += 8) {
+            const int16x8_t w = vmovl_s8(vld1_s8(s8 + i));
+            vst1q_f32(dst + i, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(w))), scale));
+            vst1q_f32(dst + i + 4, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(w))), scale));
+        }
+#endif
+        for (; i < n; i++) dst[i] = (float)s8[i] * scale;
+    } else {
+#ifdef LMX_AVX512
+        const __m512 vs = _mm512_set1_ps(scale);
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(dst + i, _mm512_mul_ps(_mm512_i32gather_ps(_mm512_cvtepu8_epi32(
+                _mm_loadu_si128((const __m128i *)(src + i))), e4m3_lut, 4), vs));
+#elif defined(LMX_AVX2)
+        const __m256 vs = _mm256_set1_ps(scale);
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_i32gather_ps(e4m3_lut, _mm256_cvtepu8_epi32(
+                _mm_loadl_epi64((const __m128i *)(src + i))), 4), vs));
+#endif
+        for (; i < n; i++) dst[i] = e4m3_lut[src[i]] * scale;
+    }
+}
 
 LMX_INLINE void cache_store(const cache_t *c, int64_t idx, const float *src, int64_t n) {
     if (c->kind == LMX_F32) {
         memcpy((float *)c->base + idx, src, (size_t)n * 4);
+    } else if (kv_quantised(c->kind)) {
+        quant_row(c->kind, (uint8_t *)c->base + idx, src, n);
     } else {
         uint16_t *d = (uint16_t *)c->base + idx;
         for (int64_t i = 0; i < n; i++) d[i] = lmx_f2bf(src[i]);
@@ -25,10 +130,20 @@ LMX_INLINE void cache_store(const cache_t *c, int64_t idx, const float *src, int
 LMX_INLINE void cache_load(const cache_t *c, int64_t idx, float *dst, int64_t n) {
     if (c->kind == LMX_F32) {
         memcpy(dst, (const float *)c->base + idx, (size_t)n * 4);
+    } else if (kv_quantised(c->kind)) {
+        dequant_row(c->kind, (const uint8_t *)c->base + idx, dst, n);
     } else {
         const uint16_t *s = (const uint16_t *)c->base + idx;
         for (int64_t i = 0; i < n; i++) dst[i] = lmx_bf2f(s[i]);
     }
+}
+
+/* Checks kv_kind and sets up what it needs; the row stride in elements (-1: unknown kind). */
+static int64_t kv_row_stride(int kind, int64_t D) {
+    if (kind == LMX_F32 || kind == LMX_BF16) return D;
+    if (kind == LMX_KV_I8) return D + 4;
+    if (kind == LMX_KV_F8E4M3) { e4m3_init(); return D + 4; }
+    return -1;
 }
 
 static void head_rmsnorm(float *x, int64_t D, const float *g, float eps) {
@@ -69,7 +184,9 @@ LMX_API int lmx_qkv_rope_store(const float *qkv, int64_t T, int64_t qkv_stride, 
     if (D > 1024 || (freqs && (R % 2 || R > D || R <= 0))) return -1;
     for (int64_t t = 0; t < T; t++)
         if (freqs && (pos[t] < 0 || pos[t] >= max_pos)) return -2;
-    cache_t c = {cache, s_page, s_kv, s_layer, s_off, kv_kind};
+    const int64_t hs = kv_row_stride(kv_kind, D);
+    if (hs < 0) return -1;
+    cache_t c = {cache, s_page, s_kv, s_layer, s_off, kv_kind, hs};
 #pragma omp parallel for schedule(static) if (T * (H + 2 * Hkv) * D > (1 << 16))
     for (int64_t t = 0; t < T; t++) {
         const float *row = qkv + t * qkv_stride;
@@ -86,8 +203,8 @@ LMX_API int lmx_qkv_rope_store(const float *qkv, int64_t T, int64_t qkv_stride, 
             memcpy(buf, row + (H + h) * D, (size_t)D * 4);
             if (k_gamma) head_rmsnorm(buf, D, k_gamma, eps);
             if (cs) rope(buf, R, cs, interleaved);
-            cache_store(&c, base + h * D, buf, D);
-            cache_store(&c, base + s_kv + h * D, row + (H + Hkv + h) * D, D);
+            cache_store(&c, base + h * hs, buf, D);
+            cache_store(&c, base + s_kv + h * hs, row + (H + Hkv + h) * D, D);
         }
     }
     return 0;
@@ -240,6 +357,7 @@ static float *scratch(size_t n) {
  * before this step); lookup [B, lookup_stride] page ids; window > 0: sliding window of that many
  * positions; causal = 0: every query sees every position of its request.
  * Returns 0, -1 for unsupported sizes, -3 without memory. */
+/* kv_kind: LMX_F32, LMX_BF16, LMX_KV_I8 or LMX_KV_F8E4M3 (rows of head_dim + 4 bytes). */
 LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hkv, int64_t D, int64_t B,
                                 const int64_t *offsets, const int64_t *cache_len, const int64_t *lookup,
                                 int64_t lookup_stride, int64_t page_size, const void *cache, int kv_kind,
@@ -247,7 +365,9 @@ LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hk
                                 float scale, int64_t window, int causal, float *out) {
     if (D > 1024 || Hkv <= 0 || H % Hkv || H / Hkv > 256) return -1;
     const int64_t G = H / Hkv;
-    cache_t c = {(void *)cache, s_page, s_kv, s_layer, s_off, kv_kind};
+    const int64_t hs = kv_row_stride(kv_kind, D);
+    if (hs < 0) return -1;
+    cache_t c = {(void *)cache, s_page, s_kv, s_layer, s_off, kv_kind, hs};
     int64_t items = 0, work = 0, lmax = 0;
     for (int64_t b = 0; b < B; b++) {
         const int64_t n = offsets[b + 1] - offsets[b];
@@ -282,7 +402,7 @@ LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hk
             for (int64_t j = 0; j < L; j++) {
                 const int64_t p = first + j;
                 const int64_t base = lookup[b * lookup_stride + p / page_size] * s_page + layer * s_layer +
-                                     (p % page_size) * s_off + g * D;
+                                     (p % page_size) * s_off + g * hs;
                 const float *kr;
                 if (kv_kind == LMX_F32) kr = (const float *)cache + base;
                 else { cache_load(&c, base, kv, D); kr = kv; }
@@ -299,7 +419,7 @@ LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hk
             for (int64_t j = 0; j < L; j++) {
                 const int64_t p = first + j;
                 const int64_t base = lookup[b * lookup_stride + p / page_size] * s_page + layer * s_layer +
-                                     (p % page_size) * s_off + g * D + s_kv;
+                                     (p % page_size) * s_off + g * hs + s_kv;
                 const float *vr;
                 if (kv_kind == LMX_F32) vr = (const float *)cache + base;
                 else { cache_load(&c, base, kv + D, D); vr = kv + D; }

@@ -39,13 +39,20 @@ __all__ = ["DecoderPipelineModel", "build_graph", "device_refs", "kv_params_for"
 
 
 def kv_params_for(cfg: DecoderConfig, dtype: DType, page_size: int = 128, enable_prefix_caching: bool = True,
-                  shape: tuple[int, int] | None = None, n_devices: int = 1) -> KVCacheParams:
+                  shape: tuple[int, int] | None = None, n_devices: int = 1, kv_cache_config: Any = None
+                  ) -> KVCacheParams:
     """The paged cache's parameters for a decoder: ``shape`` = (KV heads, head_dim), by default one K and
     one V row of ``head_dim`` per KV head; under tensor parallelism each of the ``n_devices`` devices
-    holds ``KV heads / n_devices`` of them."""
+    holds ``KV heads / n_devices`` of them.  ``kv_cache_config`` (a ``KVCacheConfig``) adds the prefix
+    cache's host / disk spill tier when it enables ``enable_kvcache_swapping_to_host``."""
     n_kv, head_dim = shape or (cfg.num_key_value_heads, cfg.head_dim)
+    spill: dict[str, Any] = {}
+    if enable_prefix_caching and getattr(kv_cache_config, "enable_kvcache_swapping_to_host", False):
+        spill = dict(enable_kvcache_swapping_to_host=True,
+                     host_kvcache_swap_space_gb=kv_cache_config.host_kvcache_swap_space_gb,
+                     host_kvcache_spill_dir=kv_cache_config.kv_cache_spill_dir)
     return KVCacheParams(dtype=dtype, n_kv_heads=n_kv, head_dim=head_dim, page_size=page_size,
-                         enable_prefix_caching=enable_prefix_caching, n_devices=n_devices)
+                         enable_prefix_caching=enable_prefix_caching, n_devices=n_devices, **spill)
 
 
 def device_refs(devices: Sequence[Any]) -> list[DeviceRef]:
@@ -184,9 +191,14 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
         self.compute_dtype = dt
         self.max_seq_len = self.calculate_max_seq_len(pipeline_config, huggingface_config)
         kvc = kv_cache_config
-        kv_params = kv_params_for(cfg, kvc.cache_dtype or dt, page_size=kvc.kv_cache_page_size,
+        kv_dtype = kvc.cache_dtype or dt
+        if getattr(kvc, "kv_cache_dtype", "auto") != "auto":
+            from max.nn.kv_cache.cache_params import KV_CACHE_DTYPES
+
+            kv_dtype = KV_CACHE_DTYPES[kvc.kv_cache_dtype]
+        kv_params = kv_params_for(cfg, kv_dtype, page_size=kvc.kv_cache_page_size,
                                   enable_prefix_caching=kvc.enable_prefix_caching, shape=self.kv_cache_shape(cfg),
-                                  n_devices=n_dev)
+                                  n_devices=n_dev, kv_cache_config=kvc)
         self.kv_params = kv_params
         max_batch = pipeline_config.max_batch_size or self.default_max_batch
         self.kv_manager = PagedKVCacheManager(
