@@ -142,7 +142,10 @@ def current() -> BackendPolicy:
     global _CURRENT
     if _OVERRIDE is not None:
         return _OVERRIDE
-    key = tuple(os.environ.get(k) for k in _SWITCHES)
+    from max.engine import native
+
+    so = native.lib()  # chosen once per process (tests may swap it): part of the key, like the switches
+    key = (*(os.environ.get(k) for k in _SWITCHES), id(so))
     if _CURRENT is None or _CURRENT[0] != key:
         _CURRENT = (key, BackendPolicy.from_environment())
     return _CURRENT[1]
