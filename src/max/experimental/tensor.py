@@ -263,6 +263,12 @@ class Tensor:
         return cls.arange(0, type.shape[0], 1, dtype=type.dtype, device=type.device.to_device())
 
     @classmethod
+    def from_dim(cls, dim: Any, *, dtype: DType | None = None, device: Any = None) -> "Tensor":
+        """A rank-0 tensor holding the size ``dim`` (a ``Dim``, an int, or inside a graph a symbolic
+        dim), as ``dtype`` (int64 by default) on ``device``."""
+        return _F().from_dim(dim, dtype=dtype, device=device)
+
+    @classmethod
     def from_dlpack(cls, array: Any) -> "Tensor":
         """A realized tensor sharing memory with a DLPack array (numpy, torch, driver)."""
         if isinstance(array, Tensor):
