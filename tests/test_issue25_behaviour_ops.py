@@ -170,3 +170,88 @@ def test_float_indices_for_gather_and_scatter_are_refused():
         for j in range(3):
             ref[r, idx[r, j]] = a[r, j] * 10
     np.testing.assert_array_equal(scattered, ref)
+
+
+def test_tensor_dim_and_type_print_as_the_docs_show():
+    """https://docs.modular.com/max/develop/tensors (printing a tensor shows its ``TensorType(dtype=...,
+    shape=[Dim(...), ...], device=cpu:0)`` then its values as nested Python lists, a float32 tensor's ints
+    as ``1.0``); https://docs.modular.com/max/api/python/graph/dim (``print(Dim("batch") * 5)`` shows the
+    expression ``batch * 5``); https://docs.modular.com/max/api/python/generated/max.graph.TensorType/
+    (``print(t.dtype)`` -> ``DType.float32``, ``print(t.shape)`` -> ``[2, 3]``).  Values against numpy."""
+    from max.experimental.tensor import Tensor
+    from max.graph import AlgebraicDim
+
+    data = [[1, 2, 3], [4, 5, 6]]
+    t = Tensor.constant(data)
+    assert str(t) == f"TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): {np.array(data, np.float64).tolist()}"
+    assert str(Tensor.constant([1, 2, 3, 4, 5])) == "TensorType(dtype=float32, shape=[Dim(5)], device=cpu:0): [1.0, 2.0, 3.0, 4.0, 5.0]"
+    assert str(Tensor(42, dtype=DType.int32)) == "TensorType(dtype=int32, shape=[], device=cpu:0): 42"
+    assert str(Tensor([True, False])).endswith(": [True, False]")
+    expr = Dim("batch") * 5
+    assert isinstance(expr, AlgebraicDim) and str(expr) == "batch * 5"
+    assert -Dim("x") - 4 == -(Dim("x") + 4)
+    assert (repr(Dim(5)), str(Dim(5)), repr(Dim("batch")), str(Dim("batch"))) == ("Dim(5)", "5", "Dim('batch')", "batch")
+    tt = TensorType(DType.float32, (2, 3), device=C)
+    assert (str(tt.dtype), str(tt.shape)) == ("DType.float32", "[2, 3]")
+
+
+def test_experimental_linear_takes_dims_and_modules_print_nested():
+    """https://docs.modular.com/max/api/python/generated/max.experimental.nn.Linear/ -- ``in_dim`` and
+    ``out_dim`` are ``DimLike`` (so ``Linear(in_dim=Dim(2), out_dim=3)`` works) and read back as ``Dim``
+    properties; ``bias`` is a Tensor or 0.  https://docs.modular.com/max/api/python/generated/max.experimental.nn.Sequential/
+    -- children are named ``"0"``, ``"1"``, ...  The docs show no printed module, so the printed form
+    pinned here is libremax's: ``Linear(in_dim=Dim(2), out_dim=Dim(3), bias=True)``, children one per
+    line as ``(name): child`` indented by nesting depth.  The layer's output against numpy."""
+    from max.experimental.nn import Linear, Sequential
+    from max.experimental.tensor import Tensor
+
+    lin = Linear(in_dim=Dim(2), out_dim=3)
+    assert (lin.in_dim, lin.out_dim) == (Dim(2), Dim(3)) and isinstance(lin.in_dim, Dim)
+    assert repr(lin) == "Linear(in_dim=Dim(2), out_dim=Dim(3), bias=True)"
+    model = Sequential(lin, Sequential(Linear(3, 4, bias=False), Linear(Dim(4), Dim(2))))
+    assert repr(model) == (
+        "Sequential(\n"
+        "  (0): Linear(in_dim=Dim(2), out_dim=Dim(3), bias=True)\n"
+        "  (1): Sequential(\n"
+        "    (0): Linear(in_dim=Dim(3), out_dim=Dim(4), bias=False)\n"
+        "    (1): Linear(in_dim=Dim(4), out_dim=Dim(2), bias=True)\n"
+        "  )\n"
+        ")"
+    )
+    assert str(model) == repr(model)
+    assert sorted(dict(model.parameters)) == ["0.bias", "0.weight", "1.0.weight", "1.1.bias", "1.1.weight"]
+    x = np.array([[0.5, -1.0], [2.0, 0.25]], np.float32)
+    params = {k: np.from_dlpack(v).astype(np.float64) for k, v in model.parameters}
+    ref = x @ params["0.weight"].T + params["0.bias"]
+    ref = ref @ params["1.0.weight"].T
+    ref = ref @ params["1.1.weight"].T + params["1.1.bias"]
+    np.testing.assert_allclose(np.from_dlpack(model(Tensor(x))), ref, rtol=1e-5, atol=1e-5)
+    for bad in (Dim("n"), 0, True, 2.5):
+        with pytest.raises(ValueError, match="Linear: in_dim must be a positive static dim"):
+            Linear(bad, 3)
+
+
+def test_other_sequence_constructors():
+    """https://docs.modular.com/max/api/python/generated/max.experimental.tensor.Tensor/ -- ``data`` is a
+    DLPack array, a nested array or a number, and the factories (``constant``, ``zeros``, ``arange``...)
+    take shapes and sizes as dims: ranges, tuples, ``Dim``s and ``Shape``s work where lists and ints do,
+    and a list whose elements are tensors/DLPack arrays stacks them (as ``numpy.array`` does).  numpy
+    builds the reference values; a ragged list is a TypeError."""
+    from max.experimental.tensor import Tensor
+    from max.graph import Shape
+
+    def vals(t):
+        return np.from_dlpack(t)
+
+    np.testing.assert_array_equal(vals(Tensor.constant(range(3))), np.arange(3, dtype=np.float32))
+    np.testing.assert_array_equal(vals(Tensor.constant(range(3), dtype=DType.int32)), np.arange(3, dtype=np.int32))
+    for shape in ((Dim(2), 3), Shape([2, 3]), range(2, 4)):
+        np.testing.assert_array_equal(vals(Tensor.zeros(shape)), np.zeros((2, 3), np.float32))
+    np.testing.assert_array_equal(vals(Tensor.arange(Dim(4), dtype=DType.int64)), np.arange(4))
+    np.testing.assert_array_equal(vals(Tensor.full((2,), 7, dtype=DType.int8)), np.full(2, 7, np.int8))
+    stacked = Tensor([Tensor(1.0), np.float32(2.5), np.array(3)])
+    np.testing.assert_array_equal(vals(stacked), np.array([1.0, 2.5, 3.0], np.float32))
+    rows = Tensor((np.arange(3, dtype=np.float32), range(3, 6)))
+    np.testing.assert_array_equal(vals(rows), np.arange(6, dtype=np.float32).reshape(2, 3))
+    with pytest.raises(TypeError, match="cannot convert"):
+        Tensor([[1, 2], [3]])

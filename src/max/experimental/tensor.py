@@ -672,9 +672,14 @@ def _all_bool(x: Any) -> bool:
 
 
 def _as_lists(x: Any) -> Any:
-    """Nested sequences (ranges, tuples, user sequences) as nested lists; numbers kept."""
+    """Nested sequences (ranges, tuples, user sequences) as nested lists; numbers kept; an element that
+    is itself a tensor or DLPack array (``[t0, t1]``, as numpy and torch allow) becomes its values."""
     if isinstance(x, (numbers.Number, np.generic)):
         return x
+    if isinstance(x, Tensor):
+        return x.to_numpy().tolist()
+    if hasattr(x, "__dlpack__"):
+        return np.from_dlpack(x).tolist()
     if isinstance(x, (str, bytes)) or not isinstance(x, collections.abc.Sequence):
         raise TypeError(f"Tensor: cannot make a tensor element from {type(x).__name__} {x!r}")
     return [_as_lists(e) for e in x]
