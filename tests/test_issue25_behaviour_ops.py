@@ -255,3 +255,25 @@ def test_other_sequence_constructors():
     np.testing.assert_array_equal(vals(rows), np.arange(6, dtype=np.float32).reshape(2, 3))
     with pytest.raises(TypeError, match="cannot convert"):
         Tensor([[1, 2], [3]])
+
+
+def test_experimental_embedding_takes_dims():
+    """https://docs.modular.com/max/api/python/generated/max.experimental.nn.Embedding/ -- ``vocab_size`` and
+    ``dim`` are ``DimLike``, ``dims`` a ``ShapeLike``; ``dim`` reads back as a ``Dim`` and raises for an
+    embedding whose vectors are not 1-d, ``dims`` as the vector's dims.  Printed form (not shown in the
+    docs) pinned as libremax's.  The lookup against numpy indexing."""
+    from max.experimental.nn import Embedding
+    from max.experimental.tensor import Tensor
+
+    e = Embedding(vocab_size=Dim(10), dims=[Dim(2), 3])
+    assert e.dims == [Dim(2), Dim(3)] and all(isinstance(d, Dim) for d in e.dims)
+    with pytest.raises(ValueError, match="use .dims"):
+        e.dim
+    assert repr(e) == "Embedding(vocab_size=Dim(10), dims=[Dim(2), Dim(3)])"
+    e1 = Embedding(10, dim=Dim(4))
+    assert e1.dim == Dim(4) and isinstance(e1.dim, Dim)
+    assert repr(e1) == "Embedding(vocab_size=Dim(10), dim=Dim(4))"
+    idx = np.array([[3, 0], [9, 3]], np.int64)
+    np.testing.assert_array_equal(np.from_dlpack(e(Tensor(idx))), np.from_dlpack(e.weight)[idx])
+    with pytest.raises(ValueError, match="positive static dims"):
+        Embedding(Dim("v"), dim=4)
