@@ -18,7 +18,7 @@ from max.engine import InferenceSession
 from max.experimental import functional as F
 from max.experimental import tensor as T
 from max.experimental.tensor import Tensor
-from max.graph import DeviceRef, Graph, TensorType, ops
+from max.graph import DeviceRef, Dim, Graph, TensorType, ops
 
 CPU_ = CPU()
 
@@ -225,6 +225,7 @@ CASES.update({
     "ones_like": (lambda: F.ones_like(TensorType(DType.int64, [2, 2], DeviceRef.CPU())),
                   lambda: np.ones((2, 2), np.int64)),
     "arange": (lambda: F.arange(5, dtype=DType.int64, device=CPU_), lambda: np.arange(5)),
+    "from_dim": (lambda: F.from_dim(Dim(6) * 2, dtype=DType.int32), lambda: np.array(12, np.int32)),
     "clamp": (lambda: F.clamp(c(A), -0.5, 0.5), lambda: np.clip(A, -0.5, 0.5)),
     "clip": (lambda: F.clip(c(I), max=2), lambda: np.minimum(I, 2)),
     "cond": (lambda: F.cond(c(np.array(True)), None, lambda: c(A) + 1, lambda: c(A) - 1), lambda: A + 1),

@@ -125,6 +125,28 @@ def arange(start: Any = 0, stop: Any = None, step: Any = 1, out_dim: Any = None,
     return range(start, stop, step, out_dim, dtype=dtype, device=_device_ref(dev))  # noqa: F821
 
 
+def _from_dim(dim: Any, *, dtype: DType | None = None, device: Any = None) -> Any:
+    from max.graph.dim import Dim, StaticDim
+    from max.graph.ops._common import dim_to_tensor
+
+    try:
+        d = Dim(dim)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"from_dim: expected a Dim, an int or a dim name, got {dim!r} ({e})") from None
+    if not isinstance(d, StaticDim) and not _in_graph():
+        raise ValueError(f"from_dim: {d!r} is symbolic; its value is known only inside a graph (static dims "
+                         "work everywhere)")
+    _, dev = defaults(None, device.to_device() if isinstance(device, DeviceRef) else device)
+    ref = _device_ref(dev)
+    v = _ops.cast(dim_to_tensor(d), dtype or DType.int64)
+    return v if v.device == ref else _ops.transfer_to(v, ref)
+
+
+from_dim = functional(_from_dim)
+from_dim.__name__ = from_dim.__qualname__ = "from_dim"
+from_dim.__doc__ = "A rank-0 tensor holding the size ``dim`` (int64 unless ``dtype``; symbolic dims inside a graph)."
+
+
 # ----------------------------------------------------------------------------- clamp
 def _clamp(x: Any, min: Any = None, max: Any = None) -> Any:  # noqa: A002
     if min is None and max is None:
@@ -169,7 +191,7 @@ def while_loop(initial_values: Any, predicate: Callable[..., Any], body: Callabl
     return vals
 
 
-_COMPOSITES = ("arange", "clamp", "clip", "cond", "full", "full_like", "ones", "ones_like", "while_loop", "zeros",
+_COMPOSITES = ("arange", "clamp", "clip", "cond", "from_dim", "full", "full_like", "ones", "ones_like", "while_loop", "zeros",
                "zeros_like")
 __all__ = ["functional", *_OPS, *_COMPOSITES]
 

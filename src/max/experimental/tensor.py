@@ -263,6 +263,12 @@ class Tensor:
         return cls.arange(0, type.shape[0], 1, dtype=type.dtype, device=type.device.to_device())
 
     @classmethod
+    def from_dim(cls, dim: Any, *, dtype: DType | None = None, device: Any = None) -> "Tensor":
+        """A rank-0 tensor holding the size ``dim`` (a ``Dim``, an int, or inside a graph a symbolic
+        dim), as ``dtype`` (int64 by default) on ``device``."""
+        return _F().from_dim(dim, dtype=dtype, device=device)
+
+    @classmethod
     def from_dlpack(cls, array: Any) -> "Tensor":
         """A realized tensor sharing memory with a DLPack array (numpy, torch, driver)."""
         if isinstance(array, Tensor):
@@ -666,9 +672,14 @@ def _all_bool(x: Any) -> bool:
 
 
 def _as_lists(x: Any) -> Any:
-    """Nested sequences (ranges, tuples, user sequences) as nested lists; numbers kept."""
+    """Nested sequences (ranges, tuples, user sequences) as nested lists; numbers kept; an element that
+    is itself a tensor or DLPack array (``[t0, t1]``, as numpy and torch allow) becomes its values."""
     if isinstance(x, (numbers.Number, np.generic)):
         return x
+    if isinstance(x, Tensor):
+        return x.to_numpy().tolist()
+    if hasattr(x, "__dlpack__"):
+        return np.from_dlpack(x).tolist()
     if isinstance(x, (str, bytes)) or not isinstance(x, collections.abc.Sequence):
         raise TypeError(f"Tensor: cannot make a tensor element from {type(x).__name__} {x!r}")
     return [_as_lists(e) for e in x]

@@ -104,6 +104,12 @@ def conv2d_transpose(x, w, bias=None, *, stride, dilation, padding, output_paddi
 @kernel("fold")
 def fold(x, *, output_size, kernel_size, stride, dilation, padding):
     length = x.shape[2]
+    kernel_size = tuple(int(k) for k in kernel_size)
+    if kernel_size[0] < 1 or kernel_size[1] < 1 or x.shape[1] % (kernel_size[0] * kernel_size[1]):
+        raise ValueError(
+            f"fold: input dim 1 ({x.shape[1]}) must be a positive multiple of the kernel size product "
+            f"{kernel_size[0]} * {kernel_size[1]}"
+        )
     blocks = 1
     for i in range(2):
         blocks *= (output_size[i] + 2 * padding[i] - dilation[i] * (kernel_size[i] - 1) - 1) // stride[i] + 1

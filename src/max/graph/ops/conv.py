@@ -300,8 +300,8 @@ def fold(
 
     ``L`` must equal the number of block positions
     ``prod((output_size[d] + 2 * padding[d] - dilation[d] * (kernel_size[d] - 1) - 1) // stride[d] + 1)``.
-    ``kernel_size`` must be static; ``output_size`` may be symbolic (then
-    ``L`` is checked when the graph runs).
+    ``kernel_size`` and ``output_size`` may be symbolic (then the checks that need their values
+    run when the graph runs; the channel dim becomes ``input.shape[1] // (kh * kw)``).
     """
     op = "fold"
     x = as_tensor(input, op=op, arg="input")
@@ -309,11 +309,9 @@ def fold(
         fail(op, f"input must have rank 3 (N, C * kernel_sizes, L), got {x.type}")
     out_hw = _dim_pair(output_size, op, "output_size")
     ks = _dim_pair(kernel_size, op, "kernel_size")
-    if not all(isinstance(k, StaticDim) for k in ks):
-        fail(op, f"kernel_size must be static, got {tuple(ks)}")
-    kh, kw = (k.dim for k in ks)  # type: ignore[attr-defined]
-    if kh < 1 or kw < 1:
-        fail(op, f"kernel_size must be positive, got {(kh, kw)}")
+    for d, name in zip(ks, ("kernel_size[0]", "kernel_size[1]")):
+        if isinstance(d, StaticDim) and d.dim < 1:
+            fail(op, f"kernel_size must be positive, got {tuple(str(k) for k in ks)}")
     hw = f"({out_hw[0]}, {out_hw[1]})"
     for d, name in zip(out_hw, ("output_size[0]", "output_size[1]")):
         if isinstance(d, StaticDim) and d.dim < 1:
@@ -324,29 +322,32 @@ def fold(
     if not x.dtype.is_float():
         fail(op, f"input must be a floating-point tensor, got {x.dtype}", TypeError)
     n, ck, length = x.shape
-    if isinstance(ck, StaticDim):
-        if ck.dim % (kh * kw) != 0:
-            fail(op, f"input dim 1 ({ck}) must be a multiple of the kernel size product {kh} * {kw} = {kh * kw}")
-        c: Dim = StaticDim(ck.dim // (kh * kw))
+    static_k = all(isinstance(k, StaticDim) for k in ks)
+    kprod = ks[0] * ks[1]
+    if isinstance(ck, StaticDim) and static_k:
+        if ck.dim % kprod.dim != 0:  # type: ignore[attr-defined]
+            fail(op, f"input dim 1 ({ck}) must be a multiple of the kernel size product {ks[0]} * {ks[1]} = {kprod}")
+        c: Dim = StaticDim(ck.dim // kprod.dim)  # type: ignore[attr-defined]
     else:
-        c = ck // (kh * kw)
+        c = ck // kprod
     blocks = [
-        (out_hw[i] + 2 * p[i] - dl[i] * ((kh, kw)[i] - 1) - 1) // s[i] + 1 for i in range(2)
+        (out_hw[i] + 2 * p[i] - dl[i] * (ks[i] - 1) - 1) // s[i] + 1 for i in range(2)
     ]
     for i, bl in enumerate(blocks):
         if isinstance(bl, StaticDim) and bl.dim < 1:
             fail(op, f"output_size {hw} with padding {p} is smaller than the dilated kernel "
                      f"along axis {i}: no block fits")
     expected = blocks[0] * blocks[1]
+    kdesc = f"({ks[0]}, {ks[1]})"
     if isinstance(expected, StaticDim) and isinstance(length, StaticDim):
         if expected != length:
-            fail(op, f"input has L={length} blocks but output_size {hw}, kernel_size {(kh, kw)}, "
+            fail(op, f"input has L={length} blocks but output_size {hw}, kernel_size {kdesc}, "
                      f"stride {s}, dilation {dl}, padding {p} give {blocks[0]} * {blocks[1]} = {expected}")
     elif expected != length and not (expected.parameters or length.parameters):
         fail(op, f"input has L={length} blocks but the sizes give {expected}")
     attrs = {
         "output_size": Shape(list(out_hw)),
-        "kernel_size": (kh, kw),
+        "kernel_size": Shape(list(ks)),
         "stride": s,
         "dilation": dl,
         "padding": p,
