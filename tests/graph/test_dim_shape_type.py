@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from max.dtype import DType
@@ -95,3 +95,24 @@ def test_tensor_and_buffer_types():
 def test_layout_enums():
     assert ConvInputLayout.NHWC.value == "NHWC" and ConvInputLayout.from_mlir("NCHW") is ConvInputLayout.NCHW
     assert {f.value for f in FilterLayout} == {"CFRS", "FCQRS", "FCRS", "QRSCF", "RSCF"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_printed_dim_expressions_read_back_to_their_value(data):
+    """``str(dim)`` of products, quotients and sums is unambiguous Python: evaluating the text gives
+    the dim's value (a quotient's denominator and a quotient after another factor are bracketed)."""
+    from max.graph.dim import Dim as D
+
+    names = ["a", "b", "c"]
+    env = {n: data.draw(st.integers(1, 40)) for n in names}
+    leaf = st.one_of(st.sampled_from(names).map(D), st.integers(1, 9).map(D))
+
+    def extend(inner):
+        return st.one_of(st.tuples(inner, inner).map(lambda t: t[0] * t[1]),
+                         st.tuples(inner, inner).map(lambda t: t[0] + t[1]),
+                         st.tuples(inner, st.integers(1, 5)).map(lambda t: t[0] // t[1]),
+                         st.tuples(inner, st.sampled_from(names)).map(lambda t: t[0] // D(t[1])))
+
+    e = data.draw(st.recursive(leaf, extend, max_leaves=6))
+    assert eval(str(e), {}, dict(env)) == e.evaluate(env), str(e)

@@ -414,7 +414,7 @@ def _format_atom(atom: Any) -> str:
     den = _format_poly(dict(atom[2]))
     if len(atom[1]) > 1 or (atom[1] and atom[1][0][1] != 1 and atom[1][0][0]):
         num = f"({num})"
-    if len(atom[2]) > 1:
+    if len(atom[2]) > 1 or " " in den:  # "12 // (kh * kw)", never the ambiguous "12 // kh * kw"
         den = f"({den})"
     return f"{num} // {den}"
 
@@ -422,8 +422,10 @@ def _format_atom(atom: Any) -> str:
 def _format_mono(mono: tuple) -> str:
     parts = []
     for atom, power in mono:
-        parts.extend([_format_atom(atom)] * power)
-    return " * ".join(parts)
+        text = _format_atom(atom)
+        parts.extend([text] * power)
+    # a quotient after another factor reads left to right ("b * a // c" is (b * a) // c): bracket it
+    return " * ".join(p if i == 0 or " // " not in p else f"({p})" for i, p in enumerate(parts))
 
 
 def _format_poly(p: _Poly) -> str:
