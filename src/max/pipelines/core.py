@@ -74,6 +74,9 @@ class TextContext:
     _log_probabilities_data: dict[int, LogProbabilities] = field(default_factory=dict)
     _is_initial_prompt: bool = True
     _draft_offset: int = 0
+    prompt_log_probability_parts: list[LogProbabilities] = field(default_factory=list, repr=False)
+    """Echo with log probabilities: the prompt tokens' entries computed so far (one per prefill chunk),
+    joined to the first sampled token's entry when it is sampled (pipeline working state)."""
     target_endpoint: Optional[str] = None
 
     def __post_init__(self) -> None:

@@ -380,10 +380,7 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
             lo = int(starts[i])
             lp = log_probabilities_of(logits[lo:lo + n], c.tokens[c.start_idx + 1:c.start_idx + 1 + n],
                                       int(c.log_probabilities), self._log_softmax())
-            parts = getattr(c, "_prompt_lp_parts", None)
-            if parts is None:
-                parts = c._prompt_lp_parts = []
-            parts.append(lp)
+            c.prompt_log_probability_parts.append(lp)
 
     # ---------------------------------------------------------------- one step
     def _step(self, ctxs: list[Any]) -> None:
@@ -453,13 +450,13 @@ def _with_prompt_parts(ctxs: list[Any], logprobs: list[Any]) -> list[Any]:
 
     out = list(logprobs)
     for i, c in enumerate(ctxs):
-        parts = getattr(c, "_prompt_lp_parts", None)
+        parts = c.prompt_log_probability_parts
         if not parts or out[i] is None:
             continue
         allp = [*parts, out[i]]
         out[i] = LogProbabilities(token_log_probabilities=[v for p in allp for v in p.token_log_probabilities],
                                   top_log_probabilities=[d for p in allp for d in p.top_log_probabilities])
-        c._prompt_lp_parts = None
+        parts.clear()
     return out
 
 
