@@ -52,8 +52,12 @@ FAMILIES: dict[str, FamilySpec] = {
                lambda m: _randomize(m, "norm.weight", "layernorm.weight")),
     "phi3": (lambda d: transformers.Phi3Config(**d, tie_word_embeddings=False), None),
     # Phi-4-mini-style: half of each head rotates, LongRoPE (short factors: max_length 128 <= 128)
-    "phi3-longrope": (lambda d: transformers.Phi3Config(**d, rope_parameters=dict(
+    "phi3-longrope": (lambda d: transformers.Phi3Config(**d, original_max_position_embeddings=128, rope_parameters=dict(
         rope_type="longrope", rope_theta=1e4, partial_rotary_factor=0.5, original_max_position_embeddings=128,
+        short_factor=[1.0, 1.5, 2.0, 4.0], long_factor=[2.0, 3.0, 5.0, 9.0])), None),
+    # LongRoPE with max_length 128 above the original context 16: factors per sequence by its length
+    "phi3-longrope-switch": (lambda d: transformers.Phi3Config(**d, original_max_position_embeddings=16, rope_parameters=dict(
+        rope_type="longrope", rope_theta=1e4, partial_rotary_factor=0.5, original_max_position_embeddings=16,
         short_factor=[1.0, 1.5, 2.0, 4.0], long_factor=[2.0, 3.0, 5.0, 9.0])), None),
     "granite": (lambda d: transformers.GraniteConfig(**d, embedding_multiplier=3.0, residual_multiplier=0.5,
                                                      attention_multiplier=0.1, logits_scaling=4.0), None),
@@ -75,6 +79,26 @@ FAMILIES: dict[str, FamilySpec] = {
     "qwen3_moe": (lambda d: transformers.Qwen3MoeConfig(**d, head_dim=16, num_experts=4, num_experts_per_tok=2,
                                                          moe_intermediate_size=32, norm_topk_prob=True,
                                                          mlp_only_layers=[0]), None),
+    # weightless LayerNorms, q/k/v clamped
+    "olmo": (lambda d: transformers.OlmoConfig(**d, clip_qkv=0.3), None),
+    # sliding layer with its own RoPE base, global layer with YaRN
+    "olmo3": (lambda d: transformers.Olmo3Config(
+        **d, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"full_attention": {"rope_type": "yarn", "rope_theta": 5e5, "factor": 2.0,
+                                            "original_max_position_embeddings": 128},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
+              lambda m: _randomize(m, "norm.weight", "layernorm.weight")),
+    # layer 1 is NoPE
+    "smollm3": (lambda d: transformers.SmolLM3Config(**d, no_rope_layers=[1, 0]), None),
+    "glm4": (lambda d: transformers.Glm4Config(**d, head_dim=16),
+             lambda m: _randomize(m, "_proj.bias", "layernorm.weight")),
+    # sliding layer with RoPE, global NoPE layer, per-head q/k norms
+    "exaone4": (lambda d: transformers.Exaone4Config(**d, sliding_window=8,
+                                                     layer_types=["sliding_attention", "full_attention"]),
+                lambda m: _randomize(m, "norm.weight", "layernorm.weight")),
+    "granitemoe": (lambda d: transformers.GraniteMoeConfig(**d, num_local_experts=4, num_experts_per_tok=2,
+                                                           embedding_multiplier=3.0, residual_multiplier=0.5,
+                                                           attention_multiplier=0.1, logits_scaling=4.0), None),
 }
 
 

@@ -38,7 +38,10 @@ def _steps(llm, model, prompts: dict[str, list[int]], n_decode: int = 4) -> None
     for c in ctxs:
         mgr.claim(c.request_id)
     try:
+        prepare = getattr(pm, "prepare_contexts", None)  # as the pipeline does before each fetch
         for step in range(n_decode + 1):
+            if prepare is not None:
+                prepare(ctxs)
             kv = mgr.fetch(ctxs)
             logits = pm.execute(pm.prepare_initial_token_inputs(ctxs, kv)).logits.numpy()
             for b, c in enumerate(ctxs):
@@ -94,3 +97,18 @@ def test_gguf_copy_matches_transformers(family):
     rng = np.random.default_rng(1)
     _steps(llm, model, {"a": rng.integers(0, len(tok), 20).tolist(), "b": rng.integers(0, len(tok), 5).tolist()},
            n_decode=2)
+
+
+def test_phi3_longrope_factors_follow_each_sequence_length():
+    """``max_length`` (128) above ``original_max_position_embeddings`` (16): in one batch a short request
+    (short factors throughout), a long one (long factors from its prefill) and one that crosses 16 while
+    decoding (recomputed with the long factors, as transformers drops its cache there) -- every step's
+    logits equal transformers' on the whole sequence."""
+    d, model, tok = tiny_family("phi3-longrope-switch")
+    llm = family_llm("phi3-longrope-switch")
+    assert llm.pipeline.pipeline_model.max_seq_len > 16
+    rng = np.random.default_rng(3)
+    prompts = {"short": rng.integers(0, len(tok), 5).tolist(), "long": rng.integers(0, len(tok), 23).tolist(),
+               "cross": rng.integers(0, len(tok), 14).tolist()}
+    _steps(llm, model, prompts, n_decode=5)
+    _steps(llm, model, {"cross": prompts["cross"]}, n_decode=4)  # alone, prefix pages of the batched run reused

@@ -1,7 +1,15 @@
-"""The Phi-3 pipeline model: the shared decoder with fused projections (GGUF RoPE is rotate-half)."""
+"""The Phi-3 pipeline model: the shared decoder with fused projections (GGUF RoPE is rotate-half).
+
+LongRoPE models that may run sequences past ``original_max_position_embeddings`` choose the short or
+long factors per request by its length (``common.layers._LengthSwitchedRope``);
+:meth:`Phi3Model.prepare_contexts` recomputes a request that crosses that length.
+"""
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
+from max.pipelines.architectures.common.layers import longrope_switch_contexts
 from max.pipelines.architectures.common.model import DecoderPipelineModel
 from max.pipelines.architectures.phi3.config import config_from_hf
 from max.pipelines.architectures.phi3.weight_adapters import WEIGHT_ADAPTERS
@@ -10,3 +18,9 @@ from max.pipelines.architectures.phi3.weight_adapters import WEIGHT_ADAPTERS
 class Phi3Model(DecoderPipelineModel):
     config_from_hf = staticmethod(config_from_hf)
     weight_adapters = WEIGHT_ADAPTERS
+
+    def prepare_contexts(self, ctxs: Sequence[Any]) -> None:
+        """Called by the pipeline before it fetches the KV cache for a step (see the module docstring)."""
+        sc = self.config.rope_scaling or {}
+        if sc.get("rope_type") == "longrope" and self.max_seq_len > int(sc["original_max_position_embeddings"]):
+            longrope_switch_contexts(ctxs, int(sc["original_max_position_embeddings"]))
