@@ -34,6 +34,14 @@ def _randomize(model: Any, *suffixes: str, std: float = 0.5) -> None:
                 p.normal_(0, std) if not name.endswith("norm.weight") else p.uniform_(-0.5, 0.5)
 
 
+def _randomize_buffers(model: Any, *suffixes: str, std: float = 0.5) -> None:
+    """Random values for the buffers (saved with the weights) whose names end with one of ``suffixes``."""
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name.endswith(suffixes):
+                b.normal_(0, std)
+
+
 FamilySpec = tuple[Callable[[dict], Any], Callable[[Any], None] | None]
 
 FAMILIES: dict[str, FamilySpec] = {
@@ -96,6 +104,16 @@ FAMILIES: dict[str, FamilySpec] = {
     "exaone4": (lambda d: transformers.Exaone4Config(**d, sliding_window=8,
                                                      layer_types=["sliding_attention", "full_attention"]),
                 lambda m: _randomize(m, "norm.weight", "layernorm.weight")),
+    # MLA as V2 (interleaved RoPE, YaRN); sigmoid routing with correction bias, 2 groups of 2, best group only
+    "deepseek_v3": (lambda d: transformers.DeepseekV3Config(
+        **{**d, "num_key_value_heads": 4}, kv_lora_rank=32, q_lora_rank=48, qk_rope_head_dim=8, qk_nope_head_dim=16,
+        v_head_dim=12, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+        first_k_dense_replace=1, n_group=2, topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                         "original_max_position_embeddings": 64, "mscale": 0.707, "mscale_all_dim": 0.707,
+                         "beta_fast": 32, "beta_slow": 1}),
+        lambda m: (_randomize(m, "layernorm.weight", "mlp.gate.weight"), _randomize_buffers(m, "e_score_correction_bias",
+                                                                                            std=0.3))),
     "granitemoe": (lambda d: transformers.GraniteMoeConfig(**d, num_local_experts=4, num_experts_per_tok=2,
                                                            embedding_multiplier=3.0, residual_multiplier=0.5,
                                                            attention_multiplier=0.1, logits_scaling=4.0), None),
