@@ -1,5 +1,6 @@
-"""Speculative decoding: a small draft model proposes ``k`` tokens per request, the target model scores
-all of them in one step, and rejection sampling keeps a prefix (Leviathan et al., 2023).
+"""Speculative decoding: a small draft model -- or, with ``speculative_method="ngram"``, a lookup of the
+request's own earlier tokens (``ngram_draft``) -- proposes up to ``k`` tokens per request, the target
+model scores all of them in one step, and rejection sampling keeps a prefix (Leviathan et al., 2023).
 
 Per scheduler step, requests still encoding their prompt, and requests whose decoding needs the plain
 path (grammar masks, logits processors, logit bias, penalties, log probabilities, minimum lengths), run
@@ -7,7 +8,9 @@ one ordinary target step.  Every other decoding request runs one speculative rou
 
 1. the draft model catches up on the tokens it has not seen (its own paged KV cache, same request
    ids) and samples ``k`` proposals from its distribution ``q`` (the request's temperature / top-k /
-   top-p / min-p applied);
+   top-p / min-p applied); the n-gram draft proposes the tokens that followed the latest earlier
+   occurrence of the request's last tokens (``q`` one-hot), and a request without such a match runs an
+   ordinary target step;
 2. the target model (built with ``ReturnLogits.ALL``) runs once on ``[last token, d_1 .. d_k]``; its
    rows give ``p_1 .. p_{k+1}``;
 3. ``d_i`` is accepted with probability ``min(1, p_i(d_i) / q_i(d_i))``; at the first rejection the
@@ -31,6 +34,7 @@ import numpy as np
 import torch
 
 from max.nn.transformer import ReturnLogits
+from max.pipelines.lib.ngram_draft import ngram_proposal, prompt_lookup_bounds
 from max.pipelines.lib.pipeline import TextGenerationPipeline, build_pipeline_model
 
 logger = logging.getLogger("max.pipelines")
@@ -89,13 +93,24 @@ def _plain(ctx: Any) -> bool:
 
 class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
     """A ``TextGenerationPipeline`` whose decode steps are accelerated by a draft model
-    (``PipelineConfig.draft_model_path``, ``num_speculative_tokens``)."""
+    (``PipelineConfig.draft_model_path``, ``num_speculative_tokens``) or by the n-gram draft
+    (``speculative_method="ngram"``, ``prompt_lookup_min`` / ``prompt_lookup_max``)."""
 
     def __init__(self, pipeline_config: Any, pipeline_model: type, eos_token_id: int, weight_adapters: Any,
                  tokenizer: Any) -> None:
         t0 = time.perf_counter()
         self._force_all_logits = True
         super().__init__(pipeline_config, pipeline_model, eos_token_id, weight_adapters, tokenizer)
+        self.num_speculative_tokens = int(pipeline_config.num_speculative_tokens)
+        self.metrics = SpeculativeDecodingMetrics()
+        self._draft_ctx: dict[str, Any] = {}
+        self._gens: dict[str, torch.Generator] = {}
+        self._draft: Any = None
+        self._lookup: Optional[tuple[int, int]] = None
+        if getattr(pipeline_config, "speculative_method", None) == "ngram":
+            self._lookup = prompt_lookup_bounds(pipeline_config.prompt_lookup_min, pipeline_config.prompt_lookup_max)
+            self.load_seconds = time.perf_counter() - t0
+            return
         from max.pipelines.lib.config import PipelineConfig
         from max.pipelines.lib.registry import PIPELINE_REGISTRY
 
@@ -109,10 +124,6 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
         _, self._draft = build_pipeline_model(draft_cfg, arch.pipeline_model, arch.weight_adapters or {},
                                               ReturnLogits.LAST_TOKEN)
         self._check_vocabularies(draft_cfg)
-        self.num_speculative_tokens = int(pipeline_config.num_speculative_tokens)
-        self.metrics = SpeculativeDecodingMetrics()
-        self._draft_ctx: dict[str, Any] = {}
-        self._gens: dict[str, torch.Generator] = {}
         self.load_seconds = time.perf_counter() - t0
 
     def _check_vocabularies(self, draft_cfg: Any) -> None:
@@ -132,23 +143,33 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
     # ------------------------------------------------------------ API
     @property
     def kv_managers(self) -> list[Any]:
-        return [self._pipeline_model.kv_manager, self._draft.kv_manager]
+        return [self._pipeline_model.kv_manager] + ([self._draft.kv_manager] if self._draft is not None else [])
 
     def release(self, request_id: str) -> None:
         super().release(request_id)
-        mgr = self._draft.kv_manager
-        if mgr.contains(request_id):
+        mgr = self._draft.kv_manager if self._draft is not None else None
+        if mgr is not None and mgr.contains(request_id):
             mgr.release(request_id)
         self._draft_ctx.pop(request_id, None)
         self._gens.pop(request_id, None)
 
     def _run_step(self, ctxs: list[Any]) -> None:
         spec = [c for c in ctxs if _plain(c) and c.max_length - c.end_idx > 1]
+        proposals = None
+        if self._lookup is not None:  # n-gram draft: requests without a match decode plainly
+            lo, hi = self._lookup
+            proposals = {c.request_id: ngram_proposal(c.tokens[:c.end_idx], self._draft_budget(c), lo, hi)
+                         for c in spec}
+            spec = [c for c in spec if proposals[c.request_id]]
         rest = [c for c in ctxs if c not in spec]
         if rest:
             self._step(rest)
         if spec:
-            self._speculate(spec)
+            self._speculate(spec, proposals)
+
+    def _draft_budget(self, c: Any) -> int:
+        """Draft tokens a request may take this round (its ``max_length`` leaves room for them and the bonus)."""
+        return max(1, min(self.num_speculative_tokens, c.max_length - c.end_idx - 1))
 
     # ------------------------------------------------------------ one speculative round
     def _draft_context(self, c: Any) -> Any:
@@ -181,12 +202,15 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
             self._gens[c.request_id] = g
         return g
 
-    def _speculate(self, ctxs: list[Any]) -> None:
-        k_max = self.num_speculative_tokens
-        ks = [max(1, min(k_max, c.max_length - c.end_idx - 1)) for c in ctxs]
+    def _speculate(self, ctxs: list[Any], proposals: Optional[dict[str, list[int]]] = None) -> None:
+        if proposals is not None:  # the n-gram draft's tokens: deterministic proposals (q one-hot)
+            drafts = [list(proposals[c.request_id]) for c in ctxs]
+            self._score_drafts(ctxs, drafts, [[None] * len(d) for d in drafts], None)
+            return
+        ks = [self._draft_budget(c) for c in ctxs]
         ds = [self._draft_context(c) for c in ctxs]
         drafts: list[list[int]] = [[] for _ in ctxs]
-        qs: list[list[torch.Tensor]] = [[] for _ in ctxs]
+        qs: list[list[Any]] = [[] for _ in ctxs]
         for step in range(max(ks)):
             idx = [i for i in range(len(ctxs)) if step < ks[i]]
             logits = self._draft_step([ds[i] for i in idx])
@@ -198,7 +222,13 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
                 qs[i].append(q)
                 ds[i].update(t)
             self._draft.kv_manager.step([ds[i] for i in idx])
-        # target: [last token, d_1 .. d_k] for every request, one step
+        self._score_drafts(ctxs, drafts, qs, ds)
+
+    def _score_drafts(self, ctxs: list[Any], drafts: list[list[int]], qs: list[list[Any]],
+                      ds: Optional[list[Any]]) -> None:
+        """The target's step over ``[last token, d_1 .. d_k]`` of every request, verification, and the
+        accepted tokens and the next one appended (``ds``: the draft model's contexts, kept valid up to
+        the accepted prefix; ``qs`` entries None: one-hot proposals)."""
         mgr = self._pipeline_model.kv_manager
         saved = []
         for c, dr in zip(ctxs, drafts):
@@ -226,12 +256,13 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
                 self.metrics.tokens_generated += 1
                 if c.is_done:
                     break
-            d = ds[i]  # the draft's KV stays valid up to the accepted prefix
-            valid = min(d.start_idx, e + len(accepted))
-            d.set_token_indices(start_idx=valid, active_idx=valid, end_idx=valid)
+            if ds is not None:
+                d = ds[i]  # the draft's KV stays valid up to the accepted prefix
+                valid = min(d.start_idx, e + len(accepted))
+                d.set_token_indices(start_idx=valid, active_idx=valid, end_idx=valid)
         mgr.step(ctxs)
 
-    def _verify(self, c: Any, drafts: list[int], qs: list[torch.Tensor], rows: torch.Tensor
+    def _verify(self, c: Any, drafts: list[int], qs: list[Any], rows: torch.Tensor
                 ) -> tuple[list[int], int]:
         params = c.sampling_params
         p = token_probabilities(rows, params)
@@ -245,11 +276,12 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
             return accepted, int(rows[len(drafts)].argmax())
         g = self._generator(c)
         for i, t in enumerate(drafts):
+            q = qs[i] if qs[i] is not None else torch.nn.functional.one_hot(torch.tensor(t), p.shape[-1]).float()
             u = float(torch.rand(1, generator=g)[0])
-            if u < min(1.0, float(p[i, t]) / max(float(qs[i][t]), 1e-20)):
+            if u < min(1.0, float(p[i, t]) / max(float(q[t]), 1e-20)):
                 accepted.append(t)
                 continue
-            resid = (p[i] - qs[i]).clamp_min(0)
+            resid = (p[i] - q).clamp_min(0)
             dist = resid if float(resid.sum()) > 0 else p[i]
             return accepted, int(torch.multinomial(dist / dist.sum(), 1, generator=g)[0])
         return accepted, int(torch.multinomial(p[len(drafts)], 1, generator=g)[0])
