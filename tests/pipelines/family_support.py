@@ -114,6 +114,15 @@ FAMILIES: dict[str, FamilySpec] = {
                          "beta_fast": 32, "beta_slow": 1}),
         lambda m: (_randomize(m, "layernorm.weight", "mlp.gate.weight"), _randomize_buffers(m, "e_score_correction_bias",
                                                                                             std=0.3))),
+    # layer 0: RoPE (Llama 3 scaled), L2 q/k norm, dense MLP; layer 1: NoPE with temperature tuning, top-1 MoE
+    # + shared expert (floor_scale 4: the temperature changes within the test's lengths)
+    "llama4": (lambda d: transformers.Llama4TextConfig(
+        **{**d, "intermediate_size": 48}, head_dim=16, intermediate_size_mlp=96, num_local_experts=4,
+        num_experts_per_tok=1, interleave_moe_layer_step=2, no_rope_layers=[1, 0], attention_chunk_size=192,
+        floor_scale=4, attn_scale=0.5, rope_parameters={"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0,
+                                                        "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                        "original_max_position_embeddings": 64}),
+        lambda m: _randomize(m, "layernorm.weight", "router.weight")),
     "granitemoe": (lambda d: transformers.GraniteMoeConfig(**d, num_local_experts=4, num_experts_per_tok=2,
                                                            embedding_multiplier=3.0, residual_multiplier=0.5,
                                                            attention_multiplier=0.1, logits_scaling=4.0), None),

@@ -112,3 +112,12 @@ def test_phi3_longrope_factors_follow_each_sequence_length():
                "cross": rng.integers(0, len(tok), 14).tolist()}
     _steps(llm, model, prompts, n_decode=5)
     _steps(llm, model, {"cross": prompts["cross"]}, n_decode=4)  # alone, prefix pages of the batched run reused
+
+
+def test_llama4_max_length_beyond_the_attention_chunk_is_a_clear_error():
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    d, _, _ = tiny_family("llama4")  # attention_chunk_size 192, max_position_embeddings 256
+    with pytest.raises(ValueError, match="attention_chunk_size 192"):
+        LLM(PipelineConfig(model_path=d, max_length=200, max_batch_size=2, kv_cache_page_size=16))
