@@ -64,7 +64,8 @@ FAMILIES: dict[str, FamilySpec] = {
         rope_type="longrope", rope_theta=1e4, partial_rotary_factor=0.5, original_max_position_embeddings=128,
         short_factor=[1.0, 1.5, 2.0, 4.0], long_factor=[2.0, 3.0, 5.0, 9.0])), None),
     # LongRoPE with max_length 128 above the original context 16: factors per sequence by its length
-    "phi3-longrope-switch": (lambda d: transformers.Phi3Config(**d, original_max_position_embeddings=16, rope_parameters=dict(
+    "phi3-longrope-switch": (lambda d: transformers.Phi3Config(
+        **d, original_max_position_embeddings=16, rope_parameters=dict(
         rope_type="longrope", rope_theta=1e4, partial_rotary_factor=0.5, original_max_position_embeddings=16,
         short_factor=[1.0, 1.5, 2.0, 4.0], long_factor=[2.0, 3.0, 5.0, 9.0])), None),
     "granite": (lambda d: transformers.GraniteConfig(**d, embedding_multiplier=3.0, residual_multiplier=0.5,
@@ -112,8 +113,8 @@ FAMILIES: dict[str, FamilySpec] = {
         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                          "original_max_position_embeddings": 64, "mscale": 0.707, "mscale_all_dim": 0.707,
                          "beta_fast": 32, "beta_slow": 1}),
-        lambda m: (_randomize(m, "layernorm.weight", "mlp.gate.weight"), _randomize_buffers(m, "e_score_correction_bias",
-                                                                                            std=0.3))),
+        lambda m: (_randomize(m, "layernorm.weight", "mlp.gate.weight"),
+                   _randomize_buffers(m, "e_score_correction_bias", std=0.3))),
     # layer 0: RoPE (Llama 3 scaled), L2 q/k norm, dense MLP; layer 1: NoPE with temperature tuning, top-1 MoE
     # + shared expert (floor_scale 4: the temperature changes within the test's lengths)
     "llama4": (lambda d: transformers.Llama4TextConfig(

@@ -154,7 +154,7 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
         self._gens.pop(request_id, None)
 
     def _run_step(self, ctxs: list[Any]) -> None:
-        spec = [c for c in ctxs if _plain(c) and c.max_length - c.end_idx > 1]
+        spec = [c for c in ctxs if _plain(c) and self._draft_budget(c) >= 1]
         proposals = None
         if self._lookup is not None:  # n-gram draft: requests without a match decode plainly
             lo, hi = self._lookup
@@ -168,8 +168,13 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
             self._speculate(spec, proposals)
 
     def _draft_budget(self, c: Any) -> int:
-        """Draft tokens a request may take this round (its ``max_length`` leaves room for them and the bonus)."""
-        return max(1, min(self.num_speculative_tokens, c.max_length - c.end_idx - 1))
+        """Draft tokens a request may take this round: room for them and the bonus token within its
+        ``max_length``, and no more than the target model allows (``draft_token_limit``: Phi-3 LongRoPE
+        keeps a verification step on one side of the original context); 0: a plain step."""
+        k = min(self.num_speculative_tokens, c.max_length - c.end_idx - 1)
+        limit = getattr(self._pipeline_model, "draft_token_limit", None)
+        cap = limit(c) if limit is not None else None
+        return max(0, k if cap is None else min(k, cap))
 
     # ------------------------------------------------------------ one speculative round
     def _draft_context(self, c: Any) -> Any:
@@ -191,6 +196,7 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
 
     def _draft_step(self, ds: list[Any]) -> torch.Tensor:
         mgr = self._draft.kv_manager
+        _prepare(self._draft, ds)
         kv = mgr.fetch(ds, 1)
         out = self._draft.execute(self._draft.prepare_initial_token_inputs(ds, kv))
         return out.logits.float()
@@ -237,14 +243,16 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
             c._grow(E + len(dr))
             c.tokens[E:E + len(dr)] = dr
             c.set_token_indices(start_idx=E - 1, active_idx=E + len(dr), end_idx=E + len(dr))
+        _prepare(self._pipeline_model, ctxs)  # may move a start_idx back (recompute): rows are counted after it
         kv = mgr.fetch(ctxs, 1)
+        lens = [c.active_length for c in ctxs]  # after the fetch: the prefix cache may advance a start_idx
         out = self._pipeline_model.execute(self._pipeline_model.prepare_initial_token_inputs(ctxs, kv))
         logits = out.logits.float()
         pos = 0
         for i, c in enumerate(ctxs):
             n = len(drafts[i]) + 1
-            rows = logits[pos:pos + n]
-            pos += n
+            rows = logits[pos + lens[i] - n:pos + lens[i]]
+            pos += lens[i]
             s, a, e = saved[i]
             c.set_token_indices(start_idx=s, active_idx=a, end_idx=e)
             accepted, nxt = self._verify(c, drafts[i], qs[i], rows)
@@ -285,6 +293,14 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
             dist = resid if float(resid.sum()) > 0 else p[i]
             return accepted, int(torch.multinomial(dist / dist.sum(), 1, generator=g)[0])
         return accepted, int(torch.multinomial(p[len(drafts)], 1, generator=g)[0])
+
+
+def _prepare(model: Any, ctxs: list[Any]) -> None:
+    """The model's ``prepare_contexts`` hook before a KV-cache fetch (Phi-3 LongRoPE recomputes a
+    request whose length crosses the original context), as ``TextGenerationPipeline`` calls it."""
+    hook = getattr(model, "prepare_contexts", None)
+    if hook is not None:
+        hook(ctxs)
 
 
 def _vocab_size(model: Any) -> Optional[int]:

@@ -182,8 +182,9 @@ def make_rope(cfg: DecoderConfig, max_seq_len: int, device: DeviceRef, theta: fl
     elif kind == "longrope":
         orig = int(sc["original_max_position_embeddings"])
         if max_seq_len > orig:  # sequences on both sides of the original context: factors per sequence
-            short, long = (_LongRotaryEmbedding(**common, scaling=sc, max_position_embeddings=cfg.max_position_embeddings,
-                                                use_long=u) for u in (False, True))
+            short, long = (_LongRotaryEmbedding(**common, scaling=sc, use_long=u,
+                                                max_position_embeddings=cfg.max_position_embeddings)
+                           for u in (False, True))
             return _LengthSwitchedRope(short, long, orig, cfg.interleaved_rope)
         table = _LongRotaryEmbedding(**common, scaling=sc, max_position_embeddings=cfg.max_position_embeddings,
                                      use_long=False)
