@@ -31,7 +31,7 @@ def _reference(tokens: list[int], k: int, lo: int, hi: int) -> list[int]:
     return []
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.integers(0, 3), min_size=1, max_size=40), st.integers(1, 6), st.integers(1, 4), st.integers(0, 3))
 def test_proposal_matches_brute_force(tokens, k, lo, extra):
     from max.pipelines.lib.ngram_draft import ngram_proposal
@@ -114,7 +114,7 @@ def test_a_one_hot_proposal_keeps_the_target_distribution():
     pipe = SpeculativeDecodingTextGenerationPipeline.__new__(SpeculativeDecodingTextGenerationPipeline)
     pipe._gens = {"r": g}
     ctx = SimpleNamespace(request_id="r", sampling_params=params)
-    n = 5000
+    n = 1500
     counts = np.zeros(6)
     accepted = 0
     for _ in range(n):
@@ -124,7 +124,7 @@ def test_a_one_hot_proposal_keeps_the_target_distribution():
     expected = p.numpy() * n
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     assert chi2 < 20.5, (chi2, counts, expected)  # 5 degrees of freedom: p-value > 0.001
-    assert abs(accepted / n - float(p[1])) < 0.02
+    assert abs(accepted / n - float(p[1])) < 0.04  # 4 standard deviations
 
 
 def test_config_errors(target):
