@@ -34,6 +34,14 @@ def _randomize(model: Any, *suffixes: str, std: float = 0.5) -> None:
                 p.normal_(0, std) if not name.endswith("norm.weight") else p.uniform_(-0.5, 0.5)
 
 
+def _randomize_buffers(model: Any, *suffixes: str, std: float = 0.5) -> None:
+    """Random values for the buffers (saved with the weights) whose names end with one of ``suffixes``."""
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name.endswith(suffixes):
+                b.normal_(0, std)
+
+
 FamilySpec = tuple[Callable[[dict], Any], Callable[[Any], None] | None]
 
 FAMILIES: dict[str, FamilySpec] = {
@@ -52,8 +60,13 @@ FAMILIES: dict[str, FamilySpec] = {
                lambda m: _randomize(m, "norm.weight", "layernorm.weight")),
     "phi3": (lambda d: transformers.Phi3Config(**d, tie_word_embeddings=False), None),
     # Phi-4-mini-style: half of each head rotates, LongRoPE (short factors: max_length 128 <= 128)
-    "phi3-longrope": (lambda d: transformers.Phi3Config(**d, rope_parameters=dict(
+    "phi3-longrope": (lambda d: transformers.Phi3Config(**d, original_max_position_embeddings=128, rope_parameters=dict(
         rope_type="longrope", rope_theta=1e4, partial_rotary_factor=0.5, original_max_position_embeddings=128,
+        short_factor=[1.0, 1.5, 2.0, 4.0], long_factor=[2.0, 3.0, 5.0, 9.0])), None),
+    # LongRoPE with max_length 128 above the original context 16: factors per sequence by its length
+    "phi3-longrope-switch": (lambda d: transformers.Phi3Config(
+        **d, original_max_position_embeddings=16, rope_parameters=dict(
+        rope_type="longrope", rope_theta=1e4, partial_rotary_factor=0.5, original_max_position_embeddings=16,
         short_factor=[1.0, 1.5, 2.0, 4.0], long_factor=[2.0, 3.0, 5.0, 9.0])), None),
     "granite": (lambda d: transformers.GraniteConfig(**d, embedding_multiplier=3.0, residual_multiplier=0.5,
                                                      attention_multiplier=0.1, logits_scaling=4.0), None),
@@ -75,6 +88,45 @@ FAMILIES: dict[str, FamilySpec] = {
     "qwen3_moe": (lambda d: transformers.Qwen3MoeConfig(**d, head_dim=16, num_experts=4, num_experts_per_tok=2,
                                                          moe_intermediate_size=32, norm_topk_prob=True,
                                                          mlp_only_layers=[0]), None),
+    # weightless LayerNorms, q/k/v clamped
+    "olmo": (lambda d: transformers.OlmoConfig(**d, clip_qkv=0.3), None),
+    # sliding layer with its own RoPE base, global layer with YaRN
+    "olmo3": (lambda d: transformers.Olmo3Config(
+        **d, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"full_attention": {"rope_type": "yarn", "rope_theta": 5e5, "factor": 2.0,
+                                            "original_max_position_embeddings": 128},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
+              lambda m: _randomize(m, "norm.weight", "layernorm.weight")),
+    # layer 1 is NoPE
+    "smollm3": (lambda d: transformers.SmolLM3Config(**d, no_rope_layers=[1, 0]), None),
+    "glm4": (lambda d: transformers.Glm4Config(**d, head_dim=16),
+             lambda m: _randomize(m, "_proj.bias", "layernorm.weight")),
+    # sliding layer with RoPE, global NoPE layer, per-head q/k norms
+    "exaone4": (lambda d: transformers.Exaone4Config(**d, sliding_window=8,
+                                                     layer_types=["sliding_attention", "full_attention"]),
+                lambda m: _randomize(m, "norm.weight", "layernorm.weight")),
+    # MLA as V2 (interleaved RoPE, YaRN); sigmoid routing with correction bias, 2 groups of 2, best group only
+    "deepseek_v3": (lambda d: transformers.DeepseekV3Config(
+        **{**d, "num_key_value_heads": 4}, kv_lora_rank=32, q_lora_rank=48, qk_rope_head_dim=8, qk_nope_head_dim=16,
+        v_head_dim=12, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+        first_k_dense_replace=1, n_group=2, topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                         "original_max_position_embeddings": 64, "mscale": 0.707, "mscale_all_dim": 0.707,
+                         "beta_fast": 32, "beta_slow": 1}),
+        lambda m: (_randomize(m, "layernorm.weight", "mlp.gate.weight"),
+                   _randomize_buffers(m, "e_score_correction_bias", std=0.3))),
+    # layer 0: RoPE (Llama 3 scaled), L2 q/k norm, dense MLP; layer 1: NoPE with temperature tuning, top-1 MoE
+    # + shared expert (floor_scale 4: the temperature changes within the test's lengths)
+    "llama4": (lambda d: transformers.Llama4TextConfig(
+        **{**d, "intermediate_size": 48}, head_dim=16, intermediate_size_mlp=96, num_local_experts=4,
+        num_experts_per_tok=1, interleave_moe_layer_step=2, no_rope_layers=[1, 0], attention_chunk_size=192,
+        floor_scale=4, attn_scale=0.5, rope_parameters={"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0,
+                                                        "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                        "original_max_position_embeddings": 64}),
+        lambda m: _randomize(m, "layernorm.weight", "router.weight")),
+    "granitemoe": (lambda d: transformers.GraniteMoeConfig(**d, num_local_experts=4, num_experts_per_tok=2,
+                                                           embedding_multiplier=3.0, residual_multiplier=0.5,
+                                                           attention_multiplier=0.1, logits_scaling=4.0), None),
 }
 
 

@@ -38,7 +38,10 @@ def _steps(llm, model, prompts: dict[str, list[int]], n_decode: int = 4) -> None
     for c in ctxs:
         mgr.claim(c.request_id)
     try:
+        prepare = getattr(pm, "prepare_contexts", None)  # as the pipeline does before each fetch
         for step in range(n_decode + 1):
+            if prepare is not None:
+                prepare(ctxs)
             kv = mgr.fetch(ctxs)
             logits = pm.execute(pm.prepare_initial_token_inputs(ctxs, kv)).logits.numpy()
             for b, c in enumerate(ctxs):
@@ -94,3 +97,65 @@ def test_gguf_copy_matches_transformers(family):
     rng = np.random.default_rng(1)
     _steps(llm, model, {"a": rng.integers(0, len(tok), 20).tolist(), "b": rng.integers(0, len(tok), 5).tolist()},
            n_decode=2)
+
+
+def test_phi3_longrope_factors_follow_each_sequence_length():
+    """``max_length`` (128) above ``original_max_position_embeddings`` (16): in one batch a short request
+    (short factors throughout), a long one (long factors from its prefill) and one that crosses 16 while
+    decoding (recomputed with the long factors, as transformers drops its cache there) -- every step's
+    logits equal transformers' on the whole sequence."""
+    d, model, tok = tiny_family("phi3-longrope-switch")
+    llm = family_llm("phi3-longrope-switch")
+    assert llm.pipeline.pipeline_model.max_seq_len > 16
+    rng = np.random.default_rng(3)
+    prompts = {"short": rng.integers(0, len(tok), 5).tolist(), "long": rng.integers(0, len(tok), 23).tolist(),
+               "cross": rng.integers(0, len(tok), 14).tolist()}
+    _steps(llm, model, prompts, n_decode=5)
+    _steps(llm, model, {"cross": prompts["cross"]}, n_decode=4)  # alone, prefix pages of the batched run reused
+
+
+def test_llama4_max_length_beyond_the_attention_chunk_is_a_clear_error():
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    d, _, _ = tiny_family("llama4")  # attention_chunk_size 192, max_position_embeddings 256
+    with pytest.raises(ValueError, match="attention_chunk_size 192"):
+        LLM(PipelineConfig(model_path=d, max_length=200, max_batch_size=2, kv_cache_page_size=16))
+
+
+def test_phi3_longrope_speculative_steps_stay_on_one_side_of_the_original_context():
+    """Transformers computes each token with the factors of its own length, so a verification step may
+    not take a request across 16 (one step's rows share one set of factors): the draft budget stops at
+    16, the crossing happens in a plain step (recomputed), and later verification steps are free."""
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    d, model, tok = tiny_family("phi3-longrope-switch")
+    llm = LLM(PipelineConfig(model_path=d, max_length=128, max_batch_size=4, kv_cache_page_size=16,
+                             speculative_method="ngram", num_speculative_tokens=3))
+    budget = llm.pipeline._draft_budget
+
+    class C:
+        max_length = 128
+
+        def __init__(self, end):
+            self.end_idx = end
+
+    assert [budget(C(e)) for e in (10, 13, 14, 15, 16, 17, 40)] == [3, 3, 2, 1, 0, 3, 3]
+
+
+def test_phi3_longrope_with_the_ngram_draft_matches_transformers():
+    """Generation with the n-gram draft across the original context (plain steps cross it, verification
+    steps on either side): greedy output equals transformers'."""
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    d, model, tok = tiny_family("phi3-longrope-switch")
+    llm = LLM(PipelineConfig(model_path=d, max_length=128, max_batch_size=4, kv_cache_page_size=16,
+                             speculative_method="ngram", num_speculative_tokens=3, prompt_lookup_min=1,
+                             prompt_lookup_max=2))
+    prompts = ["x = x; x = x;", "a b a b a b", "1 2 1 2 1", "ab ab ab"]  # repeated tokens: early drafts
+    assert all(len(tok(p)["input_ids"]) < 16 for p in prompts)  # they cross 16 while decoding
+    want = [hf_greedy(model, tok(p)["input_ids"], 24) for p in prompts]
+    assert scheduled_greedy(llm, prompts, 24) == want
+    assert llm.pipeline.metrics.draft_tokens_proposed > 0

@@ -91,6 +91,13 @@ def _model_options(f: Any) -> Any:
                      help="Speculative decoding: a small draft model with the same vocabulary."),
         click.option("--num-speculative-tokens", type=int, default=None,
                      help="Draft tokens proposed per step (default 3)."),
+        click.option("--speculative-method", type=click.Choice(["draft_model", "ngram"]), default=None,
+                     help="Speculative decoding's draft: draft_model (--draft-model-path) or ngram (prompt lookup: "
+                          "the tokens that followed an earlier occurrence of the last tokens; no draft model)."),
+        click.option("--prompt-lookup-max", type=click.IntRange(min=1), default=None,
+                     help="ngram draft: longest suffix looked up, in tokens (default 5, or --prompt-lookup-min)."),
+        click.option("--prompt-lookup-min", type=click.IntRange(min=1), default=None,
+                     help="ngram draft: shortest suffix looked up, in tokens (default 5, or --prompt-lookup-max)."),
         click.option("--num-threads", type=click.IntRange(min=1), default=None,
                      help="CPU threads of the one pool torch and libremax's kernels share (default: "
                           "LIBREMAX_NUM_THREADS, else the physical cores)."),
@@ -215,7 +222,7 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
              prompt: str, chat: bool, images: tuple, max_new_tokens: int, temperature: float, top_k: int,
              top_p: float, min_p: float,
              frequency_penalty: float, presence_penalty: float, repetition_penalty: float, seed: Any,
-             json_schema: Any, json_object: bool, regex: Any, grammar: Any) -> None:
+             json_schema: Any, json_object: bool, regex: Any, grammar: Any, **speculative: Any) -> None:
     """Generate a continuation of --prompt (or, with --chat, the model's reply to it) and print it,
     then the prompt size, load time, time to first token, time per token and throughput."""
     t0 = time.perf_counter()
@@ -230,7 +237,7 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
                            device_memory_utilization=device_memory_utilization,
                            draft_model_path=draft_model_path, num_speculative_tokens=num_speculative_tokens,
                            num_threads=num_threads, hf_fallback=hf_fallback,
-                           allow_image_urls=allow_image_urls or None, chat_template=chat_template)
+                           allow_image_urls=allow_image_urls or None, chat_template=chat_template, **speculative)
         ctx = _checked_context(cfg, prompt, params, chat, response_format, images)  # before the model loads
         from max.entrypoints.llm import LLM
 
@@ -555,7 +562,8 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
           max_request_bytes: int, drain_timeout: float, log_level: str, tool_call_parser: Any,
           enable_echo: bool, lora_paths: tuple, enable_lora: bool, max_num_loras: Any, max_lora_rank: Any,
           responses_store_size: int, replicas: Any, min_replicas: Any, max_replicas: Any,
-          target_ongoing_requests: Any, ray_address: Any, allowed_origins: Any, reasoning_parser: Any) -> None:
+          target_ongoing_requests: Any, ray_address: Any, allowed_origins: Any, reasoning_parser: Any,
+          **speculative: Any) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (chat, completions, embeddings, metrics).
 
     SIGTERM or Ctrl-C shuts down gracefully: no new requests, --drain-timeout seconds for those in
@@ -596,7 +604,8 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
                       target_ongoing_requests=target_ongoing_requests, ray_address=ray_address,
                       metrics_port=metrics_port,
                       unsupported={"--lora-paths": lora_paths, "--enable-lora": enable_lora,
-                                   "--draft-model-path": draft_model_path})
+                                   "--draft-model-path": draft_model_path,
+                                   "--speculative-method": speculative.get("speculative_method")})
         return
     try:
         cfg = build_config(model_path, quantization_encoding, devices, max_length, max_batch_size,
@@ -606,7 +615,7 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
                            kv_cache_memory=kv_cache_memory, device_memory_utilization=device_memory_utilization,
                            draft_model_path=draft_model_path, num_speculative_tokens=num_speculative_tokens,
                            num_threads=num_threads, hf_fallback=hf_fallback,
-                           allow_image_urls=allow_image_urls or None, chat_template=chat_template)
+                           allow_image_urls=allow_image_urls or None, chat_template=chat_template, **speculative)
         click.echo(f"Loading {cfg.model_config.model_path} ...", err=True)
         if served_model_name is None and model_path is None:  # the bundled model: a short id
             served_model_name = BUNDLED[0].served_name

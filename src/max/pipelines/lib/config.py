@@ -672,6 +672,9 @@ class _PipelineFields(_ConfigBase):
     use_experimental_kernels: str = "false"
     draft_model_path: Optional[str] = None
     num_speculative_tokens: int = 3
+    speculative_method: Optional[str] = None
+    prompt_lookup_max: Optional[int] = None
+    prompt_lookup_min: Optional[int] = None
     allow_image_urls: bool = False
 
 
@@ -698,6 +701,11 @@ _PIPELINE_HELP = {
     "use_experimental_kernels": "Use experimental kernels ('true'/'false').",
     "draft_model_path": "Draft model (same vocabulary) for speculative decoding.",
     "num_speculative_tokens": "Draft tokens proposed per speculative decoding step.",
+    "speculative_method": "Speculative decoding's draft: 'draft_model' (draft_model_path; the default when it is "
+                          "given) or 'ngram' (prompt lookup: tokens that followed an earlier occurrence of the "
+                          "request's last tokens; no model).",
+    "prompt_lookup_max": "ngram draft: longest suffix (tokens) looked up (default 5, or prompt_lookup_min).",
+    "prompt_lookup_min": "ngram draft: shortest suffix (tokens) looked up (default 5, or prompt_lookup_max).",
     "allow_image_urls": "Fetch http(s) image URLs of vision-language requests (libremax; off: such URLs are "
                         "refused with a 400, images come as data: URIs or local paths).",
 }
@@ -781,6 +789,21 @@ class PipelineConfig(_PipelineFields):
         self._profiling_config = given.get("profiling_config") or ProfilingConfig(**nested["profiling_config"])
         self._lora_config = given.get("lora_config") or LoRAConfig(**nested["lora_config"])
         self._draft_model_config: Optional[MAXModelConfig] = None
+        method = self.speculative_method
+        if method not in (None, "draft_model", "ngram"):
+            raise ValueError(f"PipelineConfig: speculative_method must be 'draft_model' or 'ngram', got {method!r}")
+        if method == "draft_model" and not self.draft_model_path:
+            raise ValueError("PipelineConfig: speculative_method 'draft_model' needs draft_model_path")
+        if method == "ngram":
+            if self.draft_model_path:
+                raise ValueError("PipelineConfig: speculative_method 'ngram' needs no draft model; leave "
+                                 "draft_model_path unset")
+            if int(self.num_speculative_tokens) < 1:
+                raise ValueError(f"PipelineConfig: num_speculative_tokens must be >= 1, got "
+                                 f"{self.num_speculative_tokens}")
+            from max.pipelines.lib.ngram_draft import prompt_lookup_bounds
+
+            prompt_lookup_bounds(self.prompt_lookup_min, self.prompt_lookup_max)  # a clear error now
         if self.draft_model_path:
             if int(self.num_speculative_tokens) < 1:
                 raise ValueError(f"PipelineConfig: num_speculative_tokens must be >= 1, got "

@@ -401,6 +401,9 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
                     if end < c.active_idx:
                         chunked[i] = c.active_idx
                         c.set_token_indices(active_idx=end)
+        prepare = getattr(self._pipeline_model, "prepare_contexts", None)
+        if prepare is not None:  # the model may need some requests recomputed (Phi-3 LongRoPE)
+            prepare(ctxs)
         kv = mgr.fetch(ctxs, 1)
         # the prefix cache may have advanced start_idx; a chunk boundary keeps its end
         model_inputs = self._pipeline_model.prepare_initial_token_inputs(ctxs, kv)

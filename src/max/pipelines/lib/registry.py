@@ -288,7 +288,9 @@ def get_pipeline_for_task(task: PipelineTask, pipeline_config: "PipelineConfig")
     if task not in targets:
         raise ValueError(f"no pipeline implementation for task {task.value!r}")
     module, name = targets[task]
-    if pipeline_config.draft_model_config is not None and task is PipelineTask.TEXT_GENERATION:
+    speculative = pipeline_config.draft_model_config is not None or \
+        getattr(pipeline_config, "speculative_method", None) == "ngram"
+    if speculative and task is PipelineTask.TEXT_GENERATION:
         module, name = "max.pipelines.lib.speculative_decoding", "SpeculativeDecodingTextGenerationPipeline"
     return getattr(importlib.import_module(module), name)
 

@@ -1,5 +1,6 @@
-"""Speculative decoding: a small draft model proposes ``k`` tokens per request, the target model scores
-all of them in one step, and rejection sampling keeps a prefix (Leviathan et al., 2023).
+"""Speculative decoding: a small draft model -- or, with ``speculative_method="ngram"``, a lookup of the
+request's own earlier tokens (``ngram_draft``) -- proposes up to ``k`` tokens per request, the target
+model scores all of them in one step, and rejection sampling keeps a prefix (Leviathan et al., 2023).
 
 Per scheduler step, requests still encoding their prompt, and requests whose decoding needs the plain
 path (grammar masks, logits processors, logit bias, penalties, log probabilities, minimum lengths), run
@@ -7,7 +8,9 @@ one ordinary target step.  Every other decoding request runs one speculative rou
 
 1. the draft model catches up on the tokens it has not seen (its own paged KV cache, same request
    ids) and samples ``k`` proposals from its distribution ``q`` (the request's temperature / top-k /
-   top-p / min-p applied);
+   top-p / min-p applied); the n-gram draft proposes the tokens that followed the latest earlier
+   occurrence of the request's last tokens (``q`` one-hot), and a request without such a match runs an
+   ordinary target step;
 2. the target model (built with ``ReturnLogits.ALL``) runs once on ``[last token, d_1 .. d_k]``; its
    rows give ``p_1 .. p_{k+1}``;
 3. ``d_i`` is accepted with probability ``min(1, p_i(d_i) / q_i(d_i))``; at the first rejection the
@@ -31,6 +34,7 @@ import numpy as np
 import torch
 
 from max.nn.transformer import ReturnLogits
+from max.pipelines.lib.ngram_draft import ngram_proposal, prompt_lookup_bounds
 from max.pipelines.lib.pipeline import TextGenerationPipeline, build_pipeline_model
 
 logger = logging.getLogger("max.pipelines")
@@ -94,13 +98,25 @@ def _plain(ctx: Any) -> bool:
 
 class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
     """A ``TextGenerationPipeline`` whose decode steps are accelerated by a draft model
-    (``PipelineConfig.draft_model_path``, ``num_speculative_tokens``)."""
+    (``PipelineConfig.draft_model_path``, ``num_speculative_tokens``) or by the n-gram draft
+    (``speculative_method="ngram"``, ``prompt_lookup_min`` / ``prompt_lookup_max``)."""
 
     def __init__(self, pipeline_config: Any, pipeline_model: type, eos_token_id: int, weight_adapters: Any,
                  tokenizer: Any) -> None:
         t0 = time.perf_counter()
         self._force_all_logits = True
         super().__init__(pipeline_config, pipeline_model, eos_token_id, weight_adapters, tokenizer)
+        self.num_speculative_tokens = int(pipeline_config.num_speculative_tokens)
+        self.metrics = SpeculativeDecodingMetrics()
+        self._draft_ctx: dict[str, Any] = {}
+        self._gens: dict[str, torch.Generator] = {}
+        self._round_end: dict[str, int] = {}
+        self._draft: Any = None
+        self._lookup: Optional[tuple[int, int]] = None
+        if getattr(pipeline_config, "speculative_method", None) == "ngram":
+            self._lookup = prompt_lookup_bounds(pipeline_config.prompt_lookup_min, pipeline_config.prompt_lookup_max)
+            self.load_seconds = time.perf_counter() - t0
+            return
         from max.pipelines.lib.config import PipelineConfig
         from max.pipelines.lib.registry import PIPELINE_REGISTRY
 
@@ -114,11 +130,6 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
         _, self._draft = build_pipeline_model(draft_cfg, arch.pipeline_model, arch.weight_adapters or {},
                                               ReturnLogits.LAST_TOKEN)
         self._check_vocabularies(draft_cfg)
-        self.num_speculative_tokens = int(pipeline_config.num_speculative_tokens)
-        self.metrics = SpeculativeDecodingMetrics()
-        self._draft_ctx: dict[str, Any] = {}
-        self._gens: dict[str, torch.Generator] = {}
-        self._round_end: dict[str, int] = {}
         self.load_seconds = time.perf_counter() - t0
 
     def _check_vocabularies(self, draft_cfg: Any) -> None:
@@ -138,23 +149,38 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
     # ------------------------------------------------------------ API
     @property
     def kv_managers(self) -> list[Any]:
-        return [self._pipeline_model.kv_manager, self._draft.kv_manager]
+        return [self._pipeline_model.kv_manager] + ([self._draft.kv_manager] if self._draft is not None else [])
 
     def release(self, request_id: str) -> None:
         super().release(request_id)
-        mgr = self._draft.kv_manager
-        if mgr.contains(request_id):
+        mgr = self._draft.kv_manager if self._draft is not None else None
+        if mgr is not None and mgr.contains(request_id):
             mgr.release(request_id)
         self._draft_ctx.pop(request_id, None)
         self._gens.pop(request_id, None)
 
     def _run_step(self, ctxs: list[Any]) -> None:
-        spec = [c for c in ctxs if _plain(c) and c.max_length - c.end_idx > 1]
+        spec = [c for c in ctxs if _plain(c) and self._draft_budget(c) >= 1]
+        proposals = None
+        if self._lookup is not None:  # n-gram draft: requests without a match decode plainly
+            lo, hi = self._lookup
+            proposals = {c.request_id: ngram_proposal(c.tokens[:c.end_idx], self._draft_budget(c), lo, hi)
+                         for c in spec}
+            spec = [c for c in spec if proposals[c.request_id]]
         rest = [c for c in ctxs if c not in spec]
         if rest:
             self._step(rest)
         if spec:
-            self._speculate(spec)
+            self._speculate(spec, proposals)
+
+    def _draft_budget(self, c: Any) -> int:
+        """Draft tokens a request may take this round: room for them and the bonus token within its
+        ``max_length``, and no more than the target model allows (``draft_token_limit``: Phi-3 LongRoPE
+        keeps a verification step on one side of the original context); 0: a plain step."""
+        k = min(self.num_speculative_tokens, c.max_length - c.end_idx - 1)
+        limit = getattr(self._pipeline_model, "draft_token_limit", None)
+        cap = limit(c) if limit is not None else None
+        return max(0, k if cap is None else min(k, cap))
 
     # ------------------------------------------------------------ one speculative round
     def _draft_context(self, c: Any) -> Any:
@@ -176,6 +202,7 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
 
     def _draft_step(self, ds: list[Any]) -> torch.Tensor:
         mgr = self._draft.kv_manager
+        _prepare(self._draft, ds)
         kv = mgr.fetch(ds, 1)
         out = self._draft.execute(self._draft.prepare_initial_token_inputs(ds, kv))
         return out.logits.float()
@@ -187,15 +214,21 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
             self._gens[c.request_id] = g
         return g
 
-    def _speculate(self, ctxs: list[Any]) -> None:
-        ds = [self._draft_context(c) for c in ctxs]
-        drafts, qs = self.generate_draft_tokens(ctxs, self.num_speculative_tokens, ds)
+    def _speculate(self, ctxs: list[Any], proposals: Optional[dict[str, list[int]]] = None) -> None:
+        if proposals is not None:  # the n-gram draft's tokens: deterministic proposals (q one-hot)
+            ds = None
+            drafts = [list(proposals[c.request_id]) for c in ctxs]
+            qs: list[list[Any]] = [[None] * len(d) for d in drafts]
+        else:
+            ds = [self._draft_context(c) for c in ctxs]
+            drafts, qs = self.generate_draft_tokens(ctxs, self.num_speculative_tokens, ds)
         first_rejected, recovered, bonus = self.verify_draft_tokens_with_target_model(
             ds, ctxs, [len(d) for d in drafts], drafts, qs)
         self.update_contexts(ctxs, first_rejected, recovered, bonus, drafts, [len(d) for d in drafts])
-        for c, d, n_acc in zip(ctxs, ds, first_rejected):  # the draft's KV stays valid up to the accepted prefix
-            valid = min(d.start_idx, self._round_end[c.request_id] + n_acc)
-            d.set_token_indices(start_idx=valid, active_idx=valid, end_idx=valid)
+        if ds is not None:
+            for c, d, n_acc in zip(ctxs, ds, first_rejected):  # the draft's KV stays valid up to the accepted prefix
+                valid = min(d.start_idx, self._round_end[c.request_id] + n_acc)
+                d.set_token_indices(start_idx=valid, active_idx=valid, end_idx=valid)
         self._pipeline_model.kv_manager.step(ctxs)
 
     # ------------------------------------------------------------ the round's parts (MAX's method names)
@@ -205,7 +238,7 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
         target contexts ``batch``; ``model_inputs``: the draft contexts (made from ``batch`` when None).
         Returns each request's proposals and the draft distribution each was drawn from."""
         ds = list(model_inputs) if model_inputs is not None else [self._draft_context(c) for c in batch]
-        ks = [max(1, min(int(num_steps), c.max_length - c.end_idx - 1)) for c in batch]
+        ks = [max(1, min(int(num_steps), self._draft_budget(c))) for c in batch]
         drafts: list[list[int]] = [[] for _ in batch]
         qs: list[list[torch.Tensor]] = [[] for _ in batch]
         for step in range(max(ks)):
@@ -269,7 +302,9 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
             c._grow(E + len(dr))
             c.tokens[E:E + len(dr)] = dr
             c.set_token_indices(start_idx=E - 1, active_idx=E + len(dr), end_idx=E + len(dr))
+        _prepare(self._pipeline_model, ctxs)  # may move a start_idx back (recompute): rows are counted after it
         kv = mgr.fetch(ctxs, 1)
+        lens = [c.active_length for c in ctxs]  # after the fetch: the prefix cache may advance a start_idx
         out = self._pipeline_model.execute(self._pipeline_model.prepare_initial_token_inputs(ctxs, kv))
         logits = out.logits.float()
         pos = 0
@@ -279,8 +314,8 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
         self._round_end = {}
         for i, c in enumerate(ctxs):
             n = counts[i] + 1
-            rows = logits[pos:pos + n]
-            pos += n
+            rows = logits[pos + lens[i] - n:pos + lens[i]]
+            pos += lens[i]
             s, a, e = saved[i]
             c.set_token_indices(start_idx=s, active_idx=a, end_idx=e)
             self._round_end[c.request_id] = e
@@ -314,7 +349,7 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
             ((c.request_id, c) for c in context_batch)
         return {rid: ctx.to_generation_output() for rid, ctx in items}
 
-    def _verify(self, c: Any, drafts: list[int], qs: list[torch.Tensor], rows: torch.Tensor
+    def _verify(self, c: Any, drafts: list[int], qs: list[Any], rows: torch.Tensor
                 ) -> tuple[list[int], int]:
         params = c.sampling_params
         p = token_probabilities(rows, params)
@@ -329,10 +364,11 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
         g = self._generator(c)
         for i, t in enumerate(drafts):
             u = float(torch.rand(1, generator=g)[0])
-            if u < min(1.0, float(p[i, t]) / max(float(qs[i][t]), 1e-20)):
+            q = qs[i] if qs[i] is not None else torch.nn.functional.one_hot(torch.tensor(t), p.shape[-1]).float()
+            if u < min(1.0, float(p[i, t]) / max(float(q[t]), 1e-20)):
                 accepted.append(t)
                 continue
-            resid = (p[i] - qs[i]).clamp_min(0)
+            resid = (p[i] - q).clamp_min(0)
             dist = resid if float(resid.sum()) > 0 else p[i]
             return accepted, int(torch.multinomial(dist / dist.sum(), 1, generator=g)[0])
         return accepted, int(torch.multinomial(p[len(drafts)], 1, generator=g)[0])
@@ -343,3 +379,10 @@ def _vocab_size(model: Any) -> Optional[int]:
     v = getattr(cfg, "vocab_size", None)
     return int(v) if v is not None else None
 
+
+def _prepare(model: Any, ctxs: list[Any]) -> None:
+    """The model's ``prepare_contexts`` hook before a KV-cache fetch (Phi-3 LongRoPE recomputes a
+    request whose length crosses the original context), as ``TextGenerationPipeline`` calls it."""
+    hook = getattr(model, "prepare_contexts", None)
+    if hook is not None:
+        hook(ctxs)

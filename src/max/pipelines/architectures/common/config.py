@@ -88,6 +88,12 @@ class DecoderConfig:
     """Each layer has ``self_attn.sinks`` ``[n_heads]``: a learned logit per head in the softmax (GPT-OSS)."""
     interleaved_rope: bool = False
     """q/k rows are in the interleaved-pair layout (llama.cpp's permuted GGUF q/k of Llama-family files)."""
+    no_rope_layers: set[int] = field(default_factory=set)
+    """Layers whose attention has no RoPE (NoPE layers: SmolLM3, EXAONE 4's global layers)."""
+    clip_qkv: float | None = None
+    """q/k/v projections clamped to ``[-clip_qkv, clip_qkv]`` (OLMo)."""
+    norm_kind: str = "rms"
+    """``"rms"``: RMSNorm; ``"layernorm"``: LayerNorm without weight or bias, eps 1e-5 (OLMo)."""
     bos_token_id: int | None = None
     eos_token_ids: list[int] = field(default_factory=list)
     moe: Any = None

@@ -15,7 +15,7 @@ from max.dtype import DType
 from max.graph import DeviceRef, TensorValue, Weight, ops
 from max.nn import kernels
 from max.nn.kernels import MHAMaskVariant
-from max.nn.kernels_decoder import ragged_attention, ragged_rope_tables
+from max.nn.kernels_decoder import ragged_attention, ragged_rope, ragged_rope_tables, ragged_write_plan
 from max.nn.kv_cache import FetchPagedKVCacheCollection, KVCacheParams
 from max.graph.weight import ShardingStrategy
 from max.nn.layer import LayerList, Module, on_device
@@ -32,7 +32,8 @@ from max.nn.transformer.distributed_transformer import mlp_shards_call, replicat
 from max.pipelines.architectures.common.config import DecoderConfig
 from max.pipelines.architectures.common.weights import WeightFactory
 
-__all__ = ["DecoderAttention", "DecoderLayer", "DistributedDecoderLayer", "check_tensor_parallel", "GatedMLP", "build_decoder", "make_rope", "rms_norm"]
+__all__ = ["DecoderAttention", "DecoderLayer", "DistributedDecoderLayer", "check_tensor_parallel", "GatedMLP",
+           "build_decoder", "longrope_switch_contexts", "make_rope", "rms_norm"]
 
 _ACTS: dict[str, Callable[[TensorValue], TensorValue]] = {
     "silu": ops.silu,
@@ -51,7 +52,25 @@ def activation(name: str, who: str) -> Callable[[TensorValue], TensorValue]:
     return _ACTS[name]
 
 
-def rms_norm(cfg: DecoderConfig, dim: int, dtype: DType) -> RMSNorm:
+class PlainLayerNorm(Module):
+    """LayerNorm without weight or bias, computed in float32 (OLMo's norms)."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.dim, self.eps = dim, eps
+
+    def __call__(self, x: TensorValue) -> TensorValue:
+        one = ops.broadcast_to(ops.constant(1.0, DType.float32, x.device), [self.dim])
+        zero = ops.broadcast_to(ops.constant(0.0, DType.float32, x.device), [self.dim])
+        return ops.layer_norm(x.cast(DType.float32), one, zero, self.eps).cast(x.dtype)
+
+
+def rms_norm(cfg: DecoderConfig, dim: int, dtype: DType) -> Module:
+    """The config's norm of ``dim`` features: RMSNorm, or weightless LayerNorm (``norm_kind``)."""
+    if cfg.norm_kind == "layernorm":
+        return PlainLayerNorm(dim)
+    if cfg.norm_kind != "rms":
+        raise ValueError(f"{cfg.architecture}: norm_kind must be 'rms' or 'layernorm', got {cfg.norm_kind!r}")
     return RMSNorm(dim, dtype, cfg.rms_norm_eps, weight_offset=cfg.norm_weight_offset,
                    multiply_before_cast=cfg.norm_multiply_before_cast)
 
@@ -59,12 +78,85 @@ def rms_norm(cfg: DecoderConfig, dim: int, dtype: DType) -> RMSNorm:
 class _Rope:
     """A RoPE table plus the layout of the rotated dims (what attention needs to rotate q and k)."""
 
+    per_sequence = False
+    """True: the table depends on each sequence's length (:class:`_LengthSwitchedRope`)."""
+
     def __init__(self, table: RotaryEmbedding, interleaved: bool) -> None:
         self.table = table
         self.interleaved = interleaved
 
     def tables(self, positions: TensorValue) -> tuple[TensorValue, TensorValue]:
         return ragged_rope_tables(self.table.freqs_cis, positions)
+
+
+class _LengthSwitchedRope(_Rope):
+    """LongRoPE whose factors follow each sequence's own length, as transformers chooses them: a
+    request whose length after this step (its last position + 1) exceeds ``original`` is rotated with
+    the long factors, any other with the short ones -- per request, so one batch mixes both.
+
+    Used when the model may run sequences longer than ``original`` (below that every sequence is
+    short and the plain table of the short factors serves).  A request that crosses ``original``
+    must have its earlier keys recomputed with the long factors (transformers drops its cache at that
+    point): :func:`longrope_switch_contexts` arranges it before the KV cache is fetched."""
+
+    per_sequence = True
+
+    def __init__(self, short: RotaryEmbedding, long: RotaryEmbedding, original: int, interleaved: bool) -> None:
+        super().__init__(short, interleaved)
+        self.long = long
+        self.original = original
+        self._cache: dict = {}
+
+    def rotate_qkv(self, qkv: TensorValue, H: int, Hkv: int, D: int, input_row_offsets: TensorValue,
+                   kv_collection: Any, device: DeviceRef) -> TensorValue:
+        """``qkv`` with the first rotary dims of each q and k head rotated by its request's factors."""
+        cos, sin = self._cos_sin(input_row_offsets, kv_collection)
+        cos, sin = on_device(cos, device), on_device(sin, device)
+        T = qkv.shape[0]
+        q = ops.reshape(qkv[:, : H * D], [T, H, D])
+        k = ops.reshape(qkv[:, H * D:(H + Hkv) * D], [T, Hkv, D])
+        q = ragged_rope(q, cos, sin, self.interleaved)
+        k = ragged_rope(k, cos, sin, self.interleaved)
+        return ops.concat([ops.reshape(q, [T, H * D]), ops.reshape(k, [T, Hkv * D]), qkv[:, (H + Hkv) * D:]],
+                          axis=-1)
+
+    def _cos_sin(self, input_row_offsets: TensorValue, kv_collection: Any) -> tuple[TensorValue, TensorValue]:
+        """Each token's (cos, sin) from the short table or, for a request longer than ``original``, the
+        long one (once per graph: every layer shares them)."""
+        from max.graph import Graph
+
+        g = Graph.current
+        if self._cache.get("graph") is not g:
+            positions, _, _ = ragged_write_plan(input_row_offsets, kv_collection)
+            offs = input_row_offsets.cast(DType.int64)
+            ends = offs[1:]
+            last = ops.gather(positions, ends - 1, axis=0)  # [batch]: each request's last position
+            index = ops.cumsum(positions * 0 + 1, axis=0, exclusive=True)  # [T]: 0, 1, ...
+            request = ops.sum(ops.greater_equal(ops.unsqueeze(index, 1), ops.unsqueeze(ends, 0)).cast(DType.int64),
+                              axis=1)
+            length = ops.gather(last, ops.reshape(request, [-1]), axis=0) + 1
+            short = self.table.freqs_cis
+            rows = int(short.shape[0])
+            table = ops.concat([short, self.long.freqs_cis], axis=0)
+            pos = positions + ops.greater(length, self.original).cast(DType.int64) * rows
+            self._cache = {"graph": g, "cos_sin": ragged_rope_tables(table, pos)}
+        return self._cache["cos_sin"]
+
+
+def longrope_switch_contexts(ctxs: Any, original: int) -> None:
+    """Before the KV cache is fetched for a step of a model whose LongRoPE follows each sequence's
+    length (:class:`_LengthSwitchedRope`): a request whose length at the end of this step is on the
+    other side of ``original`` than when its cached keys were computed is recomputed from its first
+    token (``start_idx`` back to 0: the cache drops its pages), as transformers does; its prefix-cache
+    salt names the factors, so cached pages are shared only between requests of the same factors."""
+    for c in ctxs:
+        long = int(c.active_idx) > original
+        salt = str(getattr(c, "cache_salt", None) or "").replace("|longrope-long", "")
+        c.cache_salt = (salt + "|longrope-long" if long else salt) or None
+        before = getattr(c, "_longrope_long", None)
+        if before is not None and before != long and int(c.start_idx) > 0:
+            c.set_token_indices(start_idx=0)
+        c._longrope_long = long
 
 
 def make_rope(cfg: DecoderConfig, max_seq_len: int, device: DeviceRef, theta: float | None = None,
@@ -88,7 +180,14 @@ def make_rope(cfg: DecoderConfig, max_seq_len: int, device: DeviceRef, theta: fl
     elif kind == "linear":
         table = _LinearRotaryEmbedding(**common, scaling_params=LinearScalingParams(factor=float(sc["factor"])))
     elif kind == "longrope":
-        table = _LongRotaryEmbedding(**common, scaling=sc, max_position_embeddings=cfg.max_position_embeddings)
+        orig = int(sc["original_max_position_embeddings"])
+        if max_seq_len > orig:  # sequences on both sides of the original context: factors per sequence
+            short, long = (_LongRotaryEmbedding(**common, scaling=sc, use_long=u,
+                                                max_position_embeddings=cfg.max_position_embeddings)
+                           for u in (False, True))
+            return _LengthSwitchedRope(short, long, orig, cfg.interleaved_rope)
+        table = _LongRotaryEmbedding(**common, scaling=sc, max_position_embeddings=cfg.max_position_embeddings,
+                                     use_long=False)
     elif kind == "yarn":
         table = _YarnRotaryEmbedding(**common, scaling=sc, max_position_embeddings=cfg.max_position_embeddings)
     else:
@@ -113,14 +212,13 @@ class _LongRotaryEmbedding(RotaryEmbedding):
     ``sqrt(1 + ln(s) / ln(original_max))`` (``s = max_position_embeddings / original_max`` unless
     ``factor`` is given) folded into the cos/sin table.
 
-    The divisors are chosen once for the model: ``short_factor`` when the longest sequence this model
-    runs (``max_seq_len``) fits the original context, ``long_factor`` otherwise (llama.cpp's choice;
-    transformers switches per forward pass on the current length, so the two agree whenever every
-    sequence stays within the original context or the model's ``max_length`` exceeds it and so does
-    the sequence)."""
+    One table holds one set of divisors: ``long_factor`` when ``use_long``, else ``short_factor``
+    (:func:`make_rope` picks per sequence between two tables when sequences may exceed the original
+    context)."""
 
-    def __init__(self, *, scaling: dict, max_position_embeddings: int, **kw: Any) -> None:
+    def __init__(self, *, scaling: dict, max_position_embeddings: int, use_long: bool, **kw: Any) -> None:
         super().__init__(**kw)
+        self.use_long = use_long
         self.scaling = scaling
         self.max_position_embeddings = max_position_embeddings
         half = self._rope_dim() // 2
@@ -139,7 +237,7 @@ class _LongRotaryEmbedding(RotaryEmbedding):
         att = sc.get("attention_factor")
         if att is None:
             att = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
-        ext = np.asarray(sc["long_factor"] if self.max_seq_len > orig else sc["short_factor"], np.float64)
+        ext = np.asarray(sc["long_factor"] if self.use_long else sc["short_factor"], np.float64)
         return _cis_table(np.arange(self._num_positions()), super()._inv_freq() / ext, float(att))
 
 
@@ -204,6 +302,7 @@ class DecoderAttention(Module):
             qkv = factory.fuse([self.q_proj, self.k_proj, self.v_proj])
         object.__setattr__(self, "_qkv", qkv)  # a function, not a sub-module
         self.o_proj = factory.linear(f"{p}.o_proj", H * D, hidden, cfg.o_proj_bias)
+        self.clip_qkv = cfg.clip_qkv
         self.qk_norm = cfg.qk_norm
         if cfg.qk_norm == "head":
             self.q_norm = rms_norm(cfg, D, factory.dtype)
@@ -221,7 +320,11 @@ class DecoderAttention(Module):
 
     def __call__(self, layer_idx: Any, x: TensorValue, kv_collection: Any, freqs_cis: Any,
                  input_row_offsets: TensorValue) -> TensorValue:
-        attn = self._attend(layer_idx, x, self._qkv(x), kv_collection, input_row_offsets, self.n_heads,
+        qkv = self._qkv(x)
+        if self.clip_qkv is not None:
+            c = ops.constant(self.clip_qkv, qkv.dtype, qkv.device)
+            qkv = ops.min(ops.max(qkv, -c), c)
+        attn = self._attend(layer_idx, x, qkv, kv_collection, input_row_offsets, self.n_heads,
                             self.n_kv_heads, self.sinks, x.device)
         return self.o_proj(ops.reshape(attn, [x.shape[0], self.n_heads * self.head_dim]))
 
@@ -239,10 +342,15 @@ class DecoderAttention(Module):
             q_norm, k_norm, eps = _gamma(self.q_norm), _gamma(self.k_norm), self.q_norm.eps
             q_norm, k_norm = on_device(q_norm, device), on_device(k_norm, device)
         freqs = on_device(self.rope.table.freqs_cis, device) if self.rope is not None else None
+        if self.rope is not None and self.rope.per_sequence:  # each request's own table: rotate here
+            if q_norm is not None:
+                raise NotImplementedError(f"layer {self.layer}: per-head q/k norms with length-switched LongRoPE")
+            qkv = self.rope.rotate_qkv(qkv, H, Hkv, D, input_row_offsets, kv_collection, device)
+            freqs = None
         # split, per-head QK-norm, RoPE (on the table's first dims of each head) and the K/V write: one op
         q = kernels.ragged_qkv_store(self.kv_params, qkv, input_row_offsets, kv_collection, self.layer, H,
                                      freqs_cis=freqs,
-                                     interleaved=self.rope.interleaved if self.rope is not None else False,
+                                     interleaved=self.rope.interleaved if freqs is not None else False,
                                      q_norm=q_norm, k_norm=k_norm, norm_eps=eps)
         if sinks is not None or self.softcap or self.block_groups is not None:
             return ragged_attention(self.kv_params, q, input_row_offsets, kv_collection, layer_idx, self.scale,
@@ -446,6 +554,9 @@ def check_tensor_parallel(cfg: DecoderConfig, n: int, custom_attention: bool = F
     if cfg.qk_norm == "full":
         raise NotImplementedError(f"{who}: tensor parallelism with a q/k norm over the whole projection is not "
                                   "supported")
+    if cfg.clip_qkv is not None or cfg.norm_kind != "rms":
+        raise NotImplementedError(f"{who}: tensor parallelism with clamped q/k/v or weightless LayerNorms (OLMo) is "
+                                  "not supported")
 
 
 def _softcap(cap: float) -> Callable[[TensorValue], TensorValue]:
@@ -497,7 +608,8 @@ def build_decoder(cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCache
         if make_attention is not None:
             attn = make_attention(cfg, i, factory, kv_params, max_seq_len)
         else:
-            attn = DecoderAttention(cfg, i, factory, kv_params, local_rope if window else rope, window)
+            layer_rope = None if i in cfg.no_rope_layers else (local_rope if window else rope)
+            attn = DecoderAttention(cfg, i, factory, kv_params, layer_rope, window)
         mlp = (make_mlp or default_mlp)(cfg, i, factory)
         layers.append((DistributedDecoderLayer if tp else DecoderLayer)(cfg, attn, mlp, factory.dtype))
     embedding = factory.embedding("embed_tokens", cfg.vocab_size, cfg.hidden_size)

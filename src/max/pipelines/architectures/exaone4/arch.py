@@ -1,0 +1,6 @@
+"""Registration of the Exaone4ForCausalLM architecture."""
+
+from max.pipelines.architectures.common.arch import decoder_architecture
+from max.pipelines.architectures.exaone4.model import Exaone4Model
+
+exaone4_arch = decoder_architecture("Exaone4ForCausalLM", ["LGAI-EXAONE/EXAONE-4.0-1.2B"], Exaone4Model)

@@ -1,0 +1,6 @@
+"""Registration of the Glm4ForCausalLM architecture."""
+
+from max.pipelines.architectures.common.arch import decoder_architecture
+from max.pipelines.architectures.glm4.model import Glm4Model
+
+glm4_arch = decoder_architecture("Glm4ForCausalLM", ["THUDM/GLM-4-9B-0414"], Glm4Model)

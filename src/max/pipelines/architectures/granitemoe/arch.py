@@ -1,0 +1,7 @@
+"""Registration of the Granite MoE architecture."""
+
+from max.pipelines.architectures.common.arch import decoder_architecture
+from max.pipelines.architectures.granitemoe.model import GraniteMoeModel
+
+granitemoe_arch = decoder_architecture("GraniteMoeForCausalLM", ["ibm-granite/granite-3.1-3b-a800m-instruct"],
+                                       GraniteMoeModel)
