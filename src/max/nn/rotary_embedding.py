@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -39,6 +39,8 @@ __all__ = [
     "RotaryEmbedding",
     "YarnRotaryEmbedding",
     "YarnScalingParams",
+    "LinearScalingRotaryEmbedding",
+    "rope_from_hf",
 ]
 
 
@@ -62,13 +64,27 @@ class Llama3RopeScalingParams:
 
 @dataclass
 class YarnScalingParams:
-    """Generic YaRN scaling."""
+    """Generic YaRN scaling.
+
+    libremax extension: ``attention_factor`` (the table's scale; default ``0.1 ln(factor) + 1``), or
+    ``mscale`` with ``mscale_all_dim`` (scale ``mscale(factor, mscale) / mscale(factor, mscale_all_dim)``),
+    as Hugging Face configs give them."""
 
     factor: float
     beta_fast: float
     beta_slow: float
     original_max_position_embeddings: int
     truncate: bool
+    attention_factor: Optional[float] = None
+    mscale: Optional[float] = None
+    mscale_all_dim: Optional[float] = None
+
+    def table_scale(self) -> float:
+        if self.attention_factor is not None:
+            return float(self.attention_factor)
+        if self.mscale and self.mscale_all_dim:
+            return _yarn_mscale(self.factor, self.mscale) / _yarn_mscale(self.factor, self.mscale_all_dim)
+        return _yarn_mscale(self.factor)
 
 
 @dataclass
@@ -85,12 +101,25 @@ class DeepseekYarnRopeScalingParams:
 
 @dataclass
 class LongRoPEScalingParams:
-    """LongRoPE (Phi-3.5) per-frequency factors for short and long contexts."""
+    """LongRoPE (Phi-3.5) per-frequency factors for short and long contexts.
+
+    libremax extension: ``factor`` and ``attention_factor`` override the derived scale
+    (``max_position_embeddings / original_max_position``) and attention factor, as Hugging Face
+    configs may give them."""
 
     short_factor: list[float]
     long_factor: list[float]
     original_max_position: int
     max_position_embeddings: int
+    factor: Optional[float] = None
+    attention_factor: Optional[float] = None
+
+    def attention(self) -> float:
+        """``attention_factor``, else ``sqrt(1 + ln(s) / ln(original_max_position))`` (1 for s <= 1)."""
+        if self.attention_factor is not None:
+            return float(self.attention_factor)
+        s = self.factor or self.max_position_embeddings / self.original_max_position
+        return 1.0 if s <= 1.0 else math.sqrt(1 + math.log(s) / math.log(self.original_max_position))
 
 
 # --------------------------------------------------------------------- helpers
@@ -321,7 +350,7 @@ class YarnRotaryEmbedding(RotaryEmbedding):
                               p.original_max_position_embeddings, p.truncate)
 
     def _table(self) -> np.ndarray:
-        scale = _yarn_mscale(self.scaling_params.factor) if self.scaling_params is not None else 1.0
+        scale = self.scaling_params.table_scale() if self.scaling_params is not None else 1.0
         return _cis_table(np.arange(self._num_positions()), self._inv_freq(), scale)
 
     def freqs_cis_base(self) -> TensorValue:
@@ -389,9 +418,16 @@ class LongRoPERotaryEmbedding(RotaryEmbedding):
 
     def __init__(self, dim: int, n_heads: int, theta: float, max_seq_len: int, device: DeviceRef,
                  head_dim: int | None = None, _freqs_cis: Any = None, interleaved: bool = True,
-                 scaling_params: LongRoPEScalingParams | None = None) -> None:
+                 scaling_params: LongRoPEScalingParams | None = None, factors: Optional[str] = None) -> None:
         super().__init__(dim, n_heads, theta, max_seq_len, device, head_dim, _freqs_cis, interleaved)
         self.scaling_params = scaling_params
+        if factors not in (None, "short", "long"):
+            raise ValueError(f"LongRoPERotaryEmbedding: factors must be None, 'short' or 'long', got {factors!r}")
+        self.factors = factors
+        """libremax extension: None (the reference's table: short factors below ``original_max_position``,
+        long beyond, attention factor in ``compute_scale``); ``"short"`` / ``"long"``: one factor set for
+        every position with the attention factor folded into the table, for models that choose the
+        factors by each sequence's length (as transformers does)."""
         if scaling_params is not None:
             half = self._rope_dim() // 2
             for what in ("short_factor", "long_factor"):
@@ -401,10 +437,7 @@ class LongRoPERotaryEmbedding(RotaryEmbedding):
 
     def _attention_factor(self) -> float:
         p = self.scaling_params
-        if p is None:
-            return 1.0
-        s = p.max_position_embeddings / p.original_max_position
-        return 1.0 if s <= 1.0 else math.sqrt(1 + math.log(s) / math.log(p.original_max_position))
+        return 1.0 if p is None else p.attention()
 
     def _table(self) -> np.ndarray:
         p = self.scaling_params
@@ -412,6 +445,9 @@ class LongRoPERotaryEmbedding(RotaryEmbedding):
         base = super()._inv_freq()
         if p is None:
             return _cis_table(pos, base)
+        if self.factors is not None:
+            ext = np.asarray(p.long_factor if self.factors == "long" else p.short_factor, dtype=np.float64)
+            return _cis_table(pos, base / ext, self._attention_factor())
         short = _cis_table(pos, base / np.asarray(p.short_factor, dtype=np.float64))
         long = _cis_table(pos, base / np.asarray(p.long_factor, dtype=np.float64))
         return np.where((pos < p.original_max_position)[:, None, None], short, long)
@@ -421,6 +457,61 @@ class LongRoPERotaryEmbedding(RotaryEmbedding):
         return super().freqs_cis_base()
 
     def compute_scale(self, user_scale: float | None = None) -> float:
-        """``(user_scale or 1/sqrt(head_dim)) * attention_factor ** 2``."""
+        """``(user_scale or 1/sqrt(head_dim)) * attention_factor ** 2`` (not with ``factors``: then the
+        table carries the attention factor)."""
+        if self.factors is not None:
+            return super().compute_scale(user_scale)
         m = self._attention_factor()
         return super().compute_scale(user_scale) * m * m
+
+
+class LinearScalingRotaryEmbedding(RotaryEmbedding):
+    """Position interpolation (libremax extension): every frequency divided by ``scaling_params.factor``."""
+
+    def __init__(self, dim: int, n_heads: int, theta: float, max_seq_len: int, device: DeviceRef,
+                 head_dim: int | None = None, _freqs_cis: Any = None, interleaved: bool = True,
+                 scaling_params: LinearScalingParams | None = None) -> None:
+        super().__init__(dim, n_heads, theta, max_seq_len, device, head_dim, _freqs_cis, interleaved)
+        self.scaling_params = scaling_params
+
+    def _inv_freq(self) -> np.ndarray:
+        base = super()._inv_freq()
+        return base if self.scaling_params is None else base / self.scaling_params.factor
+
+
+ROPE_SCALINGS = ("default", "linear", "llama3", "longrope", "yarn")
+"""The ``rope_scaling`` kinds of Hugging Face configs :func:`rope_from_hf` builds."""
+
+
+def rope_from_hf(rope_scaling: Optional[dict], *, max_position_embeddings: int, longrope_factors: Optional[str] = None,
+                 **common: Any) -> RotaryEmbedding:
+    """The RoPE layer a Hugging Face ``rope_scaling`` dict describes (None: plain RoPE); ``common``: the
+    :class:`RotaryEmbedding` arguments (``dim``, ``n_heads``, ``theta``, ``max_seq_len``, ``device``,
+    ``head_dim``, ``interleaved``).  ``longrope_factors``: see :class:`LongRoPERotaryEmbedding` ``factors``.
+    Raises NotImplementedError for another kind (``ROPE_SCALINGS`` lists the supported ones)."""
+    sc = rope_scaling or {}
+    kind = sc.get("rope_type") or sc.get("type") or "default"
+    if kind == "default":
+        return RotaryEmbedding(**common)
+    if kind == "llama3":
+        return Llama3RotaryEmbedding(**common, scaling_params=Llama3RopeScalingParams(
+            factor=float(sc["factor"]), low_freq_factor=float(sc.get("low_freq_factor", 1.0)),
+            high_freq_factor=float(sc.get("high_freq_factor", 4.0)),
+            orig_max_position=int(sc.get("original_max_position_embeddings", 8192))))
+    if kind == "linear":
+        return LinearScalingRotaryEmbedding(**common, scaling_params=LinearScalingParams(factor=float(sc["factor"])))
+    if kind == "longrope":
+        return LongRoPERotaryEmbedding(**common, factors=longrope_factors, scaling_params=LongRoPEScalingParams(
+            short_factor=list(sc["short_factor"]), long_factor=list(sc["long_factor"]),
+            original_max_position=int(sc["original_max_position_embeddings"]),
+            max_position_embeddings=int(max_position_embeddings), factor=sc.get("factor"),
+            attention_factor=sc.get("attention_factor")))
+    if kind == "yarn":
+        orig = int(sc.get("original_max_position_embeddings") or max_position_embeddings)
+        factor = float(sc.get("factor") or max_position_embeddings / orig)
+        return YarnRotaryEmbedding(**common, scaling_params=YarnScalingParams(
+            factor=factor, beta_fast=float(sc.get("beta_fast") or 32), beta_slow=float(sc.get("beta_slow") or 1),
+            original_max_position_embeddings=orig, truncate=bool(sc.get("truncate", True)),
+            attention_factor=sc.get("attention_factor"), mscale=sc.get("mscale"),
+            mscale_all_dim=sc.get("mscale_all_dim")))
+    raise NotImplementedError(f"RoPE scaling {kind!r} is not supported yet (supported: {', '.join(ROPE_SCALINGS)})")

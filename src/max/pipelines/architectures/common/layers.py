@@ -21,12 +21,7 @@ from max.graph.weight import ShardingStrategy
 from max.nn.layer import LayerList, Module, on_device
 from max.nn.linear import Linear, allreduce_parts
 from max.nn.norm import RMSNorm
-from max.nn.rotary_embedding import (
-    LinearScalingParams,
-    Llama3RopeScalingParams,
-    Llama3RotaryEmbedding,
-    RotaryEmbedding,
-)
+from max.nn.rotary_embedding import RotaryEmbedding, rope_from_hf
 from max.nn.transformer import DistributedTransformer, ReturnLogits, Transformer
 from max.nn.transformer.distributed_transformer import mlp_shards_call, replicate_on
 from max.pipelines.architectures.common.config import DecoderConfig
@@ -170,103 +165,19 @@ def make_rope(cfg: DecoderConfig, max_seq_len: int, device: DeviceRef, theta: fl
     common = dict(dim=cfg.num_attention_heads * cfg.head_dim, n_heads=cfg.num_attention_heads, theta=th,
                   max_seq_len=max_seq_len, device=device, head_dim=rot, interleaved=cfg.interleaved_rope)
     kind = (sc or {}).get("rope_type") or (sc or {}).get("type") or "default"
-    if kind == "default":
-        table: RotaryEmbedding = RotaryEmbedding(**common)
-    elif kind == "llama3":
-        table = Llama3RotaryEmbedding(**common, scaling_params=Llama3RopeScalingParams(
-            factor=float(sc["factor"]), low_freq_factor=float(sc.get("low_freq_factor", 1.0)),
-            high_freq_factor=float(sc.get("high_freq_factor", 4.0)),
-            orig_max_position=int(sc.get("original_max_position_embeddings", 8192))))
-    elif kind == "linear":
-        table = _LinearRotaryEmbedding(**common, scaling_params=LinearScalingParams(factor=float(sc["factor"])))
-    elif kind == "longrope":
-        orig = int(sc["original_max_position_embeddings"])
-        if max_seq_len > orig:  # sequences on both sides of the original context: factors per sequence
-            short, long = (_LongRotaryEmbedding(**common, scaling=sc, use_long=u,
-                                                max_position_embeddings=cfg.max_position_embeddings)
-                           for u in (False, True))
-            return _LengthSwitchedRope(short, long, orig, cfg.interleaved_rope)
-        table = _LongRotaryEmbedding(**common, scaling=sc, max_position_embeddings=cfg.max_position_embeddings,
-                                     use_long=False)
-    elif kind == "yarn":
-        table = _YarnRotaryEmbedding(**common, scaling=sc, max_position_embeddings=cfg.max_position_embeddings)
-    else:
-        raise NotImplementedError(f"{cfg.architecture}: RoPE scaling {kind!r} is not supported yet "
-                                  "(supported: default, linear, llama3, longrope, yarn)")
+    try:
+        if kind == "longrope" and max_seq_len > int(sc["original_max_position_embeddings"]):
+            # sequences on both sides of the original context: factors chosen per sequence
+            short, long = (rope_from_hf(sc, max_position_embeddings=cfg.max_position_embeddings,
+                                        longrope_factors=f, **common) for f in ("short", "long"))
+            return _LengthSwitchedRope(short, long, int(sc["original_max_position_embeddings"]), cfg.interleaved_rope)
+        table = rope_from_hf(sc, max_position_embeddings=cfg.max_position_embeddings,
+                             longrope_factors="short" if kind == "longrope" else None, **common)
+    except NotImplementedError as e:
+        raise NotImplementedError(f"{cfg.architecture}: {e}") from None
+    except ValueError as e:  # e.g. LongRoPE factors of the wrong length
+        raise ValueError(f"{cfg.architecture}: {e}") from None
     return _Rope(table, cfg.interleaved_rope)
-
-
-class _LinearRotaryEmbedding(RotaryEmbedding):
-    """Position interpolation: every frequency divided by ``factor``."""
-
-    def __init__(self, *, scaling_params: LinearScalingParams, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.scaling_params = scaling_params
-
-    def _inv_freq(self) -> Any:
-        return super()._inv_freq() / self.scaling_params.factor
-
-
-class _LongRotaryEmbedding(RotaryEmbedding):
-    """LongRoPE (Phi-3/3.5/4-mini): per-frequency divisors, and the attention factor
-    ``sqrt(1 + ln(s) / ln(original_max))`` (``s = max_position_embeddings / original_max`` unless
-    ``factor`` is given) folded into the cos/sin table.
-
-    One table holds one set of divisors: ``long_factor`` when ``use_long``, else ``short_factor``
-    (:func:`make_rope` picks per sequence between two tables when sequences may exceed the original
-    context)."""
-
-    def __init__(self, *, scaling: dict, max_position_embeddings: int, use_long: bool, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.use_long = use_long
-        self.scaling = scaling
-        self.max_position_embeddings = max_position_embeddings
-        half = self._rope_dim() // 2
-        for what in ("short_factor", "long_factor"):
-            if len(scaling[what]) != half:
-                raise ValueError(f"longrope: {what} has {len(scaling[what])} entries, expected rope_dim / 2 = {half}")
-
-    def _table(self) -> Any:
-        import numpy as np
-
-        from max.nn.rotary_embedding import _cis_table
-
-        sc = self.scaling
-        orig = int(sc["original_max_position_embeddings"])
-        factor = sc.get("factor") or self.max_position_embeddings / orig
-        att = sc.get("attention_factor")
-        if att is None:
-            att = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
-        ext = np.asarray(sc["long_factor"] if self.use_long else sc["short_factor"], np.float64)
-        return _cis_table(np.arange(self._num_positions()), super()._inv_freq() / ext, float(att))
-
-
-class _YarnRotaryEmbedding(RotaryEmbedding):
-    """YaRN: frequencies blended between interpolated (``/ factor``) and original over a ramp of dims
-    set by ``beta_fast``/``beta_slow``; the attention factor (``attention_factor``, else
-    ``mscale(factor, mscale) / mscale(factor, mscale_all_dim)``, else ``0.1 ln(factor) + 1``) folded into
-    the cos/sin table.  ``factor`` defaults to ``max_position_embeddings / original_max_position_embeddings``."""
-
-    def __init__(self, *, scaling: dict, max_position_embeddings: int, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.scaling = scaling
-        self.max_position_embeddings = max_position_embeddings
-
-    def _table(self) -> Any:
-        import numpy as np
-
-        from max.nn.rotary_embedding import _cis_table, _yarn_inv_freq, _yarn_mscale
-
-        sc = self.scaling
-        orig = int(sc.get("original_max_position_embeddings") or self.max_position_embeddings)
-        factor = float(sc.get("factor") or self.max_position_embeddings / orig)
-        att = sc.get("attention_factor")
-        if att is None:
-            m, m_all = sc.get("mscale"), sc.get("mscale_all_dim")
-            att = _yarn_mscale(factor, m) / _yarn_mscale(factor, m_all) if m and m_all else _yarn_mscale(factor)
-        inv = _yarn_inv_freq(self.theta, self._rope_dim(), factor, float(sc.get("beta_fast") or 32),
-                             float(sc.get("beta_slow") or 1), orig, bool(sc.get("truncate", True)))
-        return _cis_table(np.arange(self._num_positions()), inv, float(att))
 
 
 class DecoderAttention(Module):
