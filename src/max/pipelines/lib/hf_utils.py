@@ -378,7 +378,7 @@ class HuggingFaceRepo:
         except (OSError, json.JSONDecodeError):
             return None
         d = cfg.get("dtype") or cfg.get("torch_dtype") or (cfg.get("text_config") or {}).get("dtype")
-        if cfg.get("quantization_config", {}).get("quant_method") == "gptq":
+        if str((cfg.get("quantization_config") or {}).get("quant_method", "")).lower() in ("gptq", "awq"):
             return SupportedEncoding.gptq
         return _TORCH_DTYPE_TO_ENC.get(str(d).replace("torch.", "")) if d else None
 

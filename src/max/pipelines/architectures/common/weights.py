@@ -46,6 +46,8 @@ __all__ = [
     "storage_dtype",
     "convert_weight",
     "float_tensor",
+    "Int4Weight",
+    "int4_checkpoint",
     "load_weights_into",
     "rename_gguf",
     "rename_hf",
@@ -171,6 +173,69 @@ def _float8_scale(checkpoint: Mapping[str, Any] | None, name: str) -> tuple[str,
         if h is not None:
             return scale, [int(d) for d in getattr(h, "shape", [])]
     raise ValueError(f"FP8 checkpoint tensor {name}.weight has no {name}.weight_scale_inv / .weight_scale")
+
+
+class Int4Weight:
+    """A GPTQ / AWQ projection of the checkpoint (``{name}.qweight``, ``.qzeros``, ``.scales``, ``.g_idx``)
+    seen as one GGML-block tensor ``{name}.weight`` (``Q4_0`` when symmetric, else ``Q4_1``; see
+    :mod:`max.graph.quantization.gptq`): a checkpoint handle whose ``data()`` repacks the groups into
+    blocks, which native CPU kernels run as they are (elsewhere they are dequantised once at load)."""
+
+    def __init__(self, name: str, parts: Mapping[str, Any], cfg: Any) -> None:
+        from max.graph.quantization import QuantizationEncoding
+        from max.graph.quantization.gptq import _columns
+
+        self.name, self.parts, self.cfg = name, dict(parts), cfg
+        qshape = [int(d) for d in getattr(parts["qweight"], "shape", [])]
+        if len(qshape) != 2:
+            raise ValueError(f"{cfg.method} checkpoint tensor {name}.qweight must be 2-D, got {qshape}")
+        n, k = (qshape[1], qshape[0] * 8) if cfg.method == "gptq" else (qshape[1] * 8, qshape[0])
+        zeros = _columns(_torch_of(parts["qzeros"])[0], cfg).to(torch.int16) + cfg.zero_offset
+        kind = "Q4_0" if bool((zeros == 8).all()) else "Q4_1"
+        self.quantization_encoding = QuantizationEncoding[kind]
+        if k % 32:
+            raise ValueError(f"{cfg.method} checkpoint tensor {name}: input size {k} is not a multiple of 32")
+        self.dtype = DType.uint8
+        self.shape = [n, k // 32 * self.quantization_encoding.block_size]
+
+    def data(self) -> Any:
+        from max.graph.quantization.gptq import to_ggml_blocks, unpack_gptq
+        from max.graph.weights.weight_data import WeightData
+
+        t = {k: _torch_of(v)[0] for k, v in self.parts.items()}
+        codes, zeros, scales = unpack_gptq(t["qweight"], t["qzeros"], t["scales"], self.cfg, t.get("g_idx"),
+                                           name=self.name)
+        kind, blocks = to_ggml_blocks(codes, zeros, scales)
+        assert kind == self.quantization_encoding._name_
+        return WeightData(blocks, f"{self.name}.weight", DType.uint8, list(blocks.shape), self.quantization_encoding)
+
+
+_INT4_PARTS = ("qweight", "qzeros", "scales", "g_idx")
+
+
+def int4_checkpoint(checkpoint: Mapping[str, Any], quantization_config: Any) -> Mapping[str, Any]:
+    """A GPTQ / AWQ checkpoint (``quantization_config.quant_method`` gptq or awq) with each packed projection
+    replaced by an :class:`Int4Weight` ``{name}.weight``; any other checkpoint as it is.  ValueError naming
+    the variant for what is not supported (bits, group size, packing, act-order)."""
+    qc = quantization_config if isinstance(quantization_config, Mapping) else (
+        quantization_config.to_dict() if hasattr(quantization_config, "to_dict") else None)
+    packed = [n[: -len(".qweight")] for n in checkpoint if n.endswith(".qweight")]
+    if not qc or str(qc.get("quant_method", "")).lower() not in ("gptq", "awq"):
+        if packed:
+            raise ValueError(f"checkpoint has packed int4 tensors ({packed[0]}.qweight ...) but its config.json "
+                             "quantization_config is not quant_method gptq or awq")
+        return checkpoint
+    from max.graph.quantization.gptq import int4_config
+
+    cfg = int4_config(qc)
+    out = dict(checkpoint)
+    for name in packed:
+        parts = {p: out.pop(f"{name}.{p}") for p in _INT4_PARTS if f"{name}.{p}" in out}
+        missing = [p for p in ("qweight", "qzeros", "scales") if p not in parts]
+        if missing:
+            raise ValueError(f"{cfg.method} checkpoint: {name} has no {', '.join(missing)}")
+        out[f"{name}.weight"] = Int4Weight(name, parts, cfg)
+    return out
 
 
 class WeightFactory:
