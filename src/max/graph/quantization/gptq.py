@@ -29,7 +29,8 @@ from typing import Any, Mapping, Optional
 
 import torch
 
-__all__ = ["Int4Config", "int4_config", "unpack_gptq", "to_ggml_blocks"]
+__all__ = ["Int4Config", "gptq_row_bytes", "gptq_row_inputs", "gptq_rows_to_q4_0", "int4_config",
+           "pack_gptq_rows", "to_ggml_blocks", "unpack_gptq"]
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 """AWQ's GEMM packing: nibble ``i`` of a word holds output column ``8 c + AWQ_ORDER[i]``."""
@@ -129,3 +130,45 @@ def to_ggml_blocks(codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tenso
     m = (-(d.to(torch.float32) * z.to(torch.float32))).to(torch.float16)
     mbytes = m.contiguous().view(torch.uint8).reshape(-1, 2)
     return "Q4_1", torch.cat([dbytes, mbytes, qs], dim=1).reshape(n, -1)
+
+
+# ------------------------------------------------------------------ the graph's GPTQ encoding
+# ``QuantizationEncoding.GPTQ`` tensors, as ``ops.qmatmul(GPTQ, config, x, w)`` and ``GPTQLinear`` take
+# them: symmetric 4-bit (zero 8), one uint8 row per output feature = the ``K / 2`` bytes of its codes
+# (``qweight.T``'s bytes: byte ``b`` holds code ``2 b`` in its low nibble, ``2 b + 1`` in its high one),
+# then its ``K / group`` float16 scales.  ``w[n, k] = s[n, k // group] * (q[n, k] - 8)``: exactly Q4_0.
+
+
+def _group(k: int, group_size: int) -> int:
+    return k if group_size == -1 else group_size
+
+
+def gptq_row_bytes(k: int, group_size: int) -> int:
+    """Bytes of one GPTQ row of ``k`` inputs (codes, then float16 scales)."""
+    return k // 2 + 2 * (k // _group(k, group_size))
+
+
+def gptq_row_inputs(nbytes: int, group_size: int) -> int | None:
+    """The ``k`` whose GPTQ rows hold ``nbytes`` bytes (None: no valid ``k``)."""
+    k = 2 * (nbytes - 2) if group_size == -1 else (2 * group_size * nbytes) // (group_size + 4)
+    if k <= 0 or k % 32 or (group_size != -1 and k % group_size) or gptq_row_bytes(k, group_size) != nbytes:
+        return None
+    return k
+
+
+def pack_gptq_rows(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """Codes ``[N, K]`` (0..15, zero 8) and float16 scales ``[N, K / group]`` -> GPTQ rows ``[N, bytes]``."""
+    c = codes.to(torch.uint8)
+    qs = (c[:, 0::2] & 0x0F) | (c[:, 1::2] << 4)
+    return torch.cat([qs, scales.to(torch.float16).contiguous().view(torch.uint8)], dim=1)
+
+
+def gptq_rows_to_q4_0(rows: torch.Tensor, k: int, group_size: int) -> torch.Tensor:
+    """GPTQ rows ``[N, bytes]`` -> Q4_0 blocks ``[N, K / 32 * 18]`` holding the same values."""
+    n = rows.shape[0]
+    qs = rows[:, : k // 2]
+    codes = torch.stack([qs & 0x0F, qs >> 4], dim=-1).reshape(n, k)
+    scales = rows[:, k // 2:].contiguous().view(torch.float16)
+    zeros = torch.full(scales.shape, 8, dtype=torch.int16)
+    kind, blocks = to_ggml_blocks(codes, zeros, scales)
+    return blocks
