@@ -1,5 +1,5 @@
 """GPTQ / AWQ int4 safetensors checkpoints (the Hugging Face layouts: ``qweight`` / ``qzeros`` / ``scales``
-(/ ``g_idx``) with ``quantization_config`` in config.json) load with every projection kept as int4 blocks
+(/ ``g_idx``, act-order too) with ``quantization_config`` in config.json) load with every projection kept as int4 blocks
 (Q4_0 when symmetric, Q4_1 otherwise, run by the native kernels: no float copy) and generate
 token-identically to transformers running the same dequantised weights ``s * (q - z)``.
 
@@ -53,20 +53,29 @@ def _quantise(w: np.ndarray, group: int, sym: bool):
     return q.reshape(k, n), z, s, np.ascontiguousarray(deq)
 
 
-def _int4_copy(method: str, group: int, sym: bool):
+def _int4_copy(method: str, group: int, sym: bool, act_order: bool = False):
+    """The tiny Llama with its projections quantised (``act_order``: GPTQ's desc_act, the inputs quantised
+    in a random order, groups following it, g_idx naming each input's group)."""
     d, model, tok = tiny_family("llama")
     sd = load_file(os.path.join(d, "model.safetensors"))
     out, deq = {}, {}
+    rng = np.random.default_rng(5)
     for key, v in sd.items():
         if v.dim() == 2 and any(p in key for p in PROJ):
             name = key[: -len(".weight")]
-            q, z, s, dq = _quantise(v.float().numpy(), group, sym)
-            k = q.shape[0]
+            w = v.float().numpy()
+            k = w.shape[1]
+            perm = rng.permutation(k) if act_order else np.arange(k)
+            qp, z, s, dqp = _quantise(w[:, perm], group, sym)  # quantised in perm's order
+            q, dq = np.empty_like(qp), np.empty_like(dqp)
+            q[perm], dq[:, perm] = qp, dqp
             if method == "gptq":
                 out[f"{name}.qweight"] = torch.from_numpy(np.ascontiguousarray(_pack(q, 0)))
                 out[f"{name}.qzeros"] = torch.from_numpy(np.ascontiguousarray(_pack(z - 1, 1)))  # AutoGPTQ stores z - 1
                 gs = k if group == -1 else group
-                out[f"{name}.g_idx"] = torch.arange(k, dtype=torch.int32) // gs
+                g_idx = np.empty(k, np.int32)
+                g_idx[perm] = np.arange(k) // gs
+                out[f"{name}.g_idx"] = torch.from_numpy(g_idx)
             else:
                 out[f"{name}.qweight"] = torch.from_numpy(np.ascontiguousarray(_pack(q, 1, AWQ_ORDER)))
                 out[f"{name}.qzeros"] = torch.from_numpy(np.ascontiguousarray(_pack(z, 1, AWQ_ORDER)))
@@ -78,7 +87,7 @@ def _int4_copy(method: str, group: int, sym: bool):
     save_file(out, os.path.join(folder, "model.safetensors"))
     cfg = json.load(open(os.path.join(d, "config.json")))
     cfg["quantization_config"] = (
-        {"quant_method": "gptq", "bits": 4, "group_size": group, "desc_act": False, "sym": sym,
+        {"quant_method": "gptq", "bits": 4, "group_size": group, "desc_act": act_order, "sym": sym,
          "checkpoint_format": "gptq"} if method == "gptq" else
         {"quant_method": "awq", "bits": 4, "group_size": group, "zero_point": True, "version": "gemm"})
     json.dump(cfg, open(os.path.join(folder, "config.json"), "w"))
@@ -130,9 +139,9 @@ def test_unsupported_int4_variants_are_named():
             int4_config(qc)
     cfg = int4_config({"quant_method": "gptq", "bits": 4, "group_size": 32})
     qw = torch.zeros(8, 16, dtype=torch.int32)
-    perm = torch.arange(64, dtype=torch.int32).flip(0) // 32
-    with pytest.raises(ValueError, match="act-order"):
-        unpack_gptq(qw, torch.zeros(2, 2, dtype=torch.int32), torch.ones(2, 16, dtype=torch.float16), cfg, perm)
+    uneven = torch.tensor([0] * 40 + [1] * 24, dtype=torch.int32)
+    with pytest.raises(ValueError, match="does not put 32 inputs in each"):
+        unpack_gptq(qw, torch.zeros(2, 2, dtype=torch.int32), torch.ones(2, 16, dtype=torch.float16), cfg, uneven)
 
 
 def _hf_logits(ref, ids) -> np.ndarray:
@@ -140,12 +149,12 @@ def _hf_logits(ref, ids) -> np.ndarray:
         return ref(torch.tensor([ids])).logits[0].double().numpy()
 
 
-CASES = [("gptq", 32, True, "Q4_0"), ("gptq", -1, False, "Q4_1"), ("awq", 32, False, "Q4_1")]
+CASES = [("gptq", 32, True, "Q4_0", True), ("gptq", -1, False, "Q4_1", False), ("awq", 32, False, "Q4_1", False)]
 
 
 @pytest.mark.skipif(native.lib() is None, reason="native kernels unavailable")
-@pytest.mark.parametrize("method,group,sym,kind", CASES)
-def test_int4_checkpoint_generates_like_transformers(method, group, sym, kind, monkeypatch):
+@pytest.mark.parametrize("method,group,sym,kind,act_order", CASES)
+def test_int4_checkpoint_generates_like_transformers(method, group, sym, kind, act_order, monkeypatch):
     """Exact mode (float32 activations times the int4 tiles): the tokens of transformers on s * (q - z),
     and its logits to 1e-5 of their range (Q4_0) or 5e-3 (Q4_1: the float16 rounding of -s*z); the default mode
     (8-bit activation codes, as llama.cpp runs int4) stays within what the GGUF kinds are held to."""
@@ -153,7 +162,7 @@ def test_int4_checkpoint_generates_like_transformers(method, group, sym, kind, m
     from max.pipelines import PipelineConfig
     from max.pipelines.lib.teacher_forcing import teacher_forced_logits
 
-    folder, ref, tok = _int4_copy(method, group, sym)
+    folder, ref, tok = _int4_copy(method, group, sym, act_order)
     ids = tok("def forward(self, x): return x * 2 + 1")["input_ids"]
     want = _hf_logits(ref, ids)
     span = float(want.max() - want.min())
@@ -171,6 +180,8 @@ def test_int4_checkpoint_generates_like_transformers(method, group, sym, kind, m
     consts = [c for c in pm.model._consts if isinstance(c, torch.Tensor)]
     assert not [tuple(c.shape) for c in consts if c.is_floating_point() and tuple(c.shape) in proj_shapes]
     assert sum(c.dtype == torch.uint8 for c in consts) >= 7 * ref.config.num_hidden_layers
+    if act_order:  # each projection gathers its inputs in its groups' order
+        assert sum(nd.op == "gather" for nd in pm.model._prog.nodes) >= 7 * ref.config.num_hidden_layers
     prompts = ["def forward(self, x):", "import os"]
     sp = SamplingParams(top_k=1, max_new_tokens=10)
     outs = llm.pipeline.generate([TextGenerationRequest(request_id=f"g{i}", model_name=method, prompt=p,

@@ -342,6 +342,8 @@ class GPTQLinear(Linear):
                 x = ops.gather(x, self.perm_idx, axis=-1)
             y = _qmatmul(self.quantization_encoding, self.quantization_config, x, self.weight, self._layer_name)
             return y + self.bias.cast(y.dtype) if self.bias is not None else y
+        if self.perm_idx is not None:  # a float (dequantised) weight whose columns are in perm_idx's order
+            x = ops.gather(check_input(self, x, min_rank=1), self.perm_idx, axis=-1)
         return super().__call__(x)
 
 

@@ -17,7 +17,8 @@ Packings (facts of the two formats):
 - GPTQ (AutoGPTQ / optimum ``checkpoint_format`` ``"gptq"``): ``qweight`` int32 ``[K / 8, N]``, code of
   input ``8 i + j`` in bits ``4 j`` of row ``i``; ``qzeros`` int32 ``[K / group, N / 8]``, zero of output
   ``8 c + j`` in bits ``4 j``, stored minus one (``"gptq_v2"`` stores it as is); ``g_idx`` ``[K]``: each
-  input's group (``k // group`` unless ``desc_act`` reordered them).
+  input's group (``k // group`` unless ``desc_act`` reordered them: then the inputs are sorted by group
+  once at load and the activations gathered in that order, ``perm_idx``).
 - AWQ (AutoAWQ ``version`` ``"gemm"``): ``qweight`` int32 ``[K, N / 8]`` packed along the outputs, nibble
   ``i`` holding output ``8 c + (0, 2, 4, 6, 1, 3, 5, 7)[i]``; ``qzeros`` packed the same way; zeros as is.
 """
@@ -29,7 +30,7 @@ from typing import Any, Mapping, Optional
 
 import torch
 
-__all__ = ["Int4Config", "gptq_row_bytes", "gptq_row_inputs", "gptq_rows_to_q4_0", "int4_config",
+__all__ = ["Int4Config", "act_order_perm", "gptq_row_bytes", "gptq_row_inputs", "gptq_rows_to_q4_0", "int4_config",
            "pack_gptq_rows", "to_ggml_blocks", "unpack_gptq"]
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
@@ -91,7 +92,8 @@ def unpack_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tenso
                 g_idx: Optional[torch.Tensor] = None, name: str = "weight"
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(codes [N, K] uint8, zeros [N, K / G] int16, scales [N, K / G] float16)`` with ``G`` the group size;
-    ValueError for shapes that do not fit, and for act-order (``g_idx`` not ``k // G``)."""
+    with act-order (``g_idx`` not ``k // G``) the code columns are in :func:`act_order_perm`'s order (column
+    ``j`` is input ``perm[j]``).  ValueError for shapes that do not fit."""
     if cfg.method == "gptq":
         if qweight.dim() != 2:
             raise ValueError(f"{name}: gptq qweight must be 2-D, got {list(qweight.shape)}")
@@ -108,12 +110,25 @@ def unpack_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tenso
         raise ValueError(f"{name}: scales have shape {list(scales.shape)}, expected {[ng, n]}")
     if list(qzeros.shape) != [ng, n // 8]:
         raise ValueError(f"{name}: qzeros have shape {list(qzeros.shape)}, expected {[ng, n // 8]}")
-    if g_idx is not None:
-        want = torch.arange(k, dtype=torch.int64) // group
-        if g_idx.numel() != k or not torch.equal(g_idx.to(torch.int64).reshape(-1), want):
-            raise ValueError(f"{name}: g_idx reorders the inputs (act-order / desc_act), which is not supported")
+    perm = act_order_perm(g_idx, k, group, name) if g_idx is not None else None
+    if perm is not None:
+        codes = codes[:, perm]
     zeros = _columns(qzeros, cfg).to(torch.int16) + cfg.zero_offset
     return codes.contiguous(), zeros.t().contiguous(), scales.to(torch.float16).t().contiguous()
+
+
+def act_order_perm(g_idx: torch.Tensor, k: int, group: int, name: str = "weight") -> Optional[torch.Tensor]:
+    """None when ``g_idx`` is the plain ``k // group``; else (act-order / ``desc_act``) the int32 permutation
+    ``perm`` that sorts the inputs by group (column ``j`` of the repacked weight is input ``perm[j]``, so the
+    activations are gathered by it).  ValueError when the groups do not all hold ``group`` inputs."""
+    g = g_idx.to(torch.int64).reshape(-1)
+    if g.numel() != k:
+        raise ValueError(f"{name}: g_idx has {g.numel()} entries, the weight has {k} inputs")
+    if torch.equal(g, torch.arange(k, dtype=torch.int64) // group):
+        return None
+    if g.min() < 0 or g.max() >= k // group or not bool((torch.bincount(g, minlength=k // group) == group).all()):
+        raise ValueError(f"{name}: g_idx does not put {group} inputs in each of the {k // group} groups")
+    return torch.sort(g, stable=True).indices.to(torch.int32)
 
 
 def to_ggml_blocks(codes: torch.Tensor, zeros: torch.Tensor, scales: torch.Tensor) -> tuple[str, torch.Tensor]:

@@ -235,6 +235,14 @@ def int4_checkpoint(checkpoint: Mapping[str, Any], quantization_config: Any) -> 
         if missing:
             raise ValueError(f"{cfg.method} checkpoint: {name} has no {', '.join(missing)}")
         out[f"{name}.weight"] = Int4Weight(name, parts, cfg)
+        if "g_idx" in parts:  # act-order: the repacked columns are the inputs sorted by group
+            from max.graph.quantization.gptq import act_order_perm
+
+            k = int(out[f"{name}.weight"].shape[1]) // out[f"{name}.weight"].quantization_encoding.block_size * 32
+            perm = act_order_perm(_torch_of(parts["g_idx"])[0], k, k if cfg.group_size == -1 else cfg.group_size,
+                                  name)
+            if perm is not None:
+                out[f"{name}.perm_idx"] = perm
     return out
 
 
@@ -282,6 +290,12 @@ class WeightFactory:
         f8 = _float8_scale(self.checkpoint, name)
         if f8 is not None:
             return Float8Linear(in_dim, out_dim, self.dtype, self.device, has_bias, f8[0], f8[1])
+        if self.checkpoint is not None and f"{name}.perm_idx" in self.checkpoint:  # act-order GPTQ (int4_checkpoint)
+            from max.graph.quantization import QuantizationConfig
+            from max.nn.linear import GPTQLinear
+
+            return GPTQLinear(in_dim, out_dim, self.dtype, self.device, has_bias=has_bias, quantization_encoding=enc,
+                              quantization_config=QuantizationConfig("gptq", 4, in_dim, desc_act=True))
         if enc is not None:
             return Linear(in_dim, out_dim, self.dtype, self.device, has_bias=has_bias, quantization_encoding=enc)
         if self.storage != self.dtype:
