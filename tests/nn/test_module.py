@@ -412,13 +412,13 @@ def test_quantized_linear_and_embedding_q8_0():
 
 def test_gptq_linear_and_limits(monkeypatch):
     """GPTQLinear: GPTQ rows (codes, float16 scales; group 64) with act-order perm_idx equal float64
-    x @ W.T (+ b) on the weights they hold; LinearV1.create builds the same; bad configs are named."""
+    x @ W.T (+ b) on the weights they hold (by default through the packed native int4 kernels, with their
+    8-bit activation codes; exactly in LIBREMAX_QMATMUL=exact); bad configs are named."""
     import torch
 
     from max.graph.quantization import QuantizationConfig
     from max.graph.quantization.gptq import pack_gptq_rows
 
-    monkeypatch.setenv("LIBREMAX_QMATMUL", "exact")
     rng = np.random.default_rng(3)
     k, n = 128, 24
     codes, scales = rng.integers(0, 16, (n, k)), rng.uniform(0.01, 0.1, (n, k // 64)).astype(np.float16)
@@ -435,6 +435,17 @@ def test_gptq_linear_and_limits(monkeypatch):
     gl.load_state_dict({"weight": WeightData(rows, "weight", DType.uint8, rows.shape, QuantizationEncoding.GPTQ),
                         "perm_idx": perm, "bias": b})
     x = rng.standard_normal((3, 5, k)).astype(np.float32)
+    # default mode: the rows fold to Q4_0 at load and are packed for the native kernels (8-bit activations)
+    g = Graph("gptq_default", lambda v: gl(v), input_types=[tt(F32, [3, 5, k])])
+    model = session().load(g, weights_registry=gl.state_dict())
+    if native_kernels():
+        kinds = [nd.attrs["kinds"] for nd in model._prog.nodes if nd.op == "fused_matmul_t"]
+        assert kinds == [("packed:Q4_0",)] and not any(nd.op == "gptq_to_q4_0" for nd in model._prog.nodes)
+        want = q8_activation_reference(x[..., perm], stored) + b
+    else:
+        want = x.astype(np.float64) @ w.T + b
+    np.testing.assert_allclose(model.execute(x)[0].to_numpy(), want, rtol=1e-4, atol=1e-4)
+    monkeypatch.setenv("LIBREMAX_QMATMUL", "exact")
     (out,) = run_graph(lambda v: gl(v), [tt(F32, [3, 5, k])], x, weights=gl.state_dict())
     np.testing.assert_allclose(out, x.astype(np.float64) @ w.T + b, rtol=1e-4, atol=1e-4)
 
