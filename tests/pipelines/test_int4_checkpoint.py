@@ -187,3 +187,17 @@ def test_int4_checkpoint_generates_like_transformers(method, group, sym, kind, a
     outs = llm.pipeline.generate([TextGenerationRequest(request_id=f"g{i}", model_name=method, prompt=p,
                                                         sampling_params=sp) for i, p in enumerate(prompts)])
     assert [o.tokens for o in outs] == [hf_greedy(ref, tok(p)["input_ids"], 10) for p in prompts]
+
+
+def test_unsupported_checkpoint_fails_at_load_naming_it():
+    """A 3-bit GPTQ config fails at load with the variant named."""
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    folder, _, _ = _int4_copy("gptq", 32, True)
+    path = os.path.join(folder, "config.json")
+    cfg = json.load(open(path))
+    cfg["quantization_config"]["bits"] = 3
+    json.dump(cfg, open(path, "w"))
+    with pytest.raises(ValueError, match="3-bit weights are not supported"):
+        LLM(PipelineConfig(model_path=folder, max_length=64, max_batch_size=1))
