@@ -206,3 +206,20 @@ def test_unsupported_checkpoint_fails_at_load_naming_it():
     json.dump(cfg, open(path, "w"))
     with pytest.raises(ValueError, match="3-bit weights are not supported"):
         LLM(PipelineConfig(model_path=folder, max_length=64, max_batch_size=1))
+
+
+def test_legacy_quantize_config_json(monkeypatch):
+    """Older AutoGPTQ folders: GPTQ parameters in quantize_config.json, none in config.json."""
+    from max.pipelines.lib.teacher_forcing import teacher_forced_logits
+
+    folder, ref, tok = _int4_copy("gptq", 32, True)
+    path = os.path.join(folder, "config.json")
+    cfg = json.load(open(path))
+    qc = cfg.pop("quantization_config")
+    json.dump(cfg, open(path, "w"))
+    json.dump({k: v for k, v in qc.items() if k != "quant_method"}, open(os.path.join(folder, "quantize_config.json"), "w"))
+    monkeypatch.setenv("LIBREMAX_QMATMUL", "exact")
+    ids = tok("import os")["input_ids"]
+    want = _hf_logits(ref, ids)
+    got = teacher_forced_logits(folder, ids)
+    assert np.abs(got - want).max() <= 1e-5 * float(want.max() - want.min())
