@@ -185,6 +185,9 @@ def test_int4_checkpoint_generates_like_transformers(method, group, sym, kind, a
     consts = [c for c in pm.model._consts if isinstance(c, torch.Tensor)]
     assert not [tuple(c.shape) for c in consts if c.is_floating_point() and tuple(c.shape) in proj_shapes]
     assert sum(c.dtype == torch.uint8 for c in consts) >= 7 * ref.config.num_hidden_layers
+    block_bytes = {"Q4_0": 18, "Q4_1": 20}[kind]  # the packed layout keeps the blocks' bytes
+    want_bytes = sum(p.numel() // 32 * block_bytes for n, p in ref.named_parameters() if any(q in n for q in PROJ))
+    assert sum(c.numel() for c in consts if c.dtype == torch.uint8) == want_bytes
     if act_order:  # each projection gathers its inputs in its groups' order
         assert sum(nd.op == "gather" for nd in pm.model._prog.nodes) >= 7 * ref.config.num_hidden_layers
     prompts = ["def forward(self, x):", "import os"]
@@ -217,7 +220,8 @@ def test_legacy_quantize_config_json(monkeypatch):
     cfg = json.load(open(path))
     qc = cfg.pop("quantization_config")
     json.dump(cfg, open(path, "w"))
-    json.dump({k: v for k, v in qc.items() if k != "quant_method"}, open(os.path.join(folder, "quantize_config.json"), "w"))
+    legacy = {k: v for k, v in qc.items() if k != "quant_method"}
+    json.dump(legacy, open(os.path.join(folder, "quantize_config.json"), "w"))
     monkeypatch.setenv("LIBREMAX_QMATMUL", "exact")
     ids = tok("import os")["input_ids"]
     want = _hf_logits(ref, ids)

@@ -31,7 +31,7 @@ from typing import Any, Mapping, Optional
 import torch
 
 __all__ = ["Int4Config", "act_order_perm", "gptq_row_bytes", "gptq_row_inputs", "gptq_rows_to_q4_0", "int4_config",
-           "pack_gptq_rows", "to_ggml_blocks", "unpack_gptq"]
+           "pack_gptq_rows", "to_ggml_blocks", "unpack_gptq", "unpack_zeros"]
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 """AWQ's GEMM packing: nibble ``i`` of a word holds output column ``8 c + AWQ_ORDER[i]``."""
@@ -88,6 +88,11 @@ def _columns(words: torch.Tensor, cfg: Int4Config) -> torch.Tensor:
     return nib.reshape(*words.shape[:-1], words.shape[-1] * 8)
 
 
+def unpack_zeros(qzeros: torch.Tensor, cfg: Int4Config) -> torch.Tensor:
+    """Packed ``qzeros`` ``[K / group, N / 8]`` -> the zero points ``[K / group, N]`` (int16, offset applied)."""
+    return _columns(qzeros, cfg).to(torch.int16) + cfg.zero_offset
+
+
 def unpack_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, cfg: Int4Config,
                 g_idx: Optional[torch.Tensor] = None, name: str = "weight"
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -113,7 +118,7 @@ def unpack_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tenso
     perm = act_order_perm(g_idx, k, group, name) if g_idx is not None else None
     if perm is not None:
         codes = codes[:, perm]
-    zeros = _columns(qzeros, cfg).to(torch.int16) + cfg.zero_offset
+    zeros = unpack_zeros(qzeros, cfg)
     return codes.contiguous(), zeros.t().contiguous(), scales.to(torch.float16).t().contiguous()
 
 

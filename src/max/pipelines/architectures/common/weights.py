@@ -183,14 +183,14 @@ class Int4Weight:
 
     def __init__(self, name: str, parts: Mapping[str, Any], cfg: Any) -> None:
         from max.graph.quantization import QuantizationEncoding
-        from max.graph.quantization.gptq import _columns
+        from max.graph.quantization.gptq import unpack_zeros
 
         self.name, self.parts, self.cfg = name, dict(parts), cfg
         qshape = [int(d) for d in getattr(parts["qweight"], "shape", [])]
         if len(qshape) != 2:
             raise ValueError(f"{cfg.method} checkpoint tensor {name}.qweight must be 2-D, got {qshape}")
         n, k = (qshape[1], qshape[0] * 8) if cfg.method == "gptq" else (qshape[1] * 8, qshape[0])
-        zeros = _columns(_torch_of(parts["qzeros"])[0], cfg).to(torch.int16) + cfg.zero_offset
+        zeros = unpack_zeros(_torch_of(parts["qzeros"])[0], cfg)
         kind = "Q4_0" if bool((zeros == 8).all()) else "Q4_1"
         self.quantization_encoding = QuantizationEncoding[kind]
         if k % 32:
@@ -206,7 +206,8 @@ class Int4Weight:
         codes, zeros, scales = unpack_gptq(t["qweight"], t["qzeros"], t["scales"], self.cfg, t.get("g_idx"),
                                            name=self.name)
         kind, blocks = to_ggml_blocks(codes, zeros, scales)
-        assert kind == self.quantization_encoding._name_
+        if kind != self.quantization_encoding._name_:
+            raise RuntimeError(f"{self.name}: repacked as {kind}, announced as {self.quantization_encoding._name_}")
         return WeightData(blocks, f"{self.name}.weight", DType.uint8, list(blocks.shape), self.quantization_encoding)
 
 
