@@ -74,7 +74,7 @@ def int4_config(qc: Mapping[str, Any]) -> Int4Config:
 def _nibbles(words: torch.Tensor) -> torch.Tensor:
     """int32 ``[..., W]`` -> uint8 ``[..., W, 8]``: nibble ``i`` of each word at index ``i``."""
     w = words.to(torch.int64) & 0xFFFFFFFF
-    shifts = torch.arange(0, 32, 4, dtype=torch.int64)
+    shifts = torch.arange(0, 32, 4, dtype=torch.int64, device=words.device)
     return ((w.unsqueeze(-1) >> shifts) & 0xF).to(torch.uint8)
 
 
@@ -129,7 +129,7 @@ def act_order_perm(g_idx: torch.Tensor, k: int, group: int, name: str = "weight"
     g = g_idx.to(torch.int64).reshape(-1)
     if g.numel() != k:
         raise ValueError(f"{name}: g_idx has {g.numel()} entries, the weight has {k} inputs")
-    if torch.equal(g, torch.arange(k, dtype=torch.int64) // group):
+    if torch.equal(g, torch.arange(k, dtype=torch.int64, device=g.device) // group):
         return None
     if g.min() < 0 or g.max() >= k // group or not bool((torch.bincount(g, minlength=k // group) == group).all()):
         raise ValueError(f"{name}: g_idx does not put {group} inputs in each of the {k // group} groups")
@@ -189,6 +189,6 @@ def gptq_rows_to_q4_0(rows: torch.Tensor, k: int, group_size: int) -> torch.Tens
     qs = rows[:, : k // 2]
     codes = torch.stack([qs & 0x0F, qs >> 4], dim=-1).reshape(n, k)
     scales = rows[:, k // 2:].contiguous().view(torch.float16)
-    zeros = torch.full(scales.shape, 8, dtype=torch.int16)
+    zeros = torch.full(scales.shape, 8, dtype=torch.int16, device=rows.device)
     kind, blocks = to_ggml_blocks(codes, zeros, scales)
     return blocks
