@@ -159,17 +159,81 @@ def test_forward_sharded_layers_and_take():
     assert take(it, 2) == [0, 1] and take(it, 5) == [2, 3, 4] and take(it, 1) == []
 
 
-def test_gptq_paths_fail_clearly():
-    """No GPTQ int4 kernel yet: the GPTQ projections raise NotImplementedError naming GPTQ at graph build."""
+def _gptq(n, k, rng, perm=None):
+    """Random symmetric GPTQ rows (group 32) of an [n, k] projection, and the float weight they hold over
+    the inputs (``perm``: act-order, weight column j multiplies input perm[j])."""
+    from max.graph.quantization.gptq import pack_gptq_rows
+
+    codes = rng.integers(0, 16, (n, k))
+    scales = (rng.uniform(0.01, 0.05, (n, k // 32))).astype(np.float16)
+    stored = np.repeat(scales.astype(np.float64), 32, axis=1) * (codes - 8)
+    w = np.empty_like(stored)
+    w[:, perm if perm is not None else np.arange(k)] = stored
+    import torch
+
+    return pack_gptq_rows(torch.from_numpy(codes), torch.from_numpy(scales)).numpy(), w
+
+
+def test_gptq_attention_runs_the_int4_kernels(monkeypatch):
+    """GPTQAttentionWithRope (act-order perm_idx per projection) equals float64 attention on the weights its
+    GPTQ rows hold; LIBREMAX_QMATMUL=exact: float32 activations, so float32 tolerance."""
+    from max.graph.quantization import QuantizationConfig, QuantizationEncoding
+    from max.graph.weights import WeightData
+
+    monkeypatch.setenv("LIBREMAX_QMATMUL", "exact")
+    rng = np.random.default_rng(7)
+    x, (_, _, _, wo) = _weights(2)
+    perms = [rng.permutation(HIDDEN).astype(np.int32) for _ in range(3)]
+    (rq, wq), (rk, wk), (rv, wv) = (_gptq(n, HIDDEN, rng, p) for n, p in zip((H * D, HKV * D, HKV * D), perms))
+    kvp, mgr, kv_in = _cache()
+    rope = RotaryEmbedding(H * D, H, 10000.0, 32, DEV, interleaved=True)
+    cfg = QuantizationConfig(quant_method="gptq", bits=4, group_size=32, desc_act=True, sym=True)
+    attn = GPTQAttentionWithRope(cfg, rope, H, HKV, HIDDEN, kvp, scale=0.3)
+    state = {"o_proj.weight": wo}
+    for name, rows, perm in zip(("q_proj", "k_proj", "v_proj"), (rq, rk, rv), perms):
+        state[f"{name}.weight"] = WeightData(rows, f"{name}.weight", DType.uint8, rows.shape, QuantizationEncoding.GPTQ)
+        state[f"{name}.perm_idx"] = perm
+    attn.load_state_dict(state)
+    types = [TensorType(DType.float32, x.shape, DEV), TensorType(DType.uint32, [3], DEV)]
+    with Graph("attn_gptq", input_types=types + list(mgr.input_symbols()[0])) as g:
+        xv, ov, *cache = g.inputs
+        coll = FetchPagedKVCacheCollection(kvp, 1)(*cache)
+        g.output(attn(0, xv.tensor, coll, rope.freqs_cis, ov.tensor))
+    offs = np.cumsum([0] + LENGTHS).astype(np.uint32)
+    (out,) = InferenceSession().load(g, weights_registry=attn.state_dict()).execute(
+        Buffer.from_numpy(x), Buffer.from_numpy(offs), *kv_in)
+    np.testing.assert_allclose(out.to_numpy(), _reference(x, wq, wk, wv, wo, 0.3), rtol=1e-4, atol=1e-4)
+
+
+def test_fused_qkv_ragged_matmul_quantized(monkeypatch):
+    """The GPTQ fused QKV projection (weights a graph input: repacked per call), one perm_idx and a bias:
+    Q equals x[:, perm] @ W_q.T + b_q in float64."""
     from max.graph.quantization import QuantizationConfig
     from max.nn import kernels
 
-    kvp, mgr, _ = _cache()
-    cfg = QuantizationConfig(quant_method="gptq", bits=4, group_size=32)
-    types = [TensorType(DType.float32, [T, HIDDEN], DEV),
-             TensorType(DType.uint8, [(H + 2 * HKV) * D, HIDDEN // 2], DEV), TensorType(DType.uint32, [3], DEV)]
+    monkeypatch.setenv("LIBREMAX_QMATMUL", "exact")
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((T, HIDDEN)).astype(np.float32)
+    perm = rng.permutation(HIDDEN).astype(np.int32)
+    rows, w = _gptq((H + 2 * HKV) * D, HIDDEN, rng, perm)
+    bias = rng.standard_normal((H + 2 * HKV) * D).astype(np.float32)
+    kvp, mgr, kv_in = _cache()
+    cfg = QuantizationConfig(quant_method="gptq", bits=4, group_size=32, desc_act=True, sym=True)
+    types = [TensorType(DType.float32, [T, HIDDEN], DEV), TensorType(DType.uint8, list(rows.shape), DEV),
+             TensorType(DType.int32, [HIDDEN], DEV), TensorType(DType.float32, list(bias.shape), DEV),
+             TensorType(DType.uint32, [3], DEV)]
     with Graph("gptq", input_types=types + list(mgr.input_symbols()[0])) as g:
-        xv, wv, ov, *cache = g.inputs
+        xv, wv, pv, bv, ov, *cache = g.inputs
         coll = FetchPagedKVCacheCollection(kvp, 1)(*cache)
-        with pytest.raises(NotImplementedError, match="GPTQ"):
-            kernels.fused_qkv_ragged_matmul_quantized(kvp, xv.tensor, ov.tensor, wv.tensor, coll, 0, H, cfg)
+        g.output(kernels.fused_qkv_ragged_matmul_quantized(kvp, xv.tensor, ov.tensor, wv.tensor, coll, 0, H, cfg,
+                                                           perm_idx=pv.tensor, bias=bv.tensor))
+    offs = np.cumsum([0] + LENGTHS).astype(np.uint32)
+    (q,) = InferenceSession().load(g).execute(*[Buffer.from_numpy(a) for a in (x, rows, perm, bias, offs)], *kv_in)
+    want = x.astype(np.float64) @ w[:H * D].T + bias[:H * D]
+    np.testing.assert_allclose(q.to_numpy().reshape(T, -1), want, rtol=1e-4, atol=1e-4)
+    with Graph("gptq_bad", input_types=types + list(mgr.input_symbols()[0])) as g:
+        xv, wv, pv, bv, ov, *cache = g.inputs
+        coll = FetchPagedKVCacheCollection(kvp, 1)(*cache)
+        with pytest.raises(ValueError, match="8-bit"):
+            kernels.fused_qkv_ragged_matmul_quantized(kvp, xv.tensor, ov.tensor, wv.tensor, coll, 0, H,
+                                                      QuantizationConfig("gptq", 8, 32))

@@ -410,13 +410,59 @@ def test_quantized_linear_and_embedding_q8_0():
     np.testing.assert_allclose(out, wf[ids], rtol=1e-6)
 
 
-def test_gptq_and_float8_limits():
-    gl = nn.GPTQLinear(32, 4, F32, dev_ref(), quantization_encoding=QuantizationEncoding.GPTQ)
-    with Graph("g", input_types=[tt(F32, [1, 32])]) as g:
-        with pytest.raises(NotImplementedError, match="GPTQ"):
-            gl(g.inputs[0])
+def test_gptq_linear_and_limits(monkeypatch):
+    """GPTQLinear: GPTQ rows (codes, float16 scales; group 64) with act-order perm_idx equal float64
+    x @ W.T (+ b) on the weights they hold (by default through the packed native int4 kernels, with their
+    8-bit activation codes; exactly in LIBREMAX_QMATMUL=exact); bad configs are named."""
+    import torch
+
+    from max.graph.quantization import QuantizationConfig
+    from max.graph.quantization.gptq import pack_gptq_rows
+
+    rng = np.random.default_rng(3)
+    k, n = 128, 24
+    codes, scales = rng.integers(0, 16, (n, k)), rng.uniform(0.01, 0.1, (n, k // 64)).astype(np.float16)
+    perm = rng.permutation(k).astype(np.int32)
+    stored = np.repeat(scales.astype(np.float64), 64, axis=1) * (codes - 8)
+    w = np.empty_like(stored)
+    w[:, perm] = stored
+    b = rng.standard_normal(n).astype(np.float32)
+    rows = pack_gptq_rows(torch.from_numpy(codes), torch.from_numpy(scales)).numpy()
+    cfg = QuantizationConfig("gptq", 4, 64, desc_act=True, sym=True)
+    gl = nn.GPTQLinear(k, n, F32, dev_ref(), has_bias=True, quantization_encoding=QuantizationEncoding.GPTQ,
+                       quantization_config=cfg)
+    assert list(gl.weight.shape) == [n, k // 2 + 2 * (k // 64)]
+    gl.load_state_dict({"weight": WeightData(rows, "weight", DType.uint8, rows.shape, QuantizationEncoding.GPTQ),
+                        "perm_idx": perm, "bias": b})
+    x = rng.standard_normal((3, 5, k)).astype(np.float32)
+    # default mode: the rows fold to Q4_0 at load and are packed for the native kernels (8-bit activations)
+    g = Graph("gptq_default", lambda v: gl(v), input_types=[tt(F32, [3, 5, k])])
+    model = session().load(g, weights_registry=gl.state_dict())
+    if native_kernels():
+        kinds = [nd.attrs["kinds"] for nd in model._prog.nodes if nd.op == "fused_matmul_t"]
+        assert kinds == [("packed:Q4_0",)] and not any(nd.op == "gptq_to_q4_0" for nd in model._prog.nodes)
+        want = q8_activation_reference(x[..., perm], stored) + b
+    else:
+        want = x.astype(np.float64) @ w.T + b
+    np.testing.assert_allclose(model.execute(x)[0].to_numpy(), want, rtol=1e-4, atol=1e-4)
+    monkeypatch.setenv("LIBREMAX_QMATMUL", "exact")
+    (out,) = run_graph(lambda v: gl(v), [tt(F32, [3, 5, k])], x, weights=gl.state_dict())
+    np.testing.assert_allclose(out, x.astype(np.float64) @ w.T + b, rtol=1e-4, atol=1e-4)
+
+    with pytest.raises(ValueError, match="quantization_config"):
+        nn.GPTQLinear(32, 4, F32, dev_ref(), quantization_encoding=QuantizationEncoding.GPTQ)
+    with pytest.raises(ValueError, match="group_size"):
+        nn.GPTQLinear(96, 4, F32, dev_ref(), quantization_encoding=QuantizationEncoding.GPTQ,
+                      quantization_config=QuantizationConfig("gptq", 4, 48))
     with pytest.raises(ValueError, match="float8_config is not supported"):
         nn.GPTQLinear(32, 4, F32, dev_ref(), float8_config=object())
+    with Graph("g", input_types=[tt(F32, [1, 64]), tt(DType.uint8, [4, 33])]) as g:
+        with pytest.raises(ValueError, match="33 bytes"):
+            ops.qmatmul(QuantizationEncoding.GPTQ, QuantizationConfig("gptq", 4, 32), g.inputs[0], g.inputs[1])
+        with pytest.raises(TypeError, match="QuantizationConfig"):
+            ops.qmatmul(QuantizationEncoding.GPTQ, None, g.inputs[0], g.inputs[1])
+        with pytest.raises(ValueError, match="quantization_config"):
+            ops.dequantize(QuantizationEncoding.GPTQ, g.inputs[1])
 
 
 def test_gptq_linear_float_path_and_distributed_gemm_config():

@@ -93,12 +93,13 @@ class BackendPolicy:
 
     def weight_storage(self, encoding: Any, device: Any) -> WeightStorage:
         """How weights of ``encoding`` are kept on ``device``: bfloat16/float16 stay half precision
-        and GGML blocks stay quantised on a CPU with the native kernels (which widen / decode them
-        as they stream them); otherwise the compute dtype, GGML blocks dequantised once at load."""
+        and GGML blocks (GGUF's, or GPTQ/AWQ int4 groups repacked) stay quantised on a CPU with the native
+        kernels (which widen / decode them as they stream them); otherwise the compute dtype, GGML blocks
+        dequantised once at load."""
         comp = self.compute_dtype(encoding, device)
         on_native_cpu = device.is_cpu() and self.native
         quantized = bool(getattr(encoding, "is_quantized", False))
-        keep = on_native_cpu and quantized and bool(getattr(encoding, "is_gguf", False))
+        keep = on_native_cpu and quantized  # GGUF blocks, and GPTQ/AWQ groups repacked to Q4_0/Q4_1 blocks
         dtype = comp
         if (encoding is not None and on_native_cpu and not quantized
                 and encoding.dtype in (DType.bfloat16, DType.float16)):

@@ -1,9 +1,8 @@
 """Linear layers and MLPs: ``Linear``, ``ColumnParallelLinear``, ``GPTQLinear``, ``MLP`` and the V1 forms.
 
 ``Linear`` computes ``y = x @ W.T + b`` with ``W`` of shape ``(out_dim, in_dim)``.
-Quantised weights (GGML block encodings) use ``ops.qmatmul`` when the graph
-has it; GPTQ matmuls are not available in libremax (NotImplementedError at
-the call, with the reason).
+Quantised weights (GGML block encodings, and GPTQ rows with their ``QuantizationConfig``: see
+``max.graph.quantization.gptq``) use ``ops.qmatmul``.
 """
 
 from __future__ import annotations
@@ -41,7 +40,16 @@ _ACTIVATIONS: dict[str, Callable[[TensorValue], TensorValue]] = {
 }
 
 
-def _quantized_shape(encoding: QuantizationEncoding, rows: int, cols: int, what: str) -> list[int]:
+def _quantized_shape(encoding: QuantizationEncoding, rows: int, cols: int, what: str,
+                     config: QuantizationConfig | None = None) -> list[int]:
+    if encoding is QuantizationEncoding.GPTQ and config is not None:
+        from max.graph.quantization.gptq import gptq_row_bytes
+
+        g = int(config.group_size)
+        if config.bits != 4 or cols % 32 or (g != -1 and (g <= 0 or g % 32 or cols % g)):
+            raise ValueError(f"{what}: GPTQ needs 4-bit weights and in_dim ({cols}) a multiple of 32 and of "
+                             f"group_size ({g}); got bits={config.bits}")
+        return [rows, gptq_row_bytes(cols, g)]
     epb = encoding.elements_per_block
     if cols % epb:
         raise ValueError(
@@ -51,11 +59,8 @@ def _quantized_shape(encoding: QuantizationEncoding, rows: int, cols: int, what:
 
 
 def _qmatmul(encoding: QuantizationEncoding, config: Any, x: TensorValue, w: Any, who: str) -> TensorValue:
-    if encoding is QuantizationEncoding.GPTQ:
-        raise NotImplementedError(
-            f"{who}: GPTQ-encoded matmul needs a GPTQ qmatmul kernel, which libremax does not have yet; "
-            "dequantize the checkpoint to a float dtype and use Linear instead"
-        )
+    if encoding is QuantizationEncoding.GPTQ and config is None:
+        raise ValueError(f"{who}: GPTQ weights need their quantization_config (bits, group_size)")
     qmatmul = getattr(ops, "qmatmul", None)
     if qmatmul is None:
         raise NotImplementedError(
@@ -306,10 +311,11 @@ class DistributedGemmConfig:
 class GPTQLinear(Linear):
     """A Linear layer for GPTQ-quantised weights.
 
-    Without a GPTQ ``quantization_encoding`` it is a plain float Linear.  The
-    GPTQ path is declared (packed ``weight`` and ``perm_idx`` when
-    ``desc_act``) but calling it raises NotImplementedError: libremax has no
-    GPTQ matmul kernel.  ``float8_config`` is not supported (ValueError).
+    Without a GPTQ ``quantization_encoding`` it is a plain float Linear.  With it, ``weight`` is
+    ``[out_dim, in_dim / 2 + 2 * in_dim / group_size]`` uint8 GPTQ rows (symmetric 4-bit codes, then float16
+    scales: ``max.graph.quantization.gptq``) run by ``ops.qmatmul`` as the Q4_0 blocks they equal (the
+    native int4 kernels on the CPU); with ``desc_act``, ``perm_idx`` ``[in_dim]`` names the input of each
+    weight column (the input is gathered by it first).  ``float8_config`` is not supported (ValueError).
     """
 
     def __init__(self, in_dim: int, out_dim: int, dtype: DType, device: DeviceRef, has_bias: bool = False,
@@ -319,6 +325,11 @@ class GPTQLinear(Linear):
             raise ValueError("GPTQLinear: float8_config is not supported")
         super().__init__(in_dim, out_dim, dtype, device, has_bias=has_bias,
                          quantization_encoding=quantization_encoding)
+        if quantization_encoding is QuantizationEncoding.GPTQ:
+            if quantization_config is None:
+                raise ValueError("GPTQLinear: a GPTQ quantization_encoding needs its quantization_config")
+            shape = _quantized_shape(quantization_encoding, out_dim, in_dim, "GPTQLinear", quantization_config)
+            self.weight = Weight("weight", DType.uint8, shape, self.device, quantization_encoding=quantization_encoding)
         self.quantization_config = quantization_config
         self.perm_idx: Weight | None = None
         if quantization_config is not None and getattr(quantization_config, "desc_act", False):
@@ -327,8 +338,12 @@ class GPTQLinear(Linear):
     def __call__(self, x: Any) -> TensorValue:
         if self.quantization_encoding is not None:
             x = check_input(self, x, min_rank=1, dtype=self._max_nn_dtype)
+            if self.perm_idx is not None:
+                x = ops.gather(x, self.perm_idx, axis=-1)
             y = _qmatmul(self.quantization_encoding, self.quantization_config, x, self.weight, self._layer_name)
             return y + self.bias.cast(y.dtype) if self.bias is not None else y
+        if self.perm_idx is not None:  # a float (dequantised) weight whose columns are in perm_idx's order
+            x = ops.gather(check_input(self, x, min_rank=1), self.perm_idx, axis=-1)
         return super().__call__(x)
 
 
@@ -445,7 +460,8 @@ class LinearV1(Layer):
                quantization_config: QuantizationConfig | None = None) -> "LinearV1":
         """A LinearV1 (float), QLinearV1 (GGML block encodings) or GPTQLinearV1 (GPTQ) for these weights."""
         if quantization_encoding is not None:
-            shape = _quantized_shape(quantization_encoding, out_features, in_features, "LinearV1.create")
+            shape = _quantized_shape(quantization_encoding, out_features, in_features, "LinearV1.create",
+                                     quantization_config)
             w = _allocate(weights, "weight", DType.uint8, shape, quantization_encoding)
         else:
             w = _allocate(weights, "weight", dtype, [out_features, in_features], None)
@@ -484,7 +500,8 @@ class QLinearV1(LinearV1):
 
 @dataclass(eq=False)
 class GPTQLinearV1(QLinearV1):
-    """Deprecated: a GPTQ-quantised LinearV1 (the GPTQ matmul itself is not available: NotImplementedError)."""
+    """Deprecated: a GPTQ-quantised LinearV1 (GPTQ rows as :class:`GPTQLinear` holds them; ``perm_idx``
+    gathers the input first)."""
 
     quantization_config: QuantizationConfig | None = None
     perm_idx: Any = None
@@ -493,6 +510,8 @@ class GPTQLinearV1(QLinearV1):
         if self.quantization_encoding is None:
             return LinearV1.__call__(self, x)
         x = check_input(self, x, min_rank=1)
+        if self.perm_idx is not None:
+            x = ops.gather(x, _tv(self.perm_idx), axis=-1)
         y = _qmatmul(self.quantization_encoding, self.quantization_config, x, _tv(self.weight), "GPTQLinearV1")
         return y + _tv(self.bias).cast(y.dtype) if self.bias is not None else y
 

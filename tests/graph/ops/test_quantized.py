@@ -81,5 +81,5 @@ def test_quantized_errors_at_build_time():
             ops.dequantize(Q.Q4_0, not_u8)
         with pytest.raises(ValueError, match="qmatmul: lhs \\[2, 32\\] and the q4_0 rhs .*inner dimensions 32 and 128"):
             ops.qmatmul(Q.Q4_0, None, x, ops.concat([ok, ok], axis=1))
-        with pytest.raises(NotImplementedError, match="GPTQ"):
+        with pytest.raises(ValueError, match="GPTQ weights are decoded with their quantization_config"):
             ops.dequantize(Q.GPTQ, ok)

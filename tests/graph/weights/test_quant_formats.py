@@ -35,7 +35,7 @@ def test_encoding_lists_are_derived():
     from max.pipelines.lib.hf_utils import SupportedEncoding
 
     assert [e.value for e in SupportedEncoding] == formats.encoding_names()
-    assert DECODER_ENCODINGS == formats.encoding_names(ggml_only=True)
+    assert DECODER_ENCODINGS == formats.encoding_names(ggml_only=True) + ["gptq"]  # GPTQ/AWQ safetensors
     assert {"q4_0", "q8_0"} <= {f.user_name for f in formats.quantizable_on_load()}
     assert "q4_k" in formats.encoding_help()
     with pytest.raises(KeyError, match="unknown weight format 'q9_9'"):

@@ -5,7 +5,8 @@
   repacked into the kernels' interleaved layout by a ``pack_qweight`` node.
   Its operand is a weight, so load-time weight folding runs it once and binds
   only the packed tensor: the GGML copy is not kept (unless something else,
-  such as an embedding lookup, still reads it).
+  such as an embedding lookup, still reads it).  A weight read through a load-time conversion
+  (``gptq_to_q4_0``: GPTQ rows as Q4_0 blocks) is packed the same way (the conversion folds first).
 - Every ``fused_matmul_t`` node gets the policy's choice as attributes:
   ``native_max_m`` (the native kernels run below that many rows, torch from
   there on) and ``exact`` (``LIBREMAX_QMATMUL=exact``: quantised projections
@@ -29,6 +30,15 @@ from max.engine.compiler.program import PNode, Program
 from max.graph.type import TensorType
 
 _CONST_OPS = {"weight", "constant", "bound"}
+_LOAD_CONVERSIONS = {"gptq_to_q4_0"}
+"""Pure ops from weights to GGML blocks that load-time weight folding runs before ``pack_qweight``."""
+
+
+def _constant(producer: dict, w: int) -> bool:
+    src = producer.get(w)
+    if src is not None and src.op in _LOAD_CONVERSIONS and len(src.inputs) == 1:
+        src = producer.get(src.inputs[0])
+    return src is not None and src.op in _CONST_OPS
 
 
 # cache dtypes lmx_paged_attention reads (int8 / fp8 e4m3fn: codes + a float32 scale per row)
@@ -72,8 +82,7 @@ def lower(prog: Program, policy: Optional[BackendPolicy] = None) -> dict[str, in
             new_ws = list(ws)
             for i, (kind, w) in enumerate(zip(kinds, ws)):
                 code = native.GGML_KINDS.get(kind)
-                src = producer.get(w)
-                if code is None or not native.packable(code) or src is None or src.op not in _CONST_OPS:
+                if code is None or not native.packable(code) or not _constant(producer, w):
                     continue
                 nbytes = native.packed_nbytes(code, n.attrs["ns"][i], n.attrs["k"])
                 typ = TensorType(DType.uint8, [nbytes], dev)

@@ -35,6 +35,14 @@ def qmatmul(x: torch.Tensor, blocks: torch.Tensor, encoding: str, fast: bool = F
     return q.qmatmul(x, blocks, encoding, fast=fast)
 
 
+@kernel("gptq_to_q4_0")
+def gptq_to_q4_0(rows: torch.Tensor, k: int, group_size: int) -> torch.Tensor:
+    """Symmetric GPTQ rows -> the Q4_0 blocks holding the same values (folded once for a constant weight)."""
+    from max.graph.quantization.gptq import gptq_rows_to_q4_0
+
+    return gptq_rows_to_q4_0(rows, k, group_size)
+
+
 @kernel("pack_qweight")
 def pack_qweight(blocks: torch.Tensor, kind: int, n: int, k: int) -> torch.Tensor:
     """GGML blocks -> the native kernels' interleaved layout (run once at load by weight folding)."""

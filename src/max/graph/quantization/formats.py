@@ -92,7 +92,8 @@ FORMATS: tuple[Format, ...] = (
     _blk("Q6_K", 14, QK_K, QK_K // 2 + QK_K // 4 + QK_K // 16 + 2, packed=(256, 3360)),
     _blk("Q2_K", 10, QK_K, QK_K // 16 + QK_K // 4 + 2 + 2),
     _blk("Q3_K", 11, QK_K, QK_K // 8 + QK_K // 4 + 12 + 2),
-    # GPTQ packs 4-bit values, 32 in 16 bytes (scales and zeros live in separate tensors).
+    # GPTQ packs 4-bit values, 32 in 16 bytes; the graph's GPTQ rows end with their float16 group scales and
+    # GPTQ / AWQ checkpoints are repacked to Q4_0 / Q4_1 blocks at load (``gptq.py``).
     Format("GPTQ", None, 32, 16, encoding=True, user_name="gptq", loadable=True),
     _other("Q8_1", 9), _other("Q8_K", 15), _other("IQ2_XXS", 16), _other("IQ2_XS", 17), _other("IQ3_XXS", 18),
     _other("IQ1_S", 19), _other("IQ4_NL", 20), _other("IQ3_S", 21), _other("IQ2_S", 22), _other("IQ4_XS", 23),

@@ -361,10 +361,10 @@ _ON_LOAD_DEQUANTIZE = tuple(SupportedEncoding(f.user_name) for f in formats.floa
 
 def load_conversion_targets(available: list) -> list:
     """Encodings the weights in ``available`` encodings can be converted to once at load: GGML
-    block-quantised weights dequantise to float32/bfloat16/float16; float weights quantise to
+    block-quantised weights (and GPTQ/AWQ int4 groups) dequantise to float32/bfloat16/float16; float weights quantise to
     q4_0/q4_1/q5_0/q5_1/q8_0 (what ``--quantization-encoding`` accepts beyond the files' own)."""
     out: list = []
-    if any(a.is_quantized and a is not SupportedEncoding.gptq for a in available):
+    if any(a.is_quantized for a in available):
         out += [e for e in _ON_LOAD_DEQUANTIZE if e not in available]
     if any(not a.is_quantized for a in available):
         out += [e for e in _ON_LOAD_QUANTIZE if e not in available]
@@ -376,7 +376,7 @@ def load_conversion_source(requested: Any, available: list) -> Any:
     if requested not in load_conversion_targets(available):
         return None
     if requested in _ON_LOAD_DEQUANTIZE:
-        return next(a for a in available if a.is_quantized and a is not SupportedEncoding.gptq)
+        return next(a for a in available if a.is_quantized)
     return next(a for a in available if not a.is_quantized)
 
 

@@ -378,7 +378,8 @@ class HuggingFaceRepo:
         except (OSError, json.JSONDecodeError):
             return None
         d = cfg.get("dtype") or cfg.get("torch_dtype") or (cfg.get("text_config") or {}).get("dtype")
-        if cfg.get("quantization_config", {}).get("quant_method") == "gptq":
+        qc = cfg.get("quantization_config") or _legacy_quantize_config(self.local_path) or {}
+        if str(qc.get("quant_method", "")).lower() in ("gptq", "awq"):
             return SupportedEncoding.gptq
         return _TORCH_DTYPE_TO_ENC.get(str(d).replace("torch.", "")) if d else None
 
@@ -520,9 +521,30 @@ def load_huggingface_config(path: str | os.PathLike, *, revision: Optional[str] 
     if os.path.isdir(p):
         if not os.path.isfile(os.path.join(p, "config.json")):
             raise FileNotFoundError(f"{p}: no config.json in the model folder")
-        return AutoConfig.from_pretrained(p, trust_remote_code=trust_remote_code)
+        return _with_quantize_config(AutoConfig.from_pretrained(p, trust_remote_code=trust_remote_code), p)
     local = generate_local_model_path(p, revision or "main")
-    return AutoConfig.from_pretrained(local, trust_remote_code=trust_remote_code)
+    return _with_quantize_config(AutoConfig.from_pretrained(local, trust_remote_code=trust_remote_code), local)
+
+
+def _legacy_quantize_config(folder: str | os.PathLike) -> Optional[dict]:
+    """Older AutoGPTQ folders keep their GPTQ parameters in ``quantize_config.json`` (no
+    ``quantization_config`` in config.json): those, as a ``quantization_config`` dict."""
+    q = Path(folder) / "quantize_config.json"
+    if not q.is_file():
+        return None
+    try:
+        d = json.loads(q.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return {"quant_method": "gptq", **d} if isinstance(d, dict) and "bits" in d else None
+
+
+def _with_quantize_config(cfg: Any, folder: str | os.PathLike) -> Any:
+    if getattr(cfg, "quantization_config", None) is None:
+        legacy = _legacy_quantize_config(folder)
+        if legacy is not None:
+            cfg.quantization_config = legacy
+    return cfg
 
 
 def load_generation_config(path: str | os.PathLike) -> Optional[Any]:

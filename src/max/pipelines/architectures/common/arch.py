@@ -13,8 +13,9 @@ from max.pipelines.lib.tokenizer import TextTokenizer
 
 __all__ = ["DECODER_ENCODINGS", "decoder_architecture"]
 
-DECODER_ENCODINGS = formats.encoding_names(ggml_only=True)
-"""Weight encodings every decoder family loads (GGML block encodings from GGUF files)."""
+DECODER_ENCODINGS = formats.encoding_names(ggml_only=True) + ["gptq"]
+"""Weight encodings every decoder family loads (GGML block encodings from GGUF files; ``gptq``: GPTQ / AWQ
+int4 safetensors checkpoints, run as Q4_0 / Q4_1 blocks)."""
 
 
 def decoder_architecture(name: str, example_repo_ids: list[str], pipeline_model: type,

@@ -28,6 +28,7 @@ from max.pipelines.architectures.common.layers import build_decoder, check_tenso
 from max.pipelines.architectures.common.weights import (
     WeightFactory,
     compute_dtype,
+    int4_checkpoint,
     keeps_quantized,
     load_weights_into,
     standard_adapters,
@@ -53,6 +54,13 @@ def kv_params_for(cfg: DecoderConfig, dtype: DType, page_size: int = 128, enable
                      host_kvcache_spill_dir=kv_cache_config.kv_cache_spill_dir)
     return KVCacheParams(dtype=dtype, n_kv_heads=n_kv, head_dim=head_dim, page_size=page_size,
                          enable_prefix_caching=enable_prefix_caching, n_devices=n_devices, **spill)
+
+
+def _quantization_config(huggingface_config: Any) -> Any:
+    """``quantization_config`` of a Hugging Face config (object or dict), None when it has none."""
+    if isinstance(huggingface_config, Mapping):
+        return huggingface_config.get("quantization_config")
+    return getattr(huggingface_config, "quantization_config", None)
 
 
 def device_refs(devices: Sequence[Any]) -> list[DeviceRef]:
@@ -213,6 +221,7 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
             raise ValueError(f"{cfg.architecture}: no weight adapter for {fmt.value} checkpoints")
         checkpoint = adapt(dict(weights.items()), huggingface_config=huggingface_config,
                            pipeline_config=pipeline_config)
+        checkpoint = int4_checkpoint(checkpoint, _quantization_config(huggingface_config))
         lora_inputs, lora_targets, startup = _lora_setup(pipeline_config, dt, dev_ref)
         factory = self.weight_factory(pipeline_config, encoding, dt, dev_ref, checkpoint, lora_inputs, lora_targets)
         module = self.build_module(cfg, factory, kv_params, self.max_seq_len,

@@ -46,6 +46,8 @@ __all__ = [
     "storage_dtype",
     "convert_weight",
     "float_tensor",
+    "Int4Weight",
+    "int4_checkpoint",
     "load_weights_into",
     "rename_gguf",
     "rename_hf",
@@ -173,6 +175,78 @@ def _float8_scale(checkpoint: Mapping[str, Any] | None, name: str) -> tuple[str,
     raise ValueError(f"FP8 checkpoint tensor {name}.weight has no {name}.weight_scale_inv / .weight_scale")
 
 
+class Int4Weight:
+    """A GPTQ / AWQ projection of the checkpoint (``{name}.qweight``, ``.qzeros``, ``.scales``, ``.g_idx``)
+    seen as one GGML-block tensor ``{name}.weight`` (``Q4_0`` when symmetric, else ``Q4_1``; see
+    :mod:`max.graph.quantization.gptq`): a checkpoint handle whose ``data()`` repacks the groups into
+    blocks, which native CPU kernels run as they are (elsewhere they are dequantised once at load)."""
+
+    def __init__(self, name: str, parts: Mapping[str, Any], cfg: Any) -> None:
+        from max.graph.quantization import QuantizationEncoding
+        from max.graph.quantization.gptq import unpack_zeros
+
+        self.name, self.parts, self.cfg = name, dict(parts), cfg
+        qshape = [int(d) for d in getattr(parts["qweight"], "shape", [])]
+        if len(qshape) != 2:
+            raise ValueError(f"{cfg.method} checkpoint tensor {name}.qweight must be 2-D, got {qshape}")
+        n, k = (qshape[1], qshape[0] * 8) if cfg.method == "gptq" else (qshape[1] * 8, qshape[0])
+        zeros = unpack_zeros(_torch_of(parts["qzeros"])[0], cfg)
+        kind = "Q4_0" if bool((zeros == 8).all()) else "Q4_1"
+        self.quantization_encoding = QuantizationEncoding[kind]
+        if k % 32:
+            raise ValueError(f"{cfg.method} checkpoint tensor {name}: input size {k} is not a multiple of 32")
+        self.dtype = DType.uint8
+        self.shape = [n, k // 32 * self.quantization_encoding.block_size]
+
+    def data(self) -> Any:
+        from max.graph.quantization.gptq import to_ggml_blocks, unpack_gptq
+        from max.graph.weights.weight_data import WeightData
+
+        t = {k: _torch_of(v)[0] for k, v in self.parts.items()}
+        codes, zeros, scales = unpack_gptq(t["qweight"], t["qzeros"], t["scales"], self.cfg, t.get("g_idx"),
+                                           name=self.name)
+        kind, blocks = to_ggml_blocks(codes, zeros, scales)
+        if kind != self.quantization_encoding._name_:
+            raise RuntimeError(f"{self.name}: repacked as {kind}, announced as {self.quantization_encoding._name_}")
+        return WeightData(blocks, f"{self.name}.weight", DType.uint8, list(blocks.shape), self.quantization_encoding)
+
+
+_INT4_PARTS = ("qweight", "qzeros", "scales", "g_idx")
+
+
+def int4_checkpoint(checkpoint: Mapping[str, Any], quantization_config: Any) -> Mapping[str, Any]:
+    """A GPTQ / AWQ checkpoint (``quantization_config.quant_method`` gptq or awq) with each packed projection
+    replaced by an :class:`Int4Weight` ``{name}.weight``; any other checkpoint as it is.  ValueError naming
+    the variant for what is not supported (bits, group size, packing, act-order)."""
+    qc = quantization_config if isinstance(quantization_config, Mapping) else (
+        quantization_config.to_dict() if hasattr(quantization_config, "to_dict") else None)
+    packed = [n[: -len(".qweight")] for n in checkpoint if n.endswith(".qweight")]
+    if not qc or str(qc.get("quant_method", "")).lower() not in ("gptq", "awq"):
+        if packed:
+            raise ValueError(f"checkpoint has packed int4 tensors ({packed[0]}.qweight ...) but its config.json "
+                             "quantization_config is not quant_method gptq or awq")
+        return checkpoint
+    from max.graph.quantization.gptq import int4_config
+
+    cfg = int4_config(qc)
+    out = dict(checkpoint)
+    for name in packed:
+        parts = {p: out.pop(f"{name}.{p}") for p in _INT4_PARTS if f"{name}.{p}" in out}
+        missing = [p for p in ("qweight", "qzeros", "scales") if p not in parts]
+        if missing:
+            raise ValueError(f"{cfg.method} checkpoint: {name} has no {', '.join(missing)}")
+        out[f"{name}.weight"] = Int4Weight(name, parts, cfg)
+        if "g_idx" in parts:  # act-order: the repacked columns are the inputs sorted by group
+            from max.graph.quantization.gptq import act_order_perm
+
+            k = int(out[f"{name}.weight"].shape[1]) // out[f"{name}.weight"].quantization_encoding.block_size * 32
+            perm = act_order_perm(_torch_of(parts["g_idx"])[0], k, k if cfg.group_size == -1 else cfg.group_size,
+                                  name)
+            if perm is not None:
+                out[f"{name}.perm_idx"] = perm
+    return out
+
+
 class WeightFactory:
     """Creates every checkpoint-weight-bearing projection and embedding of a model.
 
@@ -217,6 +291,12 @@ class WeightFactory:
         f8 = _float8_scale(self.checkpoint, name)
         if f8 is not None:
             return Float8Linear(in_dim, out_dim, self.dtype, self.device, has_bias, f8[0], f8[1])
+        if self.checkpoint is not None and f"{name}.perm_idx" in self.checkpoint:  # act-order GPTQ (int4_checkpoint)
+            from max.graph.quantization import QuantizationConfig
+            from max.nn.linear import GPTQLinear
+
+            return GPTQLinear(in_dim, out_dim, self.dtype, self.device, has_bias=has_bias, quantization_encoding=enc,
+                              quantization_config=QuantizationConfig("gptq", 4, in_dim, desc_act=True))
         if enc is not None:
             return Linear(in_dim, out_dim, self.dtype, self.device, has_bias=has_bias, quantization_encoding=enc)
         if self.storage != self.dtype:
