@@ -4,7 +4,7 @@ the same numbers as transformers' ``WhisperFeatureExtractor``: a 400-point Hann 
 0-8 kHz, ``log10`` clamped at 1e-10, floored at 8 below the maximum, then ``(x + 4) / 4``.
 
 Audio shorter than one window is zero-padded to 30 s (480000 samples, 3000 frames); longer audio keeps its
-length (padded to whole frames) and is cut into 3000-frame windows by the decoder loop.
+length and is cut into 3000-frame windows by the decoder loop.
 """
 
 from __future__ import annotations
@@ -56,8 +56,6 @@ def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, pad_to_window: bool
     """
     a = np.asarray(audio, np.float32).reshape(-1)
     n = N_SAMPLES if pad_to_window else max(N_SAMPLES, a.size)
-    if not pad_to_window and n % HOP_LENGTH:
-        n += HOP_LENGTH - n % HOP_LENGTH
     buf = np.zeros(n, np.float32)
     buf[:min(a.size, n)] = a[:n]
     wav = torch.from_numpy(buf)
