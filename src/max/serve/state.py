@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from fastapi import Request
 
-from max.serve.engines import EmbeddingsEngine, GenerationEngine
+from max.serve.engines import EmbeddingsEngine, GenerationEngine, TranscriptionEngine
 from max.serve.lifecycle import Lifecycle
 from max.serve.metrics import ServeMetrics
 from max.serve.openai_schemas import APIError, parse
@@ -31,6 +31,7 @@ class AppState:
     tool_parser: Optional[str] = None  # None: chosen from the chat template
     max_request_bytes: Optional[int] = DEFAULT_MAX_REQUEST_BYTES
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
+    transcriber: Optional[TranscriptionEngine] = None
 
     def check_model(self, name: Optional[str]) -> None:
         """404 for a model this server does not serve; with LoRA, 400 naming ``model`` for an adapter
@@ -51,6 +52,10 @@ class AppState:
         return name if lora is not None and lora.has(name) else None
 
     def need_generator(self, path: str) -> GenerationEngine:
+        if self.generator is None and self.transcriber is not None:
+            raise APIError(400, f"the model '{self.model_name}' is a speech recognition model; {path} is not "
+                           "available (use /v1/audio/transcriptions or /v1/audio/translations)", param="model",
+                           code="model_not_supported")
         if self.generator is None:
             raise APIError(400, f"the model '{self.model_name}' is an embeddings model; {path} is not available "
                            "(use /v1/embeddings)", param="model", code="model_not_supported")

@@ -82,6 +82,9 @@ class Segment:
     start: float
     end: float
     tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    seek: int = 0
+    """The mel frame its window started at."""
 
 
 def split_segments(tokens: list[int], tb: int, time_offset: float, window_frames: int) -> tuple[list[Segment], int]:

@@ -122,7 +122,9 @@ class WhisperPipeline:
                 self._round(todo)
         return [self._result(j) for j in jobs]
 
-    def _job(self, r: TranscriptionRequest) -> _Job:
+    def check(self, r: TranscriptionRequest) -> None:
+        """ValueError naming what is wrong with ``r`` (empty or non-finite audio, an unknown task or language, a
+        temperature outside [0, 2], a prompt too long for the decoder)."""
         a = np.asarray(r.audio, np.float32).reshape(-1)
         if a.size == 0:
             raise ValueError("audio is empty")
@@ -134,6 +136,16 @@ class WhisperPipeline:
             raise ValueError(f"task {r.task!r} is not supported by this model")
         if not 0.0 <= float(r.temperature) <= 2.0:
             raise ValueError(f"temperature must be between 0 and 2, got {r.temperature}")
+        if r.language is not None:
+            self.settings.language_id(r.language)
+        if r.prompt:
+            n = len(self.tokenizer.encode(" " + r.prompt.strip(), add_special_tokens=False))
+            if n + 5 >= self.model.max_seq_len:
+                raise ValueError(f"prompt is {n} tokens; at most {self.model.max_seq_len - 6} fit the decoder")
+
+    def _job(self, r: TranscriptionRequest) -> _Job:
+        self.check(r)
+        a = np.asarray(r.audio, np.float32).reshape(-1)
         feats = log_mel_spectrogram(a, self.model.config.num_mel_bins, pad_to_window=a.size <= N_FRAMES * 160)
         frames = N_FRAMES if a.size <= N_FRAMES * 160 else a.size // 160
         j = _Job(r, feats, frames)
@@ -175,6 +187,8 @@ class WhisperPipeline:
                 segs, advance = split_segments(toks, tb, offset, n)
             else:
                 segs, advance = [Segment(offset, offset + n * TIME_PRECISION / 2, toks)], n
+            for seg in segs:
+                seg.seek = j.seek
             j.segments += segs
             j.tokens += [t for seg in segs for t in seg.tokens]
             j.seek += max(int(advance), 1)
@@ -255,6 +269,6 @@ class WhisperPipeline:
         if j.language_id is not None:
             lang = next((k.strip("<|>") for k, v in self.settings.lang_to_id.items() if v == j.language_id), None)
         for seg in j.segments:
-            seg.text = self._text(seg.tokens)  # type: ignore[attr-defined]
+            seg.text = self._text(seg.tokens)
         return Transcription(text=self._text(j.tokens), language=lang, duration=j.req.audio.size / SAMPLING_RATE,
                              tokens=j.tokens, segments=j.segments)
