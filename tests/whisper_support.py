@@ -37,10 +37,18 @@ def _byte_chars() -> list[str]:
     return [out[b] for b in range(256)]
 
 
+TINY = dict(d_model=64, encoder_layers=2, encoder_attention_heads=4, decoder_layers=2, decoder_attention_heads=4,
+            encoder_ffn_dim=128, decoder_ffn_dim=128, max_target_positions=96)
+WHISPER_TINY = dict(d_model=384, encoder_layers=4, encoder_attention_heads=6, decoder_layers=4,
+                    decoder_attention_heads=6, encoder_ffn_dim=1536, decoder_ffn_dim=1536, max_target_positions=448)
+"""openai/whisper-tiny's sizes (bench/audio.py; with ``text_vocab=50257`` its vocabulary size too)."""
+
+
 @functools.lru_cache(maxsize=None)
-def tiny_whisper_dir(seed: int = 0) -> str:
+def tiny_whisper_dir(seed: int = 0, sizes: tuple = tuple(TINY.items()), text_vocab: int = 0) -> str:
     """Folder with config.json, generation_config.json, model.safetensors, vocab.json/merges.txt and the
-    tokenizer's added tokens: vocab = 256 bytes + merges + 11 specials + 1501 timestamps."""
+    tokenizer's added tokens: vocab = 256 bytes + merges (+ filler text tokens up to ``text_vocab``) + 11 specials
+    + 1501 timestamps."""
     import torch
     import transformers
 
@@ -48,6 +56,15 @@ def tiny_whisper_dir(seed: int = 0) -> str:
     vocab = {c: i for i, c in enumerate(_byte_chars())}
     for a, b in _MERGES:
         vocab[a + b] = len(vocab)
+    i = 0
+    while len(vocab) < text_vocab:  # filler words (never produced by the merges, decodable)
+        w, n = "", i
+        while True:
+            w, n = chr(ord("a") + n % 26) + w, n // 26
+            if not n:
+                break
+        vocab.setdefault("zz" + w, len(vocab))
+        i += 1
     with open(os.path.join(d, "vocab.json"), "w", encoding="utf-8") as f:
         json.dump(vocab, f, ensure_ascii=False)
     with open(os.path.join(d, "merges.txt"), "w", encoding="utf-8") as f:
@@ -63,9 +80,7 @@ def tiny_whisper_dir(seed: int = 0) -> str:
     vocab_size = len(tok)
     tok.save_pretrained(d)
     cfg = transformers.WhisperConfig(
-        vocab_size=vocab_size, num_mel_bins=80, d_model=64, encoder_layers=2, encoder_attention_heads=4,
-        decoder_layers=2, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
-        max_source_positions=1500, max_target_positions=96, init_std=0.2,
+        vocab_size=vocab_size, num_mel_bins=80, **dict(sizes), max_source_positions=1500, init_std=0.2,
         decoder_start_token_id=ids["<|startoftranscript|>"], eos_token_id=ids["<|endoftext|>"],
         bos_token_id=ids["<|endoftext|>"], pad_token_id=ids["<|endoftext|>"], suppress_tokens=None,
         begin_suppress_tokens=None)
@@ -90,7 +105,7 @@ def tiny_whisper_dir(seed: int = 0) -> str:
     gc.max_initial_timestamp_index = 50
     gc.suppress_tokens = [vocab["!"], vocab["#"], ids["<|startoflm|>"]]
     gc.begin_suppress_tokens = [vocab["Ġ"], ids["<|endoftext|>"]]
-    gc.max_length = 96
+    gc.max_length = dict(sizes)["max_target_positions"]
     gc._from_model_config = False
     model.save_pretrained(d)
     return d

@@ -55,13 +55,14 @@ def test_log_mel_equals_feature_extractor(tiny, audio):
 def test_encoder_cross_keys_values_equal_transformers(tiny, audio):
     _, pipe, hf, fe = tiny
     feats = fe(audio, sampling_rate=16000, return_tensors="np").input_features
-    ours = pipe.model.encode(feats).double()  # [1, layers, 2, 1500, d]
+    k, v = pipe.model.encode(feats)  # [1, layers, heads, head_dim, 1500], [1, layers, heads, 1500, head_dim]
+    ours = (k.double().permute(0, 1, 4, 2, 3), v.double().permute(0, 1, 3, 2, 4))  # [1, layers, 1500, heads, hd]
     with torch.no_grad():
         enc = hf.model.encoder(torch.from_numpy(feats)).last_hidden_state
         for i, layer in enumerate(hf.model.decoder.layers):
             for j, proj in enumerate((layer.encoder_attn.k_proj, layer.encoder_attn.v_proj)):
-                ref = proj(enc).double()
-                assert torch.allclose(ours[:, i, j], ref, atol=2e-4 * max(1.0, float(ref.abs().max())))
+                ref = proj(enc).double().reshape(ours[j][:, i].shape)
+                assert torch.allclose(ours[j][:, i], ref, atol=2e-4 * max(1.0, float(ref.abs().max())))
 
 
 CASES = {

@@ -13,19 +13,16 @@ from max.graph import TensorValue, ops
 __all__ = ["cross_attention"]
 
 
-def cross_attention(q: TensorValue, k: TensorValue, v: TensorValue, token_rows: TensorValue, n_heads: int,
-                    scale: float) -> TensorValue:
-    """``[total_seq_len, n_heads * head_dim]``: each token's softmax attention over its request's rows.
+def cross_attention(q: TensorValue, k_t: TensorValue, v: TensorValue, n_heads: int, scale: float) -> TensorValue:
+    """``[total_seq_len, n_heads * head_dim]``: each token's softmax attention over its request's encoder rows.
 
-    ``q`` ``[total_seq_len, n_heads * head_dim]`` (this step's tokens, ragged), ``k``/``v``
-    ``[batch, source_len, n_heads * head_dim]`` (one entry per request of the step, every request's
-    encoder output has ``source_len`` rows), ``token_rows`` int64 ``[total_seq_len]``: each token's request
-    (its index into ``k``/``v``).  No mask: a token sees every encoder position of its request."""
+    ``q`` ``[total_seq_len, n_heads * head_dim]`` (this step's tokens, ragged); ``k_t``
+    ``[total_seq_len, n_heads, head_dim, source_len]`` and ``v`` ``[total_seq_len, n_heads, source_len, head_dim]``:
+    the keys (transposed) and values of each token's request, laid out by the encoder graph so that the step
+    reads them without copies (a decode step has one token per request, so these are the requests' own
+    tensors; a prompt's few tokens repeat theirs).  No mask: a token sees every encoder position."""
     t, hd = q.shape[0], int(q.shape[1])
     d = hd // n_heads
-    s = k.shape[1]
-    kt = ops.permute(ops.reshape(ops.gather(k, token_rows, axis=0), [t, s, n_heads, d]), [0, 2, 3, 1])  # [t,h,d,s]
-    vt = ops.permute(ops.reshape(ops.gather(v, token_rows, axis=0), [t, s, n_heads, d]), [0, 2, 1, 3])  # [t,h,s,d]
     qh = ops.reshape(q, [t, n_heads, 1, d])
-    p = ops.softmax((qh @ kt) * scale)  # [t, h, 1, s]
-    return ops.reshape(p @ vt, [t, hd])
+    p = ops.softmax((qh @ k_t) * scale)  # [t, h, 1, s]
+    return ops.reshape(p @ v, [t, hd])

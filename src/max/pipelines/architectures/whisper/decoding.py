@@ -41,11 +41,12 @@ def prompt_tokens(s: GenerationSettings, language_id: int | None, task: str | No
 
 
 def apply_rules(s: GenerationSettings, logits: torch.Tensor, generated: list[int], timestamps: bool) -> torch.Tensor:
-    """``logits`` ``[vocab]`` (float32) with the forbidden tokens at -inf, for a request that has generated
+    """``logits`` ``[vocab]`` (float32; changed in place) with the forbidden tokens at -inf, for a request that has
+    generated
     ``generated`` after its prompt: ``begin_suppress_tokens`` at the first step, ``suppress_tokens`` always,
     and with ``timestamps`` the pairing / monotonic / initial-timestamp rules, and a timestamp forced when
     the timestamps' total probability beats every text token."""
-    x = logits.clone()
+    x = logits
     ninf = float("-inf")
     if not generated and s.begin_suppress_tokens:
         x[torch.as_tensor(s.begin_suppress_tokens)] = ninf

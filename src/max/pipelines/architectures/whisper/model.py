@@ -4,13 +4,15 @@ Module names are the checkpoint's minus ``model.`` (``encoder.conv1``, ``decoder
 ...); ``proj_out`` is the token embedding (tied).
 
 - **Encoder graph** (once per 30 s window): ``input_features`` float32 ``[n, n_mels, 3000]`` ->
-  the decoder's cross-attention keys and values, ``[n, decoder_layers, 2, 1500, d_model]`` (compute dtype):
+  the decoder's cross-attention keys, transposed, ``[n, decoder_layers, heads, head_dim, 1500]`` and values
+  ``[n, decoder_layers, heads, 1500, head_dim]`` (compute dtype):
   two convolutions (kernel 3, GELU; the second stride 2) as matmuls over shifted frames, plus the
   position table, pre-LayerNorm layers, final LayerNorm, then every decoder layer's ``encoder_attn``
   key/value projections.
 - **Decoder step graph**: ``tokens`` int64 ``[total_seq_len]`` (ragged), ``input_row_offsets`` uint32
-  ``[batch + 1]``, ``cross_kv`` ``[batch, decoder_layers, 2, 1500, d_model]``, ``token_rows`` int64
-  ``[total_seq_len]`` (each token's request), then the paged KV cache's inputs; output float32 logits
+  ``[batch + 1]``, ``cross_k`` / ``cross_v`` (as the encoder gives them, one row per request; a decode step
+  has one token per request, a prompt step adds ``token_rows``, each token's request), then the paged KV
+  cache's inputs; output float32 logits
   ``[batch, vocab]`` of each request's last token.  Self-attention runs on the paged cache (K/V written by
   ``ragged_qkv_store``, causal ``flash_attention_ragged``), positions are the cache's (``ragged_write_plan``).
 """
@@ -130,12 +132,20 @@ class DecoderLayer(Module):
         _ffn(self, f, p, d, c.decoder_ffn_dim, c.activation_function)
         self.final_layer_norm = LayerNorm(d, f.device, f.dtype, eps=_EPS)
 
-    def cross_kv(self, enc: TensorValue) -> TensorValue:
-        """``[n, 2, source_len, d]``: this layer's cross-attention keys and values of encoder output ``enc``."""
-        return ops.stack([self.encoder_attn.k_proj(enc), self.encoder_attn.v_proj(enc)], axis=1)
+    def cross_kv(self, enc: TensorValue) -> tuple[TensorValue, TensorValue]:
+        """This layer's cross-attention keys ``[n, heads, head_dim, source_len]`` and values
+        ``[n, heads, source_len, head_dim]`` of encoder output ``enc`` ``[n, source_len, d]``."""
+        n, s = enc.shape[0], enc.shape[1]
 
-    def __call__(self, x: TensorValue, kv: object, offsets: TensorValue, cross_k: TensorValue, cross_v: TensorValue,
-                 token_rows: TensorValue) -> TensorValue:
+        def heads(x: TensorValue) -> TensorValue:
+            return ops.reshape(x, [n, s, self.n_heads, self.head_dim])
+
+        k = ops.permute(heads(self.encoder_attn.k_proj(enc)), [0, 2, 3, 1])
+        v = ops.permute(heads(self.encoder_attn.v_proj(enc)), [0, 2, 1, 3])
+        return k, v
+
+    def __call__(self, x: TensorValue, kv: object, offsets: TensorValue, cross_k: TensorValue,
+                 cross_v: TensorValue) -> TensorValue:
         scale = float(self.head_dim) ** -0.5
         a = self.self_attn
         h = self.self_attn_layer_norm(x)
@@ -148,7 +158,7 @@ class DecoderLayer(Module):
         x = x + a.out_proj(ops.reshape(o, [x.shape[0], self.n_heads * self.head_dim]))
         e = self.encoder_attn
         q = e.q_proj(self.encoder_attn_layer_norm(x))
-        x = x + e.out_proj(cross_attention(q, cross_k, cross_v, token_rows, self.n_heads, scale))
+        x = x + e.out_proj(cross_attention(q, cross_k, cross_v, self.n_heads, scale))
         return x + self.fc2(self._act(self.fc1(self.final_layer_norm(x))))
 
 
@@ -162,8 +172,8 @@ class Decoder(Module):
         self.layers = LayerList([DecoderLayer(c, f, i, kv_params) for i in range(c.decoder_layers)])
         self.layer_norm = LayerNorm(c.d_model, f.device, f.dtype, eps=_EPS)
 
-    def __call__(self, tokens: TensorValue, offsets: TensorValue, cross_kv: TensorValue, token_rows: TensorValue,
-                 kv_inputs: list) -> TensorValue:
+    def __call__(self, tokens: TensorValue, offsets: TensorValue, cross_k: TensorValue, cross_v: TensorValue,
+                 kv_inputs: list, token_rows: TensorValue | None = None) -> TensorValue:
         c = self.c
         kv = FetchPagedKVCacheCollection(self.kv_params, c.decoder_layers)(*kv_inputs)
         positions, _, _ = ragged_write_plan(offsets, kv)
@@ -173,7 +183,10 @@ class Decoder(Module):
         pos = ops.gather(self.embed_positions.weight, positions, axis=0)
         x = x + ops.rebind(pos, [x.shape[0], c.d_model], "one position per token")
         for i, layer in enumerate(self.layers):
-            x = layer(x, kv, offsets, cross_kv[:, i, 0], cross_kv[:, i, 1], token_rows)
+            k, v = cross_k[:, i], cross_v[:, i]
+            if token_rows is not None:  # one row per request: each token takes its request's (one layer at a time)
+                k, v = ops.gather(k, token_rows, axis=0), ops.gather(v, token_rows, axis=0)
+            x = layer(x, kv, offsets, k, v)
         last = offsets.cast(DType.int64)[1:] - 1
         h = self.layer_norm(ops.gather(x, last, axis=0))
         return ops.cast(h @ ops.transpose(self.embed_tokens.weight, 0, 1), DType.float32)  # proj_out: tied
@@ -188,26 +201,36 @@ class Whisper(Module):
         self.decoder = Decoder(c, f, kv_params)
         f.check_paths(self)
 
-    def encode(self, features: TensorValue) -> TensorValue:
+    def encode(self, features: TensorValue) -> tuple[TensorValue, TensorValue]:
         enc = self.encoder(ops.cast(features, self.dtype))
-        return ops.stack([layer.cross_kv(enc) for layer in self.decoder.layers], axis=1)
+        ks, vs = zip(*[layer.cross_kv(enc) for layer in self.decoder.layers])
+        return ops.stack(list(ks), axis=1), ops.stack(list(vs), axis=1)
 
 
 def build_encoder_graph(model: Whisper, device: DeviceRef) -> Graph:
     c = model.config
     t = TensorType(DType.float32, ["n_windows", c.num_mel_bins, N_FRAMES], device)
     with Graph(f"{c.architecture}.encoder", input_types=[t]) as g:
-        g.output(model.encode(g.inputs[0].tensor))
+        g.output(*model.encode(g.inputs[0].tensor))
     return g
 
 
-def build_decoder_graph(model: Whisper, kv_symbols: list, device: DeviceRef) -> Graph:
+def build_decoder_graph(model: Whisper, kv_symbols: list, device: DeviceRef, prompt: bool = False) -> Graph:
+    """The decode graph (one token per request: ``cross_k``/``cross_v`` rows are the requests'), or with
+    ``prompt`` the graph for steps with several tokens per request: ``cross_k``/``cross_v`` have one row per
+    request and a further input, ``token_rows`` int64 ``[total_seq_len]``, gives each token's request."""
     c = model.config
+    L, H, D, S = c.decoder_layers, c.decoder_attention_heads, c.head_dim, c.max_source_positions
+    rows = "batch" if prompt else "total_seq_len"
     types = [TensorType(DType.int64, ["total_seq_len"], device),
              TensorType(DType.uint32, ["input_row_offsets_len"], device),
-             TensorType(model.dtype, ["batch", c.decoder_layers, 2, c.max_source_positions, c.d_model], device),
-             TensorType(DType.int64, ["total_seq_len"], device)]
-    with Graph(f"{c.architecture}.decoder", input_types=[*types, *kv_symbols]) as g:
-        tokens, offsets, cross, rows, *kv = g.inputs
-        g.output(model.decoder(tokens.tensor, offsets.tensor, cross.tensor, rows.tensor, kv))
+             TensorType(model.dtype, [rows, L, H, D, S], device),
+             TensorType(model.dtype, [rows, L, H, S, D], device)]
+    if prompt:
+        types.append(TensorType(DType.int64, ["total_seq_len"], device))
+    name = f"{c.architecture}.decoder" + (".prompt" if prompt else "")
+    with Graph(name, input_types=[*types, *kv_symbols]) as g:
+        tokens, offsets, ck, cv, *rest = g.inputs
+        token_rows = rest.pop(0).tensor if prompt else None
+        g.output(model.decoder(tokens.tensor, offsets.tensor, ck.tensor, cv.tensor, rest, token_rows))
     return g

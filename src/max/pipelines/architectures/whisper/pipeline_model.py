@@ -90,8 +90,10 @@ class WhisperPipelineModel(PipelineModel):
         t1 = time.perf_counter()
         registry = module.state_dict()
         self.encoder = session.load(build_encoder_graph(module, dev), weights_registry=registry)
-        self.decoder = session.load(build_decoder_graph(module, list(self.kv_manager.input_symbols()[0]), dev),
-                                    weights_registry=registry)
+        symbols = list(self.kv_manager.input_symbols()[0])
+        self.decoder = session.load(build_decoder_graph(module, symbols, dev), weights_registry=registry)
+        self.prompt_decoder = session.load(build_decoder_graph(module, symbols, dev, prompt=True),
+                                           weights_registry=registry)
         self.compile_seconds = time.perf_counter() - t1
         self.encodes = 0
 
@@ -106,29 +108,34 @@ class WhisperPipelineModel(PipelineModel):
             t = torch.from_numpy(np.ascontiguousarray(t))
         return Buffer.from_dlpack(t.contiguous().to(self._torch_device))
 
-    def encode(self, features: np.ndarray) -> torch.Tensor:
-        """Cross-attention keys/values ``[n, decoder_layers, 2, 1500, d_model]`` of ``n`` windows of features
-        ``[n, n_mels, 3000]`` (one encoder call)."""
+    def encode(self, features: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-attention keys ``[n, layers, heads, head_dim, 1500]`` and values ``[n, layers, heads, 1500,
+        head_dim]`` of ``n`` windows of features ``[n, n_mels, 3000]`` (one encoder call)."""
         f = np.asarray(features, np.float32)
         want = (self.config.num_mel_bins, N_FRAMES)
         if f.ndim != 3 or f.shape[1:] != want:
             raise ValueError(f"{ARCHITECTURE}: input features must be [n, {want[0]}, {want[1]}], got {list(f.shape)}")
-        (out,) = self.encoder.execute(self._buffer(f))
+        k, v = self.encoder.execute(self._buffer(f))
         self.encodes += 1
-        return out._torch()
+        return k._torch(), v._torch()
 
-    def decode_step(self, seqs: Sequence[Any], cross_kv: torch.Tensor) -> torch.Tensor:
+    def decode_step(self, seqs: Sequence[Any], cross: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """One decoder step over ``seqs`` (each with ``request_id``, ``tokens``, ``start_idx``, ``active_idx``;
-        already claimed in the KV cache) whose cross K/V are the rows of ``cross_kv`` in the same order:
-        float32 logits ``[len(seqs), vocab]`` of each one's last token.  The KV cache is advanced."""
+        already claimed in the KV cache) whose cross keys/values are the rows of ``cross`` (as :meth:`encode`
+        returns them) in the same order: float32 logits ``[len(seqs), vocab]`` of each one's last token.  The
+        KV cache is advanced."""
         kv = self.kv_manager.fetch(list(seqs), 1)[0]
         toks = [np.asarray(s.tokens[s.start_idx:s.active_idx], np.int64) for s in seqs]
         lens = [len(t) for t in toks]
         offsets = np.zeros(len(seqs) + 1, np.uint32)
         np.cumsum(lens, out=offsets[1:])
-        rows = np.repeat(np.arange(len(seqs), dtype=np.int64), lens)
-        (logits,) = self.decoder.execute(self._buffer(np.concatenate(toks)), self._buffer(offsets),
-                                         Buffer.from_dlpack(cross_kv.contiguous()), self._buffer(rows), *kv)
+        k, v = (Buffer.from_dlpack(t.contiguous()) for t in cross)
+        head = [self._buffer(np.concatenate(toks)), self._buffer(offsets), k, v]
+        if any(n != 1 for n in lens):  # a prompt: its tokens read their request's keys/values in the graph
+            rows = np.repeat(np.arange(len(seqs), dtype=np.int64), lens)
+            (logits,) = self.prompt_decoder.execute(*head, self._buffer(rows), *kv)
+        else:
+            (logits,) = self.decoder.execute(*head, *kv)
         for s in seqs:
             s.start_idx = s.active_idx
         self.kv_manager.step(list(seqs))

@@ -193,13 +193,14 @@ class WhisperPipeline:
             j.tokens += [t for seg in segs for t in seg.tokens]
             j.seek += max(int(advance), 1)
 
-    def _detect_languages(self, jobs: list[_Job], cross: torch.Tensor) -> None:
+    def _detect_languages(self, jobs: list[_Job], cross: tuple) -> None:
         s = self.settings
         need = [i for i, j in enumerate(jobs) if j.language_id is None and s.is_multilingual and s.lang_to_id]
         if not need:
             return
         seqs = [_Seq(f"whisper-lang-{next(_ids)}", [s.decoder_start_token_id], 0, 1) for _ in need]
-        logits = self._with_cache(seqs, lambda: self.model.decode_step(seqs, cross[torch.as_tensor(need)]))
+        idx = torch.as_tensor(need)
+        logits = self._with_cache(seqs, lambda: self.model.decode_step(seqs, (cross[0][idx], cross[1][idx])))
         lang_ids = torch.as_tensor(sorted(s.lang_to_id.values()))
         for i, row in zip(need, logits):
             jobs[i].language_id = int(lang_ids[int(torch.argmax(row[lang_ids]))])
@@ -214,7 +215,7 @@ class WhisperPipeline:
             for q in seqs:
                 mgr.release(q.request_id)
 
-    def _decode(self, jobs: list[_Job], cross: torch.Tensor, prompts: list[list[int]], ts: list[bool]
+    def _decode(self, jobs: list[_Job], cross: tuple, prompts: list[list[int]], ts: list[bool]
                 ) -> list[list[int]]:
         """Each job's generated tokens for its window (end token removed)."""
         s = self.settings
@@ -227,9 +228,8 @@ class WhisperPipeline:
 
         def run() -> None:
             active = list(range(len(jobs)))
+            sub = cross
             while active:
-                rows = torch.as_tensor(active)
-                sub = cross if len(active) == len(jobs) else cross[rows]
                 logits = self.model.decode_step([seqs[i] for i in active], sub)
                 still = []
                 for k, i in enumerate(active):
@@ -245,6 +245,9 @@ class WhisperPipeline:
                     if (cap is not None and len(gen[i]) >= cap) or q.active_idx >= limit:
                         continue
                     still.append(i)
+                if len(still) != len(active):  # requests finished: the others' keys/values, copied once
+                    keep = torch.as_tensor([active.index(i) for i in still], dtype=torch.long)
+                    sub = (sub[0][keep], sub[1][keep])
                 active = still
 
         self._with_cache(seqs, run)
