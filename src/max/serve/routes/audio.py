@@ -9,6 +9,7 @@ ISO-639-1 code or English name), ``prompt`` (text the transcript continues), ``r
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Optional
 
 from fastapi import APIRouter, Request
@@ -113,7 +114,7 @@ async def _handle(request: Request, task: str) -> Response:
     upload = files[0]
     data = await upload.read()
     try:
-        audio = decode_audio(data, 16000, max_seconds=engine.max_audio_seconds, filename=upload.filename)
+        audio = await asyncio.to_thread(decode_audio, data, 16000, engine.max_audio_seconds, upload.filename)
     except AudioError as e:
         raise APIError(400, str(e), param="file", code="invalid_audio") from None
     req = TranscriptionRequest(audio, language=language, task="translate" if task == "translate" else None,
