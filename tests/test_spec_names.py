@@ -164,7 +164,5 @@ def test_every_spec_name_resolves():
 def test_audio_names_resolve():
     names = [n for n in spec_names() if n.startswith(AUDIO_PREFIX)]
     assert names, "the spec defines TTSContext"
-    if not resolves(AUDIO_PREFIX):
-        pytest.xfail("max.pipelines.core.TTSContext is built on the audio branch (issue 25 / audio issue)")
     missing = [n for n in names if not resolves(n)]
     assert not missing, f"{len(missing)} TTSContext names do not resolve: {', '.join(missing)}"

@@ -1,4 +1,5 @@
-"""The ``max`` command: ``max generate``, ``max list`` (and ``max serve`` / ``max encode`` / ``max benchmark``).
+"""The ``max`` command: ``max generate``, ``max list`` (and ``max serve`` / ``max encode`` / ``max transcribe`` /
+``max benchmark``).
 
 Every model option of ``PipelineConfig`` is a flag (``--model-path``,
 ``--quantization-encoding``, ``--max-length``, ``--max-batch-size``,
@@ -503,6 +504,56 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
 
 
 @main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--model-path", "model_path", required=True, help="A Whisper model folder (config.json + weights).")
+@click.option("--devices", default="default", show_default=True, help="'cpu', 'gpu', 'gpu:0' or 'default'.")
+@click.option("--language", default=None, help="Spoken language (code or English name; default: detected).")
+@click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe", show_default=True,
+              help="translate: English text of speech in any language.")
+@click.option("--timestamps", is_flag=True, help="Print one line per timed segment.")
+@click.option("--prompt", default=None, help="Text the transcript continues (names, spelling, style).")
+@click.option("--temperature", type=click.FloatRange(0, 1), default=0.0, show_default=True)
+@click.option("--max-batch-size", type=click.IntRange(min=1), default=None, help="Files decoded together.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=None,
+              help="Most tokens decoded per 30 s window (default: up to the decoder's length).")
+def transcribe(files: tuple, model_path: str, devices: str, language: Any, task: str, timestamps: bool, prompt: Any,
+               temperature: float, max_batch_size: Any, max_new_tokens: Any) -> None:
+    """Print the text of the speech in audio FILE(s) (any format libsndfile reads) with a Whisper model."""
+    from max.pipelines.lib.audio import decode_audio
+
+    t0 = time.perf_counter()
+    try:
+        audios = [decode_audio(f, 16000, filename=os.path.basename(f)) for f in files]
+        from max.pipelines import PipelineConfig
+        from max.pipelines.architectures.whisper.transcribe import TranscriptionRequest, WhisperPipeline
+
+        kw: dict[str, Any] = {"model_path": model_path, "device_specs": devices}
+        if max_batch_size:
+            kw["max_batch_size"] = max_batch_size
+        click.echo(f"Loading {model_path} ...", err=True)
+        pipe = WhisperPipeline(PipelineConfig(**kw))
+        t1 = time.perf_counter()
+        reqs = [TranscriptionRequest(a, language=language, task=task if (language or task == "translate") else None,
+                                     timestamps=timestamps, temperature=temperature, prompt=prompt,
+                                     max_new_tokens=max_new_tokens) for a in audios]
+        outs = pipe.transcribe(reqs)
+        t2 = time.perf_counter()
+    except (ValueError, FileNotFoundError, TypeError, NotImplementedError) as e:
+        raise click.ClickException(str(e)) from None
+    for f, out in zip(files, outs):
+        if len(files) > 1:
+            click.echo(f"{f}:")
+        if timestamps:
+            for seg in out.segments:
+                click.echo(f"[{seg.start:7.2f} --> {seg.end:7.2f}] {seg.text.strip()}")
+        else:
+            click.echo(out.text.strip())
+    audio_s = sum(a.size for a in audios) / 16000
+    click.echo(f"Audio: {audio_s:.1f} s  load + compile: {t1 - t0:.2f} s  transcribe: {t2 - t1:.2f} s  "
+               f"(real-time factor {(t2 - t1) / max(audio_s, 1e-9):.3f})", err=True)
+
+
+@main.command()
 @_model_options
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (127.0.0.1: this machine only).")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="HTTP port.")
@@ -518,6 +569,8 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
                    f"model '{BUNDLED[0].served_name}').")
 @click.option("--max-request-bytes", default="4MiB", show_default=True, callback=_memory_size, metavar="SIZE",
               help="Largest request body accepted (bytes, or e.g. 512KiB, 16MiB); bigger ones get 413.")
+@click.option("--max-audio-seconds", type=click.FloatRange(min=0, min_open=True), default=1800.0, show_default=True,
+              help="Speech recognition models: longest uploaded audio accepted (longer gets a 400).")
 @click.option("--drain-timeout", type=click.FloatRange(min=0), default=20.0, show_default=True,
               help="On SIGTERM/SIGINT: seconds the requests in flight get to finish (new ones get 503) before "
                    "the rest are ended and the server exits.")
@@ -563,7 +616,7 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
           enable_echo: bool, lora_paths: tuple, enable_lora: bool, max_num_loras: Any, max_lora_rank: Any,
           responses_store_size: int, replicas: Any, min_replicas: Any, max_replicas: Any,
           target_ongoing_requests: Any, ray_address: Any, allowed_origins: Any, reasoning_parser: Any,
-          **speculative: Any) -> None:
+          max_audio_seconds: float = 1800.0, **speculative: Any) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (chat, completions, embeddings, metrics).
 
     SIGTERM or Ctrl-C shuts down gracefully: no new requests, --drain-timeout seconds for those in
@@ -622,7 +675,7 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
         app = build_app(cfg, served_model_name=served_model_name, api_key=api_key, max_queue_size=max_queue_size,
                         tool_parser=tool_call_parser, max_request_bytes=max_request_bytes,
                         responses_store_size=responses_store_size, reasoning_parser=reasoning_parser,
-                        allowed_origins=origins)
+                        allowed_origins=origins, max_audio_seconds=max_audio_seconds)
     except (ValueError, FileNotFoundError, TypeError, NotImplementedError) as e:
         raise click.ClickException(str(e)) from None
     state = app.state.serve

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from max.pipelines import lib as _lib
-from max.pipelines.core import TextAndVisionContext, TextContext, get_request_payload_from_pipeline_task
+from max.pipelines.core import TextAndVisionContext, TextContext, TTSContext, get_request_payload_from_pipeline_task
 from max.pipelines.lib import *  # noqa: F401,F403
 from max.pipelines.lib import __all__ as _lib_all
 
@@ -21,4 +21,4 @@ def __getattr__(name: str) -> Any:
     return getattr(_lib, name)
 
 
-__all__ = ["TextAndVisionContext", "TextContext", "get_request_payload_from_pipeline_task", *_lib_all]
+__all__ = ["TTSContext", "TextAndVisionContext", "TextContext", "get_request_payload_from_pipeline_task", *_lib_all]

@@ -1,4 +1,4 @@
-"""Contexts: ``TextContext`` (per-request token state) and ``TextAndVisionContext``.
+"""Contexts: ``TextContext`` (per-request token state), ``TextAndVisionContext`` and ``TTSContext``.
 
 Token array layout (the concrete ``TextContext`` definition; see ``max.interfaces.context``)::
 
@@ -410,9 +410,109 @@ class TextAndVisionContext(TextContext):
         self._needs_vision_encoding = False
 
 
+SPEECH_TOKEN_audio_chunk_size = 128
+"""Initial capacity of a :class:`TTSContext`'s speech-token buffer (it grows by doubling)."""
+
+
+def _no_tokens() -> npt.NDArray[np.integer[Any]]:
+    return np.zeros(0, np.int64)
+
+
+def _now() -> float:
+    import time
+
+    return time.time()
+
+
+@dataclass
+class TTSContext(TextContext):
+    """A text-to-speech request's state: the text context of the speech-token model plus the speech tokens it
+    generated, how far an audio decoder has consumed them (``decoded_index``), and the decoder's carried state.
+
+    ``update_speech_tokens`` appends a block of generated speech tokens; ``next_speech_tokens`` returns the
+    next unseen chunk (with up to ``buffer`` already-decoded tokens before it, as codecs that need left
+    context want) without moving ``decoded_index``: the caller sets it once the chunk is decoded.  The request
+    is done when ``audio_generation_status`` is (the audio, not the token stream, is the product).
+    """
+
+    audio_prompt_tokens: npt.NDArray[np.integer[Any]] = field(default_factory=_no_tokens)
+    """Speech tokens of a reference voice (voice cloning)."""
+    buffer_speech_tokens: Optional[npt.NDArray[np.integer[Any]]] = None
+    audio_buffer: Optional[npt.NDArray[np.floating[Any]]] = None
+    prev_samples_beyond_offset: int = 0
+    streaming: bool = False
+    """Whether the audio is streamed to the client chunk by chunk."""
+    _speech_token_size: int = SPEECH_TOKEN_audio_chunk_size
+    _speech_token_end_idx: int = 0
+    _speech_tokens: npt.NDArray[np.integer[Any]] = field(default_factory=_no_tokens)
+    decoded_index: int = 0
+    _block_counter: int = 0
+    _arrival_time: float = field(default_factory=_now)
+    audio_generation_status: GenerationStatus = GenerationStatus.ACTIVE
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.audio_prompt_tokens = np.asarray(self.audio_prompt_tokens, dtype=np.int64).reshape(-1)
+        if self._speech_token_size < 1:
+            raise ValueError(f"TTSContext: _speech_token_size must be >= 1, got {self._speech_token_size}")
+        if self._speech_tokens.size < self._speech_token_size:
+            buf = np.zeros(self._speech_token_size, np.int64)
+            buf[:self._speech_tokens.size] = self._speech_tokens
+            self._speech_tokens = buf
+        self.audio_generation_status = GenerationStatus(self.audio_generation_status)
+
+    @property
+    def block_counter(self) -> int:
+        """How many blocks of speech tokens :meth:`update_speech_tokens` has appended."""
+        return self._block_counter
+
+    @property
+    def speech_tokens(self) -> npt.NDArray[np.integer[Any]]:
+        """Every speech token generated so far, in order."""
+        return self._speech_tokens[:self._speech_token_end_idx]
+
+    @property
+    def is_done(self) -> bool:
+        return self.audio_generation_status.is_done
+
+    def update_speech_tokens(self, new_tokens: npt.NDArray[np.integer[Any]]) -> None:
+        """Append ``new_tokens`` (one block) to the speech tokens."""
+        new = np.asarray(new_tokens, dtype=np.int64).reshape(-1)
+        end = self._speech_token_end_idx + new.size
+        if end > self._speech_tokens.size:
+            size = max(self._speech_tokens.size, 1)
+            while size < end:
+                size *= 2
+            grown = np.zeros(size, np.int64)
+            grown[:self._speech_token_end_idx] = self.speech_tokens
+            self._speech_tokens = grown
+            self._speech_token_size = size
+        self._speech_tokens[self._speech_token_end_idx:end] = new
+        self._speech_token_end_idx = end
+        self._block_counter += 1
+
+    def next_speech_tokens(self, audio_chunk_size: Optional[int] = None, buffer: Optional[int] = None
+                           ) -> tuple[npt.NDArray[np.integer[Any]], int]:
+        """``(tokens, n_buffered)``: the speech tokens from ``decoded_index`` (at most ``audio_chunk_size`` of
+        them; all when None), preceded by up to ``buffer`` already-decoded ones (``n_buffered`` says how many
+        were available).  ``decoded_index`` does not move."""
+        for name, v in (("audio_chunk_size", audio_chunk_size), ("buffer", buffer)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0):
+                raise ValueError(f"next_speech_tokens: {name} must be a non-negative int or None, got {v!r}")
+        start = min(self.decoded_index, self._speech_token_end_idx)
+        end = self._speech_token_end_idx if audio_chunk_size is None else \
+            min(self._speech_token_end_idx, start + int(audio_chunk_size))
+        n_buf = min(int(buffer or 0), start)
+        return self._speech_tokens[start - n_buf:end].copy(), n_buf
+
+
 def get_request_payload_from_pipeline_task(pipeline_task: PipelineTask) -> type:
     """``(request type, context type)`` used for a task."""
     task = PipelineTask(pipeline_task)
     if task in (PipelineTask.TEXT_GENERATION, PipelineTask.EMBEDDINGS_GENERATION):
         return tuple[TextGenerationRequest, TextContext]  # type: ignore[return-value]
+    if task in (PipelineTask.AUDIO_GENERATION, PipelineTask.SPEECH_TOKEN_GENERATION):
+        from max.interfaces import AudioGenerationRequest
+
+        return tuple[AudioGenerationRequest, TTSContext]  # type: ignore[return-value]
     raise ValueError(f"no request payload known for task {task.value!r}")

@@ -2,7 +2,8 @@
 
 Routes, one module per family in :mod:`max.serve.routes`: ``POST /v1/chat/completions``
 (``chat``), ``POST /v1/completions`` (``completions``), ``POST /v1/embeddings``
-(``embeddings``), ``GET /v1/models`` + ``/v1/models/{id}`` (``models``), ``GET /health`` and
+(``embeddings``), ``POST /v1/audio/transcriptions`` + ``/v1/audio/translations`` (``audio``),
+``GET /v1/models`` + ``/v1/models/{id}`` (``models``), ``GET /health`` and
 ``GET /metrics`` (``health``).  Model work never runs on the event loop: generation requests
 go to the shared scheduler (:mod:`max.serve.jobs`), embeddings to one worker thread.
 """
@@ -18,7 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from max.serve.engines import EmbeddingsEngine, GenerationEngine
+from max.serve.engines import EmbeddingsEngine, GenerationEngine, TranscriptionEngine
 from max.serve.metrics import ServeMetrics
 from max.serve.middleware import AuthAndCount
 from max.serve.openai_schemas import APIError
@@ -33,8 +34,8 @@ __all__ = ["AppState", "EmbeddingsEngine", "GenerationEngine", "create_app"]
 def create_app(model_name: str, *, generator: Optional[GenerationEngine] = None,
                embedder: Optional[EmbeddingsEngine] = None, api_key: Optional[str] = None,
                metrics: Optional[ServeMetrics] = None, aliases: Any = (), tool_parser: Optional[str] = None,
-               reasoning_parser: Optional[str] = None, allowed_origins: Optional[Sequence[str]] = None
-               ) -> FastAPI:
+               reasoning_parser: Optional[str] = None, allowed_origins: Optional[Sequence[str]] = None,
+               transcriber: Optional[TranscriptionEngine] = None) -> FastAPI:
     """The FastAPI app serving ``generator`` (chat / completions) or ``embedder`` (embeddings).
 
     The app starts the engines on startup (the generator's scheduler thread) and stops them on
@@ -44,8 +45,8 @@ def create_app(model_name: str, *, generator: Optional[GenerationEngine] = None,
     (:mod:`max.serve.reasoning`); ``allowed_origins`` (e.g. ``["*"]`` or ``["http://localhost:3000"]``)
     turns on CORS for those browser origins (none by default: browsers then refuse cross-origin calls).
     """
-    if generator is None and embedder is None:
-        raise ValueError("create_app: give a generator or an embedder")
+    if generator is None and embedder is None and transcriber is None:
+        raise ValueError("create_app: give a generator, an embedder or a transcriber")
     metrics = metrics or ServeMetrics()
     if generator is not None:
         metrics.bind(generator.scheduler, generator.kv_manager)
@@ -58,7 +59,8 @@ def create_app(model_name: str, *, generator: Optional[GenerationEngine] = None,
     state = AppState(model_name, generator, embedder, api_key, metrics, set(aliases) - {None},
                      tool_parser=tool_parser)
     state.reasoning_parser = check_reasoning_parser(reasoning_parser)
-    engines = [e for e in (generator, embedder) if e is not None]
+    state.transcriber = transcriber
+    engines = [e for e in (generator, embedder, transcriber) if e is not None]
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -87,3 +87,74 @@ class EmbeddingsEngine:
     @property
     def alive(self) -> bool:
         return True
+
+
+class TranscriptionEngine:
+    """Runs speech recognition (``pipeline.transcribe(requests) -> transcriptions``, a
+    :class:`~max.pipelines.architectures.whisper.transcribe.WhisperPipeline`) on one worker thread; requests
+    waiting when the worker is free run together as one batch (up to ``max_batch_size``).  Each request is
+    checked (``pipeline.check``) before it joins a batch, so a bad one fails alone."""
+
+    def __init__(self, pipeline: Any, max_batch_size: int = 8, max_audio_seconds: float = 1800.0) -> None:
+        import queue
+        import threading
+
+        self.pipeline = pipeline
+        self.max_batch_size = max(1, int(max_batch_size))
+        self.max_audio_seconds = float(max_audio_seconds)
+        self._queue: "queue.Queue[Any]" = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="max-transcribe", daemon=True)
+        self._stopped = False
+
+    async def transcribe(self, request: Any) -> Any:
+        self.pipeline.check(request)  # ValueError before it can touch a batch
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future = loop.create_future()
+        self._queue.put((request, loop, fut))
+        return await fut
+
+    def _run(self) -> None:
+        import queue
+
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            batch = [item]
+            while len(batch) < self.max_batch_size:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._queue.put(None)
+                    break
+                batch.append(nxt)
+            try:
+                outs = self.pipeline.transcribe([r for r, _, _ in batch])
+                results: list[Any] = list(outs)
+            except Exception as e:  # noqa: BLE001 - every waiter gets the error
+                results = [e] * len(batch)
+            for (_, loop, fut), res in zip(batch, results):
+                loop.call_soon_threadsafe(_settle, fut, res)
+
+    def start(self) -> None:
+        if not self._thread.is_alive() and not self._stopped:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._queue.put(None)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+
+def _settle(fut: "asyncio.Future[Any]", res: Any) -> None:
+    if fut.done():
+        return
+    if isinstance(res, BaseException):
+        fut.set_exception(res)
+    else:
+        fut.set_result(res)

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from max.serve.openai_schemas import APIError
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/health", "/metrics")
-ENDPOINTS += ("/v1/tokenize", "/v1/detokenize", "/v1/responses", "/v1/rerank", "/v1/score")
+ENDPOINTS += ("/v1/tokenize", "/v1/detokenize", "/v1/responses", "/v1/rerank", "/v1/score", "/v1/audio")
 
 V1_AT_ROOT = ("/tokenize", "/detokenize")
 """Routes also served outside ``/v1`` (where vLLM has them): checked and bounded like ``/v1/*``."""

@@ -30,25 +30,37 @@ def model_task(pipeline_config: Any) -> Any:
     return PIPELINE_REGISTRY.retrieve_pipeline_task(pipeline_config)
 
 
+def is_speech_recognition(pipeline_config: Any) -> bool:
+    """Whether the configured model is a speech recognition model (Whisper), served by the audio routes."""
+    from max.pipelines.architectures.whisper.config import ARCHITECTURE
+
+    hf = pipeline_config.model_config.huggingface_config
+    return ARCHITECTURE in (getattr(hf, "architectures", None) or [])
+
+
 def build_app(pipeline_config: Any, *, served_model_name: Optional[str] = None, api_key: Optional[str] = None,
               max_queue_size: Optional[int] = None, metrics: Any = None, tool_parser: Optional[str] = None,
               max_request_bytes: Optional[int] = DEFAULT_MAX_REQUEST_BYTES,
-              responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE, **app_options: Any) -> Any:
+              responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE, max_audio_seconds: float = 1800.0,
+              **app_options: Any) -> Any:
     """Load the model of ``pipeline_config`` and return the FastAPI app serving it (``tool_parser`` and
     ``app_options`` such as ``reasoning_parser``, ``allowed_origins``: see :func:`~max.serve.app.create_app`;
     request bodies up to ``max_request_bytes``, None for no limit; ``/v1/responses`` keeps the last
-    ``responses_store_size`` responses for ``previous_response_id``)."""
+    ``responses_store_size`` responses for ``previous_response_id``; uploaded audio up to
+    ``max_audio_seconds`` for a speech recognition model)."""
     from max.serve.response_store import ResponseStore
 
     app = _build_app(pipeline_config, served_model_name=served_model_name, api_key=api_key,
-                     max_queue_size=max_queue_size, metrics=metrics, tool_parser=tool_parser, **app_options)
+                     max_queue_size=max_queue_size, metrics=metrics, tool_parser=tool_parser,
+                     max_audio_seconds=max_audio_seconds, **app_options)
     app.state.serve.max_request_bytes = max_request_bytes
     app.state.serve.responses = ResponseStore(responses_store_size)
     return app
 
 
 def _build_app(pipeline_config: Any, *, served_model_name: Optional[str], api_key: Optional[str],
-               max_queue_size: Optional[int], metrics: Any, tool_parser: Optional[str], **app_options: Any) -> Any:
+               max_queue_size: Optional[int], metrics: Any, tool_parser: Optional[str],
+               max_audio_seconds: float = 1800.0, **app_options: Any) -> Any:
     from max.interfaces import PipelineTask
     from max.pipelines.lib.registry import PIPELINE_REGISTRY
     from max.serve.app import EmbeddingsEngine, GenerationEngine, create_app
@@ -58,6 +70,14 @@ def _build_app(pipeline_config: Any, *, served_model_name: Optional[str], api_ke
     path = str(pipeline_config.model_config.model_path)
     name = served_model_name or path
     aliases = {path, os.path.basename(path.rstrip("/")), os.path.splitext(os.path.basename(path))[0]}
+    if is_speech_recognition(pipeline_config):
+        from max.pipelines.architectures.whisper.transcribe import WhisperPipeline
+        from max.serve.engines import TranscriptionEngine
+
+        engine = TranscriptionEngine(WhisperPipeline(pipeline_config), pipeline_config.max_batch_size or 8,
+                                     max_audio_seconds=max_audio_seconds)
+        return create_app(name, transcriber=engine, api_key=api_key, metrics=metrics, aliases=aliases,
+                          **{k: v for k, v in app_options.items() if k == "allowed_origins"})
     task = model_task(pipeline_config)
     if task == PipelineTask.EMBEDDINGS_GENERATION:
         tokenizer, pipeline = PIPELINE_REGISTRY.retrieve(pipeline_config, task=PipelineTask.EMBEDDINGS_GENERATION)

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from fastapi import Request
 
-from max.serve.engines import EmbeddingsEngine, GenerationEngine
+from max.serve.engines import EmbeddingsEngine, GenerationEngine, TranscriptionEngine
 from max.serve.lifecycle import Lifecycle
 from max.serve.metrics import ServeMetrics
 from max.serve.openai_schemas import APIError, parse
@@ -35,6 +35,7 @@ class AppState:
     responses: ResponseStore = field(default_factory=ResponseStore)  # /v1/responses, previous_response_id
     replicated: bool = False  # one of several replicas behind one endpoint (Ray Serve)
     reasoning_parser: Optional[str] = None  # deepseek_r1 / qwen3: <think> text to reasoning_content
+    transcriber: Optional[TranscriptionEngine] = None
 
     def check_model(self, name: Optional[str]) -> None:
         """404 for a model this server does not serve; with LoRA, 400 naming ``model`` for an adapter
@@ -55,6 +56,10 @@ class AppState:
         return name if lora is not None and lora.has(name) else None
 
     def need_generator(self, path: str) -> GenerationEngine:
+        if self.generator is None and self.transcriber is not None:
+            raise APIError(400, f"the model '{self.model_name}' is a speech recognition model; {path} is not "
+                           "available (use /v1/audio/transcriptions or /v1/audio/translations)", param="model",
+                           code="model_not_supported")
         if self.generator is None:
             raise APIError(400, f"the model '{self.model_name}' is an embeddings model; {path} is not available "
                            "(use /v1/embeddings)", param="model", code="model_not_supported")

@@ -284,6 +284,9 @@ def get_pipeline_for_task(task: PipelineTask, pipeline_config: "PipelineConfig")
     targets = {
         PipelineTask.TEXT_GENERATION: ("max.pipelines.lib.pipeline", "TextGenerationPipeline"),
         PipelineTask.EMBEDDINGS_GENERATION: ("max.pipelines.lib.embeddings_pipeline", "EmbeddingsPipeline"),
+        PipelineTask.AUDIO_GENERATION: ("max.pipelines.lib.audio_generator_pipeline", "AudioGeneratorPipeline"),
+        PipelineTask.SPEECH_TOKEN_GENERATION: ("max.pipelines.lib.speech_token_pipeline",
+                                               "SpeechTokenGenerationPipeline"),
     }
     if task not in targets:
         raise ValueError(f"no pipeline implementation for task {task.value!r}")

@@ -1,9 +1,9 @@
 """The routes of ``max serve``, one module per family; each defines ``router`` (a FastAPI ``APIRouter``)."""
 
-from max.serve.routes import chat, completions, embeddings, health, lora, models, responses, scoring, tokenize, ui
-from max.serve.routes import version
+from max.serve.routes import audio, chat, completions, embeddings, health, lora, models, responses, scoring
+from max.serve.routes import tokenize, ui, version
 
 ROUTERS = [health.router, models.router, chat.router, completions.router, embeddings.router, lora.router,
-           responses.router, scoring.router, tokenize.router, version.router, ui.router]
+           responses.router, scoring.router, tokenize.router, version.router, audio.router, ui.router]
 
 __all__ = ["ROUTERS"]

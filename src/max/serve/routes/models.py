@@ -13,7 +13,7 @@ router = APIRouter()
 
 
 def model_card(state: AppState) -> dict[str, Any]:
-    eng = state.generator or state.embedder
+    eng = state.generator or state.embedder or state.transcriber
     return {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "libremax",
             "max_model_len": getattr(eng, "max_length", None)}
 

@@ -1,0 +1,116 @@
+"""Whisper's token rules during decoding (what transformers' Whisper generation applies, as plain functions
+over one request's logits): the prompt of special tokens, suppressed tokens, the timestamp rules, and how a
+30 s window's tokens split into timed segments (long audio seeks to the last complete segment)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from max.pipelines.architectures.whisper.config import HOP_LENGTH, SAMPLING_RATE, TIME_PRECISION, GenerationSettings
+
+__all__ = ["Segment", "apply_rules", "prompt_tokens", "split_segments"]
+
+INPUT_STRIDE = 2  # mel frames per encoder position (= per timestamp step)
+HOP_SECONDS = HOP_LENGTH / SAMPLING_RATE  # seconds per mel frame
+
+
+def prompt_tokens(s: GenerationSettings, language_id: int | None, task: str | None, timestamps: bool,
+                  previous: list[int] | None = None, default_task: bool = True) -> list[int]:
+    """``[<|startofprev|> previous..., ]<|startoftranscript|> <|lang|> <|task|> [<|notimestamps|>]``; without a
+    ``task``, ``<|transcribe|>`` when ``default_task`` (transformers adds it when the language was given, not
+    when it was detected)."""
+    out: list[int] = []
+    if previous:
+        if s.prev_sot_token_id is None:
+            raise ValueError("prompt: this model has no <|startofprev|> token")
+        out += [s.prev_sot_token_id, *previous]
+    out.append(s.decoder_start_token_id)
+    if language_id is not None:
+        out.append(language_id)
+    if task is not None:
+        if task not in s.task_to_id:
+            raise ValueError(f"task {task!r} is not supported by this model (supported: {sorted(s.task_to_id)})")
+        out.append(s.task_to_id[task])
+    elif default_task and "transcribe" in s.task_to_id:
+        out.append(s.task_to_id["transcribe"])
+    if not timestamps and s.no_timestamps_token_id is not None:
+        out.append(s.no_timestamps_token_id)
+    return out
+
+
+def apply_rules(s: GenerationSettings, logits: torch.Tensor, generated: list[int], timestamps: bool) -> torch.Tensor:
+    """``logits`` ``[vocab]`` (float32; changed in place) with the forbidden tokens at -inf, for a request that has
+    generated
+    ``generated`` after its prompt: ``begin_suppress_tokens`` at the first step, ``suppress_tokens`` always,
+    and with ``timestamps`` the pairing / monotonic / initial-timestamp rules, and a timestamp forced when
+    the timestamps' total probability beats every text token."""
+    x = logits
+    ninf = float("-inf")
+    if not generated and s.begin_suppress_tokens:
+        x[torch.as_tensor(s.begin_suppress_tokens)] = ninf
+    if s.suppress_tokens:
+        x[torch.as_tensor(s.suppress_tokens)] = ninf
+    if not timestamps or s.timestamp_begin is None:
+        return x
+    tb = s.timestamp_begin
+    x[s.no_timestamps_token_id] = ninf
+    last_ts = len(generated) >= 1 and generated[-1] >= tb
+    prev_ts = len(generated) < 2 or generated[-2] >= tb
+    if last_ts:
+        if prev_ts:
+            x[tb:] = ninf  # a pair just closed: text (or end) next
+        else:
+            x[:s.eos_token_id] = ninf  # an open pair: its closing timestamp (or end) next
+    seen = [t for t in generated if t >= tb]
+    floor = tb
+    if seen:
+        floor = seen[-1] if (last_ts and not prev_ts) else seen[-1] + 1
+    x[tb:floor] = ninf  # timestamps never go back
+    if not generated:
+        x[:tb] = ninf
+        if s.max_initial_timestamp_index is not None:
+            x[tb + s.max_initial_timestamp_index + 1:] = ninf
+    lp = torch.log_softmax(x.float(), dim=-1)
+    if lp[tb:].logsumexp(dim=-1) > lp[:tb].max():
+        x[:tb] = ninf
+    return x
+
+
+@dataclass
+class Segment:
+    start: float
+    end: float
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    seek: int = 0
+    """The mel frame its window started at."""
+
+
+def split_segments(tokens: list[int], tb: int, time_offset: float, window_frames: int) -> tuple[list[Segment], int]:
+    """``(segments, frames to advance)`` of one window's generated ``tokens`` (end token removed):
+    complete timestamp pairs close segments; after a single final timestamp the whole window is done,
+    otherwise decoding resumes at the last closed segment's end."""
+    is_ts = [t >= tb for t in tokens]
+    single_end = is_ts[-2:] == [False, True]
+    cuts = [i + 1 for i in range(len(is_ts) - 1) if is_ts[i] and is_ts[i + 1]]
+    if cuts:
+        if single_end:
+            cuts.append(len(tokens))
+        else:
+            cuts[-1] += 1
+        segs, last = [], 0
+        for i, cut in enumerate(cuts):
+            part = tokens[last:cut]
+            end_at = -1 if (i < len(cuts) - 1 or single_end) else -2
+            segs.append(Segment(time_offset + (part[0] - tb) * TIME_PRECISION,
+                                time_offset + (part[end_at] - tb) * TIME_PRECISION, part))
+            last = cut
+        advance = window_frames if single_end else (tokens[last - 2] - tb) * INPUT_STRIDE
+        return segs, advance
+    stamps = [t for t in tokens if t >= tb]
+    end_pos = float(int(window_frames * HOP_SECONDS / TIME_PRECISION))  # the whole window
+    if stamps and stamps[-1] != tb:
+        end_pos = float(stamps[-1] - tb)
+    return [Segment(time_offset, time_offset + end_pos * TIME_PRECISION, list(tokens))], window_frames

@@ -1,0 +1,154 @@
+"""The compiled Whisper model: weights loaded once into one module, the encoder graph and the decoder step
+graph compiled from it, and the decoder's paged KV cache (prefix caching off: a decoder's keys depend on its
+audio through cross-attention, so equal token prefixes of two requests do not share pages)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from max.driver import Buffer
+from max.graph import DeviceRef
+from max.graph.weights import WeightsFormat
+from max.nn.kv_cache import KVCacheParams, PagedKVCacheManager, kv_cache_budget
+from max.pipelines.architectures.common.weights import WeightFactory, compute_dtype, load_weights_into
+from max.pipelines.architectures.whisper.config import (
+    ARCHITECTURE,
+    N_FRAMES,
+    WhisperConfig,
+    config_from_hf,
+    generation_settings,
+)
+from max.pipelines.architectures.whisper.model import Whisper, build_decoder_graph, build_encoder_graph
+from max.pipelines.lib.pipeline import ModelOutputs, PipelineModel, upper_bounded_default
+
+__all__ = ["WEIGHT_ADAPTERS", "WhisperPipelineModel"]
+
+
+def _adapt(state_dict: Mapping[str, Any], **_: Any) -> dict[str, Any]:
+    """Checkpoint names minus ``model.``; ``proj_out`` is the tied token embedding and is not loaded."""
+    out = {}
+    for name, w in state_dict.items():
+        if name.startswith("proj_out."):
+            continue
+        out[name[len("model."):] if name.startswith("model.") else name] = w
+    return out
+
+
+WEIGHT_ADAPTERS = {WeightsFormat.safetensors: _adapt, WeightsFormat.pytorch: _adapt}
+
+
+def _hf_dict(pipeline_config: Any) -> dict:
+    hf = pipeline_config.model_config.huggingface_config
+    return hf.to_dict() if hasattr(hf, "to_dict") else dict(hf)
+
+
+class WhisperPipelineModel(PipelineModel):
+    """Whisper's graphs and cache; :class:`~max.pipelines.architectures.whisper.transcribe.WhisperPipeline`
+    drives them."""
+
+    weight_adapters = WEIGHT_ADAPTERS
+    default_max_batch = 8
+
+    def __init__(self, pipeline_config: Any, session: Any, huggingface_config: Any, encoding: Any, devices: list,
+                 kv_cache_config: Any, weights: Any, adapter: Any, return_logits: Any) -> None:
+        super().__init__(pipeline_config, session, huggingface_config, encoding, devices, kv_cache_config, weights,
+                         adapter, return_logits)
+        t0 = time.perf_counter()
+        hf = _hf_dict(pipeline_config)
+        cfg: WhisperConfig = config_from_hf(hf)
+        self.config = cfg
+        self.settings = generation_settings(str(pipeline_config.model_config.model_path or ""), cfg, hf)
+        dev = DeviceRef.from_device(devices[0])
+        self._torch_device = getattr(devices[0], "_torch_device", None) or "cpu"
+        dt = compute_dtype(encoding, dev)
+        self.compute_dtype = dt
+        self.max_seq_len = self.calculate_max_seq_len(pipeline_config, huggingface_config)
+        kvc = kv_cache_config
+        kv_params = KVCacheParams(dtype=kvc.cache_dtype or dt, n_kv_heads=cfg.decoder_attention_heads,
+                                  head_dim=cfg.head_dim, page_size=kvc.kv_cache_page_size, enable_prefix_caching=False)
+        self.kv_params = kv_params
+        self.max_batch = pipeline_config.max_batch_size or self.default_max_batch
+        self.kv_manager = PagedKVCacheManager(
+            kv_params, max_batch_size=self.max_batch, max_seq_len=self.max_seq_len, num_layers=cfg.decoder_layers,
+            devices=devices, session=session,
+            available_cache_memory=kv_cache_budget(kv_params, cfg.decoder_layers, self.max_batch, self.max_seq_len,
+                                                   devices, kv_cache_memory=kvc.kv_cache_memory,
+                                                   device_memory_utilization=kvc.device_memory_utilization))
+        adapt = adapter or WEIGHT_ADAPTERS.get(pipeline_config.model_config.weights_format)
+        if adapt is None:
+            raise ValueError(f"{ARCHITECTURE}: no weight adapter for "
+                             f"{pipeline_config.model_config.weights_format.value} checkpoints")
+        checkpoint = adapt(dict(weights.items()))
+        module = Whisper(cfg, WeightFactory(dt, dev, checkpoint), kv_params)
+        load_weights_into(module, checkpoint, ARCHITECTURE)
+        self.weights_seconds = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        registry = module.state_dict()
+        self.encoder = session.load(build_encoder_graph(module, dev), weights_registry=registry)
+        symbols = list(self.kv_manager.input_symbols()[0])
+        self.decoder = session.load(build_decoder_graph(module, symbols, dev), weights_registry=registry)
+        self.prompt_decoder = session.load(build_decoder_graph(module, symbols, dev, prompt=True),
+                                           weights_registry=registry)
+        self.compile_seconds = time.perf_counter() - t1
+        self.encodes = 0
+
+    @classmethod
+    def calculate_max_seq_len(cls, pipeline_config: Any, huggingface_config: Any) -> int:
+        cfg = config_from_hf(_hf_dict(pipeline_config))
+        return upper_bounded_default(cfg.max_target_positions, pipeline_config.max_length)
+
+    # ------------------------------------------------------------------ running
+    def _buffer(self, t: Any) -> Buffer:
+        if isinstance(t, np.ndarray):
+            t = torch.from_numpy(np.ascontiguousarray(t))
+        return Buffer.from_dlpack(t.contiguous().to(self._torch_device))
+
+    def encode(self, features: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-attention keys ``[n, layers, heads, head_dim, 1500]`` and values ``[n, layers, heads, 1500,
+        head_dim]`` of ``n`` windows of features ``[n, n_mels, 3000]`` (one encoder call)."""
+        f = np.asarray(features, np.float32)
+        want = (self.config.num_mel_bins, N_FRAMES)
+        if f.ndim != 3 or f.shape[1:] != want:
+            raise ValueError(f"{ARCHITECTURE}: input features must be [n, {want[0]}, {want[1]}], got {list(f.shape)}")
+        k, v = self.encoder.execute(self._buffer(f))
+        self.encodes += 1
+        return k._torch(), v._torch()
+
+    def decode_step(self, seqs: Sequence[Any], cross: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """One decoder step over ``seqs`` (each with ``request_id``, ``tokens``, ``start_idx``, ``active_idx``;
+        already claimed in the KV cache) whose cross keys/values are the rows of ``cross`` (as :meth:`encode`
+        returns them) in the same order: float32 logits ``[len(seqs), vocab]`` of each one's last token.  The
+        KV cache is advanced."""
+        kv = self.kv_manager.fetch(list(seqs), 1)[0]
+        toks = [np.asarray(s.tokens[s.start_idx:s.active_idx], np.int64) for s in seqs]
+        lens = [len(t) for t in toks]
+        offsets = np.zeros(len(seqs) + 1, np.uint32)
+        np.cumsum(lens, out=offsets[1:])
+        k, v = (Buffer.from_dlpack(t.contiguous()) for t in cross)
+        head = [self._buffer(np.concatenate(toks)), self._buffer(offsets), k, v]
+        if any(n != 1 for n in lens):  # a prompt: its tokens read their request's keys/values in the graph
+            rows = np.repeat(np.arange(len(seqs), dtype=np.int64), lens)
+            (logits,) = self.prompt_decoder.execute(*head, self._buffer(rows), *kv)
+        else:
+            (logits,) = self.decoder.execute(*head, *kv)
+        for s in seqs:
+            s.start_idx = s.active_idx
+        self.kv_manager.step(list(seqs))
+        return logits._torch().float()
+
+    # ------------------------------------------------------------------ PipelineModel contract
+    def prepare_initial_token_inputs(self, context_batch: Sequence[Any], kv_cache_inputs: Any = None,
+                                     return_n_logits: int = 1) -> Any:
+        raise NotImplementedError(f"{ARCHITECTURE} is a speech recognition model: run it with `max transcribe` "
+                                  "or serve it for /v1/audio/transcriptions, not as a text generator")
+
+    def execute(self, model_inputs: Any) -> ModelOutputs:
+        raise NotImplementedError(f"{ARCHITECTURE}: use WhisperPipeline.transcribe")
+
+
+_ = replace

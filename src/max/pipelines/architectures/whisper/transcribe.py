@@ -1,0 +1,277 @@
+"""``WhisperPipeline``: speech recognition over the compiled Whisper model.
+
+A batch of requests runs in rounds: each round encodes the current 30 s window of every unfinished request
+(one encoder call), then decodes those windows together (one decoder step per token for the whole batch,
+each request's self-attention on its own pages of the paged KV cache, its cross-attention over its own
+window).  Short audio is one window; longer audio advances window by window to the end of the last complete
+timestamped segment (timestamps are predicted for long audio even when the caller does not ask for them).
+A request's language is detected from its first window when not given.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+
+from max.pipelines.architectures.whisper.config import N_FRAMES, SAMPLING_RATE, TIME_PRECISION
+from max.pipelines.architectures.whisper.decoding import Segment, apply_rules, prompt_tokens, split_segments
+from max.pipelines.architectures.whisper.features import log_mel_spectrogram
+
+__all__ = ["Transcription", "TranscriptionRequest", "WhisperPipeline"]
+
+_ids = itertools.count()
+
+
+@dataclass
+class TranscriptionRequest:
+    """One audio to transcribe (mono float samples at 16 kHz) and its options."""
+
+    audio: np.ndarray
+    language: Optional[str] = None
+    task: Optional[str] = None
+    """``transcribe`` or ``translate`` (to English); None: transcribe (no task token when the language is
+    detected, as transformers does)."""
+    timestamps: bool = False
+    temperature: float = 0.0
+    prompt: Optional[str] = None
+    max_new_tokens: Optional[int] = None
+    seed: Optional[int] = None
+
+
+@dataclass
+class Transcription:
+    text: str
+    language: Optional[str]
+    duration: float
+    tokens: list[int]
+    """Every generated token of every window (timestamps included, end tokens removed), in order."""
+    segments: list[Segment] = field(default_factory=list)
+
+
+@dataclass
+class _Seq:
+    """One request's decoder sequence in the KV cache (what ``PagedKVCacheManager`` reads)."""
+
+    request_id: str
+    tokens: list[int]
+    start_idx: int = 0
+    active_idx: int = 0
+    max_length: Optional[int] = None
+
+    def set_token_indices(self, start_idx: Optional[int] = None, active_idx: Optional[int] = None) -> None:
+        if start_idx is not None:
+            self.start_idx = start_idx
+        if active_idx is not None:
+            self.active_idx = active_idx
+
+    def bump_token_indices(self, start_idx: int = 0, active_idx: int = 0) -> None:
+        self.start_idx += start_idx
+        self.active_idx += active_idx
+
+
+@dataclass
+class _Job:
+    req: TranscriptionRequest
+    features: np.ndarray  # [n_mels, frames]
+    frames: int  # frames holding audio
+    language_id: Optional[int] = None
+    seek: int = 0
+    tokens: list[int] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    generator: Optional[torch.Generator] = None
+
+    @property
+    def done(self) -> bool:
+        return self.seek >= self.frames
+
+
+class WhisperPipeline:
+    """Transcribes (or translates to English) batches of audio with one :class:`WhisperPipelineModel`."""
+
+    def __init__(self, pipeline_config: Any, tokenizer: Any = None) -> None:
+        from max.pipelines.architectures.whisper.pipeline_model import WhisperPipelineModel
+        from max.pipelines.lib.pipeline import build_pipeline_model
+
+        t0 = time.perf_counter()
+        self.pipeline_config = pipeline_config
+        self.devices, self.model = build_pipeline_model(pipeline_config, WhisperPipelineModel, None, None)
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(pipeline_config.model_config.model_path))
+        self.tokenizer = tokenizer
+        self.settings = self.model.settings
+        self._lock = threading.Lock()
+        self.load_seconds = time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ API
+    def transcribe(self, requests: Sequence[TranscriptionRequest]) -> list[Transcription]:
+        """Each request's transcription (requests decode together; one at a time per pipeline)."""
+        jobs = [self._job(r) for r in requests]
+        with self._lock:
+            while True:
+                todo = [j for j in jobs if not j.done]
+                if not todo:
+                    break
+                self._round(todo)
+        return [self._result(j) for j in jobs]
+
+    def check(self, r: TranscriptionRequest) -> None:
+        """ValueError naming what is wrong with ``r`` (empty or non-finite audio, an unknown task or language, a
+        temperature outside [0, 2], a prompt too long for the decoder)."""
+        a = np.asarray(r.audio, np.float32).reshape(-1)
+        if a.size == 0:
+            raise ValueError("audio is empty")
+        if not np.all(np.isfinite(a)):
+            raise ValueError("audio holds NaN or infinite samples")
+        if r.task is not None and r.task not in ("transcribe", "translate"):
+            raise ValueError(f"task must be 'transcribe' or 'translate', got {r.task!r}")
+        if r.task == "translate" and "translate" not in self.settings.task_to_id:
+            raise ValueError(f"task {r.task!r} is not supported by this model")
+        if not 0.0 <= float(r.temperature) <= 2.0:
+            raise ValueError(f"temperature must be between 0 and 2, got {r.temperature}")
+        if r.language is not None:
+            self.settings.language_id(r.language)
+        if r.prompt:
+            n = len(self.tokenizer.encode(" " + r.prompt.strip(), add_special_tokens=False))
+            if n + 5 >= self.model.max_seq_len:
+                raise ValueError(f"prompt is {n} tokens; at most {self.model.max_seq_len - 6} fit the decoder")
+
+    def _job(self, r: TranscriptionRequest) -> _Job:
+        self.check(r)
+        a = np.asarray(r.audio, np.float32).reshape(-1)
+        feats = log_mel_spectrogram(a, self.model.config.num_mel_bins, pad_to_window=a.size <= N_FRAMES * 160)
+        frames = N_FRAMES if a.size <= N_FRAMES * 160 else a.size // 160
+        j = _Job(r, feats, frames)
+        if r.language is not None:
+            j.language_id = self.settings.language_id(r.language)
+        if r.temperature > 0:
+            j.generator = torch.Generator().manual_seed(int(r.seed) if r.seed is not None else
+                                                         int(torch.seed() % (2 ** 31)))
+        return j
+
+    # ------------------------------------------------------------------ one round: one window per job
+    def _round(self, jobs: list[_Job]) -> None:
+        windows = []
+        for j in jobs:
+            w = j.features[:, j.seek:j.seek + N_FRAMES]
+            if w.shape[1] < N_FRAMES:
+                w = np.pad(w, ((0, 0), (0, N_FRAMES - w.shape[1])))
+            windows.append(w)
+        cross = self.model.encode(np.stack(windows))
+        self._detect_languages(jobs, cross)
+        ts = [j.req.timestamps or j.frames > N_FRAMES for j in jobs]
+        prompts = []
+        for j, t in zip(jobs, ts):
+            prev = None
+            if j.req.prompt:
+                prev = self.tokenizer.encode(" " + j.req.prompt.strip(), add_special_tokens=False)
+            multi = self.settings.is_multilingual
+            prompts.append(prompt_tokens(self.settings, j.language_id if multi else None,
+                                         j.req.task if multi else None, t, prev,
+                                         default_task=multi and j.req.language is not None))
+        outs = self._decode(jobs, cross, prompts, ts)
+        tb = self.settings.timestamp_begin
+        for j, toks in zip(jobs, outs):
+            n = min(N_FRAMES, j.frames - j.seek)
+            offset = j.seek * TIME_PRECISION / 2
+            if tb is not None and toks:
+                # timestamp tokens split the window even when none were asked for (a model may still emit them);
+                # the window is re-entered after the last complete segment
+                segs, advance = split_segments(toks, tb, offset, n)
+            else:
+                segs, advance = [Segment(offset, offset + n * TIME_PRECISION / 2, toks)], n
+            for seg in segs:
+                seg.seek = j.seek
+            j.segments += segs
+            j.tokens += [t for seg in segs for t in seg.tokens]
+            j.seek += max(int(advance), 1)
+
+    def _detect_languages(self, jobs: list[_Job], cross: tuple) -> None:
+        s = self.settings
+        need = [i for i, j in enumerate(jobs) if j.language_id is None and s.is_multilingual and s.lang_to_id]
+        if not need:
+            return
+        seqs = [_Seq(f"whisper-lang-{next(_ids)}", [s.decoder_start_token_id], 0, 1) for _ in need]
+        idx = torch.as_tensor(need)
+        logits = self._with_cache(seqs, lambda: self.model.decode_step(seqs, (cross[0][idx], cross[1][idx])))
+        lang_ids = torch.as_tensor(sorted(s.lang_to_id.values()))
+        for i, row in zip(need, logits):
+            jobs[i].language_id = int(lang_ids[int(torch.argmax(row[lang_ids]))])
+
+    def _with_cache(self, seqs: list[_Seq], fn: Any) -> Any:
+        mgr = self.model.kv_manager
+        for q in seqs:
+            mgr.external_claim(q.request_id)
+        try:
+            return fn()
+        finally:
+            for q in seqs:
+                mgr.release(q.request_id)
+
+    def _decode(self, jobs: list[_Job], cross: tuple, prompts: list[list[int]], ts: list[bool]
+                ) -> list[list[int]]:
+        """Each job's generated tokens for its window (end token removed)."""
+        s = self.settings
+        limit = self.model.max_seq_len
+        seqs = [_Seq(f"whisper-{next(_ids)}", list(p), 0, len(p), limit) for p in prompts]
+        gen: list[list[int]] = [[] for _ in jobs]
+        for p in prompts:
+            if len(p) >= limit:
+                raise ValueError(f"the prompt takes {len(p)} of the decoder's {limit} positions")
+
+        def run() -> None:
+            active = list(range(len(jobs)))
+            sub = cross
+            while active:
+                logits = self.model.decode_step([seqs[i] for i in active], sub)
+                still = []
+                for k, i in enumerate(active):
+                    x = apply_rules(s, logits[k], gen[i], ts[i])
+                    tok = self._pick(x, jobs[i])
+                    cap = jobs[i].req.max_new_tokens
+                    if tok == s.eos_token_id:
+                        continue
+                    gen[i].append(tok)
+                    q = seqs[i]
+                    q.tokens.append(tok)
+                    q.active_idx += 1
+                    if (cap is not None and len(gen[i]) >= cap) or q.active_idx >= limit:
+                        continue
+                    still.append(i)
+                if len(still) != len(active):  # requests finished: the others' keys/values, copied once
+                    keep = torch.as_tensor([active.index(i) for i in still], dtype=torch.long)
+                    sub = (sub[0][keep], sub[1][keep])
+                active = still
+
+        self._with_cache(seqs, run)
+        return gen
+
+    @staticmethod
+    def _pick(x: torch.Tensor, job: _Job) -> int:
+        t = float(job.req.temperature)
+        if t <= 0:
+            return int(torch.argmax(x))
+        p = torch.softmax(x / t, dim=-1)
+        return int(torch.multinomial(p, 1, generator=job.generator))
+
+    # ------------------------------------------------------------------ results
+    def _text(self, toks: list[int]) -> str:
+        tb = self.settings.timestamp_begin
+        keep = [t for t in toks if (tb is None or t < tb) and t != self.settings.eos_token_id]
+        return self.tokenizer.decode(keep, skip_special_tokens=True)
+
+    def _result(self, j: _Job) -> Transcription:
+        lang = None
+        if j.language_id is not None:
+            lang = next((k.strip("<|>") for k, v in self.settings.lang_to_id.items() if v == j.language_id), None)
+        for seg in j.segments:
+            seg.text = self._text(seg.tokens)
+        return Transcription(text=self._text(j.tokens), language=lang, duration=j.req.audio.size / SAMPLING_RATE,
+                             tokens=j.tokens, segments=j.segments)

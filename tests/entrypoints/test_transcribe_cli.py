@@ -1,0 +1,46 @@
+"""``max transcribe FILE``: prints the pipeline's text for a WAV written by espeak-ng (or a synthetic voice),
+timed segments with ``--timestamps``, and a one-line error for a file that is not audio."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+soundfile = pytest.importorskip("soundfile")
+
+from whisper_support import speech, tiny_whisper_dir  # noqa: E402
+
+from max.entrypoints.cli import main  # noqa: E402
+
+
+def test_transcribe_prints_the_pipelines_text(tmp_path):
+    from max.pipelines import PipelineConfig
+    from max.pipelines.architectures.whisper.transcribe import TranscriptionRequest, WhisperPipeline
+
+    d = tiny_whisper_dir()
+    clip = speech()[0]
+    wav = tmp_path / "speech.wav"
+    soundfile.write(str(wav), clip, 16000, subtype="FLOAT")
+    r = CliRunner().invoke(main, ["transcribe", str(wav), "--model-path", d, "--language", "en", "--devices", "cpu",
+                                  "--timestamps", "--max-new-tokens", "8"])
+    assert r.exit_code == 0, r.output
+    pipe = WhisperPipeline(PipelineConfig(model_path=d, device_specs="cpu"))
+    want = pipe.transcribe([TranscriptionRequest(clip, language="en", task="transcribe", timestamps=True,
+                                                    max_new_tokens=8)])[0]
+    assert r.stdout.splitlines() == [f"[{s.start:7.2f} --> {s.end:7.2f}] {s.text.strip()}" for s in want.segments]
+    assert "real-time factor" in r.stderr
+
+
+def test_transcribe_bad_file_is_one_line_error(tmp_path):
+    bad = tmp_path / "notes.wav"
+    bad.write_bytes(b"plain text, not audio" * 10)
+    r = CliRunner().invoke(main, ["transcribe", str(bad), "--model-path", tiny_whisper_dir()])
+    assert r.exit_code != 0
+    assert "could not be decoded" in r.output and "Traceback" not in r.output
+    _ = np
