@@ -1,0 +1,207 @@
+"""MEF files (``CompiledModel.export_mef``, ``InferenceSession(precompiled_mefs=, export_mefs=)``,
+``LIBREMAX_COMPILE_CACHE``): a compiled model saved in one process runs in another without compiling
+again, with the weights bound from the registry given at load.
+
+Follows https://docs.modular.com/max/api/python/engine (CompiledModel.export_mef, InferenceSession's
+``precompiled_mefs`` / ``export_mefs``); the file format itself is libremax's own."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from max.engine import InferenceSession
+from max.engine.compiler.mef import MEFError
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+GRAPH = textwrap.dedent('''
+    import numpy as np
+    from max.dtype import DType
+    from max.graph import DeviceRef, Graph, TensorType, Weight, ops
+
+    def build():
+        cpu = DeviceRef.CPU()
+        with Graph("mef_probe", input_types=[TensorType(DType.float32, ("n", 8), cpu)]) as g:
+            x = g.inputs[0]
+            w = Weight("w", DType.float32, (8, 4), cpu)
+            b = Weight("b", DType.float32, (4,), cpu)
+            scale = ops.constant(np.arange(4, dtype=np.float32) / 4 + 0.5, DType.float32, cpu)
+            h = ops.relu(ops.matmul(x, w) + b) * scale
+            g.output(ops.softmax(h), ops.reshape(h, (-1,)))
+        return g
+''')
+
+
+def _run(code: str, tmp: Path, env: dict | None = None, prefix: str = "") -> dict:
+    """Run ``code`` (after the graph builder) in a fresh interpreter; it prints one JSON line."""
+    script = tmp / f"s{len(list(tmp.glob('s*.py')))}.py"
+    script.write_text(GRAPH + prefix + textwrap.dedent(code))
+    e = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    e.pop("LIBREMAX_COMPILE_CACHE", None)
+    e.update(env or {})
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=e, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _reference(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> tuple:
+    h = np.maximum(x.astype(np.float64) @ w + b, 0) * (np.arange(4) / 4 + 0.5)
+    e = np.exp(h - h.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True), h.reshape(-1)
+
+
+def _data(tmp: Path) -> tuple:
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((8, 4)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    x = rng.standard_normal((5, 8)).astype(np.float32)
+    np.savez(tmp / "data.npz", w=w, b=b, x=x)
+    return w, b, x
+
+
+NO_PASSES = '''
+import max.engine.session as S
+def _forbidden(*a, **k):
+    raise AssertionError("a graph pass ran while loading a MEF file")
+S.optimize_program = _forbidden
+'''
+
+
+def test_round_trip_across_processes_runs_without_compiling(tmp_path):
+    w, b, x = _data(tmp_path)
+    out = _run(f'''
+        import json
+        from max.engine import InferenceSession
+        s = InferenceSession()
+        s.compile(build()).export_mef({str(tmp_path / "m.mef")!r})
+        print(json.dumps({{"passes": s.last_compile_stats["passes_run"]}}))
+    ''', tmp_path)
+    assert out["passes"] == 1
+    got = _run(f'''
+        import json
+        import numpy as np
+        from max.engine import InferenceSession
+        d = np.load({str(tmp_path / "data.npz")!r})
+        s = InferenceSession()
+        m = s.load({str(tmp_path / "m.mef")!r}, weights_registry={{"w": d["w"], "b": d["b"]}})
+        st = s.last_compile_stats
+        o = m.execute(d["x"])
+        print(json.dumps({{"passes": st["passes_run"], "from": st["loaded_from"],
+                          "out": [t.to_numpy().tolist() for t in o]}}))
+    ''', tmp_path, prefix=NO_PASSES)
+    assert got["passes"] == 0 and got["from"].endswith("m.mef")
+    # equal to the model compiled here from the graph, and to a float64 reference
+    ns: dict = {}
+    exec(GRAPH, ns)
+    here = InferenceSession().load(ns["build"](), weights_registry={"w": w, "b": b}).execute(x)
+    for a, h in zip(got["out"], here):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), h.to_numpy())
+    for a, r in zip(got["out"], _reference(x, w, b)):
+        np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-6)
+
+
+def _exported(tmp_path: Path) -> tuple:
+    ns: dict = {}
+    exec(GRAPH, ns)
+    s = InferenceSession()
+    c = s.compile(ns["build"]())
+    path = tmp_path / "m.mef"
+    c.export_mef(path)
+    return s, c, path
+
+
+def test_compile_from_file_binds_weights_at_init(tmp_path):
+    s, c, path = _exported(tmp_path)
+    assert b'"w"' in path.read_bytes() and set(c.expected_weights) == {"w", "b"}
+    c2 = s.compile(path)
+    assert set(c2.expected_weights) == {"w", "b"}
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    for _ in range(2):  # one artifact, two weight sets: nothing about the weights is in the file
+        w, b = rng.standard_normal((8, 4)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+        assert w.tobytes() not in path.read_bytes()
+        m = s.init(c2, {"w": w, "b": b})
+        np.testing.assert_allclose(m.execute(x)[0].to_numpy(), _reference(x, w, b)[0], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="lacks weights"):
+        s.init(c2, {"w": w})
+
+
+def test_file_of_another_version_is_refused(tmp_path):
+    s, _, path = _exported(tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b"LIBREMAX-MEF 1\n", b"LIBREMAX-MEF 999\n", 1))
+    with pytest.raises(MEFError, match="format version 999; this libremax reads version 1"):
+        s.load(path, weights_registry={})
+
+
+def test_corrupt_or_foreign_files_are_refused(tmp_path):
+    s, _, path = _exported(tmp_path)
+    data = path.read_bytes()
+    bad = tmp_path / "bad.mef"
+    i = data.index(b'"mef_probe"')
+    bad.write_bytes(data[:i] + b'"mef_probX"' + data[i + 11:])
+    with pytest.raises(MEFError, match="checksum does not match"):
+        s.load(bad)
+    bad.write_bytes(data[: len(data) // 2])
+    with pytest.raises(MEFError, match="checksum does not match"):
+        s.compile(bad)
+    bad.write_bytes(b"MEF\x00\x01 a file from another engine")
+    with pytest.raises(MEFError, match="not a libremax MEF file"):
+        s.load(bad)
+    with pytest.raises(RuntimeError, match="not a file"):
+        s.load(tmp_path / "missing.mef")
+
+
+def test_file_lowered_under_another_backend_policy_is_refused(tmp_path):
+    s, _, path = _exported(tmp_path)
+    other = InferenceSession()
+    other.backend = dataclasses.replace(s.backend, isa="some-other-isa", native=True)
+    with pytest.raises(MEFError, match="backend policy"):
+        other.load(path, weights_registry={})
+    # as a cache, the other policy is another key: it compiles (and does not read the file)
+    ns: dict = {}
+    exec(GRAPH, ns)
+    cache = InferenceSession(export_mefs=tmp_path / "c")
+    cache.load(ns["build"](), weights_registry={"w": np.ones((8, 4), np.float32), "b": np.ones(4, np.float32)})
+    other2 = InferenceSession(precompiled_mefs=tmp_path / "c")
+    other2.backend = other.backend
+    other2.load(ns["build"](), weights_registry={"w": np.ones((8, 4), np.float32), "b": np.ones(4, np.float32)})
+    assert other2.last_compile_stats["passes_run"] == 1 and "loaded_from" not in other2.last_compile_stats
+
+
+def test_compile_cache_hit_across_processes(tmp_path):
+    _data(tmp_path)
+    code = '''
+        import json
+        import numpy as np
+        from max.engine import InferenceSession
+        d = np.load(%r)
+        s = InferenceSession()
+        m = s.load(build(), weights_registry={"w": d["w"], "b": d["b"]})
+        st = s.last_compile_stats
+        print(json.dumps({"passes": st["passes_run"], "from": st.get("loaded_from"), "to": st.get("exported_to"),
+                          "out": m.execute(d["x"])[0].to_numpy().tolist()}))
+    ''' % str(tmp_path / "data.npz")
+    env = {"LIBREMAX_COMPILE_CACHE": str(tmp_path / "cache")}
+    cold = _run(code, tmp_path, env)
+    assert cold["passes"] == 1 and cold["from"] is None and Path(cold["to"]).is_file()
+    warm = _run(code, tmp_path, env, prefix=NO_PASSES)
+    assert warm["passes"] == 0 and warm["from"] == cold["to"]
+    assert warm["out"] == cold["out"]
+
+
+def test_session_arguments_are_checked(tmp_path):
+    with pytest.raises(TypeError, match="precompiled_mefs"):
+        InferenceSession(precompiled_mefs=3)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        InferenceSession(precompiled_mefs=tmp_path / "nope")
+    with pytest.raises(TypeError, match="export_mef"):
+        _exported(tmp_path)[1].export_mef(3)
