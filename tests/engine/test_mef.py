@@ -35,7 +35,7 @@ GRAPH = textwrap.dedent('''
             w = Weight("w", DType.float32, (8, 4), cpu)
             b = Weight("b", DType.float32, (4,), cpu)
             scale = ops.constant(np.arange(4, dtype=np.float32) / 4 + 0.5, DType.float32, cpu)
-            h = ops.relu(ops.matmul(x, w) + b) * scale
+            h = ops.relu(ops.matmul(x, w) + ops.exp(b)) * scale  # exp(b): folded once at load
             g.output(ops.softmax(h), ops.reshape(h, (-1,)))
         return g
 ''')
@@ -54,7 +54,7 @@ def _run(code: str, tmp: Path, env: dict | None = None, prefix: str = "") -> dic
 
 
 def _reference(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> tuple:
-    h = np.maximum(x.astype(np.float64) @ w + b, 0) * (np.arange(4) / 4 + 0.5)
+    h = np.maximum(x.astype(np.float64) @ w + np.exp(b.astype(np.float64)), 0) * (np.arange(4) / 4 + 0.5)
     e = np.exp(h - h.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True), h.reshape(-1)
 
@@ -188,14 +188,23 @@ def test_compile_cache_hit_across_processes(tmp_path):
         m = s.load(build(), weights_registry={"w": d["w"], "b": d["b"]})
         st = s.last_compile_stats
         print(json.dumps({"passes": st["passes_run"], "from": st.get("loaded_from"), "to": st.get("exported_to"),
+                          "reused": st["folds_reused"], "stored": st["folds_stored"],
                           "out": m.execute(d["x"])[0].to_numpy().tolist()}))
     ''' % str(tmp_path / "data.npz")
     env = {"LIBREMAX_COMPILE_CACHE": str(tmp_path / "cache")}
     cold = _run(code, tmp_path, env)
     assert cold["passes"] == 1 and cold["from"] is None and Path(cold["to"]).is_file()
+    assert (cold["reused"], cold["stored"]) == (0, 1)
     warm = _run(code, tmp_path, env, prefix=NO_PASSES)
     assert warm["passes"] == 0 and warm["from"] == cold["to"]
+    assert (warm["reused"], warm["stored"]) == (1, 0)  # the folded exp(b) came from the cache
     assert warm["out"] == cold["out"]
+    # other weight values: the cached program is reused, the folded value is not
+    d = np.load(tmp_path / "data.npz")
+    np.savez(tmp_path / "data.npz", w=d["w"], b=d["b"] + 1, x=d["x"])
+    other = _run(code, tmp_path, env)
+    assert other["passes"] == 0 and (other["reused"], other["stored"]) == (0, 1)
+    np.testing.assert_allclose(other["out"], _reference(d["x"], d["w"], d["b"] + 1)[0], rtol=1e-5, atol=1e-6)
 
 
 def test_session_arguments_are_checked(tmp_path):
@@ -205,3 +214,25 @@ def test_session_arguments_are_checked(tmp_path):
         InferenceSession(precompiled_mefs=tmp_path / "nope")
     with pytest.raises(TypeError, match="export_mef"):
         _exported(tmp_path)[1].export_mef(3)
+
+
+def test_pipeline_restarts_warm_from_the_compile_cache(tmp_path, monkeypatch):
+    """A text-generation pipeline (tiny random Llama) built twice over one cache folder: the second
+    build reads its step graph's MEF and generates the same greedy text."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from lm_support import make_tiny_llama
+    from max.entrypoints.llm import LLM
+    from max.interfaces import SamplingParams
+    from max.pipelines import PipelineConfig
+
+    d = make_tiny_llama(str(tmp_path / "llama"))
+    monkeypatch.setenv("LIBREMAX_COMPILE_CACHE", str(tmp_path / "cache"))
+    texts, stats = [], []
+    for _ in range(2):
+        llm = LLM(PipelineConfig(model_path=d, max_length=64, max_batch_size=2, device_specs="cpu"))
+        stats.append(dict(llm.pipeline._pipeline_model.session.last_compile_stats))
+        p = SamplingParams(temperature=0.0, max_new_tokens=8, ignore_eos=True)
+        texts.append(llm.generate(["hello world"], sampling_params=p, max_new_tokens=8, use_tqdm=False))
+    assert stats[0]["passes_run"] >= 1 and "exported_to" in stats[0]
+    assert stats[1]["passes_run"] == 0 and stats[1]["loaded_from"] == stats[0]["exported_to"]
+    assert texts[0] == texts[1] and texts[0][0]

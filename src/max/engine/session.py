@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 import os
 import warnings
 from dataclasses import dataclass
@@ -186,6 +187,10 @@ class InferenceSession:
 
             _custom.load_extensions(compiled._custom_extensions)
         stats: dict[str, Any] = {"_opt_level": self._opt_level, "_backend": self.backend, "passes_run": 0}
+        if self._fold_dirs() != (None, None):
+            from max.engine import fold_cache
+
+            stats["_fold_store"] = fold_cache.FoldStore(*self._fold_dirs(), salt=fold_cache.salt(self.backend))
         if compiled._source is not None:
             stats["loaded_from"] = compiled._source
         return self._finish(mef.copy_program(compiled._program), weights_registry, stats)
@@ -279,6 +284,10 @@ class InferenceSession:
         _check_devices(prog, self._devices)
         stats: dict[str, Any] = {"nodes_in": len(prog.nodes), "_opt_level": self._opt_level,
                                  "_backend": self.backend, "passes_run": 0}
+        if self._fold_dirs() != (None, None):
+            from max.engine import fold_cache
+
+            stats["_fold_store"] = fold_cache.FoldStore(*self._fold_dirs(), salt=fold_cache.salt(self.backend))
         key = None
         if self._mef_in is not None or self._mef_out is not None:
             try:
@@ -309,6 +318,11 @@ class InferenceSession:
                 stats["mef_skipped"] = str(e)
         return prog, exts, stats
 
+    def _fold_dirs(self) -> tuple:
+        """The compile-cache folders that keep weight folding results (read, write)."""
+        return (self._mef_in if self._mef_in is not None and self._mef_in.is_dir() else None,
+                self._mef_out)
+
     def _read_mef(self, path: str | Path) -> tuple[Program, list, dict]:
         doc = mef.read(path, self.backend)
         if doc.get("opt_level") != self._opt_level:
@@ -333,6 +347,9 @@ class InferenceSession:
         lowered, consts = finish_program(prog, weights_registry or {}, "", stats, self._opt_level)
         stats["nodes_out"] = len(prog.nodes)
         stats["compile_s"] = time.perf_counter() - t0
+        store = stats.pop("_fold_store", None)
+        if store is not None:
+            stats["folds_reused"], stats["folds_stored"] = store.hits, store.stored
         self.last_compile_stats = stats
         names = [f"input{i}" for i, t in enumerate(prog.input_types) if not _is_chain(t)]
         model = Model._create(self, prog, lowered, consts, names)
@@ -458,7 +475,8 @@ def finish_program(prog: Program, registry: Mapping[str, Any], prefix: str, stat
     kernels = load_builtin_kernels()
     stats = {} if stats is None else stats
     if opt_level >= 1 and registry:
-        stats["weight_folded"] = stats.get("weight_folded", 0) + _fold_weights(prog, registry, prefix)
+        stats["weight_folded"] = stats.get("weight_folded", 0) + _fold_weights(prog, registry, prefix,
+                                                                               stats.get("_fold_store"))
         passes.dce(prog)
     missing = sorted({n.op for n in prog.nodes} - set(kernels)
                      - {"constant", "weight", "bound", "chain", "merge_chains"})
@@ -484,14 +502,23 @@ def compile_program(prog: Program, registry: Mapping[str, Any], prefix: str, sta
 _FOLD_MAX_BYTES = 1 << 31
 
 
-def _fold_weights(prog: Program, registry: Mapping[str, Any], prefix: str) -> int:
+def _fold_weights(prog: Program, registry: Mapping[str, Any], prefix: str, store: Any = None) -> int:
     """Load-time folding: pure ops whose operands are all weights or constants (a transpose,
     cast or concat of weights...) run once now; their results are bound like weights
-    (contiguous, so e.g. a matmul reads a transposed weight in its fast layout)."""
+    (contiguous, so e.g. a matmul reads a transposed weight in its fast layout).  ``store``: the
+    compile cache's :class:`~max.engine.fold_cache.FoldStore` (results reused for equal weight bytes)."""
     from max.engine.compiler.program import PNode
+    from max.engine.fold_cache import tensor_digest
     from max.engine.kernels import KERNELS
 
     known: dict[int, torch.Tensor] = {}
+    digests: dict[int, str] = {}
+
+    def digest(vid: int) -> str:
+        d = digests.get(vid)
+        if d is None:
+            d = digests[vid] = tensor_digest(known[vid])
+        return d
     out = []
     folded = 0
     for n in prog.nodes:
@@ -516,15 +543,27 @@ def _fold_weights(prog: Program, registry: Mapping[str, Any], prefix: str) -> in
         if nbytes > _FOLD_MAX_BYTES:
             out.append(n)
             continue
-        try:
-            res, _ = call_kernel(spec, [known[i] for i in n.inputs], n.attrs)
-        except Exception:  # noqa: BLE001 - leave it to run (and report) at execution time
-            out.append(n)
-            continue
-        results = res if isinstance(res, (tuple, list)) else (res,)
-        for o, t, r in zip(n.outs, n.types, results):
-            r = r.contiguous()
+        key = results = None
+        if store is not None:
+            try:
+                attrs = json.dumps(mef.encode_value({k: v for k, v in n.attrs.items() if not k.startswith("_")}))
+                key = store.entry_key(n.op, attrs, n.types, [digest(i) for i in n.inputs])
+                results = store.get(key, torch_device(n.types[0].device))
+            except mef.MEFError:
+                key = None
+        if results is None:
+            try:
+                res, _ = call_kernel(spec, [known[i] for i in n.inputs], n.attrs)
+            except Exception:  # noqa: BLE001 - leave it to run (and report) at execution time
+                out.append(n)
+                continue
+            results = [r.contiguous() for r in (res if isinstance(res, (tuple, list)) else (res,))]
+            if key is not None:
+                store.put(key, results)
+        for k, (o, t, r) in enumerate(zip(n.outs, n.types, results)):
             known[o] = r
+            if key is not None:
+                digests[o] = f"{key}:{k}"
             out.append(PNode("bound", (), {"_tensor": r}, (t,), (o,), n.loc))
         folded += 1
     prog.nodes = out

@@ -317,10 +317,24 @@ def policy_dict(policy: Any) -> dict:
     return {k: _enc(v, "backend policy") for k, v in dataclasses.asdict(policy).items()}
 
 
+def _canon_symbols(v: Any, names: dict, in_poly: bool = False) -> Any:
+    """An encoded program with its symbolic dims renamed in order of first use (builders number
+    their symbols per process, e.g. ``ragged_tokens_4``; the structure is what the key is about)."""
+    if isinstance(v, dict):
+        if len(v) == 1 and "sym" in v:
+            return {"sym": names.setdefault(v["sym"], f"${len(names)}")}
+        return {k: _canon_symbols(x, names, in_poly or k == "adim") for k, x in v.items()}
+    if isinstance(v, list):
+        return [_canon_symbols(x, names, in_poly) for x in v]
+    if in_poly and isinstance(v, str) and v != "//":
+        return names.setdefault(v, f"${len(names)}")
+    return v
+
+
 def graph_key(prog: Program, opt_level: int, policy: Any) -> str:
     """The structural hash of an unoptimised program (with the compiler and the policy; not the
-    source locations of its nodes): the compile cache's file name."""
-    body = json.dumps({"p": encode_program(prog, locations=False), "o": opt_level, "b": policy_dict(policy),
+    source locations of its nodes nor the names of its symbolic dims): the compile cache's file name."""
+    body = json.dumps({"p": _canon_symbols(encode_program(prog, locations=False), {}), "o": opt_level, "b": policy_dict(policy),
                        "c": compiler_fingerprint()}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(body.encode()).hexdigest()
 
@@ -391,3 +405,8 @@ def _show(p: Any) -> str:
     if not isinstance(p, dict):
         return repr(p)
     return "{" + ", ".join(f"{k}={_dec(v)!r}" for k, v in p.items()) + "}"
+
+
+def encode_value(v: Any) -> Any:
+    """An attribute value as tagged JSON (MEFError when it has no encoding)."""
+    return _enc(v, "attribute")
