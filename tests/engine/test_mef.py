@@ -236,3 +236,59 @@ def test_pipeline_restarts_warm_from_the_compile_cache(tmp_path, monkeypatch):
     assert stats[0]["passes_run"] >= 1 and "exported_to" in stats[0]
     assert stats[1]["passes_run"] == 0 and stats[1]["loaded_from"] == stats[0]["exported_to"]
     assert texts[0] == texts[1] and texts[0][0]
+
+
+def _loop_graph():
+    from max.dtype import DType
+    from max.graph import DeviceRef, Graph, TensorType, Weight, ops
+
+    cpu = DeviceRef.CPU()
+    with Graph("loop", input_types=[TensorType(DType.float32, (4,), cpu), TensorType(DType.int32, (), cpu)]) as g:
+        x, n = g.inputs
+        w = Weight("w", DType.float32, (4,), cpu)
+        res = ops.while_loop([x, ops.constant(0, DType.int32, cpu)], lambda v, i: i < n,
+                             lambda v, i: [v * ops.exp(w) + 1.0, i + 1])
+        t = ops.cond(n > 2, [TensorType(DType.float32, (4,), cpu)], lambda: res[0] * 2.0, lambda: res[0] - w)
+        g.output(t[0])
+    return g
+
+
+def test_regions_round_trip_and_a_single_precompiled_file(tmp_path):
+    """Loop bodies and branches are stored optimised too (and bind their weights at load)."""
+    w = np.linspace(-1, 1, 4).astype(np.float32)
+    s = InferenceSession()
+    s.compile(_loop_graph()).export_mef(tmp_path / "loop.mef")
+    m = s.load(tmp_path / "loop.mef", weights_registry={"w": w})
+    assert s.last_compile_stats["passes_run"] == 0
+    # precompiled_mefs naming one file: used for the graph it was made from
+    s2 = InferenceSession(export_mefs=tmp_path / "c")
+    s2.load(_loop_graph(), weights_registry={"w": w})
+    exported = Path(s2.last_compile_stats["exported_to"])
+    s3 = InferenceSession(precompiled_mefs=exported)
+    m3 = s3.load(_loop_graph(), weights_registry={"w": w})
+    assert s3.last_compile_stats["loaded_from"] == str(exported)
+    x = np.arange(4, dtype=np.float32)
+    for n in (0, 1, 3):
+        v = x.astype(np.float64)
+        for _ in range(n):
+            v = v * np.exp(w.astype(np.float64)) + 1
+        want = v * 2 if n > 2 else v - w
+        for model in (m, m3):
+            np.testing.assert_allclose(model.execute(x, np.int32(n))[0].to_numpy(), want, rtol=1e-5)
+
+
+def test_damaged_folded_weights_are_computed_again(tmp_path):
+    ns: dict = {}
+    exec(GRAPH, ns)
+    w, b, x = _data(tmp_path)
+    reg = {"w": w, "b": b}
+    InferenceSession(export_mefs=tmp_path / "c").load(ns["build"](), weights_registry=reg)
+    (entry,) = (tmp_path / "c" / "folded").glob("*.bin")
+    data = bytearray(entry.read_bytes())
+    data[-1] ^= 0xFF  # one bit of exp(b) flipped on disk
+    entry.write_bytes(bytes(data))
+    s = InferenceSession(precompiled_mefs=tmp_path / "c", export_mefs=tmp_path / "c")
+    m = s.load(ns["build"](), weights_registry=reg)
+    assert s.last_compile_stats["passes_run"] == 0
+    assert (s.last_compile_stats["folds_reused"], s.last_compile_stats["folds_stored"]) == (0, 1)
+    np.testing.assert_allclose(m.execute(x)[0].to_numpy(), _reference(x, w, b)[0], rtol=1e-5, atol=1e-6)

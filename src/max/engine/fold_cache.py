@@ -8,8 +8,8 @@ its attributes, its result types and the *bytes* of the weights it was computed 
 reused only for the same weight values, so the weights still come from the registry given at load.
 MEF files written by ``CompiledModel.export_mef`` never hold weight data.
 
-One file per folded node: a JSON line ``{"results": [{"dtype", "shape", "offset", "nbytes"}]}``,
-then the raw bytes (no pickle).
+One file per folded node: a JSON line ``{"results": [{"dtype", "shape", "offset", "nbytes", "sum"}]}``,
+then the raw bytes (no pickle); a result whose bytes do not match its checksum is computed again.
 """
 
 from __future__ import annotations
@@ -77,9 +77,10 @@ class FoldStore:
                 out = []
                 for r in meta["results"]:
                     f.seek(base + r["offset"])
-                    raw = np.frombuffer(f.read(r["nbytes"]), dtype=np.uint8).copy()
-                    if raw.size != r["nbytes"]:
-                        return None  # truncated: compute again
+                    data = bytearray(r["nbytes"])
+                    if f.readinto(data) != r["nbytes"] or hashlib.blake2b(data, digest_size=20).hexdigest() != r["sum"]:
+                        return None  # truncated or damaged: compute again (and store it anew)
+                    raw = np.frombuffer(data, dtype=np.uint8)
                     t = torch.from_numpy(raw).view(getattr(torch, r["dtype"])).reshape(r["shape"])
                     out.append(t.to(device))
         except (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError):
@@ -97,7 +98,7 @@ class FoldStore:
                 c = r.detach().contiguous().cpu()
                 b = c.reshape(-1).view(torch.uint8).numpy().tobytes() if c.numel() else b""
                 metas.append({"dtype": str(c.dtype).removeprefix("torch."), "shape": list(c.shape),
-                              "offset": off, "nbytes": len(b)})
+                              "offset": off, "nbytes": len(b), "sum": hashlib.blake2b(b, digest_size=20).hexdigest()})
                 blobs.append(b)
                 off += len(b)
             path = self._write / f"{key}.bin"
