@@ -25,6 +25,7 @@ import hashlib
 import importlib
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,10 @@ class MEFError(ValueError):
 
 
 # ------------------------------------------------------------------------------------ values
+_MODE = threading.local()
+_MODE.digest_arrays = False
+
+
 def _enc(v: Any, where: str) -> Any:
     if v is None or isinstance(v, (bool, str)):
         return v
@@ -79,6 +84,9 @@ def _enc(v: Any, where: str) -> Any:
         if v.dtype == object:
             raise MEFError(f"cannot export {where}: object arrays are not supported")
         a = np.ascontiguousarray(v)
+        if getattr(_MODE, "digest_arrays", False):  # a key, not a file: the bytes' digest stands for them
+            return {"ndd": a.dtype.str, "shape": list(a.shape),
+                    "sum": hashlib.blake2b(a.tobytes(), digest_size=20).hexdigest()}
         return {"nd": a.dtype.str, "shape": list(a.shape), "b64": base64.b64encode(a.tobytes()).decode("ascii")}
     if isinstance(v, np.generic):
         return {"npv": v.dtype.str, "b64": base64.b64encode(np.asarray(v).tobytes()).decode("ascii")}
@@ -334,7 +342,12 @@ def _canon_symbols(v: Any, names: dict, in_poly: bool = False) -> Any:
 def graph_key(prog: Program, opt_level: int, policy: Any) -> str:
     """The structural hash of an unoptimised program (with the compiler and the policy; not the
     source locations of its nodes nor the names of its symbolic dims): the compile cache's file name."""
-    body = json.dumps({"p": _canon_symbols(encode_program(prog, locations=False), {}), "o": opt_level, "b": policy_dict(policy),
+    _MODE.digest_arrays = True
+    try:
+        enc = encode_program(prog, locations=False)
+    finally:
+        _MODE.digest_arrays = False
+    body = json.dumps({"p": _canon_symbols(enc, {}), "o": opt_level, "b": policy_dict(policy),
                        "c": compiler_fingerprint()}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(body.encode()).hexdigest()
 
