@@ -292,3 +292,18 @@ def test_damaged_folded_weights_are_computed_again(tmp_path):
     assert s.last_compile_stats["passes_run"] == 0
     assert (s.last_compile_stats["folds_reused"], s.last_compile_stats["folds_stored"]) == (0, 1)
     np.testing.assert_allclose(m.execute(x)[0].to_numpy(), _reference(x, w, b)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_an_unusable_cache_folder_only_warns(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("LIBREMAX_COMPILE_CACHE", str(blocker / "cache"))
+    with pytest.warns(RuntimeWarning, match="compiling without the cache"):
+        s = InferenceSession()
+    ns: dict = {}
+    exec(GRAPH, ns)
+    w, b, x = _data(tmp_path)
+    m = s.load(ns["build"](), weights_registry={"w": w, "b": b})
+    np.testing.assert_allclose(m.execute(x)[0].to_numpy(), _reference(x, w, b)[0], rtol=1e-5, atol=1e-6)
+    with pytest.raises(OSError, match="cannot create export_mefs"):
+        InferenceSession(export_mefs=blocker / "x")

@@ -154,7 +154,14 @@ class InferenceSession:
         if precompiled_mefs is not None and not Path(precompiled_mefs).exists() and precompiled_mefs != export_mefs:
             raise FileNotFoundError(f"InferenceSession: precompiled_mefs {str(precompiled_mefs)!r} does not exist")
         if export_mefs is not None:
-            Path(export_mefs).mkdir(parents=True, exist_ok=True)
+            try:
+                Path(export_mefs).mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                if export_mefs is not cache:
+                    raise OSError(f"InferenceSession: cannot create export_mefs folder {str(export_mefs)!r}: {e}") from None
+                warnings.warn(f"LIBREMAX_COMPILE_CACHE={cache!r} cannot be created ({e}); compiling without the "
+                              "cache", RuntimeWarning, stacklevel=2)
+                precompiled_mefs = export_mefs = None
         self._mef_in = Path(precompiled_mefs) if precompiled_mefs is not None else None
         self._mef_out = Path(export_mefs) if export_mefs is not None else None
 
@@ -164,8 +171,9 @@ class InferenceSession:
 
     # ------------------------------------------------------------------ compile, then bind weights
     def compile(self, model: Any, *, custom_extensions: Any = None) -> "CompiledModel":
-        """Compile ``model`` (a Graph) without binding weights: the artifact :meth:`init` turns into
-        a runnable Model, as often as wanted (e.g. with different weights)."""
+        """Compile ``model`` (a Graph, or the path of a MEF file) without binding weights: the artifact
+        :meth:`init` turns into a runnable Model, as often as wanted (e.g. with different weights), and
+        :meth:`CompiledModel.export_mef` writes to disk."""
         if isinstance(model, (str, Path)):
             prog, exts, _ = self._read_mef(model)
             return CompiledModel(self, prog, prog.weights, exts, source=str(model))
