@@ -307,3 +307,24 @@ def test_an_unusable_cache_folder_only_warns(tmp_path, monkeypatch):
     np.testing.assert_allclose(m.execute(x)[0].to_numpy(), _reference(x, w, b)[0], rtol=1e-5, atol=1e-6)
     with pytest.raises(OSError, match="cannot create export_mefs"):
         InferenceSession(export_mefs=blocker / "x")
+
+
+def test_attribute_values_round_trip_with_their_types():
+    from max.dtype import DType
+    from max.engine.compiler import mef
+    from max.graph.dim import Dim
+    from max.graph.type import BufferType, DeviceKind, DeviceRef, TensorType
+
+    values = [DeviceKind.CPU, (1, 2.5, float("inf"), -0.0, None, True, "s"), [slice(1, None, 2), Ellipsis],
+              {"a": (Dim("x") + 1) // 2, 3: "k"}, np.float32(1.5), DType.bfloat16,
+              TensorType(DType.float32, ("a", 3), DeviceRef.CPU()), BufferType(DType.int8, (Dim("b") * 2,), DeviceRef.GPU(1))]
+    for v in values:
+        back = mef._dec(json.loads(json.dumps(mef.encode_value(v))))
+        assert type(back) is type(v) and repr(back) == repr(v)
+    a = np.arange(6, dtype=np.int8).reshape(2, 3)
+    back = mef._dec(json.loads(json.dumps(mef.encode_value(a))))
+    assert back.dtype == a.dtype and np.array_equal(back, a)
+    with pytest.raises(MEFError, match="no MEF encoding"):
+        mef.encode_value(object())
+    with pytest.raises(MEFError, match="outside libremax"):
+        mef._dec({"enum": "os:PathLike", "v": 1})

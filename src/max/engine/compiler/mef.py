@@ -52,6 +52,8 @@ _MODE.digest_arrays = False
 
 
 def _enc(v: Any, where: str) -> Any:
+    if isinstance(v, enum.Enum):  # before str/int: str- and int-valued enums keep their type
+        return {"enum": _qualname(type(v), where), "v": _enc(v.value, where)}
     if v is None or isinstance(v, (bool, str)):
         return v
     if isinstance(v, int):
@@ -90,8 +92,6 @@ def _enc(v: Any, where: str) -> Any:
         return {"nd": a.dtype.str, "shape": list(a.shape), "b64": base64.b64encode(a.tobytes()).decode("ascii")}
     if isinstance(v, np.generic):
         return {"npv": v.dtype.str, "b64": base64.b64encode(np.asarray(v).tobytes()).decode("ascii")}
-    if isinstance(v, enum.Enum):
-        return {"enum": _qualname(type(v), where), "v": _enc(v.value, where)}
     if isinstance(v, tuple):
         return {"t": [_enc(x, where) for x in v]}
     if isinstance(v, list):
