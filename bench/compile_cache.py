@@ -27,7 +27,9 @@ def ready_seconds(args: argparse.Namespace, cache: str | None) -> float:
     os.environ.pop("LIBREMAX_COMPILE_CACHE", None)
     if cache is not None:
         os.environ["LIBREMAX_COMPILE_CACHE"] = cache
-    extra = ["--devices", "cpu", "--log-level", "warning"] + (["--model-path", args.model_path] if args.model_path else [])
+    extra = ["--devices", "cpu", "--log-level", "warning"]
+    if args.model_path:
+        extra += ["--model-path", args.model_path]
     proc, _, secs = start_max_serve(extra)
     stop_process(proc)
     return secs

@@ -317,7 +317,8 @@ def test_attribute_values_round_trip_with_their_types():
 
     values = [DeviceKind.CPU, (1, 2.5, float("inf"), -0.0, None, True, "s"), [slice(1, None, 2), Ellipsis],
               {"a": (Dim("x") + 1) // 2, 3: "k"}, np.float32(1.5), DType.bfloat16,
-              TensorType(DType.float32, ("a", 3), DeviceRef.CPU()), BufferType(DType.int8, (Dim("b") * 2,), DeviceRef.GPU(1))]
+              TensorType(DType.float32, ("a", 3), DeviceRef.CPU()),
+              BufferType(DType.int8, (Dim("b") * 2,), DeviceRef.GPU(1))]
     for v in values:
         back = mef._dec(json.loads(json.dumps(mef.encode_value(v))))
         assert type(back) is type(v) and repr(back) == repr(v)

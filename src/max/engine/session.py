@@ -158,7 +158,8 @@ class InferenceSession:
                 Path(export_mefs).mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 if export_mefs is not cache:
-                    raise OSError(f"InferenceSession: cannot create export_mefs folder {str(export_mefs)!r}: {e}") from None
+                    raise OSError(f"InferenceSession: cannot create export_mefs folder {str(export_mefs)!r}: "
+                                  f"{e}") from None
                 warnings.warn(f"LIBREMAX_COMPILE_CACHE={cache!r} cannot be created ({e}); compiling without the "
                               "cache", RuntimeWarning, stacklevel=2)
                 precompiled_mefs = export_mefs = None
