@@ -134,11 +134,21 @@ def test_compile_from_file_binds_weights_at_init(tmp_path):
         s.init(c2, {"w": w})
 
 
-def test_file_of_another_version_is_refused(tmp_path):
+def test_file_of_another_format_version_is_refused(tmp_path):
     s, _, path = _exported(tmp_path)
     data = path.read_bytes()
     path.write_bytes(data.replace(b"LIBREMAX-MEF 1\n", b"LIBREMAX-MEF 999\n", 1))
     with pytest.raises(MEFError, match="format version 999; this libremax reads version 1"):
+        s.load(path, weights_registry={})
+    path.write_bytes(data)
+
+
+def test_file_from_another_libremax_compiler_is_refused(tmp_path, monkeypatch):
+    from max.engine.compiler import mef
+
+    s, _, path = _exported(tmp_path)
+    monkeypatch.setattr(mef, "_FINGERPRINT", ["0" * 32])  # as if the passes' sources had changed
+    with pytest.raises(MEFError, match="another libremax compiler"):
         s.load(path, weights_registry={})
 
 

@@ -305,8 +305,8 @@ def compiler_fingerprint() -> str:
     """A digest of the libremax version and the compiler's sources: a cached program made by
     another compiler is never reused."""
     if not _FINGERPRINT:
-        from max.engine.compiler import fusion, linear_fusion, lower, native_lowering, passes
-
+        here = Path(__file__).resolve().parent
+        engine = here.parent
         h = hashlib.sha256(f"mef{VERSION}".encode())
         try:
             from importlib.metadata import version
@@ -314,9 +314,11 @@ def compiler_fingerprint() -> str:
             h.update(version("libremax").encode())
         except Exception:  # noqa: BLE001 - not installed as a distribution (source checkout)
             pass
-        for mod in (fusion, linear_fusion, lower, native_lowering, passes, __import__("max.engine.backend",
-                                                                                     fromlist=["x"])):
-            h.update(Path(mod.__file__).read_bytes())
+        # the passes and their order (session.optimize_program), the kernel choices, this format
+        for f in (*sorted(here.glob("*.py")), engine / "backend.py", engine / "native" / "cost.py",
+                  engine / "session.py"):
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
         _FINGERPRINT.append(h.hexdigest()[:32])
     return _FINGERPRINT[0]
 
