@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 import os
 import warnings
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from max.dtype import DType
 from max.dtype.dtype import BIT_STORED
 from max.engine import threads
 from max.engine import backend
-from max.engine.compiler import native_lowering, passes
+from max.engine.compiler import mef, native_lowering, passes
 from max.engine.compiler.fusion import fuse
 from max.driver.buffer import numpy_to_torch
 from max.engine.compiler.lower import call_kernel, lower, materialize_slots, resolve_attrs_now, torch_device
@@ -56,15 +57,26 @@ class CompiledModel:
     ``expected_weights``: the graph's weights by name (each a ``Weight`` with its dtype and shape).
     """
 
-    def __init__(self, handle: Any, graph: Any, expected_weights: Mapping[str, Any],
-                 custom_extensions: Any = None) -> None:
+    def __init__(self, handle: Any, program: Program, expected_weights: Mapping[str, Any],
+                 custom_extensions: Any = None, source: str | None = None) -> None:
         self._session = handle
-        self._graph = graph
+        self._program = program  # optimised (passes, fusion, native lowering done), weights unbound
         self.expected_weights = dict(expected_weights)
-        self._custom_extensions = custom_extensions
+        self._custom_extensions = _ext_list(custom_extensions)
+        self._source = source  # the MEF file it was read from, if any
+
+    def export_mef(self, path: str | Path) -> None:
+        """Write this compiled artifact to ``path`` as a libremax MEF file: the optimised program,
+        the backend policy it was lowered under and its weights by name (no weight values).
+        ``InferenceSession.load(path, weights_registry=...)`` (or ``compile(path)``) in any process
+        with the same libremax and policy runs it without compiling again."""
+        if not isinstance(path, (str, Path)):
+            raise TypeError(f"CompiledModel.export_mef: path must be a str or Path, got {type(path).__name__}")
+        s = self._session
+        mef.write(path, self._program, opt_level=s._opt_level, policy=s.backend, extensions=self._custom_extensions)
 
     def __repr__(self) -> str:
-        return f"CompiledModel({self._graph.name!r}, weights={sorted(self.expected_weights)})"
+        return f"CompiledModel({self._program.name!r}, weights={sorted(self.expected_weights)})"
 
 
 class LogLevel(str, enum.Enum):
@@ -90,10 +102,19 @@ class InferenceSession:
     0 = fold/CSE/DCE only; 1 = also pattern fusion (linear+bias+act, SwiGLU,
     RMSNorm, attention -> SDPA); 2 = also ``torch.compile`` (Inductor) on the
     generated module, compiled on first execution per input shapes.
+
+    ``precompiled_mefs``: a MEF file or a folder of them (libremax's own format, see
+    ``max.engine.compiler.mef``); a graph whose structural hash (with the compiler, the optimization
+    level and the backend policy) matches one is not compiled again: its optimised program is read
+    and only bound to the weights.  ``export_mefs``: a folder where every graph this session compiles
+    is written as ``<hash>.mef``.  ``LIBREMAX_COMPILE_CACHE=<folder>`` sets both (when neither is
+    given): a compile cache shared across processes, so e.g. ``max serve`` restarts without compiling.
+    ``last_compile_stats["loaded_from"]`` names the file a model came from (``passes_run`` is 0).
     """
 
     def __init__(self, devices: Iterable[Any] | None = None, num_threads: int | None = None, *,
-                 custom_extensions: Any = None, optimization_level: int | None = None) -> None:
+                 custom_extensions: Any = None, optimization_level: int | None = None,
+                 precompiled_mefs: str | Path | None = None, export_mefs: str | Path | None = None) -> None:
         from max import driver
 
         devs = list(devices) if devices is not None else [driver.CPU()]
@@ -124,6 +145,26 @@ class InferenceSession:
         self._split_k = "ACCUM"
         self._old_top_k = False
         self.last_compile_stats: dict[str, Any] = {}
+        cache = os.environ.get("LIBREMAX_COMPILE_CACHE") or None
+        if cache is not None and precompiled_mefs is None and export_mefs is None:
+            precompiled_mefs = export_mefs = cache
+        for what, v in (("precompiled_mefs", precompiled_mefs), ("export_mefs", export_mefs)):
+            if v is not None and not isinstance(v, (str, Path)):
+                raise TypeError(f"InferenceSession: {what} must be a str or Path, got {type(v).__name__}")
+        if precompiled_mefs is not None and not Path(precompiled_mefs).exists() and precompiled_mefs != export_mefs:
+            raise FileNotFoundError(f"InferenceSession: precompiled_mefs {str(precompiled_mefs)!r} does not exist")
+        if export_mefs is not None:
+            try:
+                Path(export_mefs).mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                if export_mefs is not cache:
+                    raise OSError(f"InferenceSession: cannot create export_mefs folder {str(export_mefs)!r}: "
+                                  f"{e}") from None
+                warnings.warn(f"LIBREMAX_COMPILE_CACHE={cache!r} cannot be created ({e}); compiling without the "
+                              "cache", RuntimeWarning, stacklevel=2)
+                precompiled_mefs = export_mefs = None
+        self._mef_in = Path(precompiled_mefs) if precompiled_mefs is not None else None
+        self._mef_out = Path(export_mefs) if export_mefs is not None else None
 
     @property
     def devices(self) -> list[Any]:
@@ -131,15 +172,16 @@ class InferenceSession:
 
     # ------------------------------------------------------------------ compile, then bind weights
     def compile(self, model: Any, *, custom_extensions: Any = None) -> "CompiledModel":
-        """Compile ``model`` (a Graph) without binding weights: the artifact :meth:`init` turns into
-        a runnable Model, as often as wanted (e.g. with different weights)."""
-        from max.graph.graph import Graph
-
-        if not isinstance(model, Graph):
-            self.load(model)  # the same errors as load (paths, wrong types)
-        snapshot = model.copy()
-        expected = {name: w for name, w in snapshot.weights().items()}
-        return CompiledModel(self, snapshot, expected, custom_extensions)
+        """Compile ``model`` (a Graph, or the path of a MEF file) without binding weights: the artifact
+        :meth:`init` turns into a runnable Model, as often as wanted (e.g. with different weights), and
+        :meth:`CompiledModel.export_mef` writes to disk."""
+        if isinstance(model, (str, Path)):
+            prog, exts, _ = self._read_mef(model)
+            return CompiledModel(self, prog, prog.weights, exts, source=str(model))
+        prog, exts, stats = self._optimized(model, custom_extensions)
+        self.last_compile_stats = stats
+        return CompiledModel(self, prog, model.weights() if stats.get("loaded_from") is None else prog.weights,
+                             exts)
 
     def init(self, compiled: "CompiledModel", weights_registry: Mapping[str, Any] | None = None) -> Model:
         """A runnable Model from :meth:`compile`'s artifact with ``weights_registry`` bound."""
@@ -149,8 +191,18 @@ class InferenceSession:
         missing = sorted(n for n in compiled.expected_weights if n not in (weights_registry or {}))
         if missing:
             raise ValueError(f"InferenceSession.init: weights_registry lacks weights {missing}")
-        return self.load(compiled._graph, custom_extensions=compiled._custom_extensions,
-                         weights_registry=weights_registry)
+        if compiled._custom_extensions:
+            from max.engine import custom as _custom
+
+            _custom.load_extensions(compiled._custom_extensions)
+        stats: dict[str, Any] = {"_opt_level": self._opt_level, "_backend": self.backend, "passes_run": 0}
+        if self._fold_dirs() != (None, None):
+            from max.engine import fold_cache
+
+            stats["_fold_store"] = fold_cache.FoldStore(*self._fold_dirs(), salt=fold_cache.salt(self.backend))
+        if compiled._source is not None:
+            stats["loaded_from"] = compiled._source
+        return self._finish(mef.copy_program(compiled._program), weights_registry, stats)
 
     def init_all(self, compiled: Any, weights_registry: Mapping[str, Any] | None = None) -> list[Model]:
         """:meth:`init` for each compiled artifact (one shared registry)."""
@@ -205,17 +257,31 @@ class InferenceSession:
         custom_ops_path: str | None = None,
         weights_registry: Mapping[str, Any] | None = None,
     ) -> Model:
-        """Compile ``model`` (a :class:`~max.graph.Graph`) into a :class:`Model`."""
+        """Compile ``model`` (a :class:`~max.graph.Graph`, or the path of a MEF file that
+        ``CompiledModel.export_mef`` wrote) into a :class:`Model` bound to ``weights_registry``."""
+        if isinstance(model, (str, Path)):
+            if not Path(model).is_file():
+                raise RuntimeError(
+                    f"InferenceSession.load: {str(model)!r} is not a file; loading serialized models from a path "
+                    "is not supported by libremax except for the MEF files CompiledModel.export_mef writes; build a "
+                    "max.graph.Graph (e.g. with a pipeline architecture) and load that"
+                )
+            compiled = self.compile(model, custom_extensions=custom_extensions)
+            return self.init(compiled, weights_registry)
+        import time
+
+        t0 = time.perf_counter()
+        prog, _, stats = self._optimized(model, _ext_list(custom_extensions) + _ext_list(custom_ops_path))
+        return self._finish(prog, weights_registry, stats, t0)
+
+    def _optimized(self, model: Any, extra_exts: Any) -> tuple[Program, list, dict]:
+        """``model`` (a Graph) flattened and optimised, or read from the session's precompiled MEFs
+        when one was made from a structurally equal graph (and exported when the session exports)."""
         from max.graph.graph import Graph
 
-        if isinstance(model, (str, Path)):
-            raise RuntimeError(
-                f"InferenceSession.load: {str(model)!r}: loading serialized models from a path is not supported "
-                "by libremax; build a max.graph.Graph (e.g. with a pipeline architecture) and load that"
-            )
         if not isinstance(model, Graph):
             raise TypeError(f"InferenceSession.load: expected a Graph, got {type(model).__name__}")
-        exts = self._custom_extensions + _ext_list(custom_extensions) + _ext_list(custom_ops_path)
+        exts = self._custom_extensions + _ext_list(extra_exts)
         exts += [e for e in model._custom_extensions]
         if exts:
             from max.engine import custom as _custom
@@ -223,16 +289,76 @@ class InferenceSession:
             _custom.load_extensions(exts)
         _check_custom_ops(model)
         load_builtin_kernels()
-        import time
-
-        t0 = time.perf_counter()
         prog = from_graph(model)
         _check_devices(prog, self._devices)
         stats: dict[str, Any] = {"nodes_in": len(prog.nodes), "_opt_level": self._opt_level,
-                                 "_backend": self.backend}
-        lowered, consts = compile_program(prog, weights_registry or {}, "", stats, self._opt_level)
+                                 "_backend": self.backend, "passes_run": 0}
+        if self._fold_dirs() != (None, None):
+            from max.engine import fold_cache
+
+            stats["_fold_store"] = fold_cache.FoldStore(*self._fold_dirs(), salt=fold_cache.salt(self.backend))
+        key = None
+        if self._mef_in is not None or self._mef_out is not None:
+            try:
+                key = mef.graph_key(prog, self._opt_level, self.backend)
+            except mef.MEFError as e:  # a graph the format cannot hold: compiled as usual, never cached
+                stats["mef_skipped"] = str(e)
+        if key is not None and self._mef_in is not None:
+            path = self._mef_in / f"{key}.mef" if self._mef_in.is_dir() else self._mef_in
+            if path.is_file():
+                try:
+                    doc = mef.read(path, self.backend)
+                except mef.MEFError as e:
+                    if self._mef_in.is_dir():  # a stale cache entry: compile again (and overwrite it)
+                        stats["mef_stale"] = str(e)
+                        doc = None
+                    else:
+                        raise
+                if doc is not None and doc.get("key") == key and doc.get("opt_level") == self._opt_level:
+                    stats["loaded_from"] = str(path)
+                    return doc["program"], exts, stats
+        optimize_program(prog, stats, self._opt_level)
+        if key is not None and self._mef_out is not None:
+            try:
+                mef.write(self._mef_out / f"{key}.mef", prog, opt_level=self._opt_level, policy=self.backend,
+                          extensions=exts, key=key)
+                stats["exported_to"] = str(self._mef_out / f"{key}.mef")
+            except (mef.MEFError, OSError) as e:
+                stats["mef_skipped"] = str(e)
+        return prog, exts, stats
+
+    def _fold_dirs(self) -> tuple:
+        """The compile-cache folders that keep weight folding results (read, write)."""
+        return (self._mef_in if self._mef_in is not None and self._mef_in.is_dir() else None,
+                self._mef_out)
+
+    def _read_mef(self, path: str | Path) -> tuple[Program, list, dict]:
+        doc = mef.read(path, self.backend)
+        if doc.get("opt_level") != self._opt_level:
+            raise mef.MEFError(f"MEF file {str(path)!r} was compiled at optimization_level {doc.get('opt_level')}, "
+                               f"this session uses {self._opt_level}")
+        exts = list(doc.get("custom_extensions") or [])
+        if exts:
+            from max.engine import custom as _custom
+
+            _custom.load_extensions(exts)
+        load_builtin_kernels()
+        prog = doc["program"]
+        _check_devices(prog, self._devices)
+        return prog, exts, doc
+
+    def _finish(self, prog: Program, weights_registry: Mapping[str, Any] | None, stats: dict,
+                t0: float | None = None) -> Model:
+        """Bind weights, generate code and make the Model of an optimised program."""
+        import time
+
+        t0 = time.perf_counter() if t0 is None else t0
+        lowered, consts = finish_program(prog, weights_registry or {}, "", stats, self._opt_level)
         stats["nodes_out"] = len(prog.nodes)
         stats["compile_s"] = time.perf_counter() - t0
+        store = stats.pop("_fold_store", None)
+        if store is not None:
+            stats["folds_reused"], stats["folds_stored"] = store.hits, store.stored
         self.last_compile_stats = stats
         names = [f"input{i}" for i, t in enumerate(prog.input_types) if not _is_chain(t)]
         model = Model._create(self, prog, lowered, consts, names)
@@ -333,11 +459,11 @@ def weight_to_torch(value: Any, name: str) -> torch.Tensor:
     raise TypeError(f"weights_registry[{name!r}]: expected a DLPack/numpy array or Buffer, got {type(value).__name__}")
 
 
-def compile_program(prog: Program, registry: Mapping[str, Any], prefix: str, stats: dict | None = None,
-                    opt_level: int = 1) -> tuple:
-    """Passes, lowering and binding of one program (regions compile recursively)."""
-    kernels = load_builtin_kernels()
+def optimize_program(prog: Program, stats: dict | None = None, opt_level: int = 1) -> None:
+    """The graph passes, fusion and native lowering of ``prog`` and, after them, of its regions: what
+    a MEF file stores (no weight values are read)."""
     stats = {} if stats is None else stats
+    stats["passes_run"] = stats.get("passes_run", 0) + 1
     stats["folded"] = stats.get("folded", 0) + passes.fold_constants(prog)
     stats["cse"] = stats.get("cse", 0) + passes.cse(prog)
     if opt_level >= 1:
@@ -346,8 +472,20 @@ def compile_program(prog: Program, registry: Mapping[str, Any], prefix: str, sta
         for k, c in native_lowering.lower(prog, stats.get("_backend")).items():
             stats.setdefault("native", {})[k] = stats.get("native", {}).get(k, 0) + c
     stats["dce"] = stats.get("dce", 0) + passes.dce(prog)
+    for n in prog.nodes:
+        for sub in n.regions:
+            optimize_program(sub, stats, opt_level)
+
+
+def finish_program(prog: Program, registry: Mapping[str, Any], prefix: str, stats: dict | None = None,
+                   opt_level: int = 1) -> tuple:
+    """Load-time folding of weights, code generation and binding of an optimised program (regions
+    are bound recursively); no graph pass runs here."""
+    kernels = load_builtin_kernels()
+    stats = {} if stats is None else stats
     if opt_level >= 1 and registry:
-        stats["weight_folded"] = stats.get("weight_folded", 0) + _fold_weights(prog, registry, prefix)
+        stats["weight_folded"] = stats.get("weight_folded", 0) + _fold_weights(prog, registry, prefix,
+                                                                               stats.get("_fold_store"))
         passes.dce(prog)
     missing = sorted({n.op for n in prog.nodes} - set(kernels)
                      - {"constant", "weight", "bound", "chain", "merge_chains"})
@@ -362,17 +500,34 @@ def compile_program(prog: Program, registry: Mapping[str, Any], prefix: str, sta
     return lowered, consts
 
 
+def compile_program(prog: Program, registry: Mapping[str, Any], prefix: str, stats: dict | None = None,
+                    opt_level: int = 1) -> tuple:
+    """Passes, lowering and binding of one program (regions included)."""
+    stats = {} if stats is None else stats
+    optimize_program(prog, stats, opt_level)
+    return finish_program(prog, registry, prefix, stats, opt_level)
+
+
 _FOLD_MAX_BYTES = 1 << 31
 
 
-def _fold_weights(prog: Program, registry: Mapping[str, Any], prefix: str) -> int:
+def _fold_weights(prog: Program, registry: Mapping[str, Any], prefix: str, store: Any = None) -> int:
     """Load-time folding: pure ops whose operands are all weights or constants (a transpose,
     cast or concat of weights...) run once now; their results are bound like weights
-    (contiguous, so e.g. a matmul reads a transposed weight in its fast layout)."""
+    (contiguous, so e.g. a matmul reads a transposed weight in its fast layout).  ``store``: the
+    compile cache's :class:`~max.engine.fold_cache.FoldStore` (results reused for equal weight bytes)."""
     from max.engine.compiler.program import PNode
+    from max.engine.fold_cache import tensor_digest
     from max.engine.kernels import KERNELS
 
     known: dict[int, torch.Tensor] = {}
+    digests: dict[int, str] = {}
+
+    def digest(vid: int) -> str:
+        d = digests.get(vid)
+        if d is None:
+            d = digests[vid] = tensor_digest(known[vid])
+        return d
     out = []
     folded = 0
     for n in prog.nodes:
@@ -397,15 +552,27 @@ def _fold_weights(prog: Program, registry: Mapping[str, Any], prefix: str) -> in
         if nbytes > _FOLD_MAX_BYTES:
             out.append(n)
             continue
-        try:
-            res, _ = call_kernel(spec, [known[i] for i in n.inputs], n.attrs)
-        except Exception:  # noqa: BLE001 - leave it to run (and report) at execution time
-            out.append(n)
-            continue
-        results = res if isinstance(res, (tuple, list)) else (res,)
-        for o, t, r in zip(n.outs, n.types, results):
-            r = r.contiguous()
+        key = results = None
+        if store is not None:
+            try:
+                attrs = json.dumps(mef.encode_value({k: v for k, v in n.attrs.items() if not k.startswith("_")}))
+                key = store.entry_key(n.op, attrs, n.types, [digest(i) for i in n.inputs])
+                results = store.get(key, torch_device(n.types[0].device))
+            except mef.MEFError:
+                key = None
+        if results is None:
+            try:
+                res, _ = call_kernel(spec, [known[i] for i in n.inputs], n.attrs)
+            except Exception:  # noqa: BLE001 - leave it to run (and report) at execution time
+                out.append(n)
+                continue
+            results = [r.contiguous() for r in (res if isinstance(res, (tuple, list)) else (res,))]
+            if key is not None:
+                store.put(key, results)
+        for k, (o, t, r) in enumerate(zip(n.outs, n.types, results)):
             known[o] = r
+            if key is not None:
+                digests[o] = f"{key}:{k}"
             out.append(PNode("bound", (), {"_tensor": r}, (t,), (o,), n.loc))
         folded += 1
     prog.nodes = out
@@ -439,7 +606,7 @@ def _region_runners(node: Any, types: dict, registry: Mapping[str, Any], prefix:
     for sub in node.regions:
         pos = tuple(nonchain.index(f) for f in sub.free_ids)
         sub_prefix = prefix + str(node.attrs.get("prefix", "") or "")
-        lowered, consts = compile_program(sub, registry, sub_prefix, stats, stats.get("_opt_level", 1))
+        lowered, consts = finish_program(sub, registry, sub_prefix, stats, stats.get("_opt_level", 1))
         runners.append(RegionRunner(sub, lowered, consts, pos))
     return tuple(runners)
 
