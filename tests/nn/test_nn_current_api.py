@@ -196,7 +196,8 @@ def test_moe_matches_torch(first, shared):
             want[tok] += (mlp(f"experts.{int(e)}", v * w) if first else mlp(f"experts.{int(e)}", v) * w)[0]
     if shared:
         want += mlp("shared_experts", xt)
-    np.testing.assert_allclose(out, want.numpy(), rtol=1e-6, atol=1e-8)  # router probabilities are float32
+    # router probabilities are float32 (~6e-8 relative): an absolute bound on the output scale
+    np.testing.assert_allclose(out, want.numpy(), rtol=1e-6, atol=1e-6 * float(np.abs(want.numpy()).max()))
     gate = nn.MoEGate([CPU], hidden, n_exp, k, F64)
     with pytest.raises(ValueError, match="num_experts_per_token must be in"):
         nn.MoEGate([CPU], hidden, n_exp, 5, F64)

@@ -88,7 +88,7 @@ ZOO: dict[str, tuple[str, dict]] = {
     # attention-only families
     "GPT2LMHeadModel": ("gpt2", {}),
     "LlamaForCausalLM": ("llama", {}),
-    "Llama4ForCausalLM": ("llama4_text", {}),
+    "Llama4ForCausalLM": ("llama4_text", dict(num_experts_per_tok=1)),  # Llama 4 routes to one expert (native)
     "DeepseekV3ForCausalLM": ("deepseek_v3", {}),
     "Exaone4ForCausalLM": ("exaone4", {}),
     "Olmo3ForCausalLM": ("olmo3", {}),
