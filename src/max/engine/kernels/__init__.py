@@ -32,7 +32,7 @@ _FAMILIES = (
     "ragged",
     "decoder",
     "moe", "lora",
-    "conv", "pool", "signal", "distributed", "complex", "vision", "random",
+    "conv", "pool", "signal", "distributed", "complex", "vision", "random", "recurrent",
 )
 
 

@@ -1,0 +1,160 @@
+"""Kernels for ``max.graph.ops.recurrent``: ``causal_conv1d``, ``selective_scan``, ``gated_delta_rule``.
+
+Each reads request ``b``'s state from ``state[slots[b]]`` and writes the state after its last token
+back.  A step where every request has exactly one token (decode) runs the recurrent form batched over
+requests; otherwise each request's tokens run through the chunked form (``chunk_size`` tokens at a
+time: the within-chunk part as dense products, the state carried between chunks).  Half-precision
+inputs are computed in float32.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from max.engine.kernels import kernel
+
+_WIDE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def _layout(op: str, slots: torch.Tensor, offsets: torch.Tensor, n_slots: int, n_tokens: int) -> tuple:
+    """(slot ids int64 [B], per-request (start, end) list, whether every request has one token)."""
+    offs = [int(o) for o in offsets.tolist()]
+    sl = slots.to(torch.int64).reshape(-1)
+    B = sl.shape[0]
+    if len(offs) != B + 1:
+        raise ValueError(f"{op}: input_row_offsets has {len(offs)} entries but slots names {B} requests "
+                         f"(expected batch + 1 = {B + 1})")
+    if (offs and offs[0] != 0) or any(b < a for a, b in zip(offs, offs[1:])) or (offs and offs[-1] != n_tokens):
+        raise ValueError(f"{op}: input_row_offsets must rise from 0 to the {n_tokens} tokens, got {offs}")
+    if B and (int(sl.min()) < 0 or int(sl.max()) >= n_slots):
+        raise ValueError(f"{op}: slot ids {sl.tolist()} out of range for a state of {n_slots} slots")
+    if B and torch.unique(sl).numel() != B:
+        raise ValueError(f"{op}: two requests share a state slot: {sl.tolist()}")
+    spans = list(zip(offs[:-1], offs[1:]))
+    decode = B > 0 and all(b - a == 1 for a, b in spans)
+    return sl, spans, decode
+
+
+def _segment_decay(cum: torch.Tensor) -> torch.Tensor:
+    """``exp(cum[i] - cum[j])`` for ``j <= i`` and 0 above the diagonal: ``[L, L, H]`` from ``cum [L, H]``."""
+    L = cum.shape[0]
+    diff = cum[:, None, :] - cum[None, :, :]
+    mask = torch.ones(L, L, dtype=torch.bool, device=cum.device).tril()[:, :, None]
+    return torch.exp(diff.masked_fill(~mask, float("-inf")))
+
+
+@kernel("causal_conv1d", pure=False)
+def causal_conv1d(x: torch.Tensor, w: torch.Tensor, state: torch.Tensor, slots: torch.Tensor,
+                  offsets: torch.Tensor, *rest: torch.Tensor, has_bias: bool, silu: bool) -> torch.Tensor:
+    ct = _WIDE.get(x.dtype, x.dtype)
+    sl, spans, decode = _layout("causal_conv1d", slots, offsets, state.shape[0], x.shape[0])
+    K = w.shape[1]
+    wc = w.to(ct)
+    bias = rest[0].to(ct) if has_bias else None
+    y = torch.empty(x.shape, dtype=ct, device=x.device)
+    if decode:
+        xp = torch.cat([state[sl].to(ct), x.to(ct)[:, :, None]], -1)  # [B, C, K]
+        y = (xp * wc).sum(-1)
+        state[sl] = xp[:, :, 1:].to(state.dtype)
+    else:
+        for b, (lo, hi) in enumerate(spans):
+            if hi == lo:
+                continue
+            s = int(sl[b])
+            xp = torch.cat([state[s].to(ct), x[lo:hi].to(ct).T], 1)  # [C, K - 1 + n]
+            y[lo:hi] = F.conv1d(xp[None], wc[:, None, :], groups=wc.shape[0])[0].T
+            state[s] = xp[:, xp.shape[1] - (K - 1):].to(state.dtype)
+    if bias is not None:
+        y = y + bias
+    if silu:
+        y = F.silu(y)
+    return y.to(x.dtype)
+
+
+def _heads(t: torch.Tensor, H: int) -> torch.Tensor:
+    """``[..., G, N]`` -> ``[..., H, N]``: head ``h`` reads group ``h // (H / G)``."""
+    return t.repeat_interleave(H // t.shape[-2], dim=-2)
+
+
+@kernel("selective_scan", pure=False)
+def selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                   state: torch.Tensor, slots: torch.Tensor, offsets: torch.Tensor, *rest: torch.Tensor,
+                   has_d: bool, chunk_size: int) -> torch.Tensor:
+    ct = _WIDE.get(x.dtype, x.dtype)
+    sl, spans, decode = _layout("selective_scan", slots, offsets, state.shape[0], x.shape[0])
+    T, H, P = x.shape
+    if H % B.shape[1]:
+        raise ValueError(f"selective_scan: {H} heads are not a multiple of {B.shape[1]} groups")
+    xc, dtc, Ac = x.to(ct), dt.to(ct), A.to(ct)
+    Bh, Ch = _heads(B.to(ct), H), _heads(C.to(ct), H)  # [T, H, N]
+    y = torch.zeros((T, H, P), dtype=ct, device=x.device)
+    if decode:
+        h = state[sl].to(ct)  # [B, H, P, N]
+        h = h * torch.exp(dtc * Ac)[:, :, None, None] + (dtc[:, :, None] * xc)[..., None] * Bh[:, :, None, :]
+        y = torch.einsum("bhpn,bhn->bhp", h, Ch)
+        state[sl] = h.to(state.dtype)
+    else:
+        for b, (lo, hi) in enumerate(spans):
+            if hi == lo:
+                continue
+            s = int(sl[b])
+            h = state[s].to(ct)  # [H, P, N]
+            for c0 in range(lo, hi, chunk_size):
+                c1 = min(hi, c0 + chunk_size)
+                xs, ds, bs, cs = xc[c0:c1], dtc[c0:c1], Bh[c0:c1], Ch[c0:c1]
+                cum = torch.cumsum(ds * Ac, 0)  # [L, H]
+                decay = _segment_decay(cum)  # [L, L, H]
+                cb = torch.einsum("ihn,jhn->ijh", cs, bs) * decay
+                y[c0:c1] = (torch.einsum("ijh,jhp->ihp", cb, ds[:, :, None] * xs)
+                            + torch.einsum("ihn,hpn->ihp", cs, h) * torch.exp(cum)[:, :, None])
+                last = torch.exp(cum[-1][None, :] - cum) * ds  # [L, H]
+                h = h * torch.exp(cum[-1])[:, None, None] + torch.einsum("jh,jhp,jhn->hpn", last, xs, bs)
+            state[s] = h.to(state.dtype)
+    if has_d:
+        y = y + rest[0].to(ct)[:, None] * xc
+    return y.to(x.dtype)
+
+
+@kernel("gated_delta_rule", pure=False)
+def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                     state: torch.Tensor, slots: torch.Tensor, offsets: torch.Tensor, *, chunk_size: int
+                     ) -> torch.Tensor:
+    ct = _WIDE.get(v.dtype, v.dtype)
+    sl, spans, decode = _layout("gated_delta_rule", slots, offsets, state.shape[0], q.shape[0])
+    qc, kc, vc, gc, bc = (t.to(ct) for t in (q, k, v, g, beta))
+    T, H, V = vc.shape
+    o = torch.zeros((T, H, V), dtype=ct, device=v.device)
+    if decode:
+        S = state[sl].to(ct) * torch.exp(gc)[:, :, None, None]  # [B, H, K, V]
+        delta = (vc - torch.einsum("bhkv,bhk->bhv", S, kc)) * bc[:, :, None]
+        S = S + kc[..., None] * delta[:, :, None, :]
+        o = torch.einsum("bhkv,bhk->bhv", S, qc)
+        state[sl] = S.to(state.dtype)
+        return o.to(v.dtype)
+    for b, (lo, hi) in enumerate(spans):
+        if hi == lo:
+            continue
+        s = int(sl[b])
+        S = state[s].to(ct)  # [H, K, V]
+        for c0 in range(lo, hi, chunk_size):
+            c1 = min(hi, c0 + chunk_size)
+            qs, ks, vs, bs = qc[c0:c1], kc[c0:c1], vc[c0:c1], bc[c0:c1]
+            L = c1 - c0
+            G = torch.cumsum(gc[c0:c1], 0)  # [L, H]
+            decay = _segment_decay(G)  # [L, L, H]: exp(G_i - G_j), j <= i
+            eG = torch.exp(G)
+            # u_j + beta_j sum_{m<j} exp(G_j - G_m) (k_j . k_m) u_m = beta_j (v_j - exp(G_j) S^T k_j)
+            strict = decay * torch.ones(L, L, dtype=torch.bool, device=v.device).tril(-1)[:, :, None]
+            a = torch.einsum("jhk,mhk->hjm", ks, ks) * strict.permute(2, 0, 1) * bs.T[:, :, None]
+            rhs = bs[:, :, None] * (vs - eG[:, :, None] * torch.einsum("jhk,hkv->jhv", ks, S))
+            eye = torch.eye(L, dtype=ct, device=v.device)
+            u = torch.linalg.solve_triangular(eye + a, rhs.permute(1, 0, 2), upper=False,
+                                              unitriangular=True)  # [H, L, V]
+            qk = torch.einsum("ihk,jhk->hij", qs, ks) * decay.permute(2, 0, 1)
+            o[c0:c1] = (torch.einsum("hij,hjv->ihv", qk, u)
+                        + eG[:, :, None] * torch.einsum("ihk,hkv->ihv", qs, S))
+            last = torch.exp(G[-1][None, :] - G)  # [L, H]
+            S = S * torch.exp(G[-1])[:, None, None] + torch.einsum("jh,jhk,hjv->hkv", last, ks, u)
+        state[s] = S.to(state.dtype)
+    return o.to(v.dtype)
