@@ -1,0 +1,137 @@
+"""Hybrid (recurrent-state) families against transformers on tiny random checkpoints made with their own
+config classes: logits of a ragged prefill + decode steps alone and batched, the same prompt split into
+chunks (chunked prefill carries the state), greedy tokens through the scheduler alone and batched, every
+KV page and state slot freed; prefix caching is off for them; LoRA refused."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support import scheduled_greedy  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nn"))
+
+transformers = pytest.importorskip("transformers")
+import torch  # noqa: E402
+
+from family_support import assert_close, hf_greedy, hf_next_logits  # noqa: E402
+from test_hf_utils import make_bpe_tokenizer  # noqa: E402
+from test_kv_cache_context import FakeContext  # noqa: E402
+
+
+def _randomize(model, *suffixes, std=0.5):
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(suffixes):
+                p.uniform_(-0.5, 0.5) if "norm" in name else p.normal_(0, std)
+
+
+# test id -> (config from the shared token ids, tweak of the random model)
+HYBRID = {
+    # 2 groups of 2 heads, odd conv kernel, chunked scan crosses chunks of 8
+    "mamba2": (lambda ids: transformers.Mamba2Config(
+        **ids, hidden_size=32, num_heads=4, head_dim=16, n_groups=2, state_size=8, conv_kernel=3, expand=2,
+        num_hidden_layers=2, chunk_size=8, initializer_range=0.2),
+        lambda m: _randomize(m, "norm.weight", "norm_f.weight", "dt_bias", "conv1d.bias", "D")),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def tiny(name: str):
+    make, tweak = HYBRID[name]
+    tok = transformers.AutoTokenizer.from_pretrained(make_bpe_tokenizer())
+    cfg = make(dict(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                    pad_token_id=tok.pad_token_id))
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval().float()
+    if tweak is not None:
+        tweak(model)
+    d = tempfile.mkdtemp(prefix=f"libremax-hybrid-{name}-")
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    return d, model, tok
+
+
+@functools.lru_cache(maxsize=None)
+def llm_of(name: str, prefix_caching: bool = True):
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    d, _, _ = tiny(name)
+    return LLM(PipelineConfig(model_path=d, max_length=128, max_batch_size=4, kv_cache_page_size=16,
+                              enable_prefix_caching=prefix_caching))
+
+
+def _free(mgr) -> None:
+    assert mgr.num_free_pages == mgr.total_num_pages
+    assert mgr.state_slots_used == 0
+    mgr.check_invariants()
+
+
+def _steps(llm, model, prompts: dict, n_decode: int = 3, chunk: int | None = None) -> None:
+    """Run ``prompts`` together (prompts in pieces of ``chunk`` tokens: chunked prefill), then decode;
+    every step's last-token logits against transformers."""
+    pm = llm.pipeline.pipeline_model
+    mgr = pm.kv_manager
+    ctxs = [FakeContext(rid, p) for rid, p in prompts.items()]
+    seqs = {rid: list(p) for rid, p in prompts.items()}
+    for c in ctxs:
+        mgr.claim(c.request_id)
+    try:
+        if chunk is not None:  # all but the last piece of each prompt, one piece per step
+            while any(c.active_idx - c.start_idx > chunk for c in ctxs):
+                part = [c for c in ctxs if c.active_idx - c.start_idx > chunk]
+                for c in part:
+                    c.set_token_indices(active_idx=c.start_idx + chunk)
+                pm.execute(pm.prepare_initial_token_inputs(part, mgr.fetch(part)))
+                for c in part:
+                    c.set_token_indices(start_idx=c.active_idx, active_idx=len(seqs[c.request_id]))
+                mgr.step(part)
+        for step in range(n_decode + 1):
+            logits = pm.execute(pm.prepare_initial_token_inputs(ctxs, mgr.fetch(ctxs))).logits.numpy()
+            for b, c in enumerate(ctxs):
+                assert_close(logits[b], hf_next_logits(model, seqs[c.request_id]), f"{c.request_id} step {step}")
+                tok = int(np.argmax(logits[b]))
+                seqs[c.request_id].append(tok)
+                c.tokens[c.end_idx] = tok
+                c.bump_token_indices(start_idx=c.active_idx - c.start_idx, active_idx=1, end_idx=1)
+            mgr.step(ctxs)
+    finally:
+        for c in ctxs:
+            mgr.release(c.request_id)
+    _free(mgr)
+
+
+@pytest.mark.parametrize("family", sorted(HYBRID))
+def test_logits_alone_batched_and_chunked(family):
+    _, model, tok = tiny(family)
+    llm = llm_of(family)
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, len(tok), 21).tolist()
+    b = rng.integers(0, len(tok), 6).tolist()
+    _steps(llm, model, {"a": a})
+    _steps(llm, model, {"a": a, "b": b})
+    _steps(llm, model, {"a": a, "b": b}, n_decode=1, chunk=5)
+
+
+@pytest.mark.parametrize("family", sorted(HYBRID))
+def test_greedy_alone_batched_and_prefix_reuse_off(family):
+    _, model, tok = tiny(family)
+    llm = llm_of(family)
+    mgr = llm.pipeline.kv_managers[0]
+    assert not mgr.params.enable_prefix_caching  # asked for, refused: no K/V reuse without the state
+    assert "recurrent state" in mgr.describe()
+    prompts = ["def forward(self, x): return x + 1; " * 2, "import os"]
+    want = [hf_greedy(model, tok(p)["input_ids"], 10) for p in prompts]
+    assert scheduled_greedy(llm, prompts[:1], 10) == want[:1]
+    assert scheduled_greedy(llm, prompts, 10) == want
+    # the same long prompt again: no prefix-cache hit, identical tokens
+    assert scheduled_greedy(llm, prompts[:1], 10) == want[:1]
+    assert mgr.prefix_cache_hit_tokens == 0
+    _free(mgr)
