@@ -39,6 +39,12 @@ HYBRID = {
         **ids, hidden_size=32, num_heads=4, head_dim=16, n_groups=2, state_size=8, conv_kernel=3, expand=2,
         num_hidden_layers=2, chunk_size=8, initializer_range=0.2),
         lambda m: _randomize(m, "norm.weight", "norm_f.weight", "dt_bias", "conv1d.bias", "D")),
+    # conv, attention (GQA 4/2, per-head q/k norms), conv; kernel 3
+    "lfm2": (lambda ids: transformers.Lfm2Config(
+        **ids, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, layer_types=["conv", "full_attention", "conv"],
+        block_multiple_of=16, initializer_range=0.2),
+        lambda m: _randomize(m, "norm.weight", "layernorm.weight")),
 }
 
 
