@@ -45,6 +45,13 @@ HYBRID = {
         num_key_value_heads=2, max_position_embeddings=256, layer_types=["conv", "full_attention", "conv"],
         block_multiple_of=16, initializer_range=0.2),
         lambda m: _randomize(m, "norm.weight", "layernorm.weight")),
+    # DeltaNet, DeltaNet, attention (GQA 4/2, gated output, partial RoPE); 2 key heads serve 4 value heads
+    "qwen3_5": (lambda ids: transformers.Qwen3_5TextConfig(
+        **ids, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=256, linear_conv_kernel_dim=3,
+        linear_key_head_dim=8, linear_value_head_dim=12, linear_num_key_heads=2, linear_num_value_heads=4,
+        layer_types=["linear_attention", "linear_attention", "full_attention"], initializer_range=0.2),
+        lambda m: _randomize(m, "norm.weight", "layernorm.weight", "dt_bias")),
 }
 
 
