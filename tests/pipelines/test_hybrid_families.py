@@ -52,6 +52,15 @@ HYBRID = {
         linear_key_head_dim=8, linear_value_head_dim=12, linear_num_key_heads=2, linear_num_value_heads=4,
         layer_types=["linear_attention", "linear_attention", "full_attention"], initializer_range=0.2),
         lambda m: _randomize(m, "norm.weight", "layernorm.weight", "dt_bias")),
+    # attention, DeltaNet (fused q|k|v|z layout), DeltaNet; layer 0 dense, 1-2 top-2 of 4 experts + shared
+    "qwen3_next": (lambda ids: transformers.Qwen3NextConfig(
+        **ids, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=256, linear_conv_kernel_dim=4,
+        linear_key_head_dim=8, linear_value_head_dim=12, linear_num_key_heads=2, linear_num_value_heads=4,
+        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+        mlp_only_layers=[0], layer_types=["full_attention", "linear_attention", "linear_attention"],
+        initializer_range=0.2),
+        lambda m: _randomize(m, "norm.weight", "layernorm.weight", "dt_bias")),
 }
 
 
