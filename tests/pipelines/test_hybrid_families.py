@@ -61,6 +61,15 @@ HYBRID = {
         mlp_only_layers=[0], layer_types=["full_attention", "linear_attention", "linear_attention"],
         initializer_range=0.2),
         lambda m: _randomize(m, "norm.weight", "layernorm.weight", "dt_bias")),
+    # mamba, attention (RoPE, GQA), mamba; top-2 of 4 experts + shared MLP; Granite multipliers
+    "granitemoehybrid": (lambda ids: transformers.GraniteMoeHybridConfig(
+        **ids, hidden_size=64, intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, num_local_experts=4, num_experts_per_tok=2,
+        shared_intermediate_size=48, layer_types=["mamba", "attention", "mamba"], mamba_n_heads=4,
+        mamba_n_groups=2, mamba_d_state=8, mamba_d_conv=3, mamba_expand=2, mamba_chunk_size=8,
+        position_embedding_type="rope", embedding_multiplier=2.0, residual_multiplier=0.5,
+        attention_multiplier=0.2, logits_scaling=3.0, initializer_range=0.2),
+        lambda m: _randomize(m, "norm.weight", "layernorm.weight", "dt_bias", "conv1d.bias", "D")),
 }
 
 

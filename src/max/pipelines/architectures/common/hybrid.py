@@ -171,30 +171,34 @@ class AttentionMixer(Module):
 class HybridLayer(Module):
     """``h = x + mixer(norm(x))`` (``residual`` scales the branch), then ``h + mlp(ffn_norm(h))`` when the
     layer has an MLP.  ``names``: attribute names of (norm, mixer, ffn_norm, mlp) in the checkpoint;
-    a mixer that is an :class:`AttentionMixer` is stored as its attention module under the mixer name."""
+    a mixer that is an :class:`AttentionMixer` is stored as its attention module under the mixer name.
+    ``mlp`` may be a tuple of modules (their outputs summed; ``names[3]`` a tuple of their names:
+    Granite 4's experts plus shared MLP)."""
 
-    def __init__(self, names: tuple[str, str, str | None, str | None], norm: Module, mixer: Module,
-                 ffn_norm: Module | None = None, mlp: Module | None = None, residual: float = 1.0) -> None:
+    def __init__(self, names: tuple, norm: Module, mixer: Module, ffn_norm: Module | None = None,
+                 mlp: Module | tuple | None = None, residual: float = 1.0) -> None:
         super().__init__()
-        self._names = names
         setattr(self, names[0], norm)
-        if isinstance(mixer, AttentionMixer):
-            setattr(self, names[1], mixer.attn)
-            object.__setattr__(self, "_mixer", mixer)
-        else:
-            setattr(self, names[1], mixer)
-            object.__setattr__(self, "_mixer", mixer)
-        if mlp is not None:
+        setattr(self, names[1], mixer.attn if isinstance(mixer, AttentionMixer) else mixer)
+        object.__setattr__(self, "_mixer", mixer)
+        mlps = () if mlp is None else (mlp if isinstance(mlp, tuple) else (mlp,))
+        mlp_names = names[3] if isinstance(names[3], tuple) else (names[3],)
+        if mlps:
             setattr(self, names[2], ffn_norm)
-            setattr(self, names[3], mlp)
-        self._has_mlp = mlp is not None
+            for n, m in zip(mlp_names, mlps):
+                setattr(self, n, m)
+        self._names = (names[0], names[1], names[2], mlp_names[:len(mlps)])
         self.residual = residual
 
     def __call__(self, layer_idx: Any, x: TensorValue, coll: Any, freqs: Any, offsets: TensorValue) -> TensorValue:
         a = self._mixer(getattr(self, self._names[0])(x), coll, offsets)
         h = x + (a * self.residual if self.residual != 1.0 else a)
-        if self._has_mlp:
-            m = getattr(self, self._names[3])(getattr(self, self._names[2])(h))
+        if self._names[3]:
+            n = getattr(self, self._names[2])(h)
+            outs = [getattr(self, name)(n) for name in self._names[3]]
+            m = outs[0]
+            for o in outs[1:]:
+                m = m + o
             h = h + (m * self.residual if self.residual != 1.0 else m)
         return h
 
