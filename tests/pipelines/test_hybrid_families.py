@@ -70,6 +70,15 @@ HYBRID = {
         position_embedding_type="rope", embedding_multiplier=2.0, residual_multiplier=0.5,
         attention_multiplier=0.2, logits_scaling=3.0, initializer_range=0.2),
         lambda m: _randomize(m, "norm.weight", "layernorm.weight", "dt_bias", "conv1d.bias", "D")),
+    # parallel Mamba-2 + attention in each layer, every µP multiplier away from 1, gated-norm variant
+    "falcon_h1": (lambda ids: transformers.FalconH1Config(
+        **ids, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, mamba_d_ssm=96, mamba_n_heads=4, mamba_n_groups=2,
+        mamba_d_state=8, mamba_d_conv=3, mamba_chunk_size=8, mamba_rms_norm=True, mamba_norm_before_gate=True,
+        embedding_multiplier=1.5, lm_head_multiplier=0.5, mlp_multipliers=[0.7, 1.3], key_multiplier=0.8,
+        attention_in_multiplier=1.2, attention_out_multiplier=0.9, ssm_multipliers=[0.5, 1.5, 0.8, 1.2, 0.9],
+        ssm_in_multiplier=1.1, ssm_out_multiplier=0.6, initializer_range=0.2),
+        lambda m: _randomize(m, "norm.weight", "layernorm.weight", "dt_bias", "conv1d.bias", "D")),
 }
 
 

@@ -78,19 +78,22 @@ class GatedGroupRMSNorm(Module):
     """Mamba-2's gated norm: ``y = x * silu(gate)``, RMS-normalised over groups of ``dim / groups``
     channels, times ``weight`` (computed in float32)."""
 
-    def __init__(self, dim: int, groups: int, eps: float, dtype: DType) -> None:
+    def __init__(self, dim: int, groups: int, eps: float, dtype: DType, norm_before_gate: bool = False) -> None:
         super().__init__()
-        self.dim, self.groups, self.eps = dim, groups, eps
+        self.dim, self.groups, self.eps, self.norm_before_gate = dim, groups, eps, norm_before_gate
         self.weight = Weight("weight", dtype, [dim], DeviceRef.CPU())
 
     def __call__(self, x: TensorValue, gate: TensorValue | None) -> TensorValue:
         dt = x.dtype
         h = x.cast(DType.float32)
-        if gate is not None:
+        if gate is not None and not self.norm_before_gate:
             h = h * ops.silu(gate.cast(DType.float32))
         T = h.shape[0]
         g = ops.reshape(h, [T, self.groups, self.dim // self.groups])
         g = g * ops.rsqrt(ops.mean(g * g, axis=-1) + self.eps)
+        if self.norm_before_gate:  # Falcon-H1: weight and gate after the norm, in float32
+            y = ops.reshape(g, [T, self.dim]) * self.weight.to(x.device).cast(DType.float32)
+            return (y * ops.silu(gate.cast(DType.float32)) if gate is not None else y).cast(dt)
         return ops.reshape(g, [T, self.dim]).cast(dt) * self.weight.to(x.device).cast(dt)
 
 
@@ -106,7 +109,8 @@ class Mamba2Mixer(Module):
     causal conv + SiLU on xBC; SSD scan of x with ``dt = clamp(softplus(dt + dt_bias))``, ``A =
     -exp(A_log)``, ``D`` skip; gated group RMSNorm; ``out_proj``.  ``m`` holds the sizes (``heads``,
     ``head_dim``, ``groups``, ``state``, ``kernel``, ``inner``, ``eps``, ``chunk``, ``bias``,
-    ``conv_bias``, ``dt_limit``)."""
+    ``conv_bias``, ``dt_limit``; optionally ``rms_norm`` (False: the scan output is only gated by
+    ``silu(gate)``), ``norm_before_gate`` and ``out_bias``: Falcon-H1)."""
 
     def __init__(self, prefix: str, layer: int, hidden: int, factory: WeightFactory, m: SimpleNamespace) -> None:
         super().__init__()
@@ -122,8 +126,10 @@ class Mamba2Mixer(Module):
         self.dt_bias = Weight("dt_bias", factory.dtype, [H], factory.device)
         self.A_log = Weight("A_log", factory.dtype, [H], factory.device)
         self.D = Weight("D", factory.dtype, [H], factory.device)
-        self.norm = GatedGroupRMSNorm(I, G, m.eps, factory.dtype)
-        self.out_proj = factory.linear(f"{prefix}.out_proj", I, hidden, m.bias)
+        self.has_norm = getattr(m, "rms_norm", True)
+        if self.has_norm:
+            self.norm = GatedGroupRMSNorm(I, G, m.eps, factory.dtype, getattr(m, "norm_before_gate", False))
+        self.out_proj = factory.linear(f"{prefix}.out_proj", I, hidden, getattr(m, "out_bias", m.bias))
 
     def __call__(self, x: TensorValue, coll: HybridCollection, offsets: TensorValue) -> TensorValue:
         m = self.m
@@ -149,7 +155,8 @@ class Mamba2Mixer(Module):
         A = -ops.exp(self.A_log.cast(f32))
         y = ops.selective_scan(xs.cast(f32), dt, A, B.cast(f32), C.cast(f32), coll.states[f"layers.{self.layer}.ssm"],
                                coll.slots, offsets, D=self.D.cast(f32), chunk_size=m.chunk)
-        y = self.norm(ops.reshape(y, [T, I]), gate)
+        y = ops.reshape(y, [T, I])
+        y = self.norm(y, gate) if self.has_norm else y * ops.silu(gate.cast(f32))
         return self.out_proj(y.cast(x.dtype))
 
 
