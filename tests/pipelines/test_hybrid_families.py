@@ -175,3 +175,40 @@ def test_greedy_alone_batched_and_prefix_reuse_off(family):
     assert scheduled_greedy(llm, prompts[:1], 10) == want[:1]
     assert mgr.prefix_cache_hit_tokens == 0
     _free(mgr)
+
+
+def test_scheduler_chunked_prefill_and_soak_leave_no_slot_in_use():
+    """Prompts longer than the scheduler's prefill chunk are fed in pieces (the state carries over); 200
+    short requests through a batch of 4 leave every slot and page free."""
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    d, model, tok = tiny("lfm2")
+    llm = LLM(PipelineConfig(model_path=d, max_length=128, max_batch_size=4, kv_cache_page_size=16,
+                             prefill_chunk_size=8))
+    prompts = ["def forward(self, x): return x + 1; " * 2, "import os"]
+    assert scheduled_greedy(llm, prompts, 6) == [hf_greedy(model, tok(p)["input_ids"], 6) for p in prompts]
+    rng = np.random.default_rng(5)
+    words = ["a", "b", "x", "def", "os", "self", "1", "+"]
+    soak = [" ".join(rng.choice(words, int(rng.integers(1, 12)))) for _ in range(200)]
+    out = scheduled_greedy(llm, soak, 2)
+    assert all(len(o) == 2 for o in out)
+    assert out[0] == scheduled_greedy(llm, soak[:1], 2)[0]
+    _free(llm.pipeline.kv_managers[0])
+
+
+def test_tensor_parallel_and_lora_refused_before_model_work(monkeypatch):
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    d, _, _ = tiny("lfm2")
+
+    def boom(*a, **k):
+        raise AssertionError("model work started")
+
+    monkeypatch.setattr("max.nn.kv_cache.HybridKVCacheManager", boom)
+    with pytest.raises(NotImplementedError, match="tensor parallelism is not supported"):
+        LLM(PipelineConfig(model_path=d, devices="cpu:0,1", max_length=128, max_batch_size=4))
+    with pytest.raises(NotImplementedError, match="LoRA adapters are not supported for models with recurrent"):
+        LLM(PipelineConfig(model_path=d, max_length=128, max_batch_size=4, enable_lora=True, max_lora_rank=8,
+                           max_num_loras=1))
