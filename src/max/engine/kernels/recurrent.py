@@ -4,7 +4,9 @@ Each reads request ``b``'s state from ``state[slots[b]]`` and writes the state a
 back.  A step where every request has exactly one token (decode) runs the recurrent form batched over
 requests; otherwise each request's tokens run through the chunked form (``chunk_size`` tokens at a
 time: the within-chunk part as dense products, the state carried between chunks).  Half-precision
-inputs are computed in float32.
+inputs are computed in float32.  Slots are gathered and written back with ``index_select`` /
+``index_copy_`` (advanced indexing opens a thread-parallel region even for a few kilobytes, which costs
+milliseconds on a busy host).
 """
 
 from __future__ import annotations
@@ -54,9 +56,9 @@ def causal_conv1d(x: torch.Tensor, w: torch.Tensor, state: torch.Tensor, slots: 
     bias = rest[0].to(ct) if has_bias else None
     y = torch.empty(x.shape, dtype=ct, device=x.device)
     if decode:
-        xp = torch.cat([state[sl].to(ct), x.to(ct)[:, :, None]], -1)  # [B, C, K]
+        xp = torch.cat([state.index_select(0, sl).to(ct), x.to(ct)[:, :, None]], -1)  # [B, C, K]
         y = (xp * wc).sum(-1)
-        state[sl] = xp[:, :, 1:].to(state.dtype)
+        state.index_copy_(0, sl, xp[:, :, 1:].to(state.dtype))
     else:
         for b, (lo, hi) in enumerate(spans):
             if hi == lo:
@@ -90,10 +92,10 @@ def selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
     Bh, Ch = _heads(B.to(ct), H), _heads(C.to(ct), H)  # [T, H, N]
     y = torch.zeros((T, H, P), dtype=ct, device=x.device)
     if decode:
-        h = state[sl].to(ct)  # [B, H, P, N]
+        h = state.index_select(0, sl).to(ct)  # [B, H, P, N]
         h = h * torch.exp(dtc * Ac)[:, :, None, None] + (dtc[:, :, None] * xc)[..., None] * Bh[:, :, None, :]
         y = torch.einsum("bhpn,bhn->bhp", h, Ch)
-        state[sl] = h.to(state.dtype)
+        state.index_copy_(0, sl, h.to(state.dtype))
     else:
         for b, (lo, hi) in enumerate(spans):
             if hi == lo:
@@ -126,11 +128,11 @@ def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
     T, H, V = vc.shape
     o = torch.zeros((T, H, V), dtype=ct, device=v.device)
     if decode:
-        S = state[sl].to(ct) * torch.exp(gc)[:, :, None, None]  # [B, H, K, V]
+        S = state.index_select(0, sl).to(ct) * torch.exp(gc)[:, :, None, None]  # [B, H, K, V]
         delta = (vc - torch.einsum("bhkv,bhk->bhv", S, kc)) * bc[:, :, None]
         S = S + kc[..., None] * delta[:, :, None, :]
         o = torch.einsum("bhkv,bhk->bhv", S, qc)
-        state[sl] = S.to(state.dtype)
+        state.index_copy_(0, sl, S.to(state.dtype))
         return o.to(v.dtype)
     for b, (lo, hi) in enumerate(spans):
         if hi == lo:
