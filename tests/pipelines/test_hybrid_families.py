@@ -212,3 +212,29 @@ def test_tensor_parallel_and_lora_refused_before_model_work(monkeypatch):
     with pytest.raises(NotImplementedError, match="LoRA adapters are not supported for models with recurrent"):
         LLM(PipelineConfig(model_path=d, max_length=128, max_batch_size=4, enable_lora=True, max_lora_rank=8,
                            max_num_loras=1))
+
+
+def test_echo_logits_of_every_prompt_position():
+    """``enable_echo``: the logits of every position of a ragged batch, against transformers."""
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    d, model, tok = tiny("qwen3_5")
+    llm = LLM(PipelineConfig(model_path=d, max_length=128, max_batch_size=4, kv_cache_page_size=16,
+                             enable_echo=True))
+    pm = llm.pipeline.pipeline_model
+    mgr = pm.kv_manager
+    rng = np.random.default_rng(2)
+    prompts = {"a": rng.integers(0, len(tok), 9).tolist(), "b": rng.integers(0, len(tok), 4).tolist()}
+    ctxs = [FakeContext(r, p) for r, p in prompts.items()]
+    for c in ctxs:
+        mgr.claim(c.request_id)
+    logits = pm.execute(pm.prepare_initial_token_inputs(ctxs, mgr.fetch(ctxs))).logits.numpy()
+    for c in ctxs:
+        mgr.release(c.request_id)
+    assert logits.shape[0] == 13
+    with torch.no_grad():
+        ref = np.concatenate([model(torch.tensor([p])).logits[0].double().numpy() for p in prompts.values()])
+    for i in range(13):
+        assert_close(logits[i], ref[i], f"position {i}")
+    _free(mgr)

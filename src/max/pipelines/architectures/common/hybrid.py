@@ -24,6 +24,7 @@ from max.dtype import DType
 from max.graph import BufferValue, DeviceRef, TensorValue, Weight, ops
 from max.nn.kv_cache import FetchPagedKVCacheCollection, KVCacheParams, PagedKVCacheCollection, StateSpec
 from max.nn.layer import Module
+from max.nn.transformer import ReturnLogits
 from max.pipelines.architectures.common.config import DecoderConfig
 from max.pipelines.architectures.common.layers import DecoderAttention, rms_norm
 from max.pipelines.architectures.common.model import DecoderPipelineModel
@@ -211,7 +212,8 @@ class HybridLayer(Module):
 
 
 class HybridDecoder(Module):
-    """Embedding -> layers -> final RMSNorm -> ``lm_head``: float32 logits of each request's last token.
+    """Embedding -> layers -> final RMSNorm -> ``lm_head``: float32 logits of each request's last token
+    (of every token with ``return_logits = ReturnLogits.ALL``).
 
     Called like :class:`max.nn.transformer.Transformer` (``tokens, cache inputs, return_n_logits,
     input_row_offsets``); the embedding and final norm sit under the checkpoint's names."""
@@ -228,6 +230,8 @@ class HybridDecoder(Module):
         self.lm_head = lm_head
         self.embedding_multiplier = cfg.embedding_multiplier
         self.logits_scaling = cfg.logits_scaling
+        self.return_logits = ReturnLogits.LAST_TOKEN
+        """``ALL``: every position's logits (``PipelineConfig.enable_echo``)."""
         object.__setattr__(self, "_collection", collection)
 
     def __call__(self, tokens: Any, kv_cache_inputs: Sequence[Any], return_n_logits: Any,
@@ -241,8 +245,13 @@ class HybridDecoder(Module):
         offsets = input_row_offsets.tensor if hasattr(input_row_offsets, "tensor") else input_row_offsets
         for i, layer in enumerate(self.layers):
             h = layer(i, h, coll, None, offsets)
-        h = ops.gather(h, offsets.cast(DType.int64)[1:] - 1, axis=0)
-        return (finish_logits(self.lm_head(getattr(self, self._names[1])(h)), self.logits_scaling),)
+        mode = ReturnLogits(self.return_logits)
+        if mode is ReturnLogits.VARIABLE:
+            raise NotImplementedError("hybrid decoders: ReturnLogits.VARIABLE is not supported")
+        if mode is ReturnLogits.LAST_TOKEN:
+            h = ops.gather(h, offsets.cast(DType.int64)[1:] - 1, axis=0)
+        logits = finish_logits(self.lm_head(getattr(self, self._names[1])(h)), self.logits_scaling)
+        return (logits,) if mode is ReturnLogits.LAST_TOKEN else (logits, offsets)
 
 
 def build_hybrid(cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams, layers: list[Module],
