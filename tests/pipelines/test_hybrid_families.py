@@ -238,3 +238,32 @@ def test_echo_logits_of_every_prompt_position():
     for i in range(13):
         assert_close(logits[i], ref[i], f"position {i}")
     _free(mgr)
+
+
+@pytest.mark.parametrize("family", ["mamba2", "qwen3_5"])
+def test_bfloat16_weights_stay_close_to_float32_transformers(family):
+    """bfloat16 compute (state kept in float32): prefill + 2 decode steps within 2% of the logit range."""
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    d, model, tok = tiny(family)
+    llm = LLM(PipelineConfig(model_path=d, max_length=128, max_batch_size=4, kv_cache_page_size=16,
+                             quantization_encoding="bfloat16",
+                             allow_safetensors_weights_fp32_bf6_bidirectional_cast=True))
+    pm = llm.pipeline.pipeline_model
+    mgr = pm.kv_manager
+    p = np.random.default_rng(0).integers(0, len(tok), 21).tolist()
+    c = FakeContext("a", p)
+    mgr.claim("a")
+    try:
+        for step in range(3):
+            lg = pm.execute(pm.prepare_initial_token_inputs([c], mgr.fetch([c]))).logits.numpy()[0]
+            ref = hf_next_logits(model, p)
+            assert np.abs(lg - ref).max() <= 2e-2 * (ref.max() - ref.min()), f"step {step}"
+            t = int(np.argmax(ref))
+            p.append(t)
+            c.tokens[c.end_idx] = t
+            c.bump_token_indices(start_idx=c.active_idx - c.start_idx, active_idx=1, end_idx=1)
+    finally:
+        mgr.release("a")
+    _free(mgr)
