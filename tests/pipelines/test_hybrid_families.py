@@ -267,3 +267,70 @@ def test_bfloat16_weights_stay_close_to_float32_transformers(family):
     finally:
         mgr.release("a")
     _free(mgr)
+
+
+_LFM2_GGUF = {"operator_norm": "attn_norm", "ffn_norm": "ffn_norm", "feed_forward.w1": "ffn_gate",
+              "feed_forward.w3": "ffn_up", "feed_forward.w2": "ffn_down", "conv.conv": "shortconv.conv",
+              "conv.in_proj": "shortconv.in_proj", "conv.out_proj": "shortconv.out_proj",
+              "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+              "self_attn.out_proj": "attn_output", "self_attn.q_layernorm": "attn_q_norm",
+              "self_attn.k_layernorm": "attn_k_norm"}
+
+
+def test_lfm2_gguf_copy_matches_transformers(tmp_path):
+    """The tiny LFM2 written as llama.cpp's converter names it (``shortconv.*`` with ``[hidden, L]`` conv
+    weights, per-layer ``head_count_kv`` marking the attention layers, ``token_embd_norm``) loads through
+    the GGUF translation and gives transformers' logits."""
+    import json
+
+    gguf = pytest.importorskip("gguf")
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+    from max.pipelines.architectures.lfm2.config import ffn_size
+
+    _, model, tok = tiny("lfm2")
+    cfg = model.config
+    path = str(tmp_path / "tiny-lfm2.gguf")
+    w = gguf.GGUFWriter(path, "lfm2")
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(ffn_size(cfg.to_dict()))
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_array("lfm2.attention.head_count_kv",
+                [cfg.num_key_value_heads if t == "full_attention" else 0 for t in cfg.layer_types])
+    w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
+    w.add_layer_norm_rms_eps(cfg.norm_eps)
+    w.add_vocab_size(cfg.vocab_size)
+    w.add_uint32("lfm2.shortconv.l_cache", cfg.conv_L_cache)
+    tj = json.loads(tok.backend_tokenizer.to_str())
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list([t for t, _ in sorted(tj["model"]["vocab"].items(), key=lambda kv: kv[1])])
+    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]])
+    w.add_bos_token_id(tok.bos_token_id)
+    w.add_eos_token_id(tok.eos_token_id)
+    for k, v in model.state_dict().items():
+        a = v.detach().float().numpy().copy()
+        if k == "lm_head.weight":
+            continue  # tied
+        if k == "model.embed_tokens.weight":
+            name = "token_embd.weight"
+        elif k == "model.embedding_norm.weight":
+            name = "token_embd_norm.weight"
+        else:
+            _, _, i, rest = k.split(".", 3)
+            mod, leaf = rest.rsplit(".", 1)
+            name = f"blk.{i}.{_LFM2_GGUF[mod]}.{leaf}"
+            if mod == "conv.conv":
+                a = a.squeeze(1)
+        w.add_tensor(name, a.astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    llm = LLM(PipelineConfig(model_path=path, max_length=128, max_batch_size=4, kv_cache_page_size=16))
+    assert llm.pipeline_config.model_config.architectures == ["Lfm2ForCausalLM"]
+    rng = np.random.default_rng(1)
+    _steps(llm, model, {"a": rng.integers(0, len(tok), 20).tolist(), "b": rng.integers(0, len(tok), 5).tolist()},
+           n_decode=2)

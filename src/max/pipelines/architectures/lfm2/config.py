@@ -1,8 +1,23 @@
-"""LFM2 configuration from a Hugging Face ``config.json`` (``transformers.Lfm2Config``)."""
+"""LFM2 configuration from a Hugging Face ``config.json`` (``transformers.Lfm2Config``) or GGUF metadata."""
 
 from __future__ import annotations
 
-from max.pipelines.architectures.common.config import DecoderConfig, hf_common
+from typing import Any
+
+from max.pipelines.architectures.common.config import (
+    DecoderConfig,
+    gguf_hf_config,
+    hf_common,
+    rope_defaults,
+    with_defaults,
+)
+
+HF_DEFAULTS: dict[str, Any] = dict(
+    vocab_size=65536, hidden_size=2560, intermediate_size=12288, num_hidden_layers=32, num_attention_heads=32,
+    num_key_value_heads=8, max_position_embeddings=128000, norm_eps=1e-5, pad_token_id=0, bos_token_id=1,
+    eos_token_id=2, tie_word_embeddings=True, conv_bias=False, conv_L_cache=3, block_multiple_of=256,
+    block_ffn_dim_multiplier=1.0, block_auto_adjust_ff_dim=True)
+"""``transformers.Lfm2Config``'s defaults (what a GGUF file lacks); RoPE base 10000."""
 
 
 def ffn_size(hf: dict) -> int:
@@ -35,3 +50,30 @@ def config_from_hf(hf: dict) -> DecoderConfig:
     c.update(qk_norm="head", extra={"layer_types": list(types), "conv_kernel": int(hf.get("conv_L_cache", 3)),
                                     "conv_bias": bool(hf.get("conv_bias", False))})
     return DecoderConfig(**c)
+
+
+def config_from_gguf(meta: Any, *, defaults: bool = True) -> dict:
+    """The ``Lfm2Config`` dict of an ``lfm2`` GGUF file (``defaults=False``: only the keys it has).
+
+    llama.cpp stores ``attention.head_count_kv`` per layer (0 for the convolution layers): the attention
+    layers are those with KV heads; ``feed_forward_length`` is the feed-forward width itself."""
+    g = meta.arch_get
+    kv = g("attention.head_count_kv")
+    per_layer = [int(v) for v in kv] if kv is not None and hasattr(kv, "__len__") else None
+    if per_layer is not None:
+        meta.fields[f"{meta.architecture}.attention.head_count_kv"] = max(per_layer)
+    try:
+        d = gguf_hf_config(meta, "lfm2", "Lfm2ForCausalLM")
+    finally:
+        if per_layer is not None:
+            meta.fields[f"{meta.architecture}.attention.head_count_kv"] = kv
+    if "rms_norm_eps" in d:
+        d["norm_eps"] = d.pop("rms_norm_eps")
+    d["block_auto_adjust_ff_dim"] = False
+    d.pop("head_dim", None)
+    if per_layer is not None:
+        d["full_attn_idxs"] = [i for i, n in enumerate(per_layer) if n > 0]
+        d["layer_types"] = ["full_attention" if n > 0 else "conv" for n in per_layer]
+    if g("shortconv.l_cache") is not None:
+        d["conv_L_cache"] = int(g("shortconv.l_cache"))
+    return rope_defaults(with_defaults(d, HF_DEFAULTS)) if defaults else d
