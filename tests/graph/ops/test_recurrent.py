@@ -255,3 +255,65 @@ def test_run_time_slot_errors():
     with pytest.raises(Exception, match="out of range"):
         _run(lambda s, *a: ops.causal_conv1d(a[0], a[1], s, a[2], a[3]), types,
              [x, np.ones((3, 2), np.float32), np.array([2], np.int64), np.array([0, 2], np.uint32)], state)
+
+
+# ---------------------------------------------------------------- native decode kernels, every ISA variant
+def _isas():
+    from max.engine import native
+    from max.engine.native import build
+
+    if native.lib() is None:  # pragma: no cover - no C compiler
+        return [pytest.param("none", marks=pytest.mark.skip(reason="native kernels unavailable"))]
+    return [pytest.param(v, marks=pytest.mark.skipif(v not in native.runnable(), reason=f"cannot execute {v}"))
+            for v, (arch, _, _) in build.VARIANTS.items() if build._arch_matches(arch)]
+
+
+@pytest.mark.parametrize("isa", _isas())
+def test_native_decode_kernels_match_reference(isa):
+    """lmx_conv1d_decode / lmx_ssd_decode / lmx_gdr_decode (one token per request, slots updated in place)
+    against the float64 sequential references, in every ISA variant this CPU runs."""
+    from max.engine import native
+
+    so = native.lib(isa)
+    rng = np.random.default_rng(7)
+    slots = np.array([4, 0, 2], np.int64)
+    B, S = 3, 5
+    lens = [1] * B
+    f32 = np.float32
+    # conv: 19 channels, kernel 4, silu and bias
+    x, w, b = rng.standard_normal((B, 19)).astype(f32), rng.standard_normal((19, 4)).astype(f32), \
+        rng.standard_normal(19).astype(f32)
+    st0 = rng.standard_normal((S, 19, 3)).astype(f32)
+    st1, y = st0.copy(), np.empty((B, 19), f32)
+    assert so.lmx_conv1d_decode(B, 19, 4, x.ctypes.data, 19, w.ctypes.data, b.ctypes.data, st1.ctypes.data,
+                                slots.ctypes.data, 19 * 3, 1, y.ctypes.data) == 0
+    ry, rs = conv_ref(x, w, b, st0, slots, lens, True)
+    np.testing.assert_allclose(y, ry, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(st1, rs, rtol=1e-6, atol=1e-6)
+    # SSD: 4 heads in 2 groups, head_dim 5, state 19 (a tail after the 8-wide partial sums)
+    H, P, G, N = 4, 5, 2, 19
+    x = rng.standard_normal((B, H, P)).astype(f32)
+    dt, A = rng.uniform(0.05, 1, (B, H)).astype(f32), -rng.uniform(0.1, 2, H).astype(f32)
+    Bm, Cm, D = (rng.standard_normal(s).astype(f32) for s in ((B, G, N), (B, G, N), H))
+    st0 = rng.standard_normal((S, H, P, N)).astype(f32)
+    st1, y = st0.copy(), np.empty((B, H, P), f32)
+    assert so.lmx_ssd_decode(B, H, P, G, N, x.ctypes.data, dt.ctypes.data, A.ctypes.data, Bm.ctypes.data,
+                             Cm.ctypes.data, D.ctypes.data, st1.ctypes.data, slots.ctypes.data, H * P * N,
+                             y.ctypes.data) == 0
+    ry, rs = ssd_ref(x, dt, A, Bm, Cm, D, st0, slots, lens)
+    np.testing.assert_allclose(y, ry, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(st1, rs, rtol=1e-5, atol=1e-5)
+    # gated delta rule: 3 heads, K 6, V 11
+    H, K, V = 3, 6, 11
+    q = rng.standard_normal((B, H, K)).astype(f32)
+    k = rng.standard_normal((B, H, K))
+    k = (k / np.linalg.norm(k, axis=-1, keepdims=True)).astype(f32)
+    v = rng.standard_normal((B, H, V)).astype(f32)
+    g, beta = -rng.uniform(0, 2, (B, H)).astype(f32), rng.uniform(0, 1, (B, H)).astype(f32)
+    st0 = rng.standard_normal((S, H, K, V)).astype(f32)
+    st1, o = st0.copy(), np.empty((B, H, V), f32)
+    assert so.lmx_gdr_decode(B, H, K, V, q.ctypes.data, k.ctypes.data, v.ctypes.data, g.ctypes.data,
+                             beta.ctypes.data, st1.ctypes.data, slots.ctypes.data, H * K * V, o.ctypes.data) == 0
+    ro, rs = gdr_ref(q, k, v, g, beta, st0, slots, lens)
+    np.testing.assert_allclose(o, ro, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(st1, rs, rtol=1e-5, atol=1e-5)

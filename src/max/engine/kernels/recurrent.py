@@ -1,5 +1,8 @@
 """Kernels for ``max.graph.ops.recurrent``: ``causal_conv1d``, ``selective_scan``, ``gated_delta_rule``.
 
+Decode steps on float32 CPU tensors run the native kernels (``csrc/recurrent.c``: the slot updated in
+place in one pass); everything else runs the torch code below.
+
 Each reads request ``b``'s state from ``state[slots[b]]`` and writes the state after its last token
 back.  A step where every request has exactly one token (decode) runs the recurrent form batched over
 requests; otherwise each request's tokens run through the chunked form (``chunk_size`` tokens at a
@@ -17,6 +20,25 @@ import torch.nn.functional as F
 from max.engine.kernels import kernel
 
 _WIDE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def _native(state: torch.Tensor, *ts: torch.Tensor):
+    """The native library when a decode step can run there (CPU, float32, contiguous state), else None."""
+    if state.device.type != "cpu" or state.dtype != torch.float32 or not state.is_contiguous():
+        return None
+    if any(t is not None and t.dtype != torch.float32 for t in ts):
+        return None
+    from max.engine import native
+
+    return native.lib()
+
+
+def _c(t: torch.Tensor) -> torch.Tensor:
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _slot_stride(state: torch.Tensor) -> int:
+    return state[0].numel() if state.shape[0] else 0
 
 
 def _layout(op: str, slots: torch.Tensor, offsets: torch.Tensor, n_slots: int, n_tokens: int) -> tuple:
@@ -55,6 +77,16 @@ def causal_conv1d(x: torch.Tensor, w: torch.Tensor, state: torch.Tensor, slots: 
     wc = w.to(ct)
     bias = rest[0].to(ct) if has_bias else None
     y = torch.empty(x.shape, dtype=ct, device=x.device)
+    so = _native(state, x, w, bias) if decode else None
+    if so is not None:
+        xc, wc32 = _c(x), _c(w)
+        sl = _c(sl)
+        rc = so.lmx_conv1d_decode(sl.shape[0], x.shape[1], K, xc.data_ptr(), xc.stride(0), wc32.data_ptr(),
+                                  0 if bias is None else _c(bias).data_ptr(), state.data_ptr(), sl.data_ptr(),
+                                  _slot_stride(state), int(silu), y.data_ptr())
+        if rc != 0:
+            raise RuntimeError(f"causal_conv1d: native kernel failed with code {rc}")
+        return y
     if decode:
         xp = torch.cat([state.index_select(0, sl).to(ct), x.to(ct)[:, :, None]], -1)  # [B, C, K]
         y = (xp * wc).sum(-1)
@@ -91,6 +123,17 @@ def selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
     xc, dtc, Ac = x.to(ct), dt.to(ct), A.to(ct)
     Bh, Ch = _heads(B.to(ct), H), _heads(C.to(ct), H)  # [T, H, N]
     y = torch.zeros((T, H, P), dtype=ct, device=x.device)
+    D = rest[0] if has_d else None
+    so = _native(state, x, dt, A, B, C, D) if decode else None
+    if so is not None:
+        xs, ds, As, Bs, Cs = (_c(t) for t in (x, dt, A, B, C))
+        sl = _c(sl)
+        rc = so.lmx_ssd_decode(T, H, P, B.shape[1], B.shape[2], xs.data_ptr(), ds.data_ptr(), As.data_ptr(),
+                               Bs.data_ptr(), Cs.data_ptr(), 0 if D is None else _c(D).data_ptr(), state.data_ptr(),
+                               sl.data_ptr(), _slot_stride(state), y.data_ptr())
+        if rc != 0:
+            raise RuntimeError(f"selective_scan: native kernel failed with code {rc}")
+        return y
     if decode:
         h = state.index_select(0, sl).to(ct)  # [B, H, P, N]
         h = h * torch.exp(dtc * Ac)[:, :, None, None] + (dtc[:, :, None] * xc)[..., None] * Bh[:, :, None, :]
@@ -127,6 +170,15 @@ def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
     qc, kc, vc, gc, bc = (t.to(ct) for t in (q, k, v, g, beta))
     T, H, V = vc.shape
     o = torch.zeros((T, H, V), dtype=ct, device=v.device)
+    so = _native(state, q, k, v, g, beta) if decode else None
+    if so is not None:
+        qs, ks, vs, gs, bs = (_c(t) for t in (q, k, v, g, beta))
+        sl = _c(sl)
+        rc = so.lmx_gdr_decode(T, H, q.shape[2], V, qs.data_ptr(), ks.data_ptr(), vs.data_ptr(), gs.data_ptr(),
+                               bs.data_ptr(), state.data_ptr(), sl.data_ptr(), _slot_stride(state), o.data_ptr())
+        if rc != 0:
+            raise RuntimeError(f"gated_delta_rule: native kernel failed with code {rc}")
+        return o
     if decode:
         S = state.index_select(0, sl).to(ct) * torch.exp(gc)[:, :, None, None]  # [B, H, K, V]
         delta = (vc - torch.einsum("bhkv,bhk->bhv", S, kc)) * bc[:, :, None]
