@@ -289,6 +289,17 @@ class HybridPipelineModel(DecoderPipelineModel):
             return 1, 1
         return cfg.num_key_value_heads, cfg.head_dim
 
+    attention_free_max_length = 16384
+    """``max_length`` of a model without attention layers when none is given (it has no position limit,
+    but its placeholder page pool is sized by ``max_length``)."""
+
+    @classmethod
+    def calculate_max_seq_len(cls, pipeline_config: Any, huggingface_config: Any) -> int:
+        cfg = cls.decoder_config(pipeline_config)
+        if not cls.attention_layers(cfg) and getattr(pipeline_config, "max_length", None) is None:
+            return min(cfg.max_position_embeddings, cls.attention_free_max_length)
+        return super().calculate_max_seq_len(pipeline_config, huggingface_config)
+
     def __init__(self, pipeline_config: Any, *args: Any, **kw: Any) -> None:
         if getattr(pipeline_config, "lora_config", None) is not None:
             arch = (getattr(pipeline_config.model_config, "architectures", None) or [type(self).__name__])[0]
