@@ -1,12 +1,13 @@
 """Kernels for ``max.graph.ops.recurrent``: ``causal_conv1d``, ``selective_scan``, ``gated_delta_rule``.
 
-Decode steps on float32 CPU tensors run the native kernels (``csrc/recurrent.c``: the slot updated in
-place in one pass); everything else runs the torch code below.
+Requests with one token this step (decode) run together through the recurrent form -- on float32 CPU
+tensors the native kernels (``csrc/recurrent.c``: each slot updated in place in one pass), else torch --
+and the others (prefill, chunks of a prompt) one by one through the chunked form, so a step mixing
+prefill and decode requests keeps the decode rows batched.
 
 Each reads request ``b``'s state from ``state[slots[b]]`` and writes the state after its last token
-back.  A step where every request has exactly one token (decode) runs the recurrent form batched over
-requests; otherwise each request's tokens run through the chunked form (``chunk_size`` tokens at a
-time: the within-chunk part as dense products, the state carried between chunks).  Half-precision
+back.  The chunked form takes ``chunk_size`` tokens at a time: the within-chunk part as dense products,
+the state carried between chunks.  Half-precision
 inputs are computed in float32.  Slots are gathered and written back with ``index_select`` /
 ``index_copy_`` (advanced indexing opens a thread-parallel region even for a few kilobytes, which costs
 milliseconds on a busy host).
@@ -42,7 +43,8 @@ def _slot_stride(state: torch.Tensor) -> int:
 
 
 def _layout(op: str, slots: torch.Tensor, offsets: torch.Tensor, n_slots: int, n_tokens: int) -> tuple:
-    """(slot ids int64 [B], per-request (start, end) list, whether every request has one token)."""
+    """(slot ids int64 [B], the one-token requests' (token rows, slots) or None, the longer requests'
+    [(start, end, slot)])."""
     offs = [int(o) for o in offsets.tolist()]
     sl = slots.to(torch.int64).reshape(-1)
     B = sl.shape[0]
@@ -56,8 +58,27 @@ def _layout(op: str, slots: torch.Tensor, offsets: torch.Tensor, n_slots: int, n
     if B and torch.unique(sl).numel() != B:
         raise ValueError(f"{op}: two requests share a state slot: {sl.tolist()}")
     spans = list(zip(offs[:-1], offs[1:]))
-    decode = B > 0 and all(b - a == 1 for a, b in spans)
-    return sl, spans, decode
+    one = [b for b, (lo, hi) in enumerate(spans) if hi - lo == 1]
+    multi = [(lo, hi, int(sl[b])) for b, (lo, hi) in enumerate(spans) if hi - lo > 1]
+    single = None
+    if one:
+        if len(one) == B:
+            single = (None, sl.contiguous())  # every row: no gather
+        else:
+            idx = torch.tensor(one, dtype=torch.int64)
+            single = (torch.tensor([spans[b][0] for b in one], dtype=torch.int64), sl.index_select(0, idx))
+    return sl, single, multi
+
+
+def _rows(t: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    return _c(t) if rows is None else t.index_select(0, rows)
+
+
+def _put(y: torch.Tensor, rows: torch.Tensor | None, v: torch.Tensor) -> None:
+    if rows is None:
+        y.copy_(v)
+    else:
+        y.index_copy_(0, rows, v)
 
 
 def _segment_decay(cum: torch.Tensor) -> torch.Tensor:
@@ -68,47 +89,80 @@ def _segment_decay(cum: torch.Tensor) -> torch.Tensor:
     return torch.exp(diff.masked_fill(~mask, float("-inf")))
 
 
+def _heads(t: torch.Tensor, H: int) -> torch.Tensor:
+    """``[..., G, N]`` -> ``[..., H, N]``: head ``h`` reads group ``h // (H / G)``."""
+    return t.repeat_interleave(H // t.shape[-2], dim=-2)
+
+
+def _check(op: str, rc: int) -> None:
+    if rc != 0:
+        raise RuntimeError(f"{op}: native kernel failed with code {rc}")
+
+
+# ------------------------------------------------------------------------------------------ conv1d
+def _conv_step(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, state: torch.Tensor,
+               sl: torch.Tensor, silu: bool, ct: torch.dtype) -> tuple[torch.Tensor, bool]:
+    """One token per request: ``x [B, C]`` -> (output, whether bias and SiLU were applied already: the
+    native kernel applies them, the torch path leaves them to the caller)."""
+    so = _native(state, x, w, bias)
+    if so is not None:
+        y = torch.empty(x.shape, dtype=torch.float32)
+        _check("causal_conv1d", so.lmx_conv1d_decode(
+            x.shape[0], x.shape[1], w.shape[1], x.data_ptr(), x.stride(0), _c(w).data_ptr(),
+            0 if bias is None else _c(bias).data_ptr(), state.data_ptr(), sl.data_ptr(), _slot_stride(state),
+            int(silu), y.data_ptr()))
+        return y, True
+    xp = torch.cat([state.index_select(0, sl).to(ct), x.to(ct)[:, :, None]], -1)  # [B, C, K]
+    state.index_copy_(0, sl, xp[:, :, 1:].to(state.dtype))
+    return (xp * w.to(ct)).sum(-1), False
+
+
 @kernel("causal_conv1d", pure=False)
 def causal_conv1d(x: torch.Tensor, w: torch.Tensor, state: torch.Tensor, slots: torch.Tensor,
                   offsets: torch.Tensor, *rest: torch.Tensor, has_bias: bool, silu: bool) -> torch.Tensor:
     ct = _WIDE.get(x.dtype, x.dtype)
-    sl, spans, decode = _layout("causal_conv1d", slots, offsets, state.shape[0], x.shape[0])
+    _, single, multi = _layout("causal_conv1d", slots, offsets, state.shape[0], x.shape[0])
     K = w.shape[1]
     wc = w.to(ct)
-    bias = rest[0].to(ct) if has_bias else None
+    bias = rest[0] if has_bias else None
     y = torch.empty(x.shape, dtype=ct, device=x.device)
-    so = _native(state, x, w, bias) if decode else None
-    if so is not None:
-        xc, wc32 = _c(x), _c(w)
-        sl = _c(sl)
-        rc = so.lmx_conv1d_decode(sl.shape[0], x.shape[1], K, xc.data_ptr(), xc.stride(0), wc32.data_ptr(),
-                                  0 if bias is None else _c(bias).data_ptr(), state.data_ptr(), sl.data_ptr(),
-                                  _slot_stride(state), int(silu), y.data_ptr())
-        if rc != 0:
-            raise RuntimeError(f"causal_conv1d: native kernel failed with code {rc}")
-        return y
-    if decode:
-        xp = torch.cat([state.index_select(0, sl).to(ct), x.to(ct)[:, :, None]], -1)  # [B, C, K]
-        y = (xp * wc).sum(-1)
-        state.index_copy_(0, sl, xp[:, :, 1:].to(state.dtype))
-    else:
-        for b, (lo, hi) in enumerate(spans):
-            if hi == lo:
-                continue
-            s = int(sl[b])
-            xp = torch.cat([state[s].to(ct), x[lo:hi].to(ct).T], 1)  # [C, K - 1 + n]
-            y[lo:hi] = F.conv1d(xp[None], wc[:, None, :], groups=wc.shape[0])[0].T
-            state[s] = xp[:, xp.shape[1] - (K - 1):].to(state.dtype)
-    if bias is not None:
-        y = y + bias
-    if silu:
-        y = F.silu(y)
+
+    def finish(v: torch.Tensor) -> torch.Tensor:
+        if bias is not None:
+            v = v + bias.to(ct)
+        return F.silu(v) if silu else v
+
+    if single is not None:
+        rows, ssl = single
+        v, done = _conv_step(_rows(x, rows), w, bias, state, ssl, silu, ct)
+        _put(y, rows, v.to(ct) if done else finish(v))
+    for lo, hi, s in multi:
+        xp = torch.cat([state[s].to(ct), x[lo:hi].to(ct).T], 1)  # [C, K - 1 + n]
+        y[lo:hi] = finish(F.conv1d(xp[None], wc[:, None, :], groups=wc.shape[0])[0].T)
+        state[s] = xp[:, xp.shape[1] - (K - 1):].to(state.dtype)
     return y.to(x.dtype)
 
 
-def _heads(t: torch.Tensor, H: int) -> torch.Tensor:
-    """``[..., G, N]`` -> ``[..., H, N]``: head ``h`` reads group ``h // (H / G)``."""
-    return t.repeat_interleave(H // t.shape[-2], dim=-2)
+# ------------------------------------------------------------------------------------------ SSD scan
+def _ssd_step(x, dt, A, B, C, D, state, sl, ct):
+    """One token per request: ``x [B, H, P]`` -> ``y [B, H, P]`` (D skip included)."""
+    H = x.shape[1]
+    so = _native(state, x, dt, A, B, C, D)
+    if so is not None:
+        xs, ds, As, Bs, Cs = (_c(t) for t in (x, dt, A, B, C))
+        y = torch.empty(x.shape, dtype=torch.float32)
+        _check("selective_scan", so.lmx_ssd_decode(
+            x.shape[0], H, x.shape[2], B.shape[1], B.shape[2], xs.data_ptr(), ds.data_ptr(), As.data_ptr(),
+            Bs.data_ptr(), Cs.data_ptr(), 0 if D is None else _c(D).data_ptr(), state.data_ptr(), sl.data_ptr(),
+            _slot_stride(state), y.data_ptr()))
+        return y
+    xc, dtc, Ac = x.to(ct), dt.to(ct), A.to(ct)
+    Bh, Ch = _heads(B.to(ct), H), _heads(C.to(ct), H)
+    h = state.index_select(0, sl).to(ct)  # [B, H, P, N]
+    h = h * torch.exp(dtc * Ac)[:, :, None, None] + (dtc[:, :, None] * xc)[..., None] * Bh[:, :, None, :]
+    state.index_copy_(0, sl, h.to(state.dtype))
+    y = torch.einsum("bhpn,bhn->bhp", h, Ch)
+    return y + D.to(ct)[:, None] * xc if D is not None else y
 
 
 @kernel("selective_scan", pure=False)
@@ -116,49 +170,55 @@ def selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
                    state: torch.Tensor, slots: torch.Tensor, offsets: torch.Tensor, *rest: torch.Tensor,
                    has_d: bool, chunk_size: int) -> torch.Tensor:
     ct = _WIDE.get(x.dtype, x.dtype)
-    sl, spans, decode = _layout("selective_scan", slots, offsets, state.shape[0], x.shape[0])
+    _, single, multi = _layout("selective_scan", slots, offsets, state.shape[0], x.shape[0])
     T, H, P = x.shape
     if H % B.shape[1]:
         raise ValueError(f"selective_scan: {H} heads are not a multiple of {B.shape[1]} groups")
-    xc, dtc, Ac = x.to(ct), dt.to(ct), A.to(ct)
-    Bh, Ch = _heads(B.to(ct), H), _heads(C.to(ct), H)  # [T, H, N]
-    y = torch.zeros((T, H, P), dtype=ct, device=x.device)
     D = rest[0] if has_d else None
-    so = _native(state, x, dt, A, B, C, D) if decode else None
-    if so is not None:
-        xs, ds, As, Bs, Cs = (_c(t) for t in (x, dt, A, B, C))
-        sl = _c(sl)
-        rc = so.lmx_ssd_decode(T, H, P, B.shape[1], B.shape[2], xs.data_ptr(), ds.data_ptr(), As.data_ptr(),
-                               Bs.data_ptr(), Cs.data_ptr(), 0 if D is None else _c(D).data_ptr(), state.data_ptr(),
-                               sl.data_ptr(), _slot_stride(state), y.data_ptr())
-        if rc != 0:
-            raise RuntimeError(f"selective_scan: native kernel failed with code {rc}")
-        return y
-    if decode:
-        h = state.index_select(0, sl).to(ct)  # [B, H, P, N]
-        h = h * torch.exp(dtc * Ac)[:, :, None, None] + (dtc[:, :, None] * xc)[..., None] * Bh[:, :, None, :]
-        y = torch.einsum("bhpn,bhn->bhp", h, Ch)
-        state.index_copy_(0, sl, h.to(state.dtype))
-    else:
-        for b, (lo, hi) in enumerate(spans):
-            if hi == lo:
-                continue
-            s = int(sl[b])
-            h = state[s].to(ct)  # [H, P, N]
-            for c0 in range(lo, hi, chunk_size):
-                c1 = min(hi, c0 + chunk_size)
-                xs, ds, bs, cs = xc[c0:c1], dtc[c0:c1], Bh[c0:c1], Ch[c0:c1]
-                cum = torch.cumsum(ds * Ac, 0)  # [L, H]
-                decay = _segment_decay(cum)  # [L, L, H]
-                cb = torch.einsum("ihn,jhn->ijh", cs, bs) * decay
-                y[c0:c1] = (torch.einsum("ijh,jhp->ihp", cb, ds[:, :, None] * xs)
-                            + torch.einsum("ihn,hpn->ihp", cs, h) * torch.exp(cum)[:, :, None])
-                last = torch.exp(cum[-1][None, :] - cum) * ds  # [L, H]
-                h = h * torch.exp(cum[-1])[:, None, None] + torch.einsum("jh,jhp,jhn->hpn", last, xs, bs)
-            state[s] = h.to(state.dtype)
-    if has_d:
-        y = y + rest[0].to(ct)[:, None] * xc
+    y = torch.zeros((T, H, P), dtype=ct, device=x.device)
+    if single is not None:
+        rows, ssl = single
+        _put(y, rows, _ssd_step(*(_rows(t, rows) for t in (x, dt)), A, *(_rows(t, rows) for t in (B, C)), D,
+                                state, ssl, ct).to(ct))
+    if multi:
+        xc, dtc, Ac = x.to(ct), dt.to(ct), A.to(ct)
+        Bh, Ch = _heads(B.to(ct), H), _heads(C.to(ct), H)  # [T, H, N]
+        Dc = D.to(ct) if D is not None else None
+    for lo, hi, s in multi:
+        h = state[s].to(ct)  # [H, P, N]
+        for c0 in range(lo, hi, chunk_size):
+            c1 = min(hi, c0 + chunk_size)
+            xs, ds, bs, cs = xc[c0:c1], dtc[c0:c1], Bh[c0:c1], Ch[c0:c1]
+            cum = torch.cumsum(ds * Ac, 0)  # [L, H]
+            decay = _segment_decay(cum)  # [L, L, H]
+            cb = torch.einsum("ihn,jhn->ijh", cs, bs) * decay
+            y[c0:c1] = (torch.einsum("ijh,jhp->ihp", cb, ds[:, :, None] * xs)
+                        + torch.einsum("ihn,hpn->ihp", cs, h) * torch.exp(cum)[:, :, None])
+            if Dc is not None:
+                y[c0:c1] += Dc[:, None] * xs
+            last = torch.exp(cum[-1][None, :] - cum) * ds  # [L, H]
+            h = h * torch.exp(cum[-1])[:, None, None] + torch.einsum("jh,jhp,jhn->hpn", last, xs, bs)
+        state[s] = h.to(state.dtype)
     return y.to(x.dtype)
+
+
+# ------------------------------------------------------------------------------------------ gated delta rule
+def _gdr_step(q, k, v, g, beta, state, sl, ct):
+    """One token per request: ``o [B, H, V]``."""
+    so = _native(state, q, k, v, g, beta)
+    if so is not None:
+        qs, ks, vs, gs, bs = (_c(t) for t in (q, k, v, g, beta))
+        o = torch.empty(v.shape, dtype=torch.float32)
+        _check("gated_delta_rule", so.lmx_gdr_decode(
+            q.shape[0], q.shape[1], q.shape[2], v.shape[2], qs.data_ptr(), ks.data_ptr(), vs.data_ptr(),
+            gs.data_ptr(), bs.data_ptr(), state.data_ptr(), sl.data_ptr(), _slot_stride(state), o.data_ptr()))
+        return o
+    qc, kc, vc, gc, bc = (t.to(ct) for t in (q, k, v, g, beta))
+    S = state.index_select(0, sl).to(ct) * torch.exp(gc)[:, :, None, None]  # [B, H, K, V]
+    delta = (vc - torch.einsum("bhkv,bhk->bhv", S, kc)) * bc[:, :, None]
+    S = S + kc[..., None] * delta[:, :, None, :]
+    state.index_copy_(0, sl, S.to(state.dtype))
+    return torch.einsum("bhkv,bhk->bhv", S, qc)
 
 
 @kernel("gated_delta_rule", pure=False)
@@ -166,30 +226,15 @@ def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
                      state: torch.Tensor, slots: torch.Tensor, offsets: torch.Tensor, *, chunk_size: int
                      ) -> torch.Tensor:
     ct = _WIDE.get(v.dtype, v.dtype)
-    sl, spans, decode = _layout("gated_delta_rule", slots, offsets, state.shape[0], q.shape[0])
-    qc, kc, vc, gc, bc = (t.to(ct) for t in (q, k, v, g, beta))
-    T, H, V = vc.shape
+    _, single, multi = _layout("gated_delta_rule", slots, offsets, state.shape[0], q.shape[0])
+    T, H, V = v.shape
     o = torch.zeros((T, H, V), dtype=ct, device=v.device)
-    so = _native(state, q, k, v, g, beta) if decode else None
-    if so is not None:
-        qs, ks, vs, gs, bs = (_c(t) for t in (q, k, v, g, beta))
-        sl = _c(sl)
-        rc = so.lmx_gdr_decode(T, H, q.shape[2], V, qs.data_ptr(), ks.data_ptr(), vs.data_ptr(), gs.data_ptr(),
-                               bs.data_ptr(), state.data_ptr(), sl.data_ptr(), _slot_stride(state), o.data_ptr())
-        if rc != 0:
-            raise RuntimeError(f"gated_delta_rule: native kernel failed with code {rc}")
-        return o
-    if decode:
-        S = state.index_select(0, sl).to(ct) * torch.exp(gc)[:, :, None, None]  # [B, H, K, V]
-        delta = (vc - torch.einsum("bhkv,bhk->bhv", S, kc)) * bc[:, :, None]
-        S = S + kc[..., None] * delta[:, :, None, :]
-        o = torch.einsum("bhkv,bhk->bhv", S, qc)
-        state.index_copy_(0, sl, S.to(state.dtype))
-        return o.to(v.dtype)
-    for b, (lo, hi) in enumerate(spans):
-        if hi == lo:
-            continue
-        s = int(sl[b])
+    if single is not None:
+        rows, ssl = single
+        _put(o, rows, _gdr_step(*(_rows(t, rows) for t in (q, k, v, g, beta)), state, ssl, ct).to(ct))
+    if multi:
+        qc, kc, vc, gc, bc = (t.to(ct) for t in (q, k, v, g, beta))
+    for lo, hi, s in multi:
         S = state[s].to(ct)  # [H, K, V]
         for c0 in range(lo, hi, chunk_size):
             c1 = min(hi, c0 + chunk_size)
