@@ -27,12 +27,13 @@ _FAMILIES = (
     "control_flow",
     "buffer",
     "custom",
+    "recurrent",
     "fused",
     "quantized",
     "ragged",
     "decoder",
     "moe", "lora",
-    "conv", "pool", "signal", "distributed", "complex", "vision", "random", "recurrent",
+    "conv", "pool", "signal", "distributed", "complex", "vision", "random",
 )
 
 
