@@ -197,7 +197,7 @@ def test_scheduler_chunked_prefill_and_soak_leave_no_slot_in_use():
     _free(llm.pipeline.kv_managers[0])
 
 
-def test_tensor_parallel_and_lora_refused_before_model_work(monkeypatch):
+def test_tensor_parallel_lora_and_speculative_refused_before_model_work(monkeypatch):
     from max.entrypoints.llm import LLM
     from max.pipelines import PipelineConfig
 
@@ -212,6 +212,8 @@ def test_tensor_parallel_and_lora_refused_before_model_work(monkeypatch):
     with pytest.raises(NotImplementedError, match="LoRA adapters are not supported for models with recurrent"):
         LLM(PipelineConfig(model_path=d, max_length=128, max_batch_size=4, enable_lora=True, max_lora_rank=8,
                            max_num_loras=1))
+    with pytest.raises(NotImplementedError, match="speculative decoding is not supported"):
+        LLM(PipelineConfig(model_path=d, max_length=128, max_batch_size=4, draft_model_path=d))
 
 
 def test_echo_logits_of_every_prompt_position():

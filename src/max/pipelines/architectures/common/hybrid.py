@@ -9,8 +9,8 @@ layers plus per-request state slots).
 * :class:`AttentionMixer` runs the shared :class:`DecoderAttention` on the ``k``-th attention layer's
   pages; :class:`Mamba2Mixer` is Mamba-2's SSD mixer (used by Mamba-2, Granite 4, Falcon-H1);
 * :class:`HybridPipelineModel` is a family's pipeline model: its ``state_specs`` size the slots, its
-  ``attention_layers`` the pages; prefix caching is off (the manager says so), LoRA and tensor
-  parallelism are refused.
+  ``attention_layers`` the pages; prefix caching is off (the manager says so), LoRA, tensor
+  parallelism and speculative decoding are refused.
 """
 
 from __future__ import annotations
@@ -305,6 +305,10 @@ class HybridPipelineModel(DecoderPipelineModel):
             arch = (getattr(pipeline_config.model_config, "architectures", None) or [type(self).__name__])[0]
             raise NotImplementedError(f"{arch}: LoRA adapters are not supported for models with recurrent layers "
                                       "yet")
+        if getattr(pipeline_config, "draft_model_path", None):
+            arch = (getattr(pipeline_config.model_config, "architectures", None) or [type(self).__name__])[0]
+            raise NotImplementedError(f"{arch}: speculative decoding is not supported for models with recurrent "
+                                      "layers (rejected draft tokens would have to be rewound out of the state)")
         super().__init__(pipeline_config, *args, **kw)
 
     def make_kv_manager(self, kv_params: KVCacheParams, max_batch: int, cfg: DecoderConfig, devices: list,
