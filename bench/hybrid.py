@@ -2,8 +2,10 @@
 checkpoint of each family (8 layers, hidden 512, made with transformers' own config class; float32).
 
 Per family and engine, each in its own process (so peak RSS is its own): decode TPOT at batch 1 and
-aggregate decode tokens/s at batch 16 (greedy; decode time = time to generate N+1 tokens minus the time to
-generate 1, so prompt processing is left out), and peak RSS.  libremax runs through its scheduler
+aggregate decode tokens/s at batch 16 (greedy), and peak RSS.  Each generated token is time-stamped as it
+arrives (libremax: the scheduler's output callback; transformers: a stopping criterion, called once per
+generated token); a step's time is the gap between consecutive tokens of a request, and the figures use
+the median step (robust to a busy host's stalls; prompt processing is left out).  libremax runs through its scheduler
 (continuous batching over the hybrid cache); transformers through ``generate`` with its own cache.  The
 last column is the ratio libremax / transformers (higher is better for libremax).
 
@@ -98,17 +100,18 @@ def run_libremax(path: str, new_tokens: int) -> dict:
     tok = transformers.AutoTokenizer.from_pretrained(path)
     prompts = [tok.decode(p) for p in _prompts(tok, BATCH)]
 
-    def gen(ps: list[str], n: int) -> float:
+    def gen(ps: list[str], n: int) -> list[float]:
         params = SamplingParams(top_k=1, max_new_tokens=n, ignore_eos=True)
         ctxs = [llm.make_context(p, params) for p in ps]
-        got: dict = {c.request_id: 0 for c in ctxs}
-        t0 = time.perf_counter()
+        stamps: dict = {c.request_id: [] for c in ctxs}
+
+        def on(o):
+            stamps[o.request_id].extend([time.perf_counter()] * len(o.tokens))
         for c in ctxs:
-            llm.scheduler.submit(c, lambda o: got.__setitem__(o.request_id, got[o.request_id] + len(o.tokens)))
+            llm.scheduler.submit(c, on)
         llm.scheduler.run_until_idle()
-        dt = time.perf_counter() - t0
-        assert all(v == n for v in got.values()), got
-        return dt
+        assert all(len(v) == n for v in stamps.values()), {k: len(v) for k, v in stamps.items()}
+        return stamps[ctxs[0].request_id]
 
     gen(prompts[:1], 4)  # warm-up
     return _measure(gen, prompts, new_tokens)
@@ -122,24 +125,37 @@ def run_transformers(path: str, new_tokens: int) -> dict:
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     prompts = _prompts(tok, BATCH)
 
-    def gen(ps: list, n: int) -> float:
+    class Stamp(transformers.StoppingCriteria):
+        def __init__(self) -> None:
+            self.t: list[float] = []
+
+        def __call__(self, input_ids, scores, **kw):
+            self.t.append(time.perf_counter())
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool)
+
+    def gen(ps: list, n: int) -> list[float]:
         ids = torch.tensor(ps)
-        t0 = time.perf_counter()
+        st = Stamp()
         with torch.no_grad():
             out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                                 do_sample=False, pad_token_id=0)
-        dt = time.perf_counter() - t0
+                                 do_sample=False, pad_token_id=0,
+                                 stopping_criteria=transformers.StoppingCriteriaList([st]))
         assert out.shape[1] == ids.shape[1] + n
-        return dt
+        return st.t
 
     gen(prompts[:1], 4)
     return _measure(gen, prompts, new_tokens)
 
 
 def _measure(gen, prompts: list, n: int) -> dict:
-    b1 = min(gen(prompts[:1], n + 1) for _ in range(2)) - min(gen(prompts[:1], 1) for _ in range(2))
-    b16 = min(gen(prompts, n + 1) for _ in range(2)) - min(gen(prompts, 1) for _ in range(2))
-    return {"tpot_ms": 1e3 * b1 / n, "b16_tok_s": BATCH * n / b16,
+    import statistics
+
+    def step(ts: list[float]) -> float:
+        return statistics.median(b - a for a, b in zip(ts, ts[1:]))
+
+    b1 = step(gen(prompts[:1], n + 1))
+    b16 = step(gen(prompts, n + 1))
+    return {"tpot_ms": 1e3 * b1, "b16_tok_s": BATCH / b16,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
