@@ -52,6 +52,12 @@ class ServeMetrics:
         self.kv_bytes = Gauge(f"{PREFIX}_kv_cache_capacity_bytes", "Bytes of the KV-cache page pool", registry=r)
         self.kv_tokens = Gauge(f"{PREFIX}_kv_cache_capacity_tokens", "Tokens the KV-cache page pool holds",
                                registry=r)
+        self.state_used = Gauge(f"{PREFIX}_state_cache_slots_used", "Recurrent-state slots in use (hybrid models)",
+                                registry=r)
+        self.state_total = Gauge(f"{PREFIX}_state_cache_slots_total", "Recurrent-state slots (hybrid models)",
+                                 registry=r)
+        self.state_bytes = Gauge(f"{PREFIX}_state_cache_capacity_bytes",
+                                 "Bytes of the recurrent-state slots (hybrid models; 0 otherwise)", registry=r)
 
     # ------------------------------------------------------------ live sources
     def bind(self, scheduler: Any = None, kv_manager: Any = None) -> None:
@@ -68,6 +74,9 @@ class ServeMetrics:
             self.kv_usage.set_function(lambda: (used() / total()) if total() else 0.0)
             self.kv_bytes.set_function(_safe(lambda: kv_manager.memory_bytes))
             self.kv_tokens.set_function(_safe(lambda: kv_manager.capacity_tokens))
+            self.state_used.set_function(_safe(lambda: getattr(kv_manager, "state_slots_used", 0)))
+            self.state_total.set_function(_safe(lambda: getattr(kv_manager, "state_slots_total", 0)))
+            self.state_bytes.set_function(_safe(lambda: getattr(kv_manager, "state_memory_bytes", 0)))
             self._bind_prefix_cache(kv_manager)
 
     def _bind_prefix_cache(self, kv: Any) -> None:

@@ -27,6 +27,7 @@ _FAMILIES = (
     "control_flow",
     "buffer",
     "custom",
+    "recurrent",
     "fused",
     "quantized",
     "ragged",

@@ -69,6 +69,12 @@ def _declare(so: ctypes.CDLL) -> None:
     so.lmx_packed_matmul.restype = _INT
     so.lmx_packed_rows_f32.argtypes = [_INT, _P, _I64, _I64, _I64, _I64, _P]
     so.lmx_packed_rows_f32.restype = _INT
+    so.lmx_conv1d_decode.argtypes = [_I64, _I64, _I64, _P, _I64, _P, _P, _P, _P, _I64, _INT, _P]
+    so.lmx_conv1d_decode.restype = _INT
+    so.lmx_ssd_decode.argtypes = [_I64, _I64, _I64, _I64, _I64, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _P]
+    so.lmx_ssd_decode.restype = _INT
+    so.lmx_gdr_decode.argtypes = [_I64, _I64, _I64, _I64, _P, _P, _P, _P, _P, _P, _P, _I64, _P]
+    so.lmx_gdr_decode.restype = _INT
     so.lmx_simd.argtypes = []
     so.lmx_simd.restype = ctypes.c_char_p
 

@@ -76,6 +76,7 @@ from max.graph.ops.custom import custom, inplace_custom  # noqa: E402
 from max.graph.ops.conv import *  # noqa: F401,F403,E402
 from max.graph.ops.pool import *  # noqa: F401,F403,E402
 from max.graph.ops.signal import *  # noqa: F401,F403,E402
+from max.graph.ops.recurrent import causal_conv1d, gated_delta_rule, selective_scan  # noqa: E402
 from max.graph.ops.distributed import *  # noqa: F401,F403,E402
 from max.graph.ops.complex import *  # noqa: F401,F403,E402
 from max.graph.ops.vision import *  # noqa: F401,F403,E402

@@ -4,6 +4,7 @@
 * :mod:`.context`: ``KVCacheAwareContext``.
 * :mod:`.manager`: ``KVCacheManager`` (abstract), ``KVCacheInputs`` and friends.
 * :mod:`.paged_cache`: ``PagedKVCacheManager`` (page pool, page tables, prefix caching).
+* :mod:`.state_cache`: ``HybridKVCacheManager`` (pages plus recurrent-state slots), ``StateSpec``.
 * :mod:`.sizing`: ``kv_cache_budget`` (how much memory the pool gets), ``parse_memory_size``.
 """
 
@@ -24,6 +25,13 @@ from max.nn.kv_cache.paged_cache import (
     PagedKVCacheManager,
     PagePool,
     hash_page,
+)
+from max.nn.kv_cache.state_cache import (
+    HybridCacheInputSymbols,
+    HybridKVCacheInputs,
+    HybridKVCacheManager,
+    StateSpec,
+    state_bytes,
 )
 from max.nn.kv_cache.sizing import available_memory, format_bytes, kv_cache_budget, parse_memory_size
 
@@ -47,6 +55,11 @@ __all__ = [
     "available_memory",
     "format_bytes",
     "hash_page",
+    "HybridCacheInputSymbols",
+    "HybridKVCacheInputs",
+    "HybridKVCacheManager",
+    "StateSpec",
+    "state_bytes",
     "kv_cache_budget",
     "parse_memory_size",
 ]

@@ -113,10 +113,13 @@ def kv_cache_budget(
     *,
     kv_cache_memory: Optional[int] = None,
     device_memory_utilization: float = 0.9,
+    state_bytes: int = 0,
 ) -> int:
     """Bytes (all devices together) to give the paged KV cache as ``available_cache_memory``.
 
-    See the module docstring for the policy.  ``kv_cache_memory`` is per device.
+    See the module docstring for the policy.  ``kv_cache_memory`` is per device.  ``state_bytes``: the
+    recurrent-state slots a hybrid model keeps beside the pages (``HybridKVCacheManager``); they come
+    out of the same budget first.
     """
     devices = list(devices)
     n_dev = max(1, len(devices))
@@ -124,8 +127,13 @@ def kv_cache_budget(
     page = params.effective_page_size
     pages_per_seq = math.ceil(max_seq_len / page)
     one_seq = pages_per_seq * page_bytes
+    if state_bytes and kv_cache_memory is not None and state_bytes >= kv_cache_memory:
+        raise ValueError(
+            f"--kv-cache-memory {format_bytes(kv_cache_memory)} is too small: the recurrent-state slots alone take "
+            f"{format_bytes(state_bytes)} ({max_batch_size} requests); raise --kv-cache-memory or lower "
+            "--max-batch-size")
     if kv_cache_memory is not None:
-        pages = int(kv_cache_memory) // page_bytes
+        pages = (int(kv_cache_memory) - state_bytes) // page_bytes
         if pages < pages_per_seq:
             raise ValueError(
                 f"--kv-cache-memory {format_bytes(kv_cache_memory)} is too small: one sequence of max_length "
@@ -139,7 +147,7 @@ def kv_cache_budget(
     free = [available_memory(d) for d in devices]
     known = [f for f in free if f is not None]
     if known:
-        cap_pages = int(min(known) * device_memory_utilization) // page_bytes
+        cap_pages = max(0, int(min(known) * device_memory_utilization) - state_bytes) // page_bytes
         if cap_pages < pages_per_seq:
             raise ValueError(
                 f"not enough free memory for the KV cache: one sequence of max_length {max_seq_len} tokens needs "

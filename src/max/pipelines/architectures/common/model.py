@@ -179,8 +179,6 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
                  kv_cache_config: Any, weights: Any, adapter: Any, return_logits: ReturnLogits) -> None:
         super().__init__(pipeline_config, session, huggingface_config, encoding, devices, kv_cache_config, weights,
                          adapter, return_logits)
-        from max.nn.kv_cache import PagedKVCacheManager
-
         t0 = time.perf_counter()
         cfg = self.decoder_config(pipeline_config)
         self.config = cfg
@@ -209,12 +207,7 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
                                   n_devices=n_dev, kv_cache_config=kvc)
         self.kv_params = kv_params
         max_batch = pipeline_config.max_batch_size or self.default_max_batch
-        self.kv_manager = PagedKVCacheManager(
-            kv_params, max_batch_size=max_batch, max_seq_len=self.max_seq_len, num_layers=cfg.num_hidden_layers,
-            devices=devices, session=session,
-            available_cache_memory=kv_cache_budget(kv_params, cfg.num_hidden_layers, max_batch, self.max_seq_len,
-                                                   devices, kv_cache_memory=kvc.kv_cache_memory,
-                                                   device_memory_utilization=kvc.device_memory_utilization))
+        self.kv_manager = self.make_kv_manager(kv_params, max_batch, cfg, devices, session, kvc)
         fmt = pipeline_config.model_config.weights_format
         adapt = adapter or self.weight_adapters.get(fmt)
         if adapt is None:
@@ -253,6 +246,19 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
         if callable(release):
             release()
         self._n_logits = Buffer.from_numpy(np.array([1], np.int64))
+
+    def make_kv_manager(self, kv_params: KVCacheParams, max_batch: int, cfg: DecoderConfig, devices: list,
+                        session: Any, kvc: Any) -> Any:
+        """The cache manager: a paged KV cache of every layer sized by :func:`kv_cache_budget` (a hybrid
+        family adds its recurrent-state slots)."""
+        from max.nn.kv_cache import PagedKVCacheManager
+
+        return PagedKVCacheManager(
+            kv_params, max_batch_size=max_batch, max_seq_len=self.max_seq_len, num_layers=cfg.num_hidden_layers,
+            devices=devices, session=session,
+            available_cache_memory=kv_cache_budget(kv_params, cfg.num_hidden_layers, max_batch, self.max_seq_len,
+                                                   devices, kv_cache_memory=kvc.kv_cache_memory,
+                                                   device_memory_utilization=kvc.device_memory_utilization))
 
     def build_step_graph(self, module: Module, kv_input_symbols: Any, device: DeviceRef, name: str,
                          lora: Any = None, signals: Any = None) -> Graph:

@@ -1,0 +1,259 @@
+"""Kernels for ``max.graph.ops.recurrent``: ``causal_conv1d``, ``selective_scan``, ``gated_delta_rule``.
+
+Requests with one token this step (decode) run together through the recurrent form -- on float32 CPU
+tensors the native kernels (``csrc/recurrent.c``: each slot updated in place in one pass), else torch --
+and the others (prefill, chunks of a prompt) one by one through the chunked form, so a step mixing
+prefill and decode requests keeps the decode rows batched.
+
+Each reads request ``b``'s state from ``state[slots[b]]`` and writes the state after its last token
+back.  The chunked form takes ``chunk_size`` tokens at a time: the within-chunk part as dense products,
+the state carried between chunks.  Half-precision
+inputs are computed in float32.  Slots are gathered and written back with ``index_select`` /
+``index_copy_`` (advanced indexing opens a thread-parallel region even for a few kilobytes, which costs
+milliseconds on a busy host).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from max.engine.kernels import kernel
+
+_WIDE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def _native(state: torch.Tensor, *ts: torch.Tensor):
+    """The native library when a decode step can run there (CPU, float32, contiguous state), else None."""
+    if state.device.type != "cpu" or state.dtype != torch.float32 or not state.is_contiguous():
+        return None
+    if any(t is not None and t.dtype != torch.float32 for t in ts):
+        return None
+    from max.engine import native
+
+    return native.lib()
+
+
+def _c(t: torch.Tensor) -> torch.Tensor:
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _slot_stride(state: torch.Tensor) -> int:
+    return state[0].numel() if state.shape[0] else 0
+
+
+def _layout(op: str, slots: torch.Tensor, offsets: torch.Tensor, n_slots: int, n_tokens: int) -> tuple:
+    """(slot ids int64 [B], the one-token requests' (token rows, slots) or None, the longer requests'
+    [(start, end, slot)])."""
+    offs = [int(o) for o in offsets.tolist()]
+    sl = slots.to(torch.int64).reshape(-1)
+    B = sl.shape[0]
+    if len(offs) != B + 1:
+        raise ValueError(f"{op}: input_row_offsets has {len(offs)} entries but slots names {B} requests "
+                         f"(expected batch + 1 = {B + 1})")
+    if (offs and offs[0] != 0) or any(b < a for a, b in zip(offs, offs[1:])) or (offs and offs[-1] != n_tokens):
+        raise ValueError(f"{op}: input_row_offsets must rise from 0 to the {n_tokens} tokens, got {offs}")
+    if B and (int(sl.min()) < 0 or int(sl.max()) >= n_slots):
+        raise ValueError(f"{op}: slot ids {sl.tolist()} out of range for a state of {n_slots} slots")
+    if B and torch.unique(sl).numel() != B:
+        raise ValueError(f"{op}: two requests share a state slot: {sl.tolist()}")
+    spans = list(zip(offs[:-1], offs[1:]))
+    one = [b for b, (lo, hi) in enumerate(spans) if hi - lo == 1]
+    multi = [(lo, hi, int(sl[b])) for b, (lo, hi) in enumerate(spans) if hi - lo > 1]
+    single = None
+    if one:
+        if len(one) == B:
+            single = (None, sl.contiguous())  # every row: no gather
+        else:
+            idx = torch.tensor(one, dtype=torch.int64)
+            single = (torch.tensor([spans[b][0] for b in one], dtype=torch.int64), sl.index_select(0, idx))
+    return sl, single, multi
+
+
+def _rows(t: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    return _c(t) if rows is None else t.index_select(0, rows)
+
+
+def _put(y: torch.Tensor, rows: torch.Tensor | None, v: torch.Tensor) -> None:
+    if rows is None:
+        y.copy_(v)
+    else:
+        y.index_copy_(0, rows, v)
+
+
+def _segment_decay(cum: torch.Tensor) -> torch.Tensor:
+    """``exp(cum[i] - cum[j])`` for ``j <= i`` and 0 above the diagonal: ``[L, L, H]`` from ``cum [L, H]``."""
+    L = cum.shape[0]
+    diff = cum[:, None, :] - cum[None, :, :]
+    mask = torch.ones(L, L, dtype=torch.bool, device=cum.device).tril()[:, :, None]
+    return torch.exp(diff.masked_fill(~mask, float("-inf")))
+
+
+def _heads(t: torch.Tensor, H: int) -> torch.Tensor:
+    """``[..., G, N]`` -> ``[..., H, N]``: head ``h`` reads group ``h // (H / G)``."""
+    return t.repeat_interleave(H // t.shape[-2], dim=-2)
+
+
+def _check(op: str, rc: int) -> None:
+    if rc != 0:
+        raise RuntimeError(f"{op}: native kernel failed with code {rc}")
+
+
+# ------------------------------------------------------------------------------------------ conv1d
+def _conv_step(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, state: torch.Tensor,
+               sl: torch.Tensor, silu: bool, ct: torch.dtype) -> tuple[torch.Tensor, bool]:
+    """One token per request: ``x [B, C]`` -> (output, whether bias and SiLU were applied already: the
+    native kernel applies them, the torch path leaves them to the caller)."""
+    so = _native(state, x, w, bias)
+    if so is not None:
+        y = torch.empty(x.shape, dtype=torch.float32)
+        _check("causal_conv1d", so.lmx_conv1d_decode(
+            x.shape[0], x.shape[1], w.shape[1], x.data_ptr(), x.stride(0), _c(w).data_ptr(),
+            0 if bias is None else _c(bias).data_ptr(), state.data_ptr(), sl.data_ptr(), _slot_stride(state),
+            int(silu), y.data_ptr()))
+        return y, True
+    xp = torch.cat([state.index_select(0, sl).to(ct), x.to(ct)[:, :, None]], -1)  # [B, C, K]
+    state.index_copy_(0, sl, xp[:, :, 1:].to(state.dtype))
+    return (xp * w.to(ct)).sum(-1), False
+
+
+@kernel("causal_conv1d", pure=False)
+def causal_conv1d(x: torch.Tensor, w: torch.Tensor, state: torch.Tensor, slots: torch.Tensor,
+                  offsets: torch.Tensor, *rest: torch.Tensor, has_bias: bool, silu: bool) -> torch.Tensor:
+    ct = _WIDE.get(x.dtype, x.dtype)
+    _, single, multi = _layout("causal_conv1d", slots, offsets, state.shape[0], x.shape[0])
+    K = w.shape[1]
+    wc = w.to(ct)
+    bias = rest[0] if has_bias else None
+    y = torch.empty(x.shape, dtype=ct, device=x.device)
+
+    def finish(v: torch.Tensor) -> torch.Tensor:
+        if bias is not None:
+            v = v + bias.to(ct)
+        return F.silu(v) if silu else v
+
+    if single is not None:
+        rows, ssl = single
+        v, done = _conv_step(_rows(x, rows), w, bias, state, ssl, silu, ct)
+        _put(y, rows, v.to(ct) if done else finish(v))
+    for lo, hi, s in multi:
+        xp = torch.cat([state[s].to(ct), x[lo:hi].to(ct).T], 1)  # [C, K - 1 + n]
+        y[lo:hi] = finish(F.conv1d(xp[None], wc[:, None, :], groups=wc.shape[0])[0].T)
+        state[s] = xp[:, xp.shape[1] - (K - 1):].to(state.dtype)
+    return y.to(x.dtype)
+
+
+# ------------------------------------------------------------------------------------------ SSD scan
+def _ssd_step(x, dt, A, B, C, D, state, sl, ct):
+    """One token per request: ``x [B, H, P]`` -> ``y [B, H, P]`` (D skip included)."""
+    H = x.shape[1]
+    so = _native(state, x, dt, A, B, C, D)
+    if so is not None:
+        xs, ds, As, Bs, Cs = (_c(t) for t in (x, dt, A, B, C))
+        y = torch.empty(x.shape, dtype=torch.float32)
+        _check("selective_scan", so.lmx_ssd_decode(
+            x.shape[0], H, x.shape[2], B.shape[1], B.shape[2], xs.data_ptr(), ds.data_ptr(), As.data_ptr(),
+            Bs.data_ptr(), Cs.data_ptr(), 0 if D is None else _c(D).data_ptr(), state.data_ptr(), sl.data_ptr(),
+            _slot_stride(state), y.data_ptr()))
+        return y
+    xc, dtc, Ac = x.to(ct), dt.to(ct), A.to(ct)
+    Bh, Ch = _heads(B.to(ct), H), _heads(C.to(ct), H)
+    h = state.index_select(0, sl).to(ct)  # [B, H, P, N]
+    h = h * torch.exp(dtc * Ac)[:, :, None, None] + (dtc[:, :, None] * xc)[..., None] * Bh[:, :, None, :]
+    state.index_copy_(0, sl, h.to(state.dtype))
+    y = torch.einsum("bhpn,bhn->bhp", h, Ch)
+    return y + D.to(ct)[:, None] * xc if D is not None else y
+
+
+@kernel("selective_scan", pure=False)
+def selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                   state: torch.Tensor, slots: torch.Tensor, offsets: torch.Tensor, *rest: torch.Tensor,
+                   has_d: bool, chunk_size: int) -> torch.Tensor:
+    ct = _WIDE.get(x.dtype, x.dtype)
+    _, single, multi = _layout("selective_scan", slots, offsets, state.shape[0], x.shape[0])
+    T, H, P = x.shape
+    if H % B.shape[1]:
+        raise ValueError(f"selective_scan: {H} heads are not a multiple of {B.shape[1]} groups")
+    D = rest[0] if has_d else None
+    y = torch.zeros((T, H, P), dtype=ct, device=x.device)
+    if single is not None:
+        rows, ssl = single
+        _put(y, rows, _ssd_step(*(_rows(t, rows) for t in (x, dt)), A, *(_rows(t, rows) for t in (B, C)), D,
+                                state, ssl, ct).to(ct))
+    if multi:
+        xc, dtc, Ac = x.to(ct), dt.to(ct), A.to(ct)
+        Bh, Ch = _heads(B.to(ct), H), _heads(C.to(ct), H)  # [T, H, N]
+        Dc = D.to(ct) if D is not None else None
+    for lo, hi, s in multi:
+        h = state[s].to(ct)  # [H, P, N]
+        for c0 in range(lo, hi, chunk_size):
+            c1 = min(hi, c0 + chunk_size)
+            xs, ds, bs, cs = xc[c0:c1], dtc[c0:c1], Bh[c0:c1], Ch[c0:c1]
+            cum = torch.cumsum(ds * Ac, 0)  # [L, H]
+            decay = _segment_decay(cum)  # [L, L, H]
+            cb = torch.einsum("ihn,jhn->ijh", cs, bs) * decay
+            y[c0:c1] = (torch.einsum("ijh,jhp->ihp", cb, ds[:, :, None] * xs)
+                        + torch.einsum("ihn,hpn->ihp", cs, h) * torch.exp(cum)[:, :, None])
+            if Dc is not None:
+                y[c0:c1] += Dc[:, None] * xs
+            last = torch.exp(cum[-1][None, :] - cum) * ds  # [L, H]
+            h = h * torch.exp(cum[-1])[:, None, None] + torch.einsum("jh,jhp,jhn->hpn", last, xs, bs)
+        state[s] = h.to(state.dtype)
+    return y.to(x.dtype)
+
+
+# ------------------------------------------------------------------------------------------ gated delta rule
+def _gdr_step(q, k, v, g, beta, state, sl, ct):
+    """One token per request: ``o [B, H, V]``."""
+    so = _native(state, q, k, v, g, beta)
+    if so is not None:
+        qs, ks, vs, gs, bs = (_c(t) for t in (q, k, v, g, beta))
+        o = torch.empty(v.shape, dtype=torch.float32)
+        _check("gated_delta_rule", so.lmx_gdr_decode(
+            q.shape[0], q.shape[1], q.shape[2], v.shape[2], qs.data_ptr(), ks.data_ptr(), vs.data_ptr(),
+            gs.data_ptr(), bs.data_ptr(), state.data_ptr(), sl.data_ptr(), _slot_stride(state), o.data_ptr()))
+        return o
+    qc, kc, vc, gc, bc = (t.to(ct) for t in (q, k, v, g, beta))
+    S = state.index_select(0, sl).to(ct) * torch.exp(gc)[:, :, None, None]  # [B, H, K, V]
+    delta = (vc - torch.einsum("bhkv,bhk->bhv", S, kc)) * bc[:, :, None]
+    S = S + kc[..., None] * delta[:, :, None, :]
+    state.index_copy_(0, sl, S.to(state.dtype))
+    return torch.einsum("bhkv,bhk->bhv", S, qc)
+
+
+@kernel("gated_delta_rule", pure=False)
+def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                     state: torch.Tensor, slots: torch.Tensor, offsets: torch.Tensor, *, chunk_size: int
+                     ) -> torch.Tensor:
+    ct = _WIDE.get(v.dtype, v.dtype)
+    _, single, multi = _layout("gated_delta_rule", slots, offsets, state.shape[0], q.shape[0])
+    T, H, V = v.shape
+    o = torch.zeros((T, H, V), dtype=ct, device=v.device)
+    if single is not None:
+        rows, ssl = single
+        _put(o, rows, _gdr_step(*(_rows(t, rows) for t in (q, k, v, g, beta)), state, ssl, ct).to(ct))
+    if multi:
+        qc, kc, vc, gc, bc = (t.to(ct) for t in (q, k, v, g, beta))
+    for lo, hi, s in multi:
+        S = state[s].to(ct)  # [H, K, V]
+        for c0 in range(lo, hi, chunk_size):
+            c1 = min(hi, c0 + chunk_size)
+            qs, ks, vs, bs = qc[c0:c1], kc[c0:c1], vc[c0:c1], bc[c0:c1]
+            L = c1 - c0
+            G = torch.cumsum(gc[c0:c1], 0)  # [L, H]
+            decay = _segment_decay(G)  # [L, L, H]: exp(G_i - G_j), j <= i
+            eG = torch.exp(G)
+            # u_j + beta_j sum_{m<j} exp(G_j - G_m) (k_j . k_m) u_m = beta_j (v_j - exp(G_j) S^T k_j)
+            strict = decay * torch.ones(L, L, dtype=torch.bool, device=v.device).tril(-1)[:, :, None]
+            a = torch.einsum("jhk,mhk->hjm", ks, ks) * strict.permute(2, 0, 1) * bs.T[:, :, None]
+            rhs = bs[:, :, None] * (vs - eG[:, :, None] * torch.einsum("jhk,hkv->jhv", ks, S))
+            eye = torch.eye(L, dtype=ct, device=v.device)
+            u = torch.linalg.solve_triangular(eye + a, rhs.permute(1, 0, 2), upper=False,
+                                              unitriangular=True)  # [H, L, V]
+            qk = torch.einsum("ihk,jhk->hij", qs, ks) * decay.permute(2, 0, 1)
+            o[c0:c1] = (torch.einsum("hij,hjv->ihv", qk, u)
+                        + eG[:, :, None] * torch.einsum("ihk,hkv->ihv", qs, S))
+            last = torch.exp(G[-1][None, :] - G)  # [L, H]
+            S = S * torch.exp(G[-1])[:, None, None] + torch.einsum("jh,jhk,hjv->hkv", last, ks, u)
+        state[s] = S.to(state.dtype)
+    return o.to(v.dtype)

@@ -1,0 +1,214 @@
+"""Qwen3-Next / Qwen3.5 layers: the gated DeltaNet mixer (:class:`GatedDeltaNet`, recurrent state in the
+hybrid cache's slots) and attention with a sigmoid output gate (:class:`GatedAttention`), plus
+:class:`SharedGateMoE` (routed experts plus a sigmoid-gated shared expert)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from max.dtype import DType
+from max.graph import DeviceRef, TensorValue, Weight, ops
+from max.nn.kv_cache import KVCacheParams, StateSpec
+from max.nn.layer import Module
+from max.pipelines.architectures.common.config import DecoderConfig
+from max.pipelines.architectures.common.hybrid import HybridCollection, Params, softplus
+from max.pipelines.architectures.common.layers import DecoderAttention, GatedMLP, _Rope, rms_norm
+from max.pipelines.architectures.common.moe import DecoderMoE
+from max.pipelines.architectures.common.weights import WeightFactory
+
+__all__ = ["GatedAttention", "GatedDeltaNet", "SharedGateMoE", "deltanet_state_specs"]
+
+
+def deltanet_state_specs(layer: int, d: dict) -> list[StateSpec]:
+    """Conv window and delta-rule state of DeltaNet layer ``layer`` (``d``: the sizes in ``cfg.extra``)."""
+    conv = 2 * d["k_heads"] * d["k_dim"] + d["v_heads"] * d["v_dim"]
+    return [StateSpec(f"layers.{layer}.conv", (conv, d["conv_kernel"] - 1)),
+            StateSpec(f"layers.{layer}.delta", (d["v_heads"], d["k_dim"], d["v_dim"]))]
+
+
+def _l2norm(x: TensorValue, eps: float = 1e-6) -> TensorValue:
+    return x * ops.rsqrt(ops.sum(x * x, axis=-1) + eps)
+
+
+class GatedDeltaNet(Module):
+    """Gated DeltaNet (Hugging Face ``linear_attn`` names).  ``fused=True`` (Qwen3-Next): ``in_proj_qkvz``
+    and ``in_proj_ba`` interleave q, k, v, z (and b, a) per key head; otherwise (Qwen3.5) ``in_proj_qkv``,
+    ``in_proj_z``, ``in_proj_b``, ``in_proj_a``.  Causal conv + SiLU over q|k|v, L2-normalised q and k
+    (q scaled by ``1/sqrt(k_dim)``), ``beta = sigmoid(b)``, ``g = -exp(A_log) softplus(a + dt_bias)``, the
+    gated delta rule, a per-head RMSNorm gated by ``silu(z)``, ``out_proj``."""
+
+    def __init__(self, prefix: str, layer: int, hidden: int, d: dict, eps: float, factory: WeightFactory,
+                 fused: bool) -> None:
+        super().__init__()
+        self.layer, self.d, self.fused, self.eps = layer, d, fused, eps
+        Hk, Hv, Dk, Dv = d["k_heads"], d["v_heads"], d["k_dim"], d["v_dim"]
+        if Hv % Hk:
+            raise ValueError(f"linear_num_value_heads {Hv} is not a multiple of linear_num_key_heads {Hk}")
+        kd, vd = Hk * Dk, Hv * Dv
+        self.conv_dim = 2 * kd + vd
+        if fused:
+            self.in_proj_qkvz = factory.linear(f"{prefix}.in_proj_qkvz", hidden, 2 * kd + 2 * vd)
+            self.in_proj_ba = factory.linear(f"{prefix}.in_proj_ba", hidden, 2 * Hv)
+        else:
+            self.in_proj_qkv = factory.linear(f"{prefix}.in_proj_qkv", hidden, 2 * kd + vd)
+            self.in_proj_z = factory.linear(f"{prefix}.in_proj_z", hidden, vd)
+            self.in_proj_b = factory.linear(f"{prefix}.in_proj_b", hidden, Hv)
+            self.in_proj_a = factory.linear(f"{prefix}.in_proj_a", hidden, Hv)
+        self.conv1d = Params(factory.device, weight=(factory.dtype, [self.conv_dim, 1, d["conv_kernel"]]))
+        self.dt_bias = Weight("dt_bias", factory.dtype, [Hv], factory.device)
+        self.A_log = Weight("A_log", factory.dtype, [Hv], factory.device)
+        self.norm = Params(DeviceRef.CPU(), weight=(factory.dtype, [Dv]))
+        self.out_proj = factory.linear(f"{prefix}.out_proj", vd, hidden)
+
+    def _projections(self, x: TensorValue) -> tuple[TensorValue, ...]:
+        """(q|k|v ``[T, conv_dim]``, z ``[T, Hv, Dv]``, b ``[T, Hv]``, a ``[T, Hv]``)."""
+        d = self.d
+        Hk, Hv, Dk, Dv = d["k_heads"], d["v_heads"], d["k_dim"], d["v_dim"]
+        T = x.shape[0]
+        if not self.fused:
+            return (self.in_proj_qkv(x), ops.reshape(self.in_proj_z(x), [T, Hv, Dv]), self.in_proj_b(x),
+                    self.in_proj_a(x))
+        r = Hv // Hk
+        qkvz = ops.reshape(self.in_proj_qkvz(x), [T, Hk, 2 * Dk + 2 * r * Dv])
+        q = ops.reshape(qkvz[:, :, :Dk], [T, Hk * Dk])
+        k = ops.reshape(qkvz[:, :, Dk:2 * Dk], [T, Hk * Dk])
+        v = ops.reshape(qkvz[:, :, 2 * Dk:2 * Dk + r * Dv], [T, Hv * Dv])
+        z = ops.reshape(qkvz[:, :, 2 * Dk + r * Dv:], [T, Hv, Dv])
+        ba = ops.reshape(self.in_proj_ba(x), [T, Hk, 2 * r])
+        b = ops.reshape(ba[:, :, :r], [T, Hv])
+        a = ops.reshape(ba[:, :, r:], [T, Hv])
+        return ops.concat([q, k, v], axis=-1), z, b, a
+
+    def __call__(self, x: TensorValue, coll: HybridCollection, offsets: TensorValue) -> TensorValue:
+        d = self.d
+        Hk, Hv, Dk, Dv = d["k_heads"], d["v_heads"], d["k_dim"], d["v_dim"]
+        T = x.shape[0]
+        f32 = DType.float32
+        qkv, z, b, a = self._projections(x)
+        w = ops.reshape(self.conv1d.weight, [self.conv_dim, d["conv_kernel"]])
+        qkv = ops.causal_conv1d(qkv, w, coll.states[f"layers.{self.layer}.conv"], coll.slots, offsets,
+                                activation="silu").cast(f32)
+        kd = Hk * Dk
+        q = ops.reshape(qkv[:, :kd], [T, Hk, Dk])
+        k = ops.reshape(qkv[:, kd:2 * kd], [T, Hk, Dk])
+        v = ops.reshape(qkv[:, 2 * kd:], [T, Hv, Dv])
+        if Hv != Hk:  # each key head serves Hv / Hk consecutive value heads
+            q = ops.repeat_interleave(q, Hv // Hk, axis=1)
+            k = ops.repeat_interleave(k, Hv // Hk, axis=1)
+        q = _l2norm(q) * (1.0 / math.sqrt(Dk))
+        k = _l2norm(k)
+        beta = ops.sigmoid(b.cast(f32))
+        g = -ops.exp(self.A_log.cast(f32)) * softplus(a.cast(f32) + self.dt_bias.cast(f32))
+        o = ops.gated_delta_rule(q, k, v, g, beta, coll.states[f"layers.{self.layer}.delta"], coll.slots, offsets)
+        o = o * ops.rsqrt(ops.mean(o * o, axis=-1) + self.eps)  # norm before the gate, per head
+        o = (o.cast(x.dtype) * self.norm.weight.to(x.device).cast(x.dtype)).cast(f32) * ops.silu(z.cast(f32))
+        return self.out_proj(ops.reshape(o.cast(x.dtype), [T, Hv * Dv]))
+
+
+class GatedAttention(DecoderAttention):
+    """Qwen3-Next attention: ``q_proj`` yields per head the query and a gate; per-head q/k norms, partial
+    RoPE and the paged cache as :class:`DecoderAttention`; the output is multiplied by ``sigmoid(gate)``
+    before ``o_proj``."""
+
+    def __init__(self, cfg: DecoderConfig, layer: int, factory: WeightFactory, kv_params: KVCacheParams,
+                 rope: _Rope | None) -> None:
+        Module.__init__(self)
+        p = f"layers.{layer}.self_attn"
+        H, Hkv, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.n_heads, self.n_kv_heads, self.head_dim = H, Hkv, D
+        self.kv_params, self.layer, self.rope, self.window = kv_params, layer, rope, None
+        self.scale = 1.0 / math.sqrt(D)
+        hidden = cfg.hidden_size
+        self.q_proj = factory.linear(f"{p}.q_proj", hidden, 2 * H * D, cfg.attention_bias)
+        self.k_proj = factory.linear(f"{p}.k_proj", hidden, Hkv * D, cfg.attention_bias)
+        self.v_proj = factory.linear(f"{p}.v_proj", hidden, Hkv * D, cfg.attention_bias)
+        self.o_proj = factory.linear(f"{p}.o_proj", H * D, hidden, cfg.attention_bias)
+        self.qk_norm = "head"
+        self.q_norm = rms_norm(cfg, D, factory.dtype)
+        self.k_norm = rms_norm(cfg, D, factory.dtype)
+        self.softcap = None
+        self.sinks = None
+        self.block_groups = None
+
+    def __call__(self, layer_idx: Any, x: TensorValue, kv_collection: Any, freqs_cis: Any,
+                 input_row_offsets: TensorValue) -> TensorValue:
+        H, D = self.n_heads, self.head_dim
+        T = x.shape[0]
+        qg = ops.reshape(self.q_proj(x), [T, H, 2 * D])
+        q = ops.reshape(qg[:, :, :D], [T, H * D])
+        gate = ops.reshape(qg[:, :, D:], [T, H * D])
+        qkv = ops.concat([q, self.k_proj(x), self.v_proj(x)], axis=-1)
+        attn = self._attend(layer_idx, x, qkv, kv_collection, input_row_offsets, H, self.n_kv_heads, None,
+                            x.device)
+        return self.o_proj(ops.reshape(attn, [T, H * D]) * ops.sigmoid(gate))
+
+
+class SharedGateMoE(DecoderMoE):
+    """Routed experts (``DecoderMoE``, no shared experts of its own) plus ``shared_expert`` scaled by
+    ``sigmoid(shared_expert_gate(x))`` (Qwen2-MoE / Qwen3-Next)."""
+
+    def __init__(self, cfg: DecoderConfig, layer: int, factory: WeightFactory, shared_dim: int) -> None:
+        super().__init__(cfg, layer, factory)
+        p = f"layers.{layer}.mlp"
+        self.shared_expert = GatedMLP(f"{p}.shared_expert", factory, cfg.hidden_size, shared_dim, cfg.hidden_act,
+                                      who=cfg.architecture)
+        self.shared_expert_gate = factory.linear(f"{p}.shared_expert_gate", cfg.hidden_size, 1)
+
+    def __call__(self, x: TensorValue) -> TensorValue:
+        return super().__call__(x) + ops.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+
+
+def qwen_hybrid_config(hf: dict, architecture: str, moe: Any = None) -> DecoderConfig:
+    """The :class:`DecoderConfig` of a Qwen3-Next / Qwen3.5 text config: ``(1 + w)`` RMSNorms, per-head q/k
+    norms, partial RoPE; ``extra`` holds the layer types and the DeltaNet sizes."""
+    from max.pipelines.architectures.common.config import hf_common
+
+    n = int(hf["num_hidden_layers"])
+    types = hf.get("layer_types")
+    if not types:
+        step = int(hf.get("full_attention_interval") or 4)
+        types = ["linear_attention" if (i + 1) % step else "full_attention" for i in range(n)]
+    bad = sorted({t for t in types if t not in ("linear_attention", "full_attention")})
+    if bad:
+        raise NotImplementedError(f"{architecture}: layer types {bad} are not supported")
+    c = hf_common({**hf, "layer_types": None}, architecture)
+    c.update(qk_norm="head", norm_weight_offset=1.0, norm_multiply_before_cast=True, moe=moe,
+             extra={"layer_types": list(types), "k_heads": int(hf["linear_num_key_heads"]),
+                    "v_heads": int(hf["linear_num_value_heads"]), "k_dim": int(hf["linear_key_head_dim"]),
+                    "v_dim": int(hf["linear_value_head_dim"]), "conv_kernel": int(hf["linear_conv_kernel_dim"])})
+    return DecoderConfig(**c)
+
+
+def qwen_hybrid_attention_layers(cfg: DecoderConfig) -> list[int]:
+    return [i for i, t in enumerate(cfg.extra["layer_types"]) if t == "full_attention"]
+
+
+def qwen_hybrid_state_specs(cfg: DecoderConfig) -> list[StateSpec]:
+    return [s for i, t in enumerate(cfg.extra["layer_types"]) if t == "linear_attention"
+            for s in deltanet_state_specs(i, cfg.extra)]
+
+
+def build_qwen_hybrid(cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams, max_seq_len: int,
+                      fused: bool, make_mlp: Any) -> Module:
+    """Qwen3-Next / Qwen3.5 text decoder: per layer ``input_layernorm`` -> (DeltaNet ``linear_attn`` | gated
+    ``self_attn``) -> residual, ``post_attention_layernorm`` -> ``mlp`` (``make_mlp(cfg, i, factory)``) ->
+    residual; final ``norm``."""
+    from max.pipelines.architectures.common.hybrid import AttentionMixer, HybridLayer, build_hybrid
+    from max.pipelines.architectures.common.layers import make_rope
+
+    attn = qwen_hybrid_attention_layers(cfg)
+    rope = make_rope(cfg, max_seq_len, factory.device) if attn else None
+    layers = []
+    for i, t in enumerate(cfg.extra["layer_types"]):
+        if t == "linear_attention":
+            mixer: Module = GatedDeltaNet(f"layers.{i}.linear_attn", i, cfg.hidden_size, cfg.extra, cfg.rms_norm_eps,
+                                          factory, fused)
+            name = "linear_attn"
+        else:
+            mixer = AttentionMixer(GatedAttention(cfg, i, factory, kv_params, rope), attn.index(i))
+            name = "self_attn"
+        layers.append(HybridLayer(("input_layernorm", name, "post_attention_layernorm", "mlp"),
+                                  rms_norm(cfg, cfg.hidden_size, factory.dtype), mixer,
+                                  rms_norm(cfg, cfg.hidden_size, factory.dtype), make_mlp(cfg, i, factory)))
+    return build_hybrid(cfg, factory, kv_params, layers, len(attn), qwen_hybrid_state_specs(cfg))

@@ -1,0 +1,7 @@
+"""Registration of the Falcon-H1 architecture."""
+
+from max.pipelines.architectures.common.arch import decoder_architecture
+from max.pipelines.architectures.falcon_h1.model import FalconH1Model
+
+falcon_h1_arch = decoder_architecture("FalconH1ForCausalLM", ["tiiuae/Falcon-H1-0.5B-Instruct"], FalconH1Model,
+                                      encodings=["float32", "bfloat16", "float16"])
