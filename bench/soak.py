@@ -225,11 +225,14 @@ class Soak:
                     return res
 
             reporter = asyncio.ensure_future(progress(phase, n, done, self.args.progress_every))
+            t0 = time.monotonic()
             try:
                 tasks = [guarded(random.Random(rng.random())) for _ in range(n)]
                 return [r for r in await asyncio.gather(*tasks) if r is not None]
             finally:
                 reporter.cancel()
+                if self.args.progress_every > 0:  # the phase's last line, however short it was
+                    progress_line(phase, n, done, time.monotonic() - t0)
 
 
 async def progress(phase: str, total: int, done: list, every: float) -> None:
@@ -239,10 +242,13 @@ async def progress(phase: str, total: int, done: list, every: float) -> None:
     t0 = time.monotonic()
     while True:
         await asyncio.sleep(every)
-        dt = time.monotonic() - t0
-        bad = sum(not r.ok for r in done)
-        print(f"[soak {phase}] {len(done)}/{total} requests in {dt:.0f} s ({len(done) / dt:.1f}/s), "
-              f"{bad} unexpected so far", file=sys.stderr, flush=True)
+        progress_line(phase, total, done, time.monotonic() - t0)
+
+
+def progress_line(phase: str, total: int, done: list, dt: float) -> None:
+    bad = sum(not r.ok for r in done)
+    print(f"[soak {phase}] {len(done)}/{total} requests in {dt:.0f} s ({len(done) / max(dt, 1e-9):.1f}/s), "
+          f"{bad} unexpected so far", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------- server side

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Optional, Protocol, TypeVar, runtime_checkable
 
 from max.interfaces.request import RequestID
+from max.interfaces.scheduler import StepPlan
 
 PipelineInputsType = TypeVar("PipelineInputsType")
 PipelineOutputType = TypeVar("PipelineOutputType")
@@ -59,6 +60,9 @@ class TextGenerationInputs(Generic[TextGenerationContextType]):
     """One batch per data-parallel device, each mapping request id to context."""
     num_steps: int
     """Number of tokens to generate."""
+    plan: Optional["StepPlan"] = None
+    """libremax extension: the scheduler's plan for this step (tokens per request); None: every request
+    runs all it has (whole prompts)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.batches, dict):  # a single batch

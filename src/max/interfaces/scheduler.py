@@ -1,10 +1,10 @@
-"""Scheduler contracts: ``Scheduler`` and ``SchedulerResult``."""
+"""Scheduler contracts: ``Scheduler``, ``SchedulerResult``, and ``StepPlan`` (libremax: what one step runs)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Generic, Optional, TypeVar
+from dataclasses import dataclass, field
+from typing import Generic, Mapping, Optional, TypeVar
 
 PipelineOutputType = TypeVar("PipelineOutputType")
 
@@ -36,3 +36,21 @@ class SchedulerResult(Generic[PipelineOutputType]):
     def create(cls, result: PipelineOutputType) -> "SchedulerResult[PipelineOutputType]":
         """A result carrying ``result``; done when ``result.is_done`` is."""
         return cls(is_done=bool(getattr(result, "is_done", False)), result=result)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What the scheduler decided one step runs (libremax extension), handed to the pipeline with the
+    batch (``TextGenerationInputs.plan``); the pipeline computes it and decides nothing of its own.
+
+    ``num_tokens``: per request id, the most tokens it runs this step -- 1 for a decode, up to the
+    prefill chunk size for a prompt; fewer than the request has left means a prompt chunk, after which
+    no token is sampled for it.  A request missing here runs everything it has.  ``pages``: the KV pages
+    the scheduler reserved for each request at admission (its maximum length).
+    """
+
+    num_tokens: Mapping[str, int]
+    pages: Mapping[str, int] = field(default_factory=dict)
+
+    def tokens_for(self, request_id: str) -> Optional[int]:
+        return self.num_tokens.get(request_id)

@@ -21,8 +21,9 @@ import torch
 
 from max.driver import Buffer, load_devices
 from max.engine import InferenceSession
-from max.interfaces import GenerationStatus, Pipeline, TextGenerationInputs, TextGenerationOutput
+from max.interfaces import GenerationStatus, Pipeline, StepPlan, TextGenerationInputs, TextGenerationOutput
 from max.nn.transformer import ReturnLogits
+from max.pipelines.lib.scheduler import plan_step, prefill_chunk_size_of
 
 logger = logging.getLogger("max.pipelines")
 
@@ -292,7 +293,6 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
         from max.pipelines.lib.sampling.sampling import GeneratorCache
 
         self._generators = GeneratorCache()
-        self._chunk = max(1, int(pipeline_config.prefill_chunk_size)) if pipeline_config.enable_chunked_prefill else None
         self.load_seconds = time.perf_counter() - t0
 
     # ---------------------------------------------------------------- API
@@ -342,16 +342,20 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
         for rid in batch:
             if not mgr.contains(rid):
                 mgr.external_claim(rid)
-        for _ in range(inputs.num_steps):
+        for step in range(inputs.num_steps):
             active = [c for c in batch.values() if not c.is_done]
             if not active:
                 break
-            self._run_step(active)
+            # the scheduler's record for its step; without one (a direct call) the same rule from the config
+            plan = inputs.plan if inputs.plan is not None and step == 0 else \
+                plan_step(active, prefill_chunk_size_of(self._pipeline_config))
+            self._run_step(active, plan)
         return {rid: ctx.to_generation_output() for rid, ctx in batch.items()}
 
-    def _run_step(self, ctxs: list[Any]) -> None:
-        """One step over the unfinished contexts (subclasses split it, e.g. speculative decoding)."""
-        self._step(ctxs)
+    def _run_step(self, ctxs: list[Any], plan: StepPlan) -> None:
+        """One step over the unfinished contexts as ``plan`` says (subclasses split it, e.g. speculative
+        decoding)."""
+        self._step(ctxs, plan)
 
     # ---------------------------------------------------------------- log probabilities
     def _log_softmax(self) -> Any:
@@ -383,24 +387,27 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
             c.prompt_log_probability_parts.append(lp)
 
     # ---------------------------------------------------------------- one step
-    def _step(self, ctxs: list[Any]) -> None:
-        """One model call: prompt chunks and decode tokens together, then sample."""
+    def _step(self, ctxs: list[Any], plan: StepPlan) -> None:
+        """One model call: prompt chunks and decode tokens together, then sample; a request runs at most
+        ``plan``'s tokens for it (a prompt chunk samples nothing)."""
         mgr = self._pipeline_model.kv_manager
         lora = getattr(self._pipeline_model, "lora_manager", None)
         if lora is not None:  # prefix-cache pages are shared only between requests of the same adapter
             for c in ctxs:
                 c.cache_salt = f"lora:{c.model_name}" if lora.has(getattr(c, "model_name", None)) else None
         chunked: dict[int, int] = {}
-        if self._chunk is not None:
-            reuse = getattr(mgr, "reuse_cached_prefix", None)
-            for i, c in enumerate(ctxs):
-                if c.active_length > self._chunk and reuse is not None:
-                    reuse(c)  # look the prefix cache up over the whole prompt before cutting it into chunks
-                if c.active_length > self._chunk:
-                    end = _chunk_end(c, c.start_idx + self._chunk)
-                    if end < c.active_idx:
-                        chunked[i] = c.active_idx
-                        c.set_token_indices(active_idx=end)
+        reuse = getattr(mgr, "reuse_cached_prefix", None)
+        for i, c in enumerate(ctxs):
+            n = plan.tokens_for(c.request_id)
+            if n is None or c.active_length <= n:
+                continue
+            if reuse is not None:
+                reuse(c)  # look the prefix cache up over the whole prompt before cutting it into chunks
+            if c.active_length > n:
+                end = _chunk_end(c, c.start_idx + n)
+                if end < c.active_idx:
+                    chunked[i] = c.active_idx
+                    c.set_token_indices(active_idx=end)
         prepare = getattr(self._pipeline_model, "prepare_contexts", None)
         if prepare is not None:  # the model may need some requests recomputed (Phi-3 LongRoPE)
             prepare(ctxs)
@@ -443,7 +450,7 @@ def _chunk_end(c: Any, end: int) -> int:
 
 
 def _prompt_lp_wanted(c: Any) -> bool:
-    return bool(getattr(c, "log_probabilities_echo", False)) and int(getattr(c, "log_probabilities", 0) or 0) > 0
+    return bool(c.log_probabilities_echo) and int(c.log_probabilities or 0) > 0
 
 
 def _with_prompt_parts(ctxs: list[Any], logprobs: list[Any]) -> list[Any]:
@@ -466,7 +473,7 @@ def _with_prompt_parts(ctxs: list[Any], logprobs: list[Any]) -> list[Any]:
 def _advance_grammars(ctxs: list[Any], tokens: list[int]) -> None:
     """Advance the grammar matcher of each constrained context by its new token; a grammar that has
     ended (or rejected the token: a logits processor forced it) ends the request."""
-    pairs = [(c, t) for c, t in zip(ctxs, tokens) if getattr(c, "matcher", None) is not None]
+    pairs = [(c, t) for c, t in zip(ctxs, tokens) if c.matcher is not None]
     if not pairs:
         return
     from max.pipelines.lib.structured_output import advance_matchers
@@ -480,7 +487,7 @@ def _advance_grammars(ctxs: list[Any], tokens: list[int]) -> None:
 def _sampled_log_probabilities(logits: torch.Tensor, tokens: torch.Tensor, ctxs: list[Any]) -> list[Any]:
     """Per context, the ``LogProbabilities`` of its sampled token (raw model logits: before
     penalties and temperature, as OpenAI and vLLM report them), or None when not asked for."""
-    want = [int(getattr(c, "log_probabilities", 0) or 0) for c in ctxs]
+    want = [int(c.log_probabilities or 0) for c in ctxs]
     if not any(want):
         return [None] * len(ctxs)
     from max.pipelines.lib.log_probabilities import compute_log_probabilities_ragged

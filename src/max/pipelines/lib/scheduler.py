@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
-from max.interfaces import GenerationStatus, TextGenerationInputs
+from max.interfaces import GenerationStatus, StepPlan, TextGenerationInputs
 
 logger = logging.getLogger("max.pipelines")
 
@@ -74,17 +74,38 @@ class QueueFull(RuntimeError):
     """The scheduler's waiting queue is at its bound."""
 
 
+def prefill_chunk_size_of(pipeline_config: Any) -> Optional[int]:
+    """The prompt tokens a request may run per step under ``pipeline_config`` (None: whole prompts)."""
+    if pipeline_config is None or not getattr(pipeline_config, "enable_chunked_prefill", False):
+        return None
+    return max(1, int(pipeline_config.prefill_chunk_size))
+
+
+def plan_step(ctxs: Any, chunk: Optional[int], pages: Optional[dict[str, int]] = None) -> StepPlan:
+    """The step record for contexts ``ctxs``: each runs what it has left (one token when decoding), a
+    prompt at most ``chunk`` tokens (None: whole); the one place this is decided."""
+    num: dict[str, int] = {}
+    for c in ctxs:
+        n = int(c.active_length)
+        num[c.request_id] = n if chunk is None else min(n, chunk)
+    return StepPlan(num, dict(pages or {}))
+
+
 class TokenGenerationScheduler:
     """Continuous batching over one ``TextGenerationPipeline``."""
 
     def __init__(self, pipeline: Any, tokenizer: Any, *, max_batch_size: int = 16,
                  max_queue_size: Optional[int] = None, prefill_token_budget: Optional[int] = None,
-                 metrics: Any = None) -> None:
+                 metrics: Any = None, prefill_chunk_size: Any = "config") -> None:
         self.pipeline = pipeline
         self.tokenizer = tokenizer
         self.max_batch_size = max(1, int(max_batch_size))
         self.max_queue_size = max_queue_size
         self.prefill_token_budget = prefill_token_budget or 4096
+        self.prefill_chunk_size: Optional[int] = (
+            prefill_chunk_size_of(getattr(pipeline, "pipeline_config", None)) if prefill_chunk_size == "config"
+            else prefill_chunk_size)
+        """Prompt tokens a request runs per step (None: whole prompts); default: the pipeline's config."""
         self.metrics = metrics
         self._waiting: "queue.Queue[_Entry]" = queue.Queue()
         self._running: dict[str, _Entry] = {}
@@ -251,9 +272,14 @@ class TokenGenerationScheduler:
             except Exception:  # noqa: BLE001 - metrics must never stop generation
                 logger.exception("metrics hook %s failed", name)
 
+    def plan(self, batch: dict) -> StepPlan:
+        """This step's record: tokens per request (prompt chunks) and the pages reserved for each."""
+        return plan_step(batch.values(), self.prefill_chunk_size,
+                         {rid: self._running[rid].pages for rid in batch if rid in self._running})
+
     def _execute(self, batch: dict) -> dict:
-        """One pipeline step over ``batch`` (``{request_id: context}``)."""
-        return self.pipeline.execute(TextGenerationInputs([batch], num_steps=1))
+        """One pipeline step over ``batch`` (``{request_id: context}``), as :meth:`plan` decides."""
+        return self.pipeline.execute(TextGenerationInputs([batch], num_steps=1, plan=self.plan(batch)))
 
     def _recover(self, batch: dict, err: Exception) -> None:
         """A step failed: retry each request alone so one bad request cannot poison the batch."""

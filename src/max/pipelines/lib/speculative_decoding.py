@@ -33,6 +33,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from max.interfaces import StepPlan
 from max.nn.transformer import ReturnLogits
 from max.pipelines.lib.ngram_draft import ngram_proposal, prompt_lookup_bounds
 from max.pipelines.lib.pipeline import TextGenerationPipeline, build_pipeline_model
@@ -90,7 +91,7 @@ def token_probabilities(logits: torch.Tensor, params: Any) -> torch.Tensor:
 def _plain(ctx: Any) -> bool:
     """Whether a decoding request can run speculatively (its sampling is a function of the logits alone)."""
     p = ctx.sampling_params
-    return (not ctx.needs_ce and getattr(ctx, "matcher", None) is None and not p.logits_processors
+    return (not ctx.needs_ce and ctx.matcher is None and not p.logits_processors
             and not p.logit_bias and not p.frequency_penalty and not p.presence_penalty
             and p.repetition_penalty == 1.0 and not ctx.log_probabilities
             and len(ctx.generated_tokens) >= ctx.min_tokens)
@@ -159,7 +160,7 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
         self._draft_ctx.pop(request_id, None)
         self._gens.pop(request_id, None)
 
-    def _run_step(self, ctxs: list[Any]) -> None:
+    def _run_step(self, ctxs: list[Any], plan: StepPlan) -> None:
         spec = [c for c in ctxs if _plain(c) and self._draft_budget(c) >= 1]
         proposals = None
         if self._lookup is not None:  # n-gram draft: requests without a match decode plainly
@@ -169,7 +170,7 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
             spec = [c for c in spec if proposals[c.request_id]]
         rest = [c for c in ctxs if c not in spec]
         if rest:
-            self._step(rest)
+            self._step(rest, plan)
         if spec:
             self._speculate(spec, proposals)
 

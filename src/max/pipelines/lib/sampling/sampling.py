@@ -268,7 +268,7 @@ def prepare_logits(logits: torch.Tensor, contexts: Sequence[Any]) -> torch.Tenso
     Returns ``logits`` itself (as float32) when no request needs any of this, else a new tensor."""
     procs = [i for i, c in enumerate(contexts) if c.sampling_params.logits_processors]
     biased = [i for i, c in enumerate(contexts) if c.sampling_params.logit_bias]
-    masked = [i for i, c in enumerate(contexts) if getattr(c, "matcher", None) is not None]
+    masked = [i for i, c in enumerate(contexts) if c.matcher is not None]
     out = logits.float()
     if not (procs or biased or masked):
         return out
