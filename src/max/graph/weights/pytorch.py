@@ -27,6 +27,17 @@ class UnsafeCheckpointError(ValueError):
     """A PyTorch checkpoint whose pickle contains code (refused, never executed)."""
 
 
+def _unsafe_globals(path: str) -> list[str]:
+    """The globals a checkpoint's pickle names that a weights-only load does not allow (torch's own
+    scan of the pickle, which runs nothing); [] when it cannot tell (not a zip checkpoint, damaged)."""
+    try:
+        from torch.serialization import get_unsafe_globals_in_checkpoint
+
+        return [str(g) for g in get_unsafe_globals_in_checkpoint(path)]
+    except Exception:  # noqa: BLE001 - unreadable: reported as corrupt by the caller
+        return []
+
+
 def load_state_dict(path: str) -> dict[str, torch.Tensor]:
     """The flattened ``name -> tensor`` dict of a PyTorch checkpoint, loaded safely."""
     if not os.path.exists(path):
@@ -40,23 +51,21 @@ def load_state_dict(path: str) -> dict[str, torch.Tensor]:
     try:
         try:
             obj = _load(True)
-        except RuntimeError as e:
-            if "mmap" not in str(e):
-                raise
-            obj = _load(False)  # legacy (non-zip) format: cannot be memory-mapped
+        except RuntimeError:  # e.g. the legacy (non-zip) format cannot be memory-mapped: read it instead
+            obj = _load(False)
     except pickle.UnpicklingError as e:
-        msg = str(e)
-        if "weights_only" in msg or "Unsupported global" in msg or "GLOBAL" in msg or "not an allowed global" in msg:
-            first = msg.strip().splitlines()
-            detail = next((ln.strip() for ln in first if "Unsupported" in ln or "GLOBAL" in ln), first[0] if first else "")
+        unsafe = _unsafe_globals(path)
+        if unsafe:
             raise UnsafeCheckpointError(
                 f"PyTorch checkpoint {path} contains Python objects or code that a weights-only load refuses "
-                f"({detail}); it was not executed. Convert it to safetensors with a trusted tool, or load it "
-                f"yourself if you trust it"
+                f"({', '.join(unsafe[:5])}); it was not executed. Convert it to safetensors with a trusted tool, "
+                f"or load it yourself if you trust it"
             ) from None
-        raise ValueError(f"PyTorch checkpoint {path} is corrupt or truncated ({msg.splitlines()[0] if msg else e!r})") from None
+        raise ValueError(f"PyTorch checkpoint {path} is corrupt or truncated, or not a weights-only checkpoint "
+                         f"({type(e).__name__})") from None
     except (RuntimeError, EOFError, OSError, ValueError) as e:
-        raise ValueError(f"PyTorch checkpoint {path} is corrupt or truncated ({str(e).splitlines()[0] if str(e) else repr(e)})") from None
+        raise ValueError(f"PyTorch checkpoint {path} is corrupt or truncated, or not a weights-only checkpoint "
+                         f"({type(e).__name__})") from None
 
     flat: dict[str, torch.Tensor] = {}
 

@@ -15,6 +15,7 @@ from typing import Any, Optional
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from max.interfaces.errors import InvalidRequest
 from max.serve.openai_schemas import APIError
 from max.serve.state import AppState, serve_state
 
@@ -124,11 +125,11 @@ async def _handle(request: Request, task: str) -> Response:
         req.task = "transcribe"
     try:
         out = await engine.transcribe(req)
+    except InvalidRequest as e:  # typed where the check is made: its field, no message parsing
+        raise APIError(400, e.detail, param=e.param if e.param in ("language", "prompt", "temperature") else "file",
+                       code=e.code) from None
     except ValueError as e:
-        msg = str(e)
-        param = "language" if msg.startswith("language") else "prompt" if msg.startswith("prompt") else \
-            "temperature" if msg.startswith("temperature") else "file"
-        raise APIError(400, msg, param=param) from None
+        raise APIError(400, str(e), param="file") from None
     return _render(out, fmt, task, temperature)
 
 

@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from max.interfaces.errors import InvalidRequest
+
 ARCHITECTURE = "WhisperForConditionalGeneration"
 
 SAMPLING_RATE = 16000
@@ -105,8 +107,9 @@ class GenerationSettings:
             key = LANGUAGE_CODES[key]
         tok = key if key.startswith("<|") else f"<|{key}|>"
         if tok not in self.lang_to_id:
-            raise ValueError(f"language {language!r} is not supported by this model (supported: "
-                             f"{', '.join(sorted(t.strip('<|>') for t in self.lang_to_id)) or 'none'})")
+            raise InvalidRequest(f"language {language!r} is not supported by this model (supported: "
+                                 f"{', '.join(sorted(t.strip('<|>') for t in self.lang_to_id)) or 'none'})",
+                                 param="language")
         return self.lang_to_id[tok]
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from max.interfaces.errors import InvalidRequest
 from max.pipelines.architectures.whisper.config import HOP_LENGTH, SAMPLING_RATE, TIME_PRECISION, GenerationSettings
 
 __all__ = ["Segment", "apply_rules", "prompt_tokens", "split_segments"]
@@ -24,14 +25,15 @@ def prompt_tokens(s: GenerationSettings, language_id: int | None, task: str | No
     out: list[int] = []
     if previous:
         if s.prev_sot_token_id is None:
-            raise ValueError("prompt: this model has no <|startofprev|> token")
+            raise InvalidRequest("prompt: this model has no <|startofprev|> token", param="prompt")
         out += [s.prev_sot_token_id, *previous]
     out.append(s.decoder_start_token_id)
     if language_id is not None:
         out.append(language_id)
     if task is not None:
         if task not in s.task_to_id:
-            raise ValueError(f"task {task!r} is not supported by this model (supported: {sorted(s.task_to_id)})")
+            raise InvalidRequest(f"task {task!r} is not supported by this model (supported: {sorted(s.task_to_id)})",
+                                 param="task")
         out.append(s.task_to_id[task])
     elif default_task and "transcribe" in s.task_to_id:
         out.append(s.task_to_id["transcribe"])

@@ -19,6 +19,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
+from max.interfaces.errors import InvalidRequest
 from max.pipelines.architectures.whisper.config import N_FRAMES, SAMPLING_RATE, TIME_PRECISION
 from max.pipelines.architectures.whisper.decoding import Segment, apply_rules, prompt_tokens, split_segments
 from max.pipelines.architectures.whisper.features import log_mel_spectrogram
@@ -127,21 +128,22 @@ class WhisperPipeline:
         temperature outside [0, 2], a prompt too long for the decoder)."""
         a = np.asarray(r.audio, np.float32).reshape(-1)
         if a.size == 0:
-            raise ValueError("audio is empty")
+            raise InvalidRequest("audio is empty", param="file")
         if not np.all(np.isfinite(a)):
-            raise ValueError("audio holds NaN or infinite samples")
+            raise InvalidRequest("audio holds NaN or infinite samples", param="file")
         if r.task is not None and r.task not in ("transcribe", "translate"):
-            raise ValueError(f"task must be 'transcribe' or 'translate', got {r.task!r}")
+            raise InvalidRequest(f"task must be 'transcribe' or 'translate', got {r.task!r}", param="task")
         if r.task == "translate" and "translate" not in self.settings.task_to_id:
-            raise ValueError(f"task {r.task!r} is not supported by this model")
+            raise InvalidRequest(f"task {r.task!r} is not supported by this model", param="task")
         if not 0.0 <= float(r.temperature) <= 2.0:
-            raise ValueError(f"temperature must be between 0 and 2, got {r.temperature}")
+            raise InvalidRequest(f"temperature must be between 0 and 2, got {r.temperature}", param="temperature")
         if r.language is not None:
             self.settings.language_id(r.language)
         if r.prompt:
             n = len(self.tokenizer.encode(" " + r.prompt.strip(), add_special_tokens=False))
             if n + 5 >= self.model.max_seq_len:
-                raise ValueError(f"prompt is {n} tokens; at most {self.model.max_seq_len - 6} fit the decoder")
+                raise InvalidRequest(f"prompt is {n} tokens; at most {self.model.max_seq_len - 6} fit the decoder",
+                                     param="prompt")
 
     def _job(self, r: TranscriptionRequest) -> _Job:
         self.check(r)
@@ -224,7 +226,7 @@ class WhisperPipeline:
         gen: list[list[int]] = [[] for _ in jobs]
         for p in prompts:
             if len(p) >= limit:
-                raise ValueError(f"the prompt takes {len(p)} of the decoder's {limit} positions")
+                raise InvalidRequest(f"the prompt takes {len(p)} of the decoder's {limit} positions", param="prompt")
 
         def run() -> None:
             active = list(range(len(jobs)))
