@@ -6,7 +6,6 @@ and a one-line error at the command line."""
 from __future__ import annotations
 
 import io
-import re
 from typing import Optional, Union
 
 import numpy as np
@@ -42,7 +41,7 @@ def decode_audio(data: Union[bytes, str], sampling_rate: int = 16000, max_second
         raise
     except (soundfile.LibsndfileError, RuntimeError, TypeError) as e:
         formats = ", ".join(sorted(soundfile.available_formats()))
-        why = re.sub(r"^Error opening <[^>]*>: ", "", str(e).strip()) or type(e).__name__
+        why = str(getattr(e, "error_string", "") or "").strip() or type(e).__name__  # libsndfile's own reason
         raise AudioError(f"{what} could not be decoded ({why.rstrip('.')}); supported "
                          f"formats: {formats}") from None
     if samples.size == 0:
