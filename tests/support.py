@@ -100,3 +100,34 @@ def scheduled_greedy(llm: Any, prompts: Sequence[str], max_new_tokens: int, para
         llm.scheduler.submit(c, lambda o: toks[o.request_id].extend(o.tokens))
     llm.scheduler.run_until_idle()
     return [toks[c.request_id] for c in ctxs]
+
+
+_apt_updated = False
+
+
+def apt_install(*packages: str) -> str | None:
+    """``apt-get install`` Debian ``packages`` for a test that needs them (as root; the package index is
+    updated once per process); None on success, else why not (the test then skips with that reason)."""
+    import shutil
+    import subprocess
+
+    global _apt_updated
+    if shutil.which("apt-get") is None:
+        return "no apt-get"
+    if os.geteuid() != 0:
+        return f"not root (cannot apt-get install {' '.join(packages)})"
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    lock = ["-o", "DPkg::Lock::Timeout=300"]
+    try:
+        if not _apt_updated:
+            r = subprocess.run(["apt-get", *lock, "update"], capture_output=True, text=True, env=env, timeout=600)
+            if r.returncode != 0:
+                return f"apt-get update failed: {r.stderr.strip()[-500:]}"
+            _apt_updated = True
+        r = subprocess.run(["apt-get", *lock, "install", "-y", "--no-install-recommends", *packages],
+                           capture_output=True, text=True, env=env, timeout=900)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"apt-get failed: {e}"
+    if r.returncode != 0:
+        return f"apt-get install {' '.join(packages)} failed: {r.stderr.strip()[-500:]}"
+    return None

@@ -14,6 +14,8 @@ import wave
 
 import numpy as np
 
+from support import apt_install
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 LANGS = ["en", "de", "fr"]
@@ -114,16 +116,8 @@ def tiny_whisper_dir(seed: int = 0, sizes: tuple = tuple(TINY.items()), text_voc
 def _install_espeak() -> str | None:
     if shutil.which("espeak-ng"):
         return None
-    if shutil.which("apt-get") is None or os.geteuid() != 0:
-        return "espeak-ng is missing and cannot be installed (no apt-get or not root)"
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    try:
-        r = subprocess.run(["apt-get", "-o", "DPkg::Lock::Timeout=300", "install", "-y", "--no-install-recommends",
-                            "espeak-ng"], capture_output=True, text=True, env=env, timeout=600)
-    except (OSError, subprocess.SubprocessError) as e:
-        return f"apt-get failed: {e}"
-    return None if r.returncode == 0 and shutil.which("espeak-ng") else f"apt-get install espeak-ng failed: " \
-        f"{r.stderr.strip()[-300:]}"
+    why = apt_install("espeak-ng")
+    return why if why is not None or shutil.which("espeak-ng") else "apt-get installed espeak-ng but it is not on PATH"
 
 
 def _resample(x: np.ndarray, sr: int, to: int = 16000) -> np.ndarray:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from max.engine import native
 from max.engine.kernels.ragged import KV_KINDS, flash_attention_ragged, kv_decode, kv_encode, ragged_read_plan
-from max.engine.native import build
+from test_native_kernels import ISAS, assert_paged_attention  # noqa: E402
 
 QDTYPES = [torch.int8, torch.float8_e4m3fn]
 
@@ -81,10 +81,6 @@ def test_row_codec_matches_float64_reference(dtype, seed, d, mag):
     assert (np.abs(dec - x) <= bound * 1.0001 + 1e-30).all()
 
 
-ISAS = [pytest.param(v, marks=pytest.mark.skipif(v not in native.runnable(),
-                                                  reason=f"this CPU cannot execute the {v} kernels"))
-        for v, (arch, _, _) in build.VARIANTS.items() if build._arch_matches(arch)]
-
 needs_native = pytest.mark.skipif(native.lib() is None, reason="native kernels unavailable")
 
 
@@ -149,22 +145,7 @@ def test_native_attention_reads_quantised_pages(isa, dtype, lens, hkv, group, wi
                                 out.data_ptr())
     assert rc == 0
     kv = kv_decode(blocks.view(torch.uint8), dtype).double()
-    for b, (c, n) in enumerate(lens):
-        total = c + n
-        pos = torch.arange(total)
-        k_ = kv[lookup[b, pos // page], 0, layer, pos % page]
-        v_ = kv[lookup[b, pos // page], 1, layer, pos % page]
-        for i in range(n):
-            qpos = c + i
-            keep = torch.ones(total, dtype=torch.bool)
-            if causal:
-                keep &= pos <= qpos
-                if window > 0:
-                    keep &= pos > qpos - window
-            for hh in range(h):
-                s = (k_[keep, hh // group] @ q[offs[b] + i, hh].double()) * 0.25
-                ref = torch.softmax(s, 0) @ v_[keep, hh // group]
-                assert torch.allclose(out[offs[b] + i, hh].double(), ref, rtol=1e-4, atol=1e-5)
+    assert_paged_attention(out, q, kv, lens, lookup, offs, page, layer, group, causal, window)
     plan = ragged_read_plan(offs, cl, lookup, page)
     torch_out = flash_attention_ragged(q, blocks, *plan, layer=layer, scale=0.25, causal=causal, window=window,
                                        head_dim=d)

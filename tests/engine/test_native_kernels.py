@@ -272,6 +272,28 @@ def test_rmsnorm_and_glu(isa):
         assert torch.allclose(o.double(), fn(gd[:, :99]) * gd[:, 99:], rtol=1e-5, atol=1e-5)
 
 
+def assert_paged_attention(out, q, kv, lens, lookup, offs, page, layer, group, causal, window, scale=0.25):
+    """``out`` of a paged attention over the float64 cache ``kv`` ``[pages, 2, layers, page, hkv, d]`` equals
+    a dense float64 softmax(q k^T * scale) v per query, with the causal / sliding-window mask."""
+    h = q.shape[1]
+    for b, (c, n) in enumerate(lens):
+        total = c + n
+        pos = torch.arange(total)
+        k_ = kv[lookup[b, pos // page], 0, layer, pos % page]  # [L, hkv, d]
+        v_ = kv[lookup[b, pos // page], 1, layer, pos % page]
+        for i in range(n):
+            qpos = c + i
+            keep = torch.ones(total, dtype=torch.bool)
+            if causal:
+                keep &= pos <= qpos
+                if window > 0:
+                    keep &= pos > qpos - window
+            for hh in range(h):
+                s = (k_[keep, hh // group] @ q[offs[b] + i, hh].double()) * scale
+                ref = torch.softmax(s, 0) @ v_[keep, hh // group]
+                assert torch.allclose(out[offs[b] + i, hh].double(), ref, rtol=1e-4, atol=1e-5)
+
+
 def _paged_cache(rng, pages, layers, page, hkv, d, dtype):
     blocks = torch.from_numpy(rng.standard_normal((pages, 2, layers, page, hkv, d)).astype(np.float32))
     return blocks.to(dtype)
@@ -305,23 +327,7 @@ def test_paged_attention_matches_dense_reference(isa, lens, hkv, group, window, 
                                 lookup.data_ptr(), maxp, page, blocks.data_ptr(), 30 if bf16 else 0, sp, skv, sl, sof,
                                 layer, ctypes.c_float(0.25), window, int(causal), out.data_ptr())
     assert rc == 0
-    kv = blocks.double()
-    for b, (c, n) in enumerate(lens):
-        total = c + n
-        pos = torch.arange(total)
-        k_ = kv[lookup[b, pos // page], 0, layer, pos % page]  # [L, hkv, d]
-        v_ = kv[lookup[b, pos // page], 1, layer, pos % page]
-        for i in range(n):
-            qpos = c + i
-            keep = torch.ones(total, dtype=torch.bool)
-            if causal:
-                keep &= pos <= qpos
-                if window > 0:
-                    keep &= pos > qpos - window
-            for hh in range(h):
-                s = (k_[keep, hh // group] @ q[offs[b] + i, hh].double()) * 0.25
-                ref = torch.softmax(s, 0) @ v_[keep, hh // group]
-                assert torch.allclose(out[offs[b] + i, hh].double(), ref, rtol=1e-4, atol=1e-5)
+    assert_paged_attention(out, q, blocks.double(), lens, lookup, offs, page, layer, group, causal, window)
 
 
 @pytest.mark.parametrize("isa", ISAS)

@@ -31,6 +31,7 @@ import torch
 gguf = pytest.importorskip("gguf")
 
 from max.engine.native import build  # noqa: E402
+from support import apt_install  # noqa: E402
 from support import q8_activation_reference  # noqa: E402
 from test_native_kernels import PACKABLE, ALL_KINDS, blocks, deq, kdim  # noqa: E402
 
@@ -61,31 +62,9 @@ def _toolchain_ok() -> str | None:
     return None
 
 
-_apt_updated = False
-
-
 def _install_toolchain() -> str | None:
     """apt-get install the cross toolchain and qemu-user (as root); None on success, else why not."""
-    global _apt_updated
-    if shutil.which("apt-get") is None:
-        return "no apt-get"
-    if os.geteuid() != 0:
-        return "not root (cannot apt-get install)"
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    lock = ["-o", "DPkg::Lock::Timeout=300"]
-    try:
-        if not _apt_updated:
-            r = subprocess.run(["apt-get", *lock, "update"], capture_output=True, text=True, env=env, timeout=600)
-            if r.returncode != 0:
-                return f"apt-get update failed: {r.stderr.strip()[-500:]}"
-            _apt_updated = True
-        r = subprocess.run(["apt-get", *lock, "install", "-y", "--no-install-recommends", *PACKAGES],
-                           capture_output=True, text=True, env=env, timeout=900)
-    except (OSError, subprocess.SubprocessError) as e:
-        return f"apt-get failed: {e}"
-    if r.returncode != 0:
-        return f"apt-get install {' '.join(PACKAGES)} failed: {r.stderr.strip()[-500:]}"
-    return None
+    return apt_install(*PACKAGES)
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from lm_support import make_tiny_llama
+from support import apt_install
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -37,23 +38,7 @@ def _browser() -> str | None:
 
 def _install_browser() -> str | None:
     """apt-get install Debian's chromium (as root); None on success, else why not."""
-    if shutil.which("apt-get") is None:
-        return "no apt-get"
-    if os.geteuid() != 0:
-        return "not root (cannot apt-get install chromium)"
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    lock = ["-o", "DPkg::Lock::Timeout=300"]
-    try:
-        r = subprocess.run(["apt-get", *lock, "update"], capture_output=True, text=True, env=env, timeout=600)
-        if r.returncode != 0:
-            return f"apt-get update failed: {r.stderr.strip()[-500:]}"
-        r = subprocess.run(["apt-get", *lock, "install", "-y", "--no-install-recommends", "chromium"],
-                           capture_output=True, text=True, env=env, timeout=900)
-    except (OSError, subprocess.SubprocessError) as e:
-        return f"apt-get failed: {e}"
-    if r.returncode != 0:
-        return f"apt-get install chromium failed: {r.stderr.strip()[-500:]}"
-    return None
+    return apt_install("chromium")
 
 
 @pytest.fixture(scope="module")
