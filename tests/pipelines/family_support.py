@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -173,6 +173,47 @@ def assert_close(ours: np.ndarray, ref: np.ndarray, what: str) -> None:
     span = float(ref.max() - ref.min())
     err = float(np.abs(ours - ref).max())
     assert err <= 1e-4 * span, f"{what}: max |diff| {err:.3g} > 1e-4 of the logit range {span:.3g}"
+
+
+def steps_against_hf(llm: Any, model: Any, prompts: dict, n_decode: int, chunk: Optional[int] = None) -> Any:
+    """Run ``prompts`` together through ``llm``'s pipeline model (prompts in pieces of ``chunk`` tokens when
+    given: chunked prefill), then ``n_decode`` greedy steps; every step's last-token logits must equal
+    transformers' (:func:`assert_close`).  Calls the model's ``prepare_contexts`` hook before each fetch, as
+    the pipeline does.  Releases the requests and returns the KV manager (for the caller's checks)."""
+    from test_kv_cache_context import FakeContext
+
+    pm = llm.pipeline.pipeline_model
+    mgr = pm.kv_manager
+    ctxs = [FakeContext(rid, p) for rid, p in prompts.items()]
+    seqs = {rid: list(p) for rid, p in prompts.items()}
+    prepare = getattr(pm, "prepare_contexts", None)
+    for c in ctxs:
+        mgr.claim(c.request_id)
+    try:
+        if chunk is not None:  # all but the last piece of each prompt, one piece per step
+            while any(c.active_idx - c.start_idx > chunk for c in ctxs):
+                part = [c for c in ctxs if c.active_idx - c.start_idx > chunk]
+                for c in part:
+                    c.set_token_indices(active_idx=c.start_idx + chunk)
+                pm.execute(pm.prepare_initial_token_inputs(part, mgr.fetch(part)))
+                for c in part:
+                    c.set_token_indices(start_idx=c.active_idx, active_idx=len(seqs[c.request_id]))
+                mgr.step(part)
+        for step in range(n_decode + 1):
+            if prepare is not None:
+                prepare(ctxs)
+            logits = pm.execute(pm.prepare_initial_token_inputs(ctxs, mgr.fetch(ctxs))).logits.numpy()
+            for b, c in enumerate(ctxs):
+                assert_close(logits[b], hf_next_logits(model, seqs[c.request_id]), f"{c.request_id} step {step}")
+                tok = int(np.argmax(logits[b]))
+                seqs[c.request_id].append(tok)
+                c.tokens[c.end_idx] = tok
+                c.bump_token_indices(start_idx=c.active_idx - c.start_idx, active_idx=1, end_idx=1)
+            mgr.step(ctxs)
+    finally:
+        for c in ctxs:
+            mgr.release(c.request_id)
+    return mgr
 
 
 # --------------------------------------------------------------------------- GGUF copies (llama.cpp layout)

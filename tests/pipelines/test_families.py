@@ -19,41 +19,17 @@ pytest.importorskip("transformers")
 from family_support import (  # noqa: E402
     FAMILIES,
     GGUF_FAMILIES,
-    assert_close,
     family_llm,
     hf_greedy,
-    hf_next_logits,
+    steps_against_hf,
     tiny_family,
     tiny_gguf,
 )
-from test_kv_cache_context import FakeContext  # noqa: E402
 
 
 def _steps(llm, model, prompts: dict[str, list[int]], n_decode: int = 4) -> None:
     """Run ``prompts`` together through the pipeline model; compare every step's logits with transformers."""
-    pm = llm.pipeline.pipeline_model
-    mgr = pm.kv_manager
-    ctxs = [FakeContext(rid, p) for rid, p in prompts.items()]
-    seqs = {rid: list(p) for rid, p in prompts.items()}
-    for c in ctxs:
-        mgr.claim(c.request_id)
-    try:
-        prepare = getattr(pm, "prepare_contexts", None)  # as the pipeline does before each fetch
-        for step in range(n_decode + 1):
-            if prepare is not None:
-                prepare(ctxs)
-            kv = mgr.fetch(ctxs)
-            logits = pm.execute(pm.prepare_initial_token_inputs(ctxs, kv)).logits.numpy()
-            for b, c in enumerate(ctxs):
-                assert_close(logits[b], hf_next_logits(model, seqs[c.request_id]), f"{c.request_id} step {step}")
-                tok = int(np.argmax(logits[b]))
-                seqs[c.request_id].append(tok)
-                c.tokens[c.end_idx] = tok
-                c.bump_token_indices(start_idx=c.active_idx - c.start_idx, active_idx=1, end_idx=1)
-            mgr.step(ctxs)
-    finally:
-        for c in ctxs:
-            mgr.release(c.request_id)
+    mgr = steps_against_hf(llm, model, prompts, n_decode)
     assert mgr.num_free_pages == mgr.total_num_pages
 
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nn"))
 transformers = pytest.importorskip("transformers")
 import torch  # noqa: E402
 
-from family_support import assert_close, hf_greedy, hf_next_logits  # noqa: E402
+from family_support import assert_close, hf_greedy, hf_next_logits, steps_against_hf  # noqa: E402
 from test_hf_utils import make_bpe_tokenizer  # noqa: E402
 from test_kv_cache_context import FakeContext  # noqa: E402
 
@@ -117,35 +117,7 @@ def _free(mgr) -> None:
 def _steps(llm, model, prompts: dict, n_decode: int = 3, chunk: int | None = None) -> None:
     """Run ``prompts`` together (prompts in pieces of ``chunk`` tokens: chunked prefill), then decode;
     every step's last-token logits against transformers."""
-    pm = llm.pipeline.pipeline_model
-    mgr = pm.kv_manager
-    ctxs = [FakeContext(rid, p) for rid, p in prompts.items()]
-    seqs = {rid: list(p) for rid, p in prompts.items()}
-    for c in ctxs:
-        mgr.claim(c.request_id)
-    try:
-        if chunk is not None:  # all but the last piece of each prompt, one piece per step
-            while any(c.active_idx - c.start_idx > chunk for c in ctxs):
-                part = [c for c in ctxs if c.active_idx - c.start_idx > chunk]
-                for c in part:
-                    c.set_token_indices(active_idx=c.start_idx + chunk)
-                pm.execute(pm.prepare_initial_token_inputs(part, mgr.fetch(part)))
-                for c in part:
-                    c.set_token_indices(start_idx=c.active_idx, active_idx=len(seqs[c.request_id]))
-                mgr.step(part)
-        for step in range(n_decode + 1):
-            logits = pm.execute(pm.prepare_initial_token_inputs(ctxs, mgr.fetch(ctxs))).logits.numpy()
-            for b, c in enumerate(ctxs):
-                assert_close(logits[b], hf_next_logits(model, seqs[c.request_id]), f"{c.request_id} step {step}")
-                tok = int(np.argmax(logits[b]))
-                seqs[c.request_id].append(tok)
-                c.tokens[c.end_idx] = tok
-                c.bump_token_indices(start_idx=c.active_idx - c.start_idx, active_idx=1, end_idx=1)
-            mgr.step(ctxs)
-    finally:
-        for c in ctxs:
-            mgr.release(c.request_id)
-    _free(mgr)
+    _free(steps_against_hf(llm, model, prompts, n_decode, chunk))
 
 
 @pytest.mark.parametrize("family", sorted(HYBRID))
