@@ -98,11 +98,12 @@ class GatedGroupRMSNorm(Module):
         return ops.reshape(g, [T, self.dim]).cast(dt) * self.weight.to(x.device).cast(dt)
 
 
-def mamba2_state_specs(layer: int, conv_dim: int, kernel: int, heads: int, head_dim: int, state: int
-                       ) -> list[StateSpec]:
-    """The conv window and SSM state of Mamba-2 mixer ``layer``."""
-    return [StateSpec(f"layers.{layer}.conv", (conv_dim, kernel - 1)),
-            StateSpec(f"layers.{layer}.ssm", (heads, head_dim, state))]
+def mamba2_state_specs(layers: Any, m: SimpleNamespace) -> list[StateSpec]:
+    """The conv window and SSM state of the Mamba-2 mixers of ``layers`` (sizes ``m``, as :class:`Mamba2Mixer`)."""
+    conv_dim = m.inner + 2 * m.groups * m.state  # x, B and C go through the convolution
+    return [spec for layer in layers for spec in (
+        StateSpec(f"layers.{layer}.conv", (conv_dim, m.kernel - 1)),
+        StateSpec(f"layers.{layer}.ssm", (m.heads, m.head_dim, m.state)))]
 
 
 class Mamba2Mixer(Module):

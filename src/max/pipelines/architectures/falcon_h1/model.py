@@ -61,10 +61,7 @@ class FalconH1Model(HybridPipelineModel):
 
     @classmethod
     def state_specs(cls, cfg: DecoderConfig) -> list[StateSpec]:
-        m = cfg.extra["mamba"]
-        return [s for i in range(cfg.num_hidden_layers)
-                for s in mamba2_state_specs(i, m.inner + 2 * m.groups * m.state, m.kernel, m.heads, m.head_dim,
-                                            m.state)]
+        return mamba2_state_specs(range(cfg.num_hidden_layers), cfg.extra["mamba"])
 
     @classmethod
     def build_module(cls, cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams, max_seq_len: int,

@@ -34,10 +34,8 @@ class GraniteMoeHybridModel(HybridPipelineModel):
 
     @classmethod
     def state_specs(cls, cfg: DecoderConfig) -> list[StateSpec]:
-        m = cfg.extra["mamba"]
-        return [s for i, t in enumerate(cfg.extra["layer_types"]) if t == "mamba"
-                for s in mamba2_state_specs(i, m.inner + 2 * m.groups * m.state, m.kernel, m.heads, m.head_dim,
-                                            m.state)]
+        return mamba2_state_specs([i for i, t in enumerate(cfg.extra["layer_types"]) if t == "mamba"],
+                                  cfg.extra["mamba"])
 
     @classmethod
     def build_module(cls, cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams, max_seq_len: int,
