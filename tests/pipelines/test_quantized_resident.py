@@ -133,6 +133,35 @@ def test_quantized_model_holds_no_float_copy(tiny256, tmp_path):
     assert len(scheduled_greedy(llm, ["import torch"], 4)[0]) == 4
 
 
+def test_attention_index_operands_are_cast_once_per_step(tiny256, tmp_path):
+    """The native attention and KV-store calls of every layer read the same int64 index tensors: each
+    narrower index input is cast once per step (a handful of casts), not once per layer and call."""
+    from max.engine import InferenceSession
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    model, tok, _ = tiny256
+    path = tmp_path / "tiny-Q4_1.gguf"
+    write_gguf(path, model, tok, "Q4_1")
+    loads = []
+    real_load = InferenceSession.load
+
+    def load(self, *a, **k):
+        m = real_load(self, *a, **k)
+        loads.append(dict(self.last_compile_stats.get("native", {})))
+        return m
+
+    InferenceSession.load = load
+    try:
+        llm = LLM(PipelineConfig(model_path=str(path), max_length=64, max_batch_size=2))
+    finally:
+        InferenceSession.load = real_load
+    native_counts = next(c for c in loads if c.get("flash_attention_ragged_native"))
+    assert native_counts["flash_attention_ragged_native"] == model.config.num_hidden_layers
+    assert 1 <= native_counts["int64_index_cast"] <= 6  # offsets, lengths, lookup, positions, write pages/offsets
+    assert len(scheduled_greedy(llm, ["import torch"], 4)[0]) == 4
+
+
 def test_float_checkpoint_quantized_on_load_bit_exact(tiny256, tmp_path):
     """--quantization-encoding q8_0 / q4_0 on float safetensors: the blocks the model binds are ggml's
     reference quantizer's, and the model runs resident."""

@@ -17,6 +17,10 @@
 - ``flash_attention_ragged`` on the CPU reads the paged cache directly
   (``flash_attention_ragged_native``): the padded per-step index tensors the
   torch kernel needs (``ragged_read_plan``) become dead and are removed.
+- The native attention and KV-store kernels take int64 index operands (row offsets, cache lengths,
+  page lookup, token positions, write pages/offsets).  They are the same values for every layer of a
+  step, so each one that is narrower is cast to int64 once, by one ``cast`` node that every layer's
+  call reads (not once per layer and call).
 """
 
 from __future__ import annotations
@@ -60,8 +64,24 @@ def lower(prog: Program, policy: Optional[BackendPolicy] = None) -> dict[str, in
     policy = policy or current()
     producer = prog.producer_map()
     out: list[PNode] = []
-    counts = {"pack_qweight": 0, "flash_attention_ragged_native": 0, "native_matmul": 0}
+    counts = {"pack_qweight": 0, "flash_attention_ragged_native": 0, "native_matmul": 0, "int64_index_cast": 0}
     next_id = _fresh_id(prog)
+    as_i64: dict[int, int] = {}
+
+    def int64_of(v: int, loc: object) -> int:
+        """``v`` as int64: itself when it is, else the one cast node made for it (appended to ``out``)."""
+        nonlocal next_id
+        t = prog.types[v]
+        if not isinstance(t, TensorType) or t.dtype == DType.int64 or not t.dtype.is_integral():
+            return v
+        if v not in as_i64:
+            as_i64[v] = pid = next_id
+            next_id += 1
+            prog.types[pid] = typ = TensorType(DType.int64, t.shape, t.device)
+            out.append(PNode("cast", (v,), {"dtype": DType.int64}, (typ,), (pid,), loc))
+            counts["int64_index_cast"] += 1
+        return as_i64[v]
+
     for n in prog.nodes:
         dev = n.types[0].device if n.types and isinstance(n.types[0], TensorType) else None
         on_cpu = dev is not None and dev.is_cpu()
@@ -105,9 +125,16 @@ def lower(prog: Program, policy: Optional[BackendPolicy] = None) -> dict[str, in
             cache_dt = prog.types[blocks].dtype
             if cache_dt in _NATIVE_CACHE_DTYPES and prog.types[q].dtype == DType.float32:
                 attrs = {k: v for k, v in n.attrs.items() if k != "native_operands"}
-                n = PNode("flash_attention_ragged_native", (q, blocks, *rest), attrs, n.types, n.outs, n.loc,
-                          n.side_effects, n.regions)
+                idx = [int64_of(v, n.loc) for v in rest[:3]]  # offsets, cache_lengths, lookup
+                n = PNode("flash_attention_ragged_native", (q, blocks, *idx, *rest[3:]), attrs, n.types, n.outs,
+                          n.loc, n.side_effects, n.regions)
                 counts["flash_attention_ragged_native"] += 1
+        elif n.op == "ragged_qkv_store" and on_cpu:
+            # operands: qkv, [freqs], [q gamma], [k gamma], blocks, token positions, write pages, write offsets
+            head, tail = n.inputs[:-3], n.inputs[-3:]
+            new = (*head, *(int64_of(v, n.loc) for v in tail))
+            if new != n.inputs:
+                n = PNode(n.op, new, n.attrs, n.types, n.outs, n.loc, n.side_effects, n.regions)
         out.append(n)
     prog.nodes = out
     return {k: v for k, v in counts.items() if v}
