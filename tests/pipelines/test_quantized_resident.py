@@ -135,7 +135,8 @@ def test_quantized_model_holds_no_float_copy(tiny256, tmp_path):
 
 def test_attention_index_operands_are_cast_once_per_step(tiny256, tmp_path):
     """The native attention and KV-store calls of every layer read the same int64 index tensors: each
-    narrower index input is cast once per step (a handful of casts), not once per layer and call."""
+    narrower index input is cast once per step (a handful of casts), not once per layer and call.  The
+    tied embedding's lookups read the packed copy the output projection uses (one copy of the table)."""
     from max.engine import InferenceSession
     from max.entrypoints.llm import LLM
     from max.pipelines import PipelineConfig
@@ -159,7 +160,27 @@ def test_attention_index_operands_are_cast_once_per_step(tiny256, tmp_path):
     native_counts = next(c for c in loads if c.get("flash_attention_ragged_native"))
     assert native_counts["flash_attention_ragged_native"] == model.config.num_hidden_layers
     assert 1 <= native_counts["int64_index_cast"] <= 6  # offsets, lengths, lookup, positions, write pages/offsets
+    assert native_counts["packed_embedding"] == 1
     assert len(scheduled_greedy(llm, ["import torch"], 4)[0]) == 4
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"])
+def test_packed_gather_is_the_ggml_dequantisation_of_the_rows(kind):
+    """packed_gather_f32 (embedding rows read from the packed layout) == gguf's dequantisation of those
+    rows of the GGML blocks, for any index shape and negative indices; out-of-range ids raise."""
+    from max.engine.kernels.quantized import packed_gather_f32
+
+    rng = np.random.default_rng(3)
+    n, k = 40, 256
+    blocks = _blocks(rng.standard_normal((n, k)).astype(np.float32), kind, rng)
+    ref = quants.dequantize(blocks, T[kind]).reshape(n, k)
+    code = native.GGML_KINDS[kind]
+    packed = native.pack(torch.from_numpy(blocks), code, n, k)
+    idx = torch.tensor([[3, 39, -1], [0, 17, 17]])
+    got = packed_gather_f32(packed, idx, code, n, k).numpy()
+    np.testing.assert_array_equal(got, ref[idx.reshape(-1).numpy() % n])
+    with pytest.raises(IndexError, match="out of range"):
+        packed_gather_f32(packed, torch.tensor([n]), code, n, k)
 
 
 def test_float_checkpoint_quantized_on_load_bit_exact(tiny256, tmp_path):

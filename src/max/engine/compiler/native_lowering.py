@@ -17,6 +17,10 @@
 - ``flash_attention_ragged`` on the CPU reads the paged cache directly
   (``flash_attention_ragged_native``): the padded per-step index tensors the
   torch kernel needs (``ragged_read_plan``) become dead and are removed.
+- An embedding lookup (``gather`` of GGML rows, [``reshape``], ``dequantize``) on a table that is also
+  packed for a projection (tied input/output embeddings) reads its rows from the packed copy
+  (``packed_gather_f32``): the GGML table is then unused after load, so the model keeps one copy of it
+  and the lookups touch no pages of the checkpoint file.
 - The native attention and KV-store kernels take int64 index operands (row offsets, cache lengths,
   page lookup, token positions, write pages/offsets).  They are the same values for every layer of a
   step, so each one that is narrower is cast to int64 once, by one ``cast`` node that every layer's
@@ -137,4 +141,61 @@ def lower(prog: Program, policy: Optional[BackendPolicy] = None) -> dict[str, in
                 n = PNode(n.op, new, n.attrs, n.types, n.outs, n.loc, n.side_effects, n.regions)
         out.append(n)
     prog.nodes = out
+    counts["packed_embedding"] = _embeddings_from_packed(prog)
     return {k: v for k, v in counts.items() if v}
+
+
+def _used_in_regions(prog: Program) -> set[int]:
+    used: set[int] = set()
+    for n in prog.nodes:
+        for sub in n.regions:
+            used.update(i for m in sub.nodes for i in m.inputs)
+            used.update(sub.output_ids)
+            used.update(_used_in_regions(sub))
+    return used
+
+
+def _embeddings_from_packed(prog: Program) -> int:
+    """Rewrite ``dequantize([reshape](gather(W, idx)))`` as ``packed_gather_f32(pack(W), idx)`` where ``W``
+    is packed for a projection anyway; the pack node moves before its first use."""
+    from max.engine import native
+
+    packs = {n.inputs[0]: n for n in prog.nodes if n.op == "pack_qweight"}
+    if not packs:
+        return 0
+    users: dict[int, list[PNode]] = {}
+    for n in prog.nodes:
+        for i in n.inputs:
+            users.setdefault(i, []).append(n)
+    pinned = set(prog.output_ids) | _used_in_regions(prog)
+
+    def only_user(v: int, op: str) -> PNode | None:
+        us = users.get(v, [])
+        return us[0] if len(us) == 1 and us[0].op == op and v not in pinned else None
+
+    replace: dict[int, PNode] = {}  # id(dequantize node) -> its replacement
+    first_use: dict[int, int] = {}  # id(pack node) -> id(the gather node it must precede)
+    for g in prog.nodes:
+        if g.op != "gather" or g.inputs[0] not in packs or g.attrs.get("axis", 0) != 0:
+            continue
+        pack = packs[g.inputs[0]]
+        r = only_user(g.outs[0], "reshape")  # gone when the indices are already 1-D
+        d = only_user(g.outs[0] if r is None else r.outs[0], "dequantize")
+        if d is None or native.GGML_KINDS.get(str(d.attrs.get("encoding")).upper()) != pack.attrs["kind"]:
+            continue
+        replace[id(d)] = PNode("packed_gather_f32", (pack.outs[0], g.inputs[1]), dict(pack.attrs), d.types, d.outs,
+                               d.loc)
+        first_use.setdefault(id(pack), id(g))
+    if not replace:
+        return 0
+    moved = {id(p) for p in packs.values() if id(p) in first_use}
+    before = {first_use[id(p)]: p for p in packs.values() if id(p) in first_use}
+    nodes: list[PNode] = []
+    for n in prog.nodes:
+        if id(n) in before:
+            nodes.append(before[id(n)])
+        if id(n) in moved:
+            continue
+        nodes.append(replace.get(id(n), n))
+    prog.nodes = nodes
+    return len(replace)

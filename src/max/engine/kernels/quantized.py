@@ -35,6 +35,23 @@ def qmatmul(x: torch.Tensor, blocks: torch.Tensor, encoding: str, fast: bool = F
     return q.qmatmul(x, blocks, encoding, fast=fast)
 
 
+@kernel("packed_gather_f32")
+def packed_gather_f32(packed: torch.Tensor, idx: torch.Tensor, kind: int, n: int, k: int) -> torch.Tensor:
+    """Rows ``idx`` (any shape, flattened; negative ids count from the end) of a packed ``[n, k]`` weight
+    as float32 ``[len(idx), k]``: the GGML dequantisation of those rows, read from the packed layout
+    (an embedding lookup on a table that is also packed for the tied output projection)."""
+    from max.engine import native
+
+    ids = idx.reshape(-1).tolist()
+    out = torch.empty((len(ids), k), dtype=torch.float32)
+    so, src, dst = native.lib(), packed.data_ptr(), out.data_ptr()
+    for i, row in enumerate(ids):
+        r = row + n if row < 0 else row
+        if not 0 <= r < n or so.lmx_packed_row(kind, src, n, k, r, dst + 4 * i * k) != 0:
+            raise IndexError(f"embedding lookup: index {row} is out of range for a table of {n} rows")
+    return out
+
+
 @kernel("gptq_to_q4_0")
 def gptq_to_q4_0(rows: torch.Tensor, k: int, group_size: int) -> torch.Tensor:
     """Symmetric GPTQ rows -> the Q4_0 blocks holding the same values (folded once for a constant weight)."""
