@@ -325,11 +325,13 @@ MISTRAL3_TEMPLATE = (
 
 
 @functools.lru_cache(maxsize=None)
-def tiny_mistral3(text_kw: tuple = (), vision_kw: tuple = (), top_kw: tuple = (),
-                  longest_edge: int = 48) -> tuple[str, Any, Any]:
+def tiny_mistral3(text_kw: tuple = (), vision_kw: tuple = (), top_kw: tuple = (), longest_edge: int = 48,
+                  llava: bool = False) -> tuple[str, Any, Any]:
     """``(folder, hf_model, image_processor)``: a tiny random ``Mistral3ForConditionalGeneration`` (Pixtral
     vision tower of 4x4 patches, 2x2 spatial merge, images resized to at most ``longest_edge`` pixels and
-    to multiples of 8, so variable grids; a Mistral text decoder).  The folder holds the Pixtral image
+    to multiples of 8, so variable grids; a Mistral text decoder); ``llava``: a
+    ``LlavaForConditionalGeneration`` over the same tower (Pixtral 12B's layout: no merge, every patch a
+    token, a two-layer projector).  The folder holds the Pixtral image
     processor, the tokenizer and a ``processor_config.json`` as Mistral's checkpoints do (transformers'
     ``PixtralProcessor`` itself needs torchvision)."""
     import json
@@ -351,12 +353,20 @@ def tiny_mistral3(text_kw: tuple = (), vision_kw: tuple = (), top_kw: tuple = ()
     vision = transformers.PixtralVisionConfig(**_over(dict(
         hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, head_dim=8, patch_size=4,
         image_size=longest_edge, initializer_range=0.2), vision_kw))
-    top = _over(dict(spatial_merge_size=2, vision_feature_layer=-1, multimodal_projector_bias=True), top_kw)
-    cfg = transformers.Mistral3Config(text_config=text.to_dict(), vision_config=vision.to_dict(),
-                                      image_token_index=tok.convert_tokens_to_ids(M3_IMG), tie_word_embeddings=False,
-                                      **top)
+    if llava:
+        top = _over(dict(vision_feature_layer=-1, vision_feature_select_strategy="full"), top_kw)
+        cfg = transformers.LlavaConfig(text_config=text.to_dict(), vision_config=vision.to_dict(),
+                                       image_token_index=tok.convert_tokens_to_ids(M3_IMG), tie_word_embeddings=False,
+                                       **top)
+        top["spatial_merge_size"] = 1
+    else:
+        top = _over(dict(spatial_merge_size=2, vision_feature_layer=-1, multimodal_projector_bias=True), top_kw)
+        cfg = transformers.Mistral3Config(text_config=text.to_dict(), vision_config=vision.to_dict(),
+                                          image_token_index=tok.convert_tokens_to_ids(M3_IMG),
+                                          tie_word_embeddings=False, **top)
     torch.manual_seed(0)
-    model = transformers.Mistral3ForConditionalGeneration(cfg).eval().float()
+    cls = transformers.LlavaForConditionalGeneration if llava else transformers.Mistral3ForConditionalGeneration
+    model = cls(cfg).eval().float()
     with torch.no_grad():  # norms and biases that initialise to 1/0 made to matter
         for name, p in model.named_parameters():
             if name.endswith("norm.weight") or name.endswith("ln_pre.weight"):

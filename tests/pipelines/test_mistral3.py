@@ -44,10 +44,10 @@ def test_registered_and_listed():
     from max.pipelines.lib.registry import PIPELINE_REGISTRY, register_all_models
 
     register_all_models()
-    arch = PIPELINE_REGISTRY.architectures["Mistral3ForConditionalGeneration"]
-    assert arch.tokenizer.__name__ == "Mistral3Tokenizer"
     listed = CliRunner().invoke(main, ["list"])
-    assert "Mistral3ForConditionalGeneration\n    task: text_generation (text and images)" in listed.output
+    for name in ("Mistral3ForConditionalGeneration", "LlavaForConditionalGeneration"):
+        assert PIPELINE_REGISTRY.architectures[name].tokenizer.__name__ == "Mistral3Tokenizer"
+        assert f"{name}\n    task: text_generation (text and images)" in listed.output
 
 
 def test_each_image_is_laid_out_in_rows_with_break_and_end_tokens(m3):
@@ -124,3 +124,44 @@ def test_chunked_prefill_and_prefix_cache_around_images(m3, monkeypatch):
     assert alt.generate("Same words here.", max_new_tokens=8, images=[b], use_tqdm=False) == \
         llm.generate("Same words here.", max_new_tokens=8, images=[b], use_tqdm=False)
     assert alt.generate("Same words here.", max_new_tokens=8, images=[a], use_tqdm=False) == first
+
+
+# --------------------------------------------------------------------------- Llava over a Pixtral tower
+@pytest.fixture(scope="module")
+def llava():
+    return with_llm(lambda: tiny_mistral3(longest_edge=32, llava=True), 256)
+
+
+def test_llava_pixtral_encoder_and_projector_match_transformers(llava):
+    d, model, llm = llava
+    pm = llm.pipeline.pipeline_model
+    ctx = llm.make_context("x", SamplingParams(max_new_tokens=1),
+                           images=[image_bytes(1, (40, 28)), image_bytes(2, (20, 50))])
+    assert [p.shape for p in ctx.pixel_values] == [(3, 24, 32), (3, 32, 12)]
+    assert len(ctx.image_token_indices) == 6 * 8 + 8 * 3  # one token per 4x4 patch, no merge
+    ours = torch.cat(pm.encode([ctx])).double().numpy()
+    kw = _hf_inputs(model, ctx, ctx.tokens[:ctx.active_idx].tolist())
+    with torch.no_grad():
+        ref = model.model.get_image_features(kw["pixel_values"], image_sizes=kw["image_sizes"]).pooler_output
+    ref = torch.cat(list(ref)).double().numpy()
+    assert ours.shape == ref.shape == (72, 64)
+    assert np.abs(ours - ref).max() <= 1e-4 * max(1.0, np.abs(ref).max())
+
+
+def test_llava_pixtral_logits_and_greedy_match_transformers(llava):
+    d, model, llm = llava
+    ctx = llm.make_context("What is shown?", SamplingParams(max_new_tokens=8),
+                           images=[image_bytes(4, (40, 28)), image_bytes(5, (20, 50))])
+    check_steps(llm, ctx, model, _hf_inputs, n_decode=2)
+    reqs = [("Describe it.", [image_bytes(6, (40, 28))]), ("What is this?", [image_bytes(7, (20, 50))])]
+    check_greedy(llm, model, _hf_inputs, reqs)
+
+
+def test_llava_with_another_vision_tower_is_refused():
+    from max.pipelines.architectures.llava.config import vision_config_from_hf
+
+    with pytest.raises(NotImplementedError, match="only a Pixtral vision tower"):
+        vision_config_from_hf({"vision_config": {"model_type": "clip_vision_model"}, "text_config": {}})
+    with pytest.raises(NotImplementedError, match="vision_feature_select_strategy 'full'"):
+        vision_config_from_hf({"vision_config": {"model_type": "pixtral"}, "text_config": {},
+                               "vision_feature_select_strategy": "default"})

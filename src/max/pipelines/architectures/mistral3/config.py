@@ -42,6 +42,9 @@ class VisionConfig:
     projector_bias: bool
     projector_norm_eps: float
     text_hidden_size: int
+    merger: bool = True
+    """Whether the projector starts with RMSNorm and the patch merger (Mistral 3), or is the two linear
+    layers alone (Llava's projector over a Pixtral tower)."""
 
     @property
     def head_dim(self) -> int:

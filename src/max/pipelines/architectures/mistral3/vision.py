@@ -8,7 +8,8 @@ second quarter by its column (frequency ``j`` of the usual ``theta ** (-2j / hea
 for even ``j``, to the column for odd ``j``).  Attention is bidirectional within an image and never
 across images (block-diagonal: ragged attention over the images' patch runs).  Projector: RMSNorm, the
 patch merger (each ``merge x merge`` block of patches concatenated channel-major then projected back to
-the vision width), then linear, activation, linear to the text width.
+the vision width), then linear, activation, linear to the text width (Llava over a Pixtral tower, e.g.
+Pixtral 12B: the two linear layers alone, no merge).
 
 Graph inputs, one row per image token (a merge block of ``merge**2`` patches): ``patches`` float32
 ``[n_tokens, merge**2 * channels * patch**2]`` (each image's merge blocks row-major, the block's patches
@@ -96,18 +97,21 @@ class MultiModalProjector(Module):
     def __init__(self, c: VisionConfig, f: WeightFactory) -> None:
         super().__init__()
         self.c = c
-        self.norm = RMSNorm(c.hidden_size, f.dtype, c.projector_norm_eps)
-        self.patch_merger = _PatchMerger(c, f)
+        if c.merger:
+            self.norm = RMSNorm(c.hidden_size, f.dtype, c.projector_norm_eps)
+            self.patch_merger = _PatchMerger(c, f)
         p = "multi_modal_projector"
         self.linear_1 = f.linear(f"{p}.linear_1", c.hidden_size, c.text_hidden_size, c.projector_bias)
         self.linear_2 = f.linear(f"{p}.linear_2", c.text_hidden_size, c.text_hidden_size, c.projector_bias)
         object.__setattr__(self, "_act", activation(c.projector_act, ARCHITECTURE))
 
     def __call__(self, x: TensorValue, n_tokens: Any) -> TensorValue:
-        unit, d = self.c.merge_unit, self.c.hidden_size
-        x = ops.reshape(self.norm(x), [n_tokens, unit, d])  # one row per merge block, its patches row-major
-        x = ops.reshape(ops.permute(x, [0, 2, 1]), [n_tokens, d * unit])  # channel-major: feature c * unit + k
-        return self.linear_2(self._act(self.linear_1(self.patch_merger.merging_layer(x))))
+        if self.c.merger:
+            unit, d = self.c.merge_unit, self.c.hidden_size
+            x = ops.reshape(self.norm(x), [n_tokens, unit, d])  # one row per merge block, its patches row-major
+            x = ops.reshape(ops.permute(x, [0, 2, 1]), [n_tokens, d * unit])  # channel-major: c * unit + k
+            x = self.patch_merger.merging_layer(x)
+        return self.linear_2(self._act(self.linear_1(x)))
 
 
 class Mistral3VisionModel(Module):
