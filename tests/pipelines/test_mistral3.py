@@ -165,3 +165,26 @@ def test_llava_with_another_vision_tower_is_refused():
     with pytest.raises(NotImplementedError, match="vision_feature_select_strategy 'full'"):
         vision_config_from_hf({"vision_config": {"model_type": "pixtral"}, "text_config": {},
                                "vision_feature_select_strategy": "default"})
+
+
+def test_unsupported_configs_and_processor_output_are_refused(m3):
+    from max.interfaces.errors import InvalidRequest
+    from max.pipelines.architectures.mistral3.config import config_from_hf, vision_config_from_hf
+
+    d, model, llm = m3
+    hf = model.config.to_dict()
+    with pytest.raises(NotImplementedError, match="list of vision_feature_layer"):
+        vision_config_from_hf({**hf, "vision_feature_layer": [-1, -2]})
+    with pytest.raises(ValueError, match="outside the 3 hidden states"):
+        vision_config_from_hf({**hf, "vision_feature_layer": -4})
+    rope = {"rope_type": "yarn", "factor": 16.0, "rope_theta": 1e6, "llama_4_scaling_beta": 0.1,
+            "original_max_position_embeddings": 16384}
+    with pytest.raises(NotImplementedError, match="llama_4_scaling_beta"):
+        config_from_hf({**hf, "text_config": {**hf["text_config"], "rope_parameters": rope}})
+    assert vision_config_from_hf({**hf, "vision_feature_layer": 1}).feature_layer == 1
+    tok = llm.tokenizer
+    px = np.zeros((1, 3, 16, 16), np.float32)
+    with pytest.raises(InvalidRequest, match="whole 8-pixel tokens"):
+        tok.split_images({"pixel_values": px, "image_sizes": np.array([[16, 12]])}, "r")
+    assert [p.shape for p in tok.split_images({"pixel_values": px, "image_sizes": np.array([[16, 8]])}, "r")[0]] == \
+        [(3, 16, 8)]

@@ -20,7 +20,12 @@ def _part(hf: dict, key: str) -> dict:
 
 
 def config_from_hf(hf: dict) -> DecoderConfig:
-    return DecoderConfig(**hf_common(_part(hf, "text_config"), ARCHITECTURE))
+    text = _part(hf, "text_config")
+    rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
+    if isinstance(rope, dict) and rope.get("llama_4_scaling_beta"):
+        raise NotImplementedError(f"{ARCHITECTURE}: the text decoder's position-dependent query scaling "
+                                  "(rope llama_4_scaling_beta, Ministral 3) is not supported")
+    return DecoderConfig(**hf_common(text, ARCHITECTURE))
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,12 @@ class Mistral3Tokenizer(TextAndVisionTokenizer):
             raise InvalidRequest(f"expected padded images [n, C, H, W] and image_sizes from the processor, got "
                                  f"{list(pixels.shape)}", param="images", where=f"request {request_id}")
         sizes = np.asarray(out["image_sizes"], np.int64).reshape(-1, 2)
+        side = int(getattr(self.processor, "patch_size", 1)) * int(getattr(self.processor, "spatial_merge_size", 1))
+        if len(sizes) != len(pixels) or (sizes % side).any() or (sizes <= 0).any() \
+                or (sizes > np.asarray(pixels.shape[2:])).any():
+            raise InvalidRequest(f"the processor's image_sizes {sizes.tolist()} do not fit its {len(pixels)} images "
+                                 f"{list(pixels.shape[2:])} in whole {side}-pixel tokens", param="images",
+                                 where=f"request {request_id}")
         return [np.ascontiguousarray(pixels[i, :, :h, :w]) for i, (h, w) in enumerate(sizes)], {}
 
     def image_spans(self, ids: np.ndarray) -> list[tuple[int, int]]:
