@@ -87,7 +87,8 @@ def vision_config_from_hf(hf: dict) -> VisionConfig:
                      feature_layer=int(fl) % (layers + 1),
                      projector_act=str(hf.get("projector_hidden_act", "gelu")),
                      projector_bias=bool(hf.get("multimodal_projector_bias", False)),
-                     projector_norm_eps=float(text.get("rms_norm_eps", 1e-5)), text_hidden_size=int(text["hidden_size"]))
+                     projector_norm_eps=float(text.get("rms_norm_eps", 1e-5)),
+                     text_hidden_size=int(text["hidden_size"]))
     hd = v.get("head_dim")
     if c.hidden_size % c.num_attention_heads or (hd and int(hd) != c.head_dim) or c.head_dim % 4:
         raise ValueError(f"{ARCHITECTURE}: the vision head size ({c.hidden_size} / {c.num_attention_heads} heads, "

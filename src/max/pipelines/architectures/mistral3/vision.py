@@ -36,6 +36,7 @@ from max.nn.norm import RMSNorm
 from max.pipelines.architectures.common.layers import GatedMLP, activation
 from max.pipelines.architectures.common.weights import WeightFactory
 from max.pipelines.architectures.mistral3.config import ARCHITECTURE, VisionConfig
+from max.pipelines.architectures.qwen2_5vl.config import inv_freq
 
 __all__ = ["ImageLayout", "Mistral3VisionModel", "build_vision_graph", "image_layout"]
 
@@ -165,11 +166,11 @@ class ImageLayout:
 
 
 def image_layout(c: VisionConfig, images: list[np.ndarray]) -> ImageLayout:
-    """The layout of ``images`` (each ``[channels, height, width]``, sides multiples of ``token_pixels``)."""
+    """The layout of ``images`` (each ``[channels, height, width]``, sides multiples of ``token_pixels``),
+    in the order given."""
     p, m = c.patch_size, c.spatial_merge_size
     half = c.head_dim // 2
-    inv = (1.0 / (c.rope_theta ** (np.arange(0, c.head_dim, 2, dtype=np.float32) / np.float32(c.head_dim))))
-    inv = inv.astype(np.float32)
+    inv = inv_freq(c.rope_theta, c.head_dim)
     inv_row, inv_col = inv[0::2], inv[1::2]
     rows, angles, offsets, tokens = [], [], [0], []
     for i, im in enumerate(images):
