@@ -97,6 +97,12 @@ def test_greedy_16_alone_and_batched_with_another_image_size(m3):
     check_greedy(llm, model, _hf_inputs, reqs)
 
 
+def test_greedy_two_images_batched_with_a_text_only_request(m3):
+    d, model, llm = m3
+    reqs = [("Compare them.", [image_bytes(10, (40, 28)), image_bytes(11, (64, 64))]), ("Say something.", [])]
+    check_greedy(llm, model, _hf_inputs, reqs)
+
+
 def test_chunked_prefill_and_prefix_cache_around_images(m3, monkeypatch):
     """9-token prefill chunks would cut the image (its span holds break tokens): the cut moves before it and
     the tokens are unchanged; with prefix caching on, the same text with another image reuses nothing of the
