@@ -313,3 +313,94 @@ def hf_inputs_idefics3(model: Any, ctx: Any, seq: list[int]) -> dict:
     if ctx.pixel_values:
         kw["pixel_values"] = torch.from_numpy(np.stack(ctx.pixel_values))[None]
     return kw
+
+
+# --------------------------------------------------------------------------- Mistral 3 (Pixtral vision)
+M3_IMG, M3_BREAK, M3_END = "[IMG]", "[IMG_BREAK]", "[IMG_END]"
+MISTRAL3_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST]{% if m['content'] is string %}"
+    "{{ m['content'] }}{% else %}{% for p in m['content'] %}{% if p['type'] == 'image' %}" + M3_IMG +
+    "{% elif p['type'] == 'text' %}{{ p['text'] }}{% endif %}{% endfor %}{% endif %}[/INST]"
+    "{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}")
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_mistral3(text_kw: tuple = (), vision_kw: tuple = (), top_kw: tuple = (), longest_edge: int = 48,
+                  llava: bool = False) -> tuple[str, Any, Any]:
+    """``(folder, hf_model, image_processor)``: a tiny random ``Mistral3ForConditionalGeneration`` (Pixtral
+    vision tower of 4x4 patches, 2x2 spatial merge, images resized to at most ``longest_edge`` pixels and
+    to multiples of 8, so variable grids; a Mistral text decoder); ``llava``: a
+    ``LlavaForConditionalGeneration`` over the same tower (Pixtral 12B's layout: no merge, every patch a
+    token, a two-layer projector).  The folder holds the Pixtral image
+    processor, the tokenizer and a ``processor_config.json`` as Mistral's checkpoints do (transformers'
+    ``PixtralProcessor`` itself needs torchvision)."""
+    import json
+
+    import torch
+    import transformers
+    from tokenizers import Tokenizer
+
+    from lm_support import _bpe_json
+
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_bpe_json(600, _SPECIALS + (M3_IMG, M3_BREAK, M3_END))),
+        bos_token="<s>", eos_token="</s>", pad_token="<pad>", chat_template=MISTRAL3_TEMPLATE)
+    text = transformers.MistralConfig(**_over(dict(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=512, sliding_window=None, initializer_range=0.2,
+        rms_norm_eps=1e-5, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id, tie_word_embeddings=False), text_kw))
+    vision = transformers.PixtralVisionConfig(**_over(dict(
+        hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, head_dim=8, patch_size=4,
+        image_size=longest_edge, initializer_range=0.2), vision_kw))
+    if llava:
+        top = _over(dict(vision_feature_layer=-1, vision_feature_select_strategy="full"), top_kw)
+        cfg = transformers.LlavaConfig(text_config=text.to_dict(), vision_config=vision.to_dict(),
+                                       image_token_index=tok.convert_tokens_to_ids(M3_IMG), tie_word_embeddings=False,
+                                       **top)
+        top["spatial_merge_size"] = 1
+    else:
+        top = _over(dict(spatial_merge_size=2, vision_feature_layer=-1, multimodal_projector_bias=True), top_kw)
+        cfg = transformers.Mistral3Config(text_config=text.to_dict(), vision_config=vision.to_dict(),
+                                          image_token_index=tok.convert_tokens_to_ids(M3_IMG),
+                                          tie_word_embeddings=False, **top)
+    torch.manual_seed(0)
+    cls = transformers.LlavaForConditionalGeneration if llava else transformers.Mistral3ForConditionalGeneration
+    model = cls(cfg).eval().float()
+    with torch.no_grad():  # norms and biases that initialise to 1/0 made to matter
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or name.endswith("ln_pre.weight"):
+                p.uniform_(0.5, 1.5)
+            elif name.endswith(".bias"):
+                p.normal_(0, 0.3)
+    patch = vision.patch_size * top["spatial_merge_size"]
+    ip = transformers.PixtralImageProcessorPil(size={"longest_edge": longest_edge},
+                                               patch_size={"height": patch, "width": patch})
+    d = tempfile.mkdtemp(prefix="libremax-mistral3-")
+    model.save_pretrained(d)
+    ip.save_pretrained(d)
+    tok.save_pretrained(d)
+    with open(os.path.join(d, "processor_config.json"), "w") as f:
+        json.dump({"processor_class": "PixtralProcessor", "patch_size": vision.patch_size,
+                   "spatial_merge_size": top["spatial_merge_size"], "image_token": M3_IMG,
+                   "image_break_token": M3_BREAK, "image_end_token": M3_END}, f)
+    with open(os.path.join(d, "chat_template.jinja"), "w") as f:
+        f.write(MISTRAL3_TEMPLATE)
+    return d, model, ip
+
+
+def hf_inputs_mistral3(model: Any, ctx: Any, seq: list[int]) -> dict:
+    """Mistral 3: the images padded to one size as the Pixtral processor does, with their real sizes."""
+    import numpy as np
+    import torch
+
+    ids = torch.tensor([seq])
+    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    if ctx.pixel_values:
+        sizes = [p.shape[1:] for p in ctx.pixel_values]
+        h, w = max(s[0] for s in sizes), max(s[1] for s in sizes)
+        pix = np.zeros((len(sizes), ctx.pixel_values[0].shape[0], h, w), np.float32)
+        for i, p in enumerate(ctx.pixel_values):
+            pix[i, :, :p.shape[1], :p.shape[2]] = p
+        kw.update(pixel_values=torch.from_numpy(pix), image_sizes=torch.tensor(sizes))
+    return kw

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("PIL")
 
 from serve_support import start_max_serve  # noqa: E402
-from vlm_support import image_bytes, tiny_gemma3_vlm  # noqa: E402
+from vlm_support import image_bytes, tiny_gemma3_vlm, tiny_mistral3  # noqa: E402
 
 
 def _uri(data: bytes, mime: str = "image/png") -> str:
@@ -107,3 +107,40 @@ def test_text_only_model_refuses_an_image(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="tiny", messages=_messages(image_bytes(27), "hi"), max_tokens=4)
     assert "text only" in e.value.body["message"]
+
+
+@pytest.fixture(scope="module")
+def mistral3_server():
+    d, _, _ = tiny_mistral3()
+    proc, url = start_max_serve(d, "--max-length", "256", "--served-model-name", "tiny-m3", "--log-level", "warning",
+                                "--drain-timeout", "0")
+    try:
+        yield d, url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_mistral3_chat_with_images_of_two_sizes(mistral3_server):
+    """Mistral 3 (Pixtral layout: break/end tokens inside each image) through the chat API: two images of
+    different sizes in one message give ``LLM.generate``'s text, streamed or not."""
+    import openai
+
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    d, url = mistral3_server
+    imgs = [image_bytes(41, (40, 28)), image_bytes(42, (20, 50))]
+    want = LLM(PipelineConfig(model_path=d, max_length=256, max_batch_size=2)).generate(
+        "Compare them.", max_new_tokens=12, images=imgs, use_tqdm=False)[0]
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    msgs = [{"role": "user", "content": [*({"type": "image_url", "image_url": {"url": _uri(i)}} for i in imgs),
+                                         {"type": "text", "text": "Compare them."}]}]
+    r = client.chat.completions.create(model="tiny-m3", messages=msgs, max_tokens=12, temperature=0)
+    assert r.choices[0].message.content == want and r.usage.prompt_tokens > 4 * 5 + 6 * 3
+    stream = client.chat.completions.create(model="tiny-m3", messages=msgs, max_tokens=12, temperature=0, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == want

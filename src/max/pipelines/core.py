@@ -372,10 +372,12 @@ class TextAndVisionContext(TextContext):
 
     @property
     def image_token_indices(self) -> npt.NDArray[np.int32]:
-        """Positions of the image placeholder tokens in the token array."""
+        """Positions of the image placeholder tokens in the token array (those of ``vision_token_ids`` when an
+        image's span also holds other tokens, e.g. row breaks)."""
         if not self.images:
             return np.zeros(0, np.int32)
-        return np.concatenate([np.arange(im.start_idx, im.end_idx, dtype=np.int32) for im in self.images])
+        idx = np.concatenate([np.arange(im.start_idx, im.end_idx, dtype=np.int32) for im in self.images])
+        return idx[np.isin(self.tokens[idx], self.vision_token_ids)] if self.vision_token_ids else idx
 
     @property
     def image_idx(self) -> int:

@@ -427,6 +427,13 @@ class TextAndVisionTokenizer(TextTokenizer):
         images differently (patch grids, tiles) override this in their folder."""
         return np.asarray(out["pixel_values"], dtype=np.float32), {}
 
+    def image_spans(self, ids: npt.NDArray[np.int64]) -> list[tuple[int, int]]:
+        """``[(start, end)]`` of each image's placeholder span in ``ids``.
+
+        The default: the maximal runs of the image token.  Families whose layout puts other tokens
+        inside an image (row breaks) override this; only the image token's positions take embeddings."""
+        return _runs(ids, self.image_token_id)
+
     def _image_token_id(self, folder: str) -> int:
         cfg: Any = None
         if self.pipeline_config is not None:
@@ -491,7 +498,7 @@ class TextAndVisionTokenizer(TextTokenizer):
                 from None
         ids = np.asarray(out["input_ids"][0], dtype=np.int64)
         pixels, extra = self.split_images(out, request.request_id)
-        spans = _runs(ids, self.image_token_id)
+        spans = self.image_spans(ids)
         if len(spans) != len(pixels):
             raise InvalidRequest(f"{len(pixels)} processed images but {len(spans)} image "
                                  "placeholder spans in the prompt", param="images",
