@@ -313,3 +313,76 @@ def hf_inputs_idefics3(model: Any, ctx: Any, seq: list[int]) -> dict:
     if ctx.pixel_values:
         kw["pixel_values"] = torch.from_numpy(np.stack(ctx.pixel_values))[None]
     return kw
+
+
+# --------------------------------------------------------------------------- InternVL
+IMG_START, IMG_END, IMG_CONTEXT, VIDEO = "<img>", "</img>", "<IMG_CONTEXT>", "<video>"
+INTERNVL_TEMPLATE = QWEN_TEMPLATE.replace(VS + IP + VE, IMG_CONTEXT + "\n")
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_internvl(text_kw: tuple = (), vision_kw: tuple = (), text_type: str = "qwen2", top_kw: tuple = ()
+                  ) -> tuple[str, Any, Any]:
+    """``(folder, hf_model, image_processor)``: a tiny random ``InternVLForConditionalGeneration`` (32-pixel
+    tiles of 4x4 patches, pixel shuffle 2: 4 tokens per tile; up to 4 tiles plus a thumbnail per image) over
+    a Qwen2 (or ``text_type``) decoder.  The folder holds what a hub folder does: the image processor, the
+    tokenizer with InternVL's image tokens, ``processor_config.json`` (``InternVLProcessor`` itself needs
+    torchvision, which the tests do not have)."""
+    import json
+
+    import torch
+    import transformers
+    from tokenizers import Tokenizer
+
+    from lm_support import _bpe_json
+
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_bpe_json(600, _SPECIALS + (IMG_START, IMG_END, IMG_CONTEXT, VIDEO))),
+        bos_token="<s>", eos_token="</s>", pad_token="<pad>", chat_template=INTERNVL_TEMPLATE,
+        extra_special_tokens={"start_image_token": IMG_START, "end_image_token": IMG_END,
+                              "context_image_token": IMG_CONTEXT, "video_token": VIDEO})
+    text = _over(dict(
+        model_type=text_type, vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.2,
+        tie_word_embeddings=False, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id), text_kw)
+    vision = _over(dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                        image_size=32, patch_size=8, initializer_range=0.2), vision_kw)
+    cfg = transformers.InternVLConfig(**_over(dict(
+        text_config=text, vision_config=vision, downsample_ratio=0.5, image_seq_length=4,
+        image_token_id=tok.convert_tokens_to_ids(IMG_CONTEXT), tie_word_embeddings=False), top_kw))
+    torch.manual_seed(0)
+    model = transformers.InternVLForConditionalGeneration(cfg).eval().float()
+    with torch.no_grad():  # layer scales, CLS token, positions, norms and biases made to matter
+        for name, p in model.named_parameters():
+            if name.endswith(("norm.weight", "layernorm_before.weight", "layernorm_after.weight",
+                              "layer_norm.weight", "layernorm.weight")):
+                p.uniform_(0.5, 1.5)
+            elif name.endswith((".bias", "cls_token", "position_embeddings")):
+                p.normal_(0, 0.3)
+            elif name.endswith(("lambda_1", "lambda_2")):
+                p.uniform_(0.2, 1.0)
+    tile = vision["image_size"]
+    ip = transformers.GotOcr2ImageProcessorPil(size={"height": tile, "width": tile}, crop_to_patches=True,
+                                               min_patches=1, max_patches=4)
+    d = tempfile.mkdtemp(prefix="libremax-internvl-")
+    model.save_pretrained(d)
+    ip.save_pretrained(d)
+    tok.save_pretrained(d)
+    with open(os.path.join(d, "processor_config.json"), "w") as f:
+        json.dump({"processor_class": "InternVLProcessor", "image_seq_length": cfg.image_seq_length}, f)
+    with open(os.path.join(d, "chat_template.jinja"), "w") as f:
+        f.write(INTERNVL_TEMPLATE)
+    return d, model, ip
+
+
+def hf_inputs_internvl(model: Any, ctx: Any, seq: list[int]) -> dict:
+    """InternVL: every image's tiles in one ``pixel_values`` array."""
+    import numpy as np
+    import torch
+
+    ids = torch.tensor([seq])
+    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    if ctx.pixel_values:
+        kw["pixel_values"] = torch.from_numpy(np.concatenate(ctx.pixel_values))
+    return kw
