@@ -1,5 +1,5 @@
 """Vision-language generation side by side: libremax beside Hugging Face transformers on the same
-random-weight checkpoints (Gemma 3 multimodal, Qwen2.5-VL, Idefics3 at small sizes, built here with
+random-weight checkpoints (Gemma 3 multimodal, Qwen2.5-VL, Idefics3, InternVL at small sizes, built here with
 transformers' own config classes: a 4-layer 512-wide text decoder, a 4-layer 384-wide vision tower on
 224-pixel images).
 
@@ -9,7 +9,7 @@ short prompt, greedy: time to first token (image encoding + prefill), time per o
 tokenizer makes them) and the same thread count.  Printed as a table with transformers / libremax ratios
 (> 1: libremax faster).
 
-Run: .venv/bin/python bench/vlm.py [--families gemma3,qwen2_5vl,idefics3] [--new-tokens 32] [--threads N]
+Run: .venv/bin/python bench/vlm.py [--families gemma3,qwen2_5vl,idefics3,internvl] [--new-tokens 32] [--threads N]
 """
 
 from __future__ import annotations
@@ -51,6 +51,9 @@ FAMILIES = {
     # 224-pixel tiles of 16x16 patches, pixel shuffle 2 = 64 tokens per tile; up to 2x2 tiles + a global view
     "idefics3": ("tiny_idefics3", dict(text_kw=TEXT, vision_kw=SIGLIP), "hf_inputs_idefics3",
                  "Idefics3ForConditionalGeneration"),
+    # InternViT on 224-pixel tiles of 16x16 patches, pixel shuffle 2 = 64 tokens per tile; up to 4 tiles + thumbnail
+    "internvl": ("tiny_internvl", dict(text_kw=TEXT, vision_kw=SIGLIP),
+                 "hf_inputs_internvl", "InternVLForConditionalGeneration"),
 }
 
 
