@@ -2,8 +2,8 @@
 (``vlm_support``; 32-pixel tiles of 4x4 patches, pixel shuffle 2, the real GotOcr2 image processor
 splitting each image into up to 4 tiles plus a thumbnail): InternViT + projector output per tile, prefill
 and decode logits for 0/1/2 images, greedy tokens alone and batched.  A second checkpoint has InternViT's
-other options (RMSNorm, QK norm, attention biases, the final LayerNorm) over a Llama decoder, a third takes
-its image features from the next-to-last vision layer."""
+other options (RMSNorm, QK norm, attention biases, the final LayerNorm) over a Llama decoder; two more take
+their image features from a chosen vision layer."""
 
 from __future__ import annotations
 
@@ -67,9 +67,10 @@ def test_internvit_options_match_transformers(ivl_options):
     _encode_matches(llm, model, [image_bytes(1, (70, 28))], [4])
 
 
-def test_features_from_an_earlier_vision_layer_match_transformers():
+@pytest.mark.parametrize("layer", [-2, 3])  # the next-to-last layer; the last one's raw output (no final norm)
+def test_features_from_a_chosen_vision_layer_match_transformers(layer):
     d, model, llm = with_llm(lambda: tiny_internvl(vision_kw=OPTIONS + (("num_hidden_layers", 3),),
-                                                   top_kw=(("vision_feature_layer", -2),)), 512)
+                                                   top_kw=(("vision_feature_layer", layer),)), 512)
     _encode_matches(llm, model, [image_bytes(2, (20, 50))], [4])
 
 

@@ -57,7 +57,10 @@ class VisionConfig(SiglipConfig):
     use_mean_pooling: bool = True
     use_absolute_position_embeddings: bool = True
     num_layers_used: int = 0
-    """How many encoder layers run (``vision_feature_layer``: -1 = all)."""
+    """How many encoder layers run (``vision_feature_layer`` k >= 0: k, k < 0: all but -k - 1)."""
+    final_norm: bool = False
+    """Whether the final LayerNorm applies: no mean pooling and ``vision_feature_layer`` -1 (the tower's last
+    hidden state; any other index takes a layer's raw output)."""
     scale_factor: int = 2
     projector_hidden_act: str = "gelu"
     text_hidden_size: int = 0
@@ -94,6 +97,7 @@ def vision_config_from_hf(hf: dict) -> VisionConfig:
         attention_bias=bool(v.get("attention_bias", False)), use_mean_pooling=bool(v.get("use_mean_pooling", True)),
         use_absolute_position_embeddings=bool(v.get("use_absolute_position_embeddings", True)),
         num_layers_used=n_layers if layer == -1 else layer % (n_layers + 1), scale_factor=scale,
+        final_norm=layer == -1 and not bool(v.get("use_mean_pooling", True)),
         projector_hidden_act=str(hf.get("projector_hidden_act", "gelu")),
         text_hidden_size=int(_text(hf)["hidden_size"]))
     if c.patches_per_side % c.scale_factor:

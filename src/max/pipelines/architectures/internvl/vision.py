@@ -152,7 +152,7 @@ class InternVLVisionModel(Module):
     def __call__(self, pixel_values: TensorValue) -> TensorValue:
         c = self.config
         x = self.encoder(self.embeddings(ops.cast(pixel_values, self.dtype)))
-        if not c.use_mean_pooling and c.num_layers_used == c.num_hidden_layers:  # a middle layer's output: raw
+        if c.final_norm:
             x = self.layernorm(x)
         x = ops.slice_tensor(x, [slice(None), slice(1, None), slice(None)])  # the CLS row is not an image token
         return self.multi_modal_projector(pixel_shuffle(x, c.patches_per_side, c.scale_factor))
