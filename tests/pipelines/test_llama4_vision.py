@@ -119,3 +119,14 @@ def test_prompt_layout_matches_transformers(l4v):
     assert Llama4Processor._prompt_split_image(None, (2, 2), 4) in text
     pix = np.stack(ctx.pixel_values)
     assert pix.shape == (5, 3, 32, 32) and pix.min() >= -1 and pix.max() <= 1  # (x / 255 - 0.5) / 0.5
+
+
+def test_placeholders_without_images_are_refused(l4v):
+    from max.interfaces import TextGenerationRequest
+    from max.interfaces.errors import InvalidRequest
+
+    d, model, llm = l4v
+    req = TextGenerationRequest(request_id="r", model_name="m", prompt="<|image|><|image|>Compare.",
+                                images=[image_bytes(1, (70, 28))])
+    with pytest.raises(InvalidRequest, match="2 image placeholders for 1 images"):
+        llm.tokenizer.new_context_sync(req)
