@@ -417,8 +417,8 @@ class TextAndVisionTokenizer(TextTokenizer):
         self.image_token_id = self._image_token_id(folder)
 
     def processor_without_auto(self, folder: str, why: Exception) -> Any:
-        """The processor to use when ``AutoProcessor`` cannot load (a family may offer one; the
-        default says why the folder is unusable)."""
+        """The processor to use when ``AutoProcessor`` cannot load, or loads one without an image processor (a
+        family may offer one; the default says why the folder is unusable)."""
         raise ValueError(f"{folder}: cannot load the model's processor ({why}); a vision-language model folder "
                          "needs its processor files") from None
 
