@@ -88,10 +88,9 @@ def test_options_checkpoint_logits_match_transformers(ivl_options):
     check_steps(llm, ctx, model, hf_inputs_internvl, n_decode=1)
 
 
-def test_greedy_16_alone_and_batched(ivl):  # requests of 1, 1, 0 and 2 images in one batch
+def test_greedy_16_alone_and_batched(ivl):  # requests of 1, 0 and 2 images in one batch
     d, model, llm = ivl
-    reqs = [("Describe it.", [image_bytes(6, (70, 28))]), ("What is this?", [image_bytes(7, (32, 32))]),
-            ("Say hello.", []),
+    reqs = [("Describe it.", [image_bytes(6, (70, 28))]), ("Say hello.", []),
             ("Compare them.", [image_bytes(8, (100, 100)), image_bytes(9, (20, 50))])]
     check_greedy(llm, model, hf_inputs_internvl, reqs)
 

@@ -65,10 +65,9 @@ def test_prefill_and_decode_logits_match_transformers(l4v, n_images):
     check_steps(llm, ctx, Llama4Reference(model), hf_inputs_llama4)
 
 
-def test_greedy_16_alone_and_batched(l4v):  # requests of 1, 1, 0 and 2 images in one batch
+def test_greedy_16_alone_and_batched(l4v):  # requests of 1, 0 and 2 images in one batch
     d, model, llm = l4v
-    reqs = [("Describe it.", [image_bytes(6, (70, 28))]), ("What is this?", [image_bytes(7, (32, 32))]),
-            ("Say hello.", []),
+    reqs = [("Describe it.", [image_bytes(6, (70, 28))]), ("Say hello.", []),
             ("Compare them.", [image_bytes(8, (90, 100)), image_bytes(9, (20, 50))])]
     check_greedy(llm, Llama4Reference(model), hf_inputs_llama4, reqs)
 
