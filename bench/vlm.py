@@ -1,6 +1,6 @@
 """Vision-language generation side by side: libremax beside Hugging Face transformers on the same
-random-weight checkpoints (Gemma 3 multimodal, Qwen2.5-VL, Idefics3, Mistral 3 at small sizes, built here with
-transformers' own config classes: a 4-layer 512-wide text decoder, a 4-layer 384-wide vision tower on
+random-weight checkpoints (Gemma 3 multimodal, Qwen2.5-VL, Idefics3, Mistral 3, InternVL, Llama 4 at small sizes,
+built here with transformers' own config classes: a 4-layer 512-wide text decoder, a 4-layer 384-wide vision tower on
 224-pixel images).
 
 For each family and engine, in its own process (so peak RSS is its own), one request with one image and a
@@ -9,7 +9,8 @@ short prompt, greedy: time to first token (image encoding + prefill), time per o
 tokenizer makes them) and the same thread count.  Printed as a table with transformers / libremax ratios
 (> 1: libremax faster).
 
-Run: .venv/bin/python bench/vlm.py [--families gemma3,qwen2_5vl,idefics3,mistral3] [--new-tokens 32] [--threads N]
+Run: .venv/bin/python bench/vlm.py [--families gemma3,qwen2_5vl,idefics3,mistral3,internvl,llama4]
+     [--new-tokens 32] [--threads N]
 """
 
 from __future__ import annotations
@@ -56,7 +57,21 @@ FAMILIES = {
         ("hidden_size", 384), ("intermediate_size", 768), ("num_hidden_layers", 4), ("num_attention_heads", 6),
         ("head_dim", 64), ("patch_size", 14), ("image_size", 224)), longest_edge=224), "hf_inputs_mistral3",
                  "Mistral3ForConditionalGeneration"),
+    # InternViT on 224-pixel tiles of 16x16 patches, pixel shuffle 2 = 64 tokens per tile; up to 4 tiles + thumbnail
+    "internvl": ("tiny_internvl", dict(text_kw=TEXT, vision_kw=SIGLIP),
+                 "hf_inputs_internvl", "InternVLForConditionalGeneration"),
+    # Llama 4: 224-pixel tiles of 16x16 patches, pixel shuffle 2 = 64 tokens per tile; up to 4 tiles + a global view;
+    # the text decoder's MoE layers (4 experts, top-1) on every second layer
+    "llama4": ("tiny_llama4_vlm", dict(
+        text_kw=TEXT + (("head_dim", 64), ("intermediate_size_mlp", 1024), ("attention_chunk_size", 2048),
+                        ("no_rope_layers", (1, 1, 1, 0))),
+        vision_kw=(("hidden_size", 384), ("intermediate_size", 1536), ("num_hidden_layers", 4),
+                   ("num_attention_heads", 6), ("image_size", 224), ("patch_size", 14), ("vision_output_dim", 512),
+                   ("projector_input_dim", 512), ("projector_output_dim", 512))),
+               "hf_inputs_llama4", "Llama4ForConditionalGeneration"),
 }
+REFERENCES = {"llama4": "Llama4Reference"}
+"""Families whose transformers model is called through a ``vlm_support`` wrapper (a transformers defect)."""
 
 
 def build(family: str) -> str:
@@ -126,6 +141,8 @@ def run_transformers(folder: str, family: str, n: int) -> dict:
     t0 = time.perf_counter()
     model = getattr(transformers, cls).from_pretrained(folder, dtype=torch.float32).eval()
     load = time.perf_counter() - t0
+    if family in REFERENCES:
+        model = getattr(vlm_support, REFERENCES[family])(model)
     kw = getattr(vlm_support, inputs_fn)(model, ctx, ctx.prompt_tokens.tolist())
 
     def gen(k: int) -> float:

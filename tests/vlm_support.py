@@ -404,3 +404,187 @@ def hf_inputs_mistral3(model: Any, ctx: Any, seq: list[int]) -> dict:
             pix[i, :, :p.shape[1], :p.shape[2]] = p
         kw.update(pixel_values=torch.from_numpy(pix), image_sizes=torch.tensor(sizes))
     return kw
+
+
+# --------------------------------------------------------------------------- InternVL
+IMG_START, IMG_END, IMG_CONTEXT, VIDEO = "<img>", "</img>", "<IMG_CONTEXT>", "<video>"
+INTERNVL_TEMPLATE = QWEN_TEMPLATE.replace(VS + IP + VE, IMG_CONTEXT + "\n")
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_internvl(text_kw: tuple = (), vision_kw: tuple = (), text_type: str = "qwen2", top_kw: tuple = ()
+                  ) -> tuple[str, Any, Any]:
+    """``(folder, hf_model, image_processor)``: a tiny random ``InternVLForConditionalGeneration`` (32-pixel
+    tiles of 4x4 patches, pixel shuffle 2: 4 tokens per tile; up to 4 tiles plus a thumbnail per image) over
+    a Qwen2 (or ``text_type``) decoder.  The folder holds what a hub folder does: the image processor, the
+    tokenizer with InternVL's image tokens, ``processor_config.json`` (``InternVLProcessor`` itself needs
+    torchvision, which the tests do not have)."""
+    import json
+
+    import torch
+    import transformers
+    from tokenizers import Tokenizer
+
+    from lm_support import _bpe_json
+
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_bpe_json(600, _SPECIALS + (IMG_START, IMG_END, IMG_CONTEXT, VIDEO))),
+        bos_token="<s>", eos_token="</s>", pad_token="<pad>", chat_template=INTERNVL_TEMPLATE,
+        extra_special_tokens={"start_image_token": IMG_START, "end_image_token": IMG_END,
+                              "context_image_token": IMG_CONTEXT, "video_token": VIDEO})
+    text = _over(dict(
+        model_type=text_type, vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.2,
+        tie_word_embeddings=False, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id), text_kw)
+    vision = _over(dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                        image_size=32, patch_size=8, initializer_range=0.2), vision_kw)
+    cfg = transformers.InternVLConfig(**_over(dict(
+        text_config=text, vision_config=vision, downsample_ratio=0.5,
+        image_seq_length=(vision["image_size"] // vision["patch_size"] // 2) ** 2,
+        image_token_id=tok.convert_tokens_to_ids(IMG_CONTEXT), tie_word_embeddings=False), top_kw))
+    torch.manual_seed(0)
+    model = transformers.InternVLForConditionalGeneration(cfg).eval().float()
+    with torch.no_grad():  # layer scales, CLS token, positions, norms and biases made to matter
+        for name, p in model.named_parameters():
+            if name.endswith(("norm.weight", "layernorm_before.weight", "layernorm_after.weight",
+                              "layer_norm.weight", "layernorm.weight")):
+                p.uniform_(0.5, 1.5)
+            elif name.endswith((".bias", "cls_token", "position_embeddings")):
+                p.normal_(0, 0.3)
+            elif name.endswith(("lambda_1", "lambda_2")):
+                p.uniform_(0.2, 1.0)
+    tile = vision["image_size"]
+    ip = transformers.GotOcr2ImageProcessorPil(size={"height": tile, "width": tile}, crop_to_patches=True,
+                                               min_patches=1, max_patches=4)
+    d = tempfile.mkdtemp(prefix="libremax-internvl-")
+    model.save_pretrained(d)
+    ip.save_pretrained(d)
+    tok.save_pretrained(d)
+    with open(os.path.join(d, "processor_config.json"), "w") as f:
+        json.dump({"processor_class": "InternVLProcessor", "image_seq_length": cfg.image_seq_length}, f)
+    with open(os.path.join(d, "chat_template.jinja"), "w") as f:
+        f.write(INTERNVL_TEMPLATE)
+    return d, model, ip
+
+
+def hf_inputs_internvl(model: Any, ctx: Any, seq: list[int]) -> dict:
+    """InternVL: every image's tiles in one ``pixel_values`` array."""
+    import numpy as np
+    import torch
+
+    ids = torch.tensor([seq])
+    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    if ctx.pixel_values:
+        kw["pixel_values"] = torch.from_numpy(np.concatenate(ctx.pixel_values))
+    return kw
+
+
+# --------------------------------------------------------------------------- Llama 4 with images
+L4_TOKENS = dict(start_of_image_token="<|image_start|>", end_of_image_token="<|image_end|>", image_token="<|image|>",
+                 patch_token="<|patch|>", tile_x_separator_token="<|tile_x_separator|>",
+                 tile_y_separator_token="<|tile_y_separator|>")
+LLAMA4_TEMPLATE = QWEN_TEMPLATE.replace(VS + IP + VE, "<|image|>")
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_llama4_vlm(text_kw: tuple = (), vision_kw: tuple = (), max_patches: int = 4) -> tuple[str, Any, Any]:
+    """``(folder, hf_model, None)``: a tiny random ``Llama4ForConditionalGeneration`` (the text decoder of
+    ``family_support``'s llama4 with one 512-token attention chunk; 32-pixel tiles of 8x8 patches, pixel
+    shuffle 2: 4 tokens per tile; up to ``max_patches`` tiles plus a global view).  The folder holds what a
+    hub folder does (``Llama4Processor`` itself needs torchvision, which the tests do not have): the
+    tokenizer, ``preprocessor_config.json`` and ``processor_config.json``."""
+    import json
+
+    import torch
+    import transformers
+    from tokenizers import Tokenizer
+
+    from lm_support import _bpe_json
+
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_bpe_json(600, _SPECIALS + tuple(dict.fromkeys(L4_TOKENS.values())))),
+        bos_token="<s>", eos_token="</s>", pad_token="<pad>", chat_template=LLAMA4_TEMPLATE)
+    text = _over(dict(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=48, intermediate_size_mlp=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=1,
+        interleave_moe_layer_step=2, no_rope_layers=[1, 0], attention_chunk_size=512, floor_scale=4, attn_scale=0.5,
+        max_position_embeddings=512, initializer_range=0.2, bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 64}), text_kw)
+    vision = _over(dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                        vision_output_dim=48, projector_input_dim=48, projector_output_dim=48, image_size=32,
+                        patch_size=8, pixel_shuffle_ratio=0.5, initializer_range=0.2), vision_kw)
+    cfg = transformers.Llama4Config(text_config=text, vision_config=vision, tie_word_embeddings=False,
+                                    image_token_index=tok.convert_tokens_to_ids(L4_TOKENS["patch_token"]),
+                                    boi_token_index=tok.convert_tokens_to_ids(L4_TOKENS["start_of_image_token"]),
+                                    eoi_token_index=tok.convert_tokens_to_ids(L4_TOKENS["end_of_image_token"]))
+    torch.manual_seed(0)
+    model = transformers.Llama4ForConditionalGeneration(cfg).eval().float()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("layernorm.weight", "layernorm_pre.weight", "layernorm_post.weight")):
+                p.uniform_(0.5, 1.5)
+            elif name.endswith((".bias", "class_embedding", "positional_embedding_vlm", "router.weight")):
+                p.normal_(0, 0.3)
+    tile = vision["image_size"]
+    d = tempfile.mkdtemp(prefix="libremax-llama4-vlm-")
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    with open(os.path.join(d, "preprocessor_config.json"), "w") as f:
+        json.dump({"image_processor_type": "Llama4ImageProcessor", "processor_class": "Llama4Processor",
+                   "size": {"height": tile, "width": tile}, "max_patches": max_patches, "resize_to_max_canvas": False,
+                   "image_mean": [0.5] * 3, "image_std": [0.5] * 3, "rescale_factor": 1 / 255, "resample": 2}, f)
+    with open(os.path.join(d, "processor_config.json"), "w") as f:
+        json.dump({"processor_class": "Llama4Processor", "patch_size": vision["patch_size"],
+                   "pixel_shuffle_ratio": vision["pixel_shuffle_ratio"], "fake_image_token": "<|image|>",
+                   **L4_TOKENS}, f)
+    with open(os.path.join(d, "chat_template.jinja"), "w") as f:
+        f.write(LLAMA4_TEMPLATE)
+    return d, model, None
+
+
+def hf_inputs_llama4(model: Any, ctx: Any, seq: list[int]) -> dict:
+    """Llama 4: every tile (and global view) of every image in prompt order, one ``pixel_values`` array."""
+    import numpy as np
+    import torch
+
+    ids = torch.tensor([seq])
+    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    if ctx.pixel_values:
+        kw["pixel_values"] = torch.from_numpy(np.stack(ctx.pixel_values))
+    return kw
+
+
+class Llama4Reference:
+    """transformers' ``Llama4ForConditionalGeneration`` as the tests call it (``model(**kw).logits``,
+    ``model.generate(**kw)``), its steps taken one by one: its ``forward`` in transformers 5.24 fails after
+    computing the logits (it reads ``image_outputs`` from the text model's output).  The image rows are made
+    as its ``forward`` makes them: ``get_image_features``, ``multi_modal_projector``, scattered at
+    ``image_token_index``; its text model (``language_model``) does the rest."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.config = model.config
+
+    def _embeds(self, input_ids: Any, pixel_values: Any = None) -> Any:
+        m = self.model
+        emb = m.get_input_embeddings()(input_ids)
+        if pixel_values is not None:
+            feats = m.get_image_features(pixel_values=pixel_values).last_hidden_state
+            rows = m.multi_modal_projector(feats.reshape(-1, feats.shape[-1]))
+            mask = (input_ids == self.config.image_token_index)[..., None].expand_as(emb)
+            emb = emb.masked_scatter(mask, rows)
+        return emb
+
+    def __call__(self, input_ids: Any, attention_mask: Any, pixel_values: Any = None) -> Any:
+        return self.model.language_model(inputs_embeds=self._embeds(input_ids, pixel_values),
+                                         attention_mask=attention_mask)
+
+    def generate(self, input_ids: Any, attention_mask: Any, pixel_values: Any = None, **kw: Any) -> Any:
+        import torch
+
+        new = self.model.language_model.generate(inputs_embeds=self._embeds(input_ids, pixel_values),
+                                                 attention_mask=attention_mask, **kw)
+        return torch.cat([input_ids, new], dim=1)  # generating from embeddings returns only the new tokens

@@ -408,6 +408,8 @@ class TextAndVisionTokenizer(TextTokenizer):
             folder = os.path.dirname(os.path.abspath(folder))
         try:
             self.processor = AutoProcessor.from_pretrained(folder, trust_remote_code=trust_remote_code)
+            if getattr(self.processor, "image_processor", None) is None:  # e.g. only the tokenizer could load
+                raise ValueError(f"AutoProcessor gave a {type(self.processor).__name__} without an image processor")
         except Exception as e:  # noqa: BLE001 - e.g. a video processor that needs torchvision: images alone
             self.processor = self.processor_without_auto(folder, e)
         if getattr(self.processor, "image_processor", None) is None:
@@ -415,8 +417,8 @@ class TextAndVisionTokenizer(TextTokenizer):
         self.image_token_id = self._image_token_id(folder)
 
     def processor_without_auto(self, folder: str, why: Exception) -> Any:
-        """The processor to use when ``AutoProcessor`` cannot load (a family may offer one; the
-        default says why the folder is unusable)."""
+        """The processor to use when ``AutoProcessor`` cannot load, or loads one without an image processor (a
+        family may offer one; the default says why the folder is unusable)."""
         raise ValueError(f"{folder}: cannot load the model's processor ({why}); a vision-language model folder "
                          "needs its processor files") from None
 

@@ -14,7 +14,7 @@ from max.nn import LayerList, LayerNorm, Module
 from max.pipelines.architectures.common.layers import activation
 from max.pipelines.architectures.common.weights import WeightFactory
 
-__all__ = ["SiglipConfig", "SiglipVisionTransformer", "siglip_fields"]
+__all__ = ["PatchConv", "SiglipConfig", "SiglipVisionTransformer", "flatten_patches", "pixel_shuffle", "siglip_fields"]
 
 
 @dataclass(frozen=True)
@@ -51,20 +51,34 @@ class SiglipEmbeddings(Module):
     def __init__(self, c: SiglipConfig, f: WeightFactory) -> None:
         super().__init__()
         self.c = c
-        self.patch_embedding = _Conv(c, f)
+        self.patch_embedding = PatchConv(c, f)
         self.position_embedding = f.embedding("embeddings.position_embedding", c.patches_per_side ** 2, c.hidden_size)
 
     def __call__(self, pixels: TensorValue) -> TensorValue:
-        c = self.c
-        g, p = c.patches_per_side, c.patch_size
-        n = pixels.shape[0]
-        x = ops.reshape(pixels, [n, c.num_channels, g, p, g, p])
-        x = ops.permute(x, [0, 2, 4, 1, 3, 5])  # [n, row, col, channel, py, px]: as the conv reads a patch
-        x = ops.reshape(x, [n, g * g, c.num_channels * p * p])
-        return self.patch_embedding(x) + self.position_embedding.weight
+        return self.patch_embedding(flatten_patches(pixels, self.c)) + self.position_embedding.weight
 
 
-class _Conv(Module):
+def flatten_patches(pixels: TensorValue, c: SiglipConfig) -> TensorValue:
+    """``[n, channels, image_size, image_size]`` -> ``[n, patches, channels * patch * patch]``, patches in row-major
+    order, each flattened as the patch convolution reads it (channel, row, column)."""
+    g, p = c.patches_per_side, c.patch_size
+    n = pixels.shape[0]
+    x = ops.reshape(pixels, [n, c.num_channels, g, p, g, p])
+    x = ops.permute(x, [0, 2, 4, 1, 3, 5])  # [n, row, col, channel, py, px]
+    return ops.reshape(x, [n, g * g, c.num_channels * p * p])
+
+
+def pixel_shuffle(x: TensorValue, side: int, s: int) -> TensorValue:
+    """``[n, side * side, d]`` (a row-major patch grid) -> ``[n, (side / s)^2, d * s * s]``: each ``s`` x ``s`` block of
+    patches joined into one token (its patches row by row, each row's ``s`` patches side by side), as the
+    Idefics3 connector and InternVL's ``pixel_shuffle`` do."""
+    n, d = x.shape[0], x.shape[2]
+    x = ops.permute(ops.reshape(x, [n, side, side // s, d * s]), [0, 2, 1, 3])  # [n, col block, row, s cols]
+    x = ops.permute(ops.reshape(x, [n, side // s, side // s, d * s * s]), [0, 2, 1, 3])  # [n, row blk, col blk, ..]
+    return ops.reshape(x, [n, (side // s) ** 2, d * s * s])
+
+
+class PatchConv(Module):
     """The patch convolution (kernel = stride = patch): ``weight`` ``[hidden, channels, patch, patch]``."""
 
     def __init__(self, c: SiglipConfig, f: WeightFactory) -> None:

@@ -8,9 +8,9 @@ tiles, padding tiles dropped).  Output: ``[n_tiles, tokens_per_tile, text_hidden
 
 from __future__ import annotations
 
-from max.graph import DeviceRef, Graph, TensorValue, ops
+from max.graph import DeviceRef, Graph, TensorValue
 from max.nn import Module
-from max.pipelines.architectures.common.siglip import SiglipVisionTransformer, build_pixels_graph
+from max.pipelines.architectures.common.siglip import SiglipVisionTransformer, build_pixels_graph, pixel_shuffle
 from max.pipelines.architectures.common.weights import WeightFactory
 from max.pipelines.architectures.idefics3.config import ARCHITECTURE, VisionConfig
 
@@ -31,11 +31,7 @@ class Connector(Module):
         self.modality_projection = _Projection(c, f)
 
     def __call__(self, x: TensorValue) -> TensorValue:
-        c = self.c
-        n, g, s, d = x.shape[0], c.patches_per_side, c.scale_factor, c.hidden_size
-        x = ops.permute(ops.reshape(x, [n, g, g // s, d * s]), [0, 2, 1, 3])  # [n, col block, row, s cols]
-        x = ops.permute(ops.reshape(x, [n, g // s, g // s, d * s * s]), [0, 2, 1, 3])  # [n, row blk, col blk, ..]
-        return self.modality_projection.proj(ops.reshape(x, [n, (g // s) ** 2, d * s * s]))
+        return self.modality_projection.proj(pixel_shuffle(x, self.c.patches_per_side, self.c.scale_factor))
 
 
 class Idefics3VisionModel(SiglipVisionTransformer):
