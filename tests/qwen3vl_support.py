@@ -5,6 +5,8 @@ and a chat template with image and video parts, plus transformers' inputs for a 
 from __future__ import annotations
 
 import functools
+import io
+import json
 import os
 import tempfile
 from typing import Any
@@ -78,7 +80,56 @@ def tiny_qwen3_vl(moe: bool = False, text_kw: tuple = (), vision_kw: tuple = (),
     tok.save_pretrained(d)
     with open(os.path.join(d, "chat_template.jinja"), "w") as f:
         f.write(QWEN3_TEMPLATE)
+    with open(os.path.join(d, "video_preprocessor_config.json"), "w") as f:  # transformers' names; small frames
+        json.dump({"video_processor_type": "Qwen3VLVideoProcessor", "patch_size": vision["patch_size"],
+                   "temporal_patch_size": 2, "merge_size": 2, "fps": 2, "min_frames": 4, "max_frames": MAX_FRAMES,
+                   "size": {"shortest_edge": 2 * side * side, "longest_edge": 4 * 32 * 32},
+                   "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}, f)
     return d, model, ip
+
+
+MAX_FRAMES = 12
+"""The tiny checkpoints' ``max_frames``."""
+
+
+def video_bytes(seed: int, size: tuple[int, int] = (40, 28), n_frames: int = 8, fps: int = 4) -> bytes:
+    """An MPEG-4 video of ``n_frames`` random frames (``size`` = width, height) at ``fps``, made with PyAV."""
+    import av
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    buf = io.BytesIO()
+    with av.open(buf, mode="w", format="mp4") as out:
+        stream = out.add_stream("mpeg4", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
+        for _ in range(n_frames):
+            frame = av.VideoFrame.from_ndarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8),
+                                               format="rgb24")
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    return buf.getvalue()
+
+
+def video_request(tokenizer: Any, text: str, video: Any, images: tuple = (), fps: Any = None,
+                  max_new_tokens: int = 8) -> Any:
+    """A context for a user turn of ``images``, a ``video_url`` part (``video``: bytes -> a data: URI; a list:
+    frame images as a ``video`` part) and ``text``."""
+    import base64
+    import uuid
+
+    from max.interfaces import SamplingParams, TextGenerationRequest
+    from max.entrypoints.llm import run_coro
+
+    if isinstance(video, (bytes, bytearray)):
+        part = {"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + base64.b64encode(video).decode()}}
+    else:
+        part = {"type": "video", "video": list(video), **({"fps": fps} if fps else {})}
+    content = [*({"type": "image", "image": im} for im in images), part, {"type": "text", "text": text}]
+    req = TextGenerationRequest(request_id=uuid.uuid4().hex, model_name="tiny", prompt=None,
+                                messages=[{"role": "user", "content": content}],
+                                sampling_params=SamplingParams(top_k=1, max_new_tokens=max_new_tokens,
+                                                               ignore_eos=True))
+    return run_coro(tokenizer.new_context(req))
 
 
 def hf_inputs_qwen3_vl(model: Any, ctx: Any, seq: list[int]) -> dict:
