@@ -112,9 +112,9 @@ def test_moe_logits_and_greedy_match_transformers(moe):
     ctx = llm.make_context("What is shown?", SamplingParams(max_new_tokens=8), images=[image_bytes(4, (40, 28))])
     check_steps(llm, ctx, model, hf_inputs_qwen3_vl)
     _greedy_with_video(llm, model, [
-        video_request(llm.tokenizer, "Describe the clip.", video_bytes(3), max_new_tokens=10),
-        llm.make_context("What is this?", SamplingParams(top_k=1, max_new_tokens=10, ignore_eos=True),
-                         images=[image_bytes(9, (40, 28))])])
+        video_request(llm.tokenizer, "Describe the clip.", video_bytes(3), max_new_tokens=6),
+        llm.make_context("What is this?", SamplingParams(top_k=1, max_new_tokens=6, ignore_eos=True),
+                         images=[image_bytes(9, (40, 28))])], n=6)
 
 
 def test_moe_experts_read_in_either_layout():
@@ -178,6 +178,8 @@ def test_a_video_given_as_frame_images(dense):
     ("video-frames-too-many", f"more than the {MAX_FRAMES}"),
     ("one-frame", "at least 2 frames"),
     ("/no/such/video.mp4", "no such file"),
+    ("https://example.com/clip.mp4", "remote videos"),
+    ("data:image/png;base64,AAAA", "video/\\* media type"),
 ])
 def test_bad_videos_are_invalid_requests_naming_the_field(dense, video, match):
     d, model, llm = dense
@@ -187,7 +189,7 @@ def test_bad_videos_are_invalid_requests_naming_the_field(dense, video, match):
         video = video_bytes(4, n_frames=1)
     elif video == b"":
         video = "data:video/mp4;base64,"
-    if isinstance(video, str) and video.startswith("data:"):
+    if isinstance(video, str) and video.startswith(("data:", "http", "/")):
         with pytest.raises(InvalidRequest, match=match) as e:
             _request_with_url(llm.tokenizer, video)
     else:

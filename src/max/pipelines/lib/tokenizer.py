@@ -562,16 +562,16 @@ def _split_images(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], list[A
 def _video_part(part: dict[str, Any]) -> dict[str, Any]:
     """A ``video_url`` part (``{"url": ...}``) or ``video`` part (a file reference or a list of frame images)
     as the chat template's ``{"type": "video"}`` part, carrying the reference (and ``fps`` when given)."""
+    vu = part.get("video_url")
     if part.get("type") == "video_url":
-        v = part.get("video_url")
-        ref = v.get("url") if isinstance(v, dict) else v
+        ref = vu.get("url") if isinstance(vu, dict) else vu
     else:
         ref = part.get("video", part.get("url"))
     if ref is None or (isinstance(ref, (str, list, tuple)) and not len(ref)):
         raise InvalidRequest("a video part needs video_url.url (a data: URI or a local file) or 'video' (a file "
                              "reference or a list of frame images)", param="video_url")
     out = {"type": "video", "video": ref}
-    fps = part.get("fps", (part.get("video_url") or {}).get("fps") if isinstance(part.get("video_url"), dict) else None)
+    fps = part.get("fps", vu.get("fps") if isinstance(vu, dict) else None)
     if fps is not None:
         out["fps"] = fps
     return out

@@ -8,7 +8,8 @@ normalised, padded to a multiple of ``temporal_patch_size`` frames by repeating 
 patches of ``temporal_patch_size`` frames (grid ``(t, h, w)``), in the same layout as images.  In the prompt,
 the template's video placeholder becomes, per temporal patch ``k``, ``<{time_k:.1f} seconds>`` (the mean time
 of its first and last frame), the vision-start token, one video token per merged patch, the vision-end token
--- the text transformers' Qwen3-VL processor writes.  The settings come from the folder's
+-- the text transformers' Qwen3-VL processor writes (a list of frame images is taken whole, at the part's
+``fps`` or 2 frames a second; a file whose frame rate is unknown is timed at 24, as transformers does).  The settings come from the folder's
 ``video_preprocessor_config.json`` (transformers' names), else the defaults of transformers' Qwen3-VL video
 processor with the image processor's patch sizes.
 
@@ -50,6 +51,9 @@ class VideoSettings:
     fps: float = 2.0
     min_frames: int = 4
     max_frames: int = 768
+    cap_pixels_per_frame: bool = False
+    """Each frame's pixels capped at ``max_video_tokens`` patches' worth or the budget's share per frame."""
+    max_video_tokens: int = 768
     rescale_factor: float = 1 / 255
     image_mean: tuple[float, ...] = field(default=(0.5, 0.5, 0.5))
     image_std: tuple[float, ...] = field(default=(0.5, 0.5, 0.5))
@@ -62,7 +66,9 @@ class VideoSettings:
         if path.is_file():
             d = json.loads(path.read_text())
             size = d.get("size") or {}
-            for k in ("patch_size", "temporal_patch_size", "merge_size", "min_frames", "max_frames"):
+            if d.get("cap_pixels_per_frame") is not None:
+                kw["cap_pixels_per_frame"] = bool(d["cap_pixels_per_frame"])
+            for k in ("patch_size", "temporal_patch_size", "merge_size", "min_frames", "max_frames", "max_video_tokens"):
                 if d.get(k) is not None:
                     kw[k] = int(d[k])
             for k in ("fps", "rescale_factor"):
@@ -102,14 +108,18 @@ def video_smart_resize(n_frames: int, height: int, width: int, s: VideoSettings)
     f, tp = s.patch_size * s.merge_size, s.temporal_patch_size
     if n_frames < tp:
         raise ValueError(f"a video needs at least {tp} frames, got {n_frames}")
+    max_pixels = s.max_pixels
+    if s.cap_pixels_per_frame:
+        per_frame = max(min(s.max_video_tokens * f * f, s.max_pixels // n_frames), int(s.min_pixels * 1.05))
+        max_pixels = per_frame * n_frames
     if height < f or width < f:
         scale = max(f / height, f / width)
         height, width = int(height * scale), int(width * scale)
     if max(height, width) / min(height, width) > 200:
         raise ValueError(f"the frames' aspect ratio {max(height, width) / min(height, width):.0f} is over 200")
     h, w, t = round(height / f) * f, round(width / f) * f, round(n_frames / tp) * tp
-    if t * h * w > s.max_pixels:
-        beta = math.sqrt(n_frames * height * width / s.max_pixels)
+    if t * h * w > max_pixels:
+        beta = math.sqrt(n_frames * height * width / max_pixels)
         h, w = max(f, math.floor(height / beta / f) * f), max(f, math.floor(width / beta / f) * f)
     elif t * h * w < s.min_pixels:
         beta = math.sqrt(s.min_pixels / (n_frames * height * width))
