@@ -107,6 +107,23 @@ def test_greedy_video_alone_and_batched_with_an_image_request(dense):
                          images=[image_bytes(8, (20, 50))])])
 
 
+def test_chunked_prefill_adds_each_chunks_deepstack_rows(dense):
+    """Prefill in 20-token chunks (an image and two video frames of 12 tokens each in an 87-token prompt):
+    each chunk gets the embeddings and DeepStack features of its own image rows; the images are encoded once."""
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    d, model, _ = dense
+    llm = LLM(PipelineConfig(model_path=d, max_length=320, max_batch_size=2, kv_cache_page_size=16,
+                             prefill_chunk_size=20))
+    ctx = video_request(llm.tokenizer, "Describe the clip.", video_bytes(2, (36, 44), n_frames=10, fps=5),
+                        images=(image_bytes(3, (20, 50)),), max_new_tokens=8)
+    assert len(ctx.prompt_tokens) == 87 and [(m.start_idx, m.end_idx) for m in ctx.images] == [(5, 17), (29, 41),
+                                                                                                 (52, 64)]
+    _greedy_with_video(llm, model, [ctx], n=8)
+    assert llm.pipeline.pipeline_model.vision_encodes == 1
+
+
 def test_moe_logits_and_greedy_match_transformers(moe):
     d, model, llm = moe
     ctx = llm.make_context("What is shown?", SamplingParams(max_new_tokens=8), images=[image_bytes(4, (40, 28))])
