@@ -215,6 +215,15 @@ def test_bad_videos_are_invalid_requests_naming_the_field(dense, video, match):
     assert e.value.param in ("video_url", "images")
 
 
+def test_a_video_too_long_for_max_length_is_refused_before_any_model_work(dense):
+    from max.interfaces.errors import PromptTooLong
+    from max.pipelines.architectures.qwen3vl.processor import Qwen3VLTokenizer
+
+    tok = Qwen3VLTokenizer(dense[0], max_length=40)
+    with pytest.raises(PromptTooLong, match="shorter or smaller videos"):
+        video_request(tok, "x", video_bytes(5))
+
+
 def _request_with_url(tokenizer, url):
     import uuid
 
