@@ -1,7 +1,7 @@
 """Vision-language generation side by side: libremax beside Hugging Face transformers on the same
-random-weight checkpoints (Gemma 3 multimodal, Qwen2.5-VL, Idefics3, Mistral 3, InternVL, Llama 4 at small sizes,
-built here with transformers' own config classes: a 4-layer 512-wide text decoder, a 4-layer 384-wide vision tower on
-224-pixel images).
+random-weight checkpoints (Gemma 3 multimodal, Qwen2.5-VL, Idefics3, Mistral 3, InternVL, Llama 4, Qwen3-VL and
+Qwen3-VL-MoE at small sizes, built here with transformers' own config classes: a 4-layer 512-wide text decoder, a
+4-layer 384-wide vision tower on 224-pixel images).
 
 For each family and engine, in its own process (so peak RSS is its own), one request with one image and a
 short prompt, greedy: time to first token (image encoding + prefill), time per output token over
@@ -9,7 +9,7 @@ short prompt, greedy: time to first token (image encoding + prefill), time per o
 tokenizer makes them) and the same thread count.  Printed as a table with transformers / libremax ratios
 (> 1: libremax faster).
 
-Run: .venv/bin/python bench/vlm.py [--families gemma3,qwen2_5vl,idefics3,mistral3,internvl,llama4]
+Run: .venv/bin/python bench/vlm.py [--families gemma3,qwen2_5vl,idefics3,mistral3,internvl,llama4,qwen3vl,qwen3vl_moe]
      [--new-tokens 32] [--threads N]
 """
 
@@ -72,13 +72,37 @@ FAMILIES = {
 }
 REFERENCES = {"llama4": "Llama4Reference"}
 """Families whose transformers model is called through a ``vlm_support`` wrapper (a transformers defect)."""
+# Qwen3-VL (and its MoE text decoder): 224x224 -> 16x16 patches of 14, merged 2x2 = 64 image tokens; a 16x16
+# learned position table; DeepStack from vision blocks 1 and 2 (builders in tests/qwen3vl_support.py)
+QWEN3VL_TEXT = TEXT + (("head_dim", 64), ("rope_parameters", (("rope_type", "default"), ("rope_theta", 5e6),
+                                                              ("mrope_section", (8, 12, 12)),
+                                                              ("mrope_interleaved", True))))
+QWEN3VL_VISION = (("depth", 4), ("hidden_size", 384), ("intermediate_size", 768), ("num_heads", 6),
+                  ("out_hidden_size", 512), ("patch_size", 14), ("num_position_embeddings", 256),
+                  ("deepstack_visual_indexes", (1, 2)))
+FAMILIES.update({
+    "qwen3vl": ("qwen3vl_support.tiny_qwen3_vl", dict(text_kw=QWEN3VL_TEXT, vision_kw=QWEN3VL_VISION,
+                                                      max_pixels=224 * 224),
+                "qwen3vl_support.hf_inputs_qwen3_vl", "Qwen3VLForConditionalGeneration"),
+    # 8 experts of 256, top 2, on layers 0, 2 and 3
+    "qwen3vl_moe": ("qwen3vl_support.tiny_qwen3_vl", dict(
+        moe=True, text_kw=QWEN3VL_TEXT + (("num_experts", 8), ("moe_intermediate_size", 256)),
+        vision_kw=QWEN3VL_VISION, max_pixels=224 * 224),
+        "qwen3vl_support.hf_inputs_qwen3_vl", "Qwen3VLMoeForConditionalGeneration"),
+})
+
+
+def _support(name: str):  # noqa: ANN202
+    """A function of the tests' support modules: ``fn`` (``vlm_support``) or ``module.fn``."""
+    import importlib
+
+    module, _, fn = name.rpartition(".")
+    return getattr(importlib.import_module(module or "vlm_support"), fn)
 
 
 def build(family: str) -> str:
-    import vlm_support
-
     fn, kw, _, _ = FAMILIES[family]
-    return getattr(vlm_support, fn)(**kw)[0]
+    return _support(fn)(**kw)[0]
 
 
 def image() -> bytes:
@@ -126,8 +150,6 @@ def run_transformers(folder: str, family: str, n: int) -> dict:
     import torch
     import transformers
 
-    import vlm_support
-
     from max.entrypoints.llm import make_context
     from max.interfaces import SamplingParams
     from max.pipelines import PipelineConfig
@@ -142,8 +164,8 @@ def run_transformers(folder: str, family: str, n: int) -> dict:
     model = getattr(transformers, cls).from_pretrained(folder, dtype=torch.float32).eval()
     load = time.perf_counter() - t0
     if family in REFERENCES:
-        model = getattr(vlm_support, REFERENCES[family])(model)
-    kw = getattr(vlm_support, inputs_fn)(model, ctx, ctx.prompt_tokens.tolist())
+        model = _support(REFERENCES[family])(model)
+    kw = _support(inputs_fn)(model, ctx, ctx.prompt_tokens.tolist())
 
     def gen(k: int) -> float:
         t = time.perf_counter()

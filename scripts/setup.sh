@@ -5,7 +5,7 @@
 #     pip resolves that to the local CPU wheel, so no CUDA build is ever pulled);
 #     an existing torch (e.g. a CUDA build on a GPU machine) is kept;
 #   - installs the package in editable mode with its dev extras and the ray extra (Ray Serve replicas;
-#     LIBREMAX_NO_RAY=1 skips it).
+#     LIBREMAX_NO_RAY=1 skips it); the dev extras include PyAV (`av`, video inputs of Qwen3-VL).
 # Usage: scripts/setup.sh [extra pip requirement ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -27,9 +27,10 @@ class ImageInputError(ValueError):
     """An image reference or image file that cannot be used."""
 
 
-def image_bytes_of(ref: Any, what: str = "image", allow_urls: bool = False) -> bytes:
+def image_bytes_of(ref: Any, what: str = "image", allow_urls: bool = False, media: str = "image") -> bytes:
     """The encoded bytes of an image reference: raw bytes, a ``data:image/...;base64,`` URI, a local path
-    or ``file://`` URL; an ``http(s)`` URL only with ``allow_urls`` (else :class:`ImageInputError`)."""
+    or ``file://`` URL; an ``http(s)`` URL only with ``allow_urls`` (else :class:`ImageInputError`).
+    ``media``: the data: URI's media type family (``video`` for video files)."""
     if isinstance(ref, (bytes, bytearray, memoryview)):
         return bytes(ref)
     if isinstance(ref, os.PathLike):
@@ -40,8 +41,8 @@ def image_bytes_of(ref: Any, what: str = "image", allow_urls: bool = False) -> b
         head, sep, payload = ref.partition(",")
         if not sep:
             raise ImageInputError(f"{what}: a data: URI needs a ',' before its payload")
-        if not head[5:].startswith("image/"):
-            raise ImageInputError(f"{what}: a data: URI must have an image/* media type, got {head[5:] or 'none'!r}")
+        if not head[5:].startswith(f"{media}/"):
+            raise ImageInputError(f"{what}: a data: URI must have an {media}/* media type, got {head[5:] or 'none'!r}")
         if not head.endswith(";base64"):
             raise ImageInputError(f"{what}: only base64 data: URIs are supported (';base64,' is missing)")
         try:
@@ -51,8 +52,8 @@ def image_bytes_of(ref: Any, what: str = "image", allow_urls: bool = False) -> b
     scheme = urlparse(ref).scheme.lower()
     if scheme in ("http", "https"):
         if not allow_urls:
-            raise ImageInputError(f"{what}: fetching remote images ({scheme}:// URLs) is not enabled on this server "
-                                  "(--allow-image-urls); send the image as a base64 data: URI or a local file path")
+            raise ImageInputError(f"{what}: fetching remote {media}s ({scheme}:// URLs) is not enabled on this server "
+                                  f"(--allow-image-urls); send the {media} as a base64 data: URI or a local file path")
         return _fetch(ref, what)
     path = unquote(urlparse(ref).path) if scheme == "file" else ref
     if scheme not in ("", "file") and len(scheme) > 1:  # (a one-letter scheme is a Windows drive)

@@ -94,6 +94,8 @@ def _flatten_content(messages: Sequence[TextGenerationRequestMessage]) -> list[d
     out, images = _split_images(messages)
     if images:
         raise ValueError("this model's tokenizer takes text only; the message has an image part")
+    if video_parts(out):
+        raise InvalidRequest("this model's tokenizer takes text only; the message has a video part", param="video_url")
     for m in out:
         if isinstance(m["content"], list):
             m["content"] = "\n".join(p["text"] for p in m["content"])
@@ -455,6 +457,9 @@ class TextAndVisionTokenizer(TextTokenizer):
     def expects_content_wrapping(self) -> bool:
         return True
 
+    takes_video = False
+    """Whether the family reads ``video_url`` parts (its tokenizer overrides :meth:`new_context_sync`)."""
+
     def apply_chat_template(self, messages: list[TextGenerationRequestMessage],  # type: ignore[override]
                             tools: Optional[list[TextGenerationRequestTool]] = None,
                             chat_template_options: Optional[dict[str, Any]] = None) -> str:
@@ -476,7 +481,10 @@ class TextAndVisionTokenizer(TextTokenizer):
 
         refs: list[Any] = []
         if request.messages:
-            _, refs = _split_images(request.messages)
+            msgs, refs = _split_images(request.messages)
+            if video_parts(msgs) and not self.takes_video:
+                raise InvalidRequest("this model does not take video input", param="video_url",
+                                     where=f"request {request.request_id}")
         refs += list(request.images or [])
         if not refs:
             return self._new_context(request, TextAndVisionContext)
@@ -546,15 +554,42 @@ def _split_images(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], list[A
                         raise ValueError("an image part needs 'image' (bytes, data: URI or path) or 'url'")
                     refs.append(ref)
                     parts.append({"type": "image"})
+                elif kind in ("video_url", "video"):
+                    parts.append(_video_part(part))
                 elif kind == "text":
                     parts.append({"type": "text", "text": part.get("text", part.get("content", ""))})
                 else:
-                    raise ValueError(f"unsupported content part type {kind!r} (supported: text, image_url)")
+                    raise ValueError(f"unsupported content part type {kind!r} (supported: text, image_url, "
+                                     "video_url)")
             m["content"] = parts
         elif c is None:
             m["content"] = ""
         out.append(m)
     return out, refs
+
+
+def _video_part(part: dict[str, Any]) -> dict[str, Any]:
+    """A ``video_url`` part (``{"url": ...}``) or ``video`` part (a file reference or a list of frame images)
+    as the chat template's ``{"type": "video"}`` part, carrying the reference (and ``fps`` when given)."""
+    vu = part.get("video_url")
+    if part.get("type") == "video_url":
+        ref = vu.get("url") if isinstance(vu, dict) else vu
+    else:
+        ref = part.get("video", part.get("url"))
+    if ref is None or (isinstance(ref, (str, list, tuple)) and not len(ref)):
+        raise InvalidRequest("a video part needs video_url.url (a data: URI or a local file) or 'video' (a file "
+                             "reference or a list of frame images)", param="video_url")
+    out = {"type": "video", "video": ref}
+    fps = part.get("fps", vu.get("fps") if isinstance(vu, dict) else None)
+    if fps is not None:
+        out["fps"] = fps
+    return out
+
+
+def video_parts(messages: Sequence[Any]) -> list[dict[str, Any]]:
+    """The ``{"type": "video"}`` parts of template messages (``_split_images``' output), in order."""
+    return [p for m in messages if isinstance(m.get("content"), list) for p in m["content"]
+            if p.get("type") == "video"]
 
 
 def _runs(ids: npt.NDArray[np.int64], token: int) -> list[tuple[int, int]]:

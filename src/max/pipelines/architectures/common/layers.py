@@ -400,6 +400,9 @@ class DecoderLayer(Module):
         name = self._norm_names[which]
         return x if name is None else getattr(self, name)(x)
 
+    post_layer: Callable[[TensorValue], TensorValue] | None = None
+    """Set while a graph is built: applied to the layer's output (Qwen3-VL adds DeepStack visual features)."""
+
     def __call__(self, layer_idx: Any, x: TensorValue, kv_collection: Any, freqs_cis: Any,
                  input_row_offsets: TensorValue) -> TensorValue:
         a = self.self_attn(layer_idx, self._norm(0, x), kv_collection, freqs_cis, input_row_offsets)
@@ -410,7 +413,7 @@ class DecoderLayer(Module):
         m = self._norm(3, self.mlp(self._norm(2, h)))
         if self.residual_multiplier != 1.0:
             m = m * self.residual_multiplier
-        return h + m
+        return h + m if self.post_layer is None else self.post_layer(h + m)
 
 
 class DistributedDecoderLayer(DecoderLayer):

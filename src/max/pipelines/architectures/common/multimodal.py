@@ -116,6 +116,16 @@ class VisionDecoderPipelineModel(DecoderPipelineModel):
         emb = out._torch()  # [n_images, tokens per image, hidden]
         return [e.reshape(-1, emb.shape[-1]) for e in torch.split(emb, [len(c.pixel_values) for c in contexts])]
 
+    @property
+    def image_embedding_width(self) -> int:
+        """Columns of an image token's row of ``encode``'s output (default: the decoder's width)."""
+        return self.config.hidden_size
+
+    def merge_image_embeddings(self, module: Module, h: TensorValue, img: TensorValue,
+                               rows: TensorValue) -> TensorValue:
+        """The token embeddings ``h`` with the image embeddings ``img`` written at their ``rows``."""
+        return ops.scatter_nd(h, img, rows)
+
     def step_input_types(self, device: DeviceRef) -> list[TensorType]:
         """The family's extra step-graph inputs (after the image rows)."""
         return []
@@ -135,7 +145,7 @@ class VisionDecoderPipelineModel(DecoderPipelineModel):
         types = [TensorType(DType.int64, ["total_seq_len"], device),
                  TensorType(DType.uint32, ["input_row_offsets_len"], device),
                  TensorType(DType.int64, [1], DeviceRef.CPU()),
-                 TensorType(self.compute_dtype, ["n_image_tokens", self.config.hidden_size], device),
+                 TensorType(self.compute_dtype, ["n_image_tokens", self.image_embedding_width], device),
                  TensorType(DType.int64, ["n_image_tokens", 1], device)]
         extra = self.step_input_types(device)
         kv = list(kv_input_symbols)
@@ -143,7 +153,7 @@ class VisionDecoderPipelineModel(DecoderPipelineModel):
             tokens, offsets, n_logits, img, rows, *rest = g.inputs
             self.bind_step_inputs(module, [v.tensor for v in rest[:len(extra)]])
             try:
-                h = ops.scatter_nd(module.embed(tokens.tensor), img.tensor, rows.tensor)
+                h = self.merge_image_embeddings(module, module.embed(tokens.tensor), img.tensor, rows.tensor)
                 outs = module.forward_embeddings(h, rest[len(extra):], n_logits, offsets.tensor)
             finally:
                 self.bind_step_inputs(module, None)
@@ -181,7 +191,7 @@ class VisionDecoderPipelineModel(DecoderPipelineModel):
             toks.append(np.where(t >= vocab, 0, t))  # placeholder ids beyond the vocabulary: any row, replaced
             base += len(t)
         dt = self.compute_dtype.to_torch()
-        img = torch.cat(embeds).to(dt) if embeds else torch.zeros(0, self.config.hidden_size, dtype=dt)
+        img = torch.cat(embeds).to(dt) if embeds else torch.zeros(0, self.image_embedding_width, dtype=dt)
         inputs.tokens = self.to_device(np.concatenate(toks) if toks else np.zeros(0, np.int64))
         inputs.image_embeddings = Buffer.from_dlpack(img.contiguous().to(self._torch_device))
         inputs.image_token_rows = self.to_device(

@@ -52,8 +52,13 @@ class MRopeAttention(DecoderAttention):
                  input_row_offsets: TensorValue) -> TensorValue:
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
         qkv = self._qkv(x)
-        q = ragged_rope(ops.reshape(qkv[:, :H * D], [-1, H, D]), self.rope_cos, self.rope_sin)
-        k = ragged_rope(ops.reshape(qkv[:, H * D:(H + Hkv) * D], [-1, Hkv, D]), self.rope_cos, self.rope_sin)
+        q, k = ops.reshape(qkv[:, :H * D], [-1, H, D]), ops.reshape(qkv[:, H * D:(H + Hkv) * D], [-1, Hkv, D])
+        if self.qk_norm == "head":  # Qwen3-VL: RMSNorm of each head before the rotation
+            q, k = self.q_norm(q), self.k_norm(k)
+        elif self.qk_norm is not None:
+            raise NotImplementedError(f"layer {self.layer}: M-RoPE attention with qk_norm {self.qk_norm!r}")
+        q = ragged_rope(q, self.rope_cos, self.rope_sin)
+        k = ragged_rope(k, self.rope_cos, self.rope_sin)
         v = ops.reshape(qkv[:, (H + Hkv) * D:], [-1, Hkv, D])
         _, page, offset = ragged_write_plan(input_row_offsets, kv_collection)
         store_kv_ragged(self.kv_params, k, v, kv_collection, page, offset, self.layer)
@@ -102,11 +107,15 @@ class Qwen2_5VLModel(VisionDecoderPipelineModel):
     def build_vision(self, hf: dict, pipeline_config: Any, encoding: Any, weights: Any, device: DeviceRef) -> None:
         super().build_vision(hf, pipeline_config, encoding, weights, device)
         sec = self.config.extra["mrope_section"]
-        half = self.config.head_dim // 2
-        if sum(sec) != half:
-            raise ValueError(f"{ARCHITECTURE}: mrope_section {sec} must add up to head_dim / 2 = {half}")
-        self._axis = np.repeat(np.arange(len(sec)) % 3, sec)  # the position axis of each head frequency
+        self._axis = self.mrope_axes(sec, self.config.head_dim // 2)  # the position axis of each head frequency
         self._inv_freq = inv_freq(self.config.rope_theta, self.config.head_dim)
+
+    @staticmethod
+    def mrope_axes(section: list[int], half: int) -> np.ndarray:
+        """The position axis of each head frequency: consecutive t/h/w sections."""
+        if sum(section) != half:
+            raise ValueError(f"{ARCHITECTURE}: mrope_section {section} must add up to head_dim / 2 = {half}")
+        return np.repeat(np.arange(len(section)) % 3, section)
 
     def encode(self, contexts: Sequence[Any]) -> list[torch.Tensor]:
         c = self.vision_config

@@ -12,7 +12,7 @@ import numpy as np
 from max.interfaces.errors import InvalidRequest
 from max.pipelines.lib.tokenizer import TextAndVisionTokenizer
 
-__all__ = ["Qwen2VLTokenizer"]
+__all__ = ["Qwen2VLTokenizer", "expand_placeholders"]
 
 
 class Qwen2VLTokenizer(TextAndVisionTokenizer):
@@ -29,6 +29,15 @@ class Qwen2VLTokenizer(TextAndVisionTokenizer):
                                  param="images", where=f"request {request_id}")
         grid = np.asarray(out["image_grid_thw"], np.int64).reshape(-1, 3)
         return np.split(pixels, np.cumsum(grid.prod(axis=1))[:-1]), {"image_grid_thw": grid}
+
+
+def expand_placeholders(text: str, placeholder: str, replacements: Sequence[str], what: str) -> str:
+    """``text`` with its ``k``-th ``placeholder`` replaced by ``replacements[k]`` (ValueError when the counts
+    differ)."""
+    pieces = text.split(placeholder)
+    if len(pieces) - 1 != len(replacements):
+        raise ValueError(f"{len(pieces) - 1} {what} placeholders for {len(replacements)} {what}s")
+    return pieces[0] + "".join(r + p for r, p in zip(replacements, pieces[1:]))
 
 
 class _GridImageProcessor:
@@ -69,10 +78,7 @@ class _GridImageProcessor:
             raise ValueError("this image processor reports no image_grid_thw; the model's own processor is needed")
         merge = int(getattr(self.image_processor, "merge_size", 1) or 1)
         counts = [int(np.prod(g)) // (merge * merge) for g in np.asarray(out["image_grid_thw"])]
-        pieces = text[0].split(self.image_token)
-        if len(pieces) - 1 != len(counts):
-            raise ValueError(f"{len(pieces) - 1} image placeholders for {len(counts)} images")
-        expanded = pieces[0] + "".join(self.image_token * n + p for n, p in zip(counts, pieces[1:]))
+        expanded = expand_placeholders(text[0], self.image_token, [self.image_token * n for n in counts], "image")
         ids = self.tokenizer(expanded, add_special_tokens=add_special_tokens)["input_ids"]
         return {"input_ids": np.asarray([ids], np.int64), "pixel_values": np.asarray(out["pixel_values"]),
                 "image_grid_thw": np.asarray(out["image_grid_thw"])}

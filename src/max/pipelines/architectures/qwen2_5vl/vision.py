@@ -25,7 +25,8 @@ from max.pipelines.architectures.common.layers import GatedMLP
 from max.pipelines.architectures.common.weights import WeightFactory
 from max.pipelines.architectures.qwen2_5vl.config import ARCHITECTURE, VisionConfig, inv_freq
 
-__all__ = ["Qwen2_5VisionModel", "VisionLayout", "build_vision_graph", "layout_patches", "vision_layout"]
+__all__ = ["Qwen2_5VisionModel", "VisionAttention", "VisionLayout", "block_positions", "build_vision_graph",
+           "layout_patches", "patch_mask", "rope_angles", "vision_layout"]
 
 _MASKED = -1e30
 
@@ -73,24 +74,26 @@ class VisionBlock(Module):
 
 
 class PatchEmbed(Module):
-    """The patch convolution (kernel = stride = patch, no bias) as one matmul: ``proj.weight``
-    ``[hidden, channels, temporal_patch, patch, patch]``."""
+    """The patch convolution (kernel = stride = patch; Qwen2.5-VL: no bias) as one matmul: ``proj.weight``
+    ``[hidden, channels, temporal_patch, patch, patch]`` (and ``proj.bias`` ``[hidden]``)."""
 
-    def __init__(self, c: VisionConfig, f: WeightFactory) -> None:
+    def __init__(self, c: VisionConfig, f: WeightFactory, bias: bool = False) -> None:
         super().__init__()
         self.c = c
-        self.proj = _ConvWeight(c, f)
+        self.proj = _ConvWeight(c, f, bias)
 
     def __call__(self, patches: TensorValue) -> TensorValue:
         w = ops.reshape(self.proj.weight, [self.c.hidden_size, self.c.patch_dim])
-        return patches @ ops.transpose(w, 0, 1)
+        out = patches @ ops.transpose(w, 0, 1)
+        return out if self.proj.bias is None else out + self.proj.bias
 
 
 class _ConvWeight(Module):
-    def __init__(self, c: VisionConfig, f: WeightFactory) -> None:
+    def __init__(self, c: VisionConfig, f: WeightFactory, bias: bool) -> None:
         super().__init__()
         self.weight = Weight("weight", f.dtype, [c.hidden_size, c.in_channels, c.temporal_patch_size, c.patch_size,
                                                  c.patch_size], f.device)
+        self.bias = Weight("bias", f.dtype, [c.hidden_size], f.device) if bias else None
 
 
 class PatchMerger(Module):
@@ -129,13 +132,13 @@ class Qwen2_5VisionModel(Module):
         s = n * c.merge_unit
         x = self.patch_embed(ops.reshape(ops.cast(patches, self.dtype), [s, c.patch_dim]))
         cos, sin = (ops.reshape(t, [s, 1, c.head_dim]) for t in (cos, sin))
-        full, window = (_patch_mask(mk, c.merge_unit) for mk in (full_mask, window_mask))
+        full, window = (patch_mask(mk, c.merge_unit) for mk in (full_mask, window_mask))
         for block in self.blocks:
             x = block(x, cos, sin, full, window)
         return ops.gather(self.merger(x), restore, axis=0)
 
 
-def _patch_mask(token_mask: TensorValue, unit: int) -> TensorValue:
+def patch_mask(token_mask: TensorValue, unit: int) -> TensorValue:
     """A merged-token mask ``[n, n]`` at patch level ``[n * unit, n * unit]`` (blocks never split a merge unit)."""
     n = token_mask.shape[0]
     m = ops.broadcast_to(ops.reshape(token_mask, [n, 1, n, 1]), [n, unit, n, unit])
@@ -180,9 +183,7 @@ def vision_layout(c: VisionConfig, grids: np.ndarray) -> VisionLayout:
     for g in grids:
         t, h, w = (int(v) for v in g)
         H, W = h // m, w // m
-        by, bx = np.meshgrid(np.arange(H), np.arange(W), indexing="ij")
-        iy, ix = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
-        pos = np.stack([(by[..., None, None] * m + iy).reshape(-1), (bx[..., None, None] * m + ix).reshape(-1)], -1)
+        pos = block_positions(h, w, m)
         for ti in range(t):
             rows.append(pos)
             for r0 in range(0, H, vw):
@@ -197,10 +198,8 @@ def vision_layout(c: VisionConfig, grids: np.ndarray) -> VisionLayout:
         base += t * H * W
     order_tok = np.asarray(tokens, np.int64)
     order = (order_tok[:, None] * unit + np.arange(unit)).reshape(-1)
-    hw = np.concatenate(rows)[order].astype(np.float32)  # [n_patches, 2] (row, col) in window order
-    f = inv_freq(c.rope_theta, c.head_dim // 2)
-    ang = np.concatenate([hw[:, :1] * f, hw[:, 1:] * f], axis=-1)
-    ang = np.concatenate([ang, ang], axis=-1).reshape(len(order_tok), unit * c.head_dim)
+    hw = np.concatenate(rows)[order]  # [n_patches, 2] (row, col) in window order
+    ang = rope_angles(c.rope_theta, c.head_dim, hw).reshape(len(order_tok), unit * c.head_dim)
 
     def blocks(ids: list[int]) -> np.ndarray:
         b = np.asarray(ids)
@@ -208,6 +207,23 @@ def vision_layout(c: VisionConfig, grids: np.ndarray) -> VisionLayout:
 
     return VisionLayout(order=order, cos=np.cos(ang), sin=np.sin(ang), full_mask=blocks(frame_of),
                         window_mask=blocks(window_of), restore=np.argsort(order_tok).astype(np.int64))
+
+
+def block_positions(h: int, w: int, m: int) -> np.ndarray:
+    """``[h * w, 2]`` (row, col) of a frame's patches in the processors' order: ``m x m`` merge blocks
+    row-major, each block's patches row-major."""
+    by, bx = np.meshgrid(np.arange(h // m), np.arange(w // m), indexing="ij")
+    iy, ix = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
+    return np.stack([(by[..., None, None] * m + iy).reshape(-1), (bx[..., None, None] * m + ix).reshape(-1)], -1)
+
+
+def rope_angles(theta: float, head_dim: int, hw: np.ndarray) -> np.ndarray:
+    """2-D RoPE angles ``[n, head_dim]`` of patches at (row, col) ``hw`` ``[n, 2]``: the row turns the first
+    quarter of the frequencies, the column the second, repeated for the rotate-half pairs."""
+    f = inv_freq(theta, head_dim // 2)
+    hw = np.asarray(hw, np.float32)
+    ang = np.concatenate([hw[:, :1] * f, hw[:, 1:] * f], axis=-1)
+    return np.concatenate([ang, ang], axis=-1)
 
 
 def layout_patches(c: VisionConfig, patches: np.ndarray, layout: VisionLayout) -> np.ndarray:

@@ -19,15 +19,19 @@ HF_DEFAULTS: dict[str, Any] = dict(
 
 def config_from_hf(hf: dict) -> DecoderConfig:
     c = hf_common(hf, "Qwen3MoeForCausalLM")
+    c.update(qk_norm="head", moe=moe_spec(hf, c, renormalize=bool(hf.get("norm_topk_prob", False))))
+    return DecoderConfig(**c)
+
+
+def moe_spec(hf: dict, common: dict, renormalize: bool) -> MoESpec:
+    """Qwen3-MoE's experts (softmax top-k) from a text config; ``common``: its :func:`hf_common` fields."""
     n = int(hf.get("num_local_experts") or hf["num_experts"])
     step = int(hf.get("decoder_sparse_step") or 1)
     only = set(hf.get("mlp_only_layers") or [])
-    dense = {i for i in range(c["num_hidden_layers"]) if i in only or not (n > 0 and (i + 1) % step == 0)}
-    c.update(qk_norm="head", moe=MoESpec(num_experts=n, top_k=int(hf["num_experts_per_tok"]),
-                                         moe_dim=int(hf["moe_intermediate_size"]), routing="softmax_topk",
-                                         renormalize=bool(hf.get("norm_topk_prob", False)),
-                                         activation=c["hidden_act"], dense_layers=dense))
-    return DecoderConfig(**c)
+    dense = {i for i in range(common["num_hidden_layers"]) if i in only or not (n > 0 and (i + 1) % step == 0)}
+    return MoESpec(num_experts=n, top_k=int(hf["num_experts_per_tok"]), moe_dim=int(hf["moe_intermediate_size"]),
+                   routing="softmax_topk", renormalize=renormalize, activation=common["hidden_act"],
+                   dense_layers=dense)
 
 
 def config_from_gguf(meta: Any, *, defaults: bool = True) -> dict:
