@@ -292,7 +292,7 @@ def get_pipeline_for_task(task: PipelineTask, pipeline_config: "PipelineConfig")
         raise ValueError(f"no pipeline implementation for task {task.value!r}")
     module, name = targets[task]
     speculative = pipeline_config.draft_model_config is not None or \
-        getattr(pipeline_config, "speculative_method", None) == "ngram"
+        getattr(pipeline_config, "speculative_method", None) in ("ngram", "mtp")
     if speculative and task is PipelineTask.TEXT_GENERATION:
         module, name = "max.pipelines.lib.speculative_decoding", "SpeculativeDecodingTextGenerationPipeline"
     return getattr(importlib.import_module(module), name)
