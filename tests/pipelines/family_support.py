@@ -124,6 +124,12 @@ FAMILIES: dict[str, FamilySpec] = {
                                                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                                         "original_max_position_embeddings": 64}),
         lambda m: _randomize(m, "layernorm.weight", "router.weight")),
+    # chunked local attention in chunks of 8 on the RoPE layer 0 (NoPE layer 1 global): prompts cross chunks
+    "llama4-chunked": (lambda d: transformers.Llama4TextConfig(
+        **{**d, "intermediate_size": 48}, head_dim=16, intermediate_size_mlp=96, num_local_experts=4,
+        num_experts_per_tok=1, interleave_moe_layer_step=2, no_rope_layers=[1, 0], attention_chunk_size=8,
+        floor_scale=4, attn_scale=0.5, rope_parameters={"rope_type": "default", "rope_theta": 1e4}),
+        lambda m: _randomize(m, "layernorm.weight", "router.weight")),
     "granitemoe": (lambda d: transformers.GraniteMoeConfig(**d, num_local_experts=4, num_experts_per_tok=2,
                                                            embedding_multiplier=3.0, residual_multiplier=0.5,
                                                            attention_multiplier=0.1, logits_scaling=4.0), None),

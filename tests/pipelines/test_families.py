@@ -90,13 +90,25 @@ def test_phi3_longrope_factors_follow_each_sequence_length():
     _steps(llm, model, {"cross": prompts["cross"]}, n_decode=4)  # alone, prefix pages of the batched run reused
 
 
-def test_llama4_max_length_beyond_the_attention_chunk_is_a_clear_error():
-    from max.entrypoints.llm import LLM
-    from max.pipelines import PipelineConfig
+def test_llama4_chunked_attention_across_chunks_with_chunked_prefill():
+    """Llama 4 with attention_chunk_size 8: prompts of several chunks, in prefill pieces of 5 tokens (pieces
+    straddle chunk boundaries), batched, then decode steps crossing further chunks -- every step's logits
+    equal transformers' on the whole sequence; the RoPE layer's chunk mask matters (a model with a larger
+    chunk differs)."""
+    from family_support import hf_next_logits
 
-    d, _, _ = tiny_family("llama4")  # attention_chunk_size 192, max_position_embeddings 256
-    with pytest.raises(ValueError, match="attention_chunk_size 192"):
-        LLM(PipelineConfig(model_path=d, max_length=200, max_batch_size=2, kv_cache_page_size=16))
+    d, model, tok = tiny_family("llama4-chunked")
+    llm = family_llm("llama4-chunked")
+    rng = np.random.default_rng(5)
+    prompts = {"a": rng.integers(0, len(tok), 29).tolist(), "b": rng.integers(0, len(tok), 11).tolist()}
+    mgr = steps_against_hf(llm, model, prompts, n_decode=6, chunk=5)
+    assert mgr.num_free_pages == mgr.total_num_pages
+    import copy
+
+    full = copy.deepcopy(model)  # the same weights with global attention everywhere
+    full.config.layer_types = ["full_attention"] * full.config.num_hidden_layers
+    seq = prompts["a"]
+    assert not np.allclose(hf_next_logits(model, seq), hf_next_logits(full, seq), atol=1e-3)
 
 
 def test_phi3_longrope_speculative_steps_stay_on_one_side_of_the_original_context():

@@ -225,6 +225,9 @@ class DecoderAttention(Module):
             raise ValueError(f"{cfg.architecture}: qk_norm must be 'head', 'full' or None, got {cfg.qk_norm!r}")
         self.softcap = cfg.attn_logit_softcapping
         self.sinks = Weight("sinks", factory.dtype, [H], factory.device) if cfg.attention_sinks else None
+        self.chunk: int | None = None
+        """Chunked local attention (Llama 4's RoPE layers): keys of the query's own chunk of ``chunk``
+        positions only (``ragged_attention``)."""
         self.block_groups: TensorValue | None = None
         """Set while a graph is built: an int64 ``[total_seq_len]`` block id per token (-1: none); tokens of
         one block attend to each other both ways (Gemma 3's image tokens), see ``ragged_attention``."""
@@ -263,9 +266,10 @@ class DecoderAttention(Module):
                                      freqs_cis=freqs,
                                      interleaved=self.rope.interleaved if freqs is not None else False,
                                      q_norm=q_norm, k_norm=k_norm, norm_eps=eps)
-        if sinks is not None or self.softcap or self.block_groups is not None:
+        if sinks is not None or self.softcap or self.block_groups is not None or self.chunk:
             return ragged_attention(self.kv_params, q, input_row_offsets, kv_collection, layer_idx, self.scale,
-                                    self.window, sinks=sinks, softcap=self.softcap, groups=self.block_groups)
+                                    self.window, sinks=sinks, softcap=self.softcap, groups=self.block_groups,
+                                    chunk=self.chunk)
         variant = MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK if self.window else MHAMaskVariant.CAUSAL_MASK
         return kernels.flash_attention_ragged(self.kv_params, q, input_row_offsets, kv_collection, layer_idx,
                                               variant, self.scale, local_window_size=self.window or -1)

@@ -16,7 +16,6 @@ from max.pipelines.architectures.common.moe import DecoderMoE
 from max.pipelines.architectures.common.weights import WeightFactory
 from max.pipelines.architectures.llama4.config import config_from_hf
 from max.pipelines.architectures.llama4.weight_adapters import WEIGHT_ADAPTERS
-from max.pipelines.lib.pipeline import upper_bounded_default
 
 
 class _L2Norm:
@@ -35,8 +34,9 @@ class _L2Norm:
 
 
 class Llama4Attention(DecoderAttention):
-    """RoPE layers: q/k L2-normalised per head; NoPE layers: queries scaled by
-    ``log1p(floor((position + 1) / floor_scale)) * attn_scale + 1`` (temperature tuning)."""
+    """RoPE layers: q/k L2-normalised per head, chunked local attention (``attention_chunk_size``); NoPE
+    layers: global causal attention, queries scaled by ``log1p(floor((position + 1) / floor_scale)) *
+    attn_scale + 1`` (temperature tuning)."""
 
     def __init__(self, cfg: DecoderConfig, layer: int, factory: WeightFactory, kv_params: KVCacheParams,
                  max_seq_len: int) -> None:
@@ -48,6 +48,8 @@ class Llama4Attention(DecoderAttention):
             self.qk_norm = "head"
             object.__setattr__(self, "q_norm", _L2Norm(cfg.head_dim, cfg.rms_norm_eps))
             object.__setattr__(self, "k_norm", _L2Norm(cfg.head_dim, cfg.rms_norm_eps))
+        if not nope and e["attention_chunk_size"]:
+            self.chunk = int(e["attention_chunk_size"])
         self.temperature = nope and e["attn_temperature_tuning"]
         self.floor_scale, self.attn_scale = e["floor_scale"], e["attn_scale"]
 
@@ -87,18 +89,6 @@ def _mlp(cfg: DecoderConfig, layer: int, factory: WeightFactory) -> Module:
 class Llama4Model(DecoderPipelineModel):
     config_from_hf = staticmethod(config_from_hf)
     weight_adapters = WEIGHT_ADAPTERS
-
-    @classmethod
-    def calculate_max_seq_len(cls, pipeline_config: Any, huggingface_config: Any) -> int:
-        """At most ``attention_chunk_size`` (see the package docstring); a longer ``max_length`` is an error."""
-        cfg = cls.decoder_config(pipeline_config)
-        chunk = cfg.extra.get("attention_chunk_size")
-        cap = min(cfg.max_position_embeddings, int(chunk)) if chunk else cfg.max_position_embeddings
-        if chunk and pipeline_config.max_length is not None and pipeline_config.max_length > int(chunk):
-            raise ValueError(f"Llama4ForCausalLM: max_length {pipeline_config.max_length} exceeds "
-                             f"attention_chunk_size {chunk}; chunked local attention across chunks is not "
-                             f"supported yet, use --max-length {chunk} or less")
-        return upper_bounded_default(cap, pipeline_config.max_length)
 
     @classmethod
     def build_module(cls, cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams,
