@@ -130,6 +130,14 @@ FAMILIES: dict[str, FamilySpec] = {
         num_experts_per_tok=1, interleave_moe_layer_step=2, no_rope_layers=[1, 0], attention_chunk_size=8,
         floor_scale=4, attn_scale=0.5, rope_parameters={"rope_type": "default", "rope_theta": 1e4}),
         lambda m: _randomize(m, "layernorm.weight", "router.weight")),
+    # sliding layer (head 16, 2 KV heads, RoPE 1e4) and global layer (head 32, 1 KV head whose keys are the
+    # values, proportional RoPE on a quarter of the head); q/k/v norms, layer scalars, final soft-capping
+    "gemma4": (lambda d: transformers.Gemma4TextConfig(
+        **d, head_dim=16, global_head_dim=32, num_global_key_value_heads=1, attention_k_eq_v=True,
+        hidden_size_per_layer_input=0, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+        final_logit_softcapping=3.0),
+               lambda m: (_randomize(m, "norm.weight", "layernorm.weight"),
+                          _randomize_buffers(m, "layer_scalar", std=0.5))),
     "granitemoe": (lambda d: transformers.GraniteMoeConfig(**d, num_local_experts=4, num_experts_per_tok=2,
                                                            embedding_multiplier=3.0, residual_multiplier=0.5,
                                                            attention_multiplier=0.1, logits_scaling=4.0), None),

@@ -480,6 +480,7 @@ def _softcap(cap: float) -> Callable[[TensorValue], TensorValue]:
 
 MlpBuilder = Callable[[DecoderConfig, int, WeightFactory], Module]
 AttentionBuilder = Callable[[DecoderConfig, int, WeightFactory, KVCacheParams, int], Module]
+LayerBuilder = Callable[[DecoderConfig, int, Module, Module, DType], Module]
 
 
 def default_mlp(cfg: DecoderConfig, layer: int, factory: WeightFactory) -> Module:
@@ -495,14 +496,16 @@ def default_mlp(cfg: DecoderConfig, layer: int, factory: WeightFactory) -> Modul
 def build_decoder(cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams, max_seq_len: int,
                   make_mlp: MlpBuilder | None = None, make_attention: AttentionBuilder | None = None,
                   return_logits: ReturnLogits = ReturnLogits.LAST_TOKEN, head: Module | None = None,
-                  devices: list[DeviceRef] | None = None) -> Transformer | DistributedTransformer:
+                  devices: list[DeviceRef] | None = None, make_layer: LayerBuilder | None = None
+                  ) -> Transformer | DistributedTransformer:
     """The whole decoder: embedding (scaled by ``embedding_multiplier``), layers, final norm, lm_head
     (tied to the embedding when ``tie_word_embeddings``), logits divided by ``logits_scaling`` and
     soft-capped by ``final_logit_softcapping``.
 
     Layers use ``cfg.layer_window(i)``; sliding-window layers use an unscaled RoPE of base
     ``cfg.local_rope_theta`` when it is set.  ``make_mlp`` / ``make_attention`` replace the gated MLP
-    or the attention of each layer (MoE, MLA ...).  ``head`` replaces ``lm_head`` (an embedding model's
+    or the attention of each layer (MoE, MLA ...), ``make_layer(cfg, i, attention, mlp, dtype)`` the
+    :class:`DecoderLayer` around them (Gemma 4's scaled layers).  ``head`` replaces ``lm_head`` (an embedding model's
     pooling head: no vocabulary projection).
 
     With several ``devices`` (tensor parallelism; ``kv_params.n_devices`` of them) the same modules
@@ -526,7 +529,10 @@ def build_decoder(cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCache
             layer_rope = None if i in cfg.no_rope_layers else (local_rope if window else rope)
             attn = DecoderAttention(cfg, i, factory, kv_params, layer_rope, window)
         mlp = (make_mlp or default_mlp)(cfg, i, factory)
-        layers.append((DistributedDecoderLayer if tp else DecoderLayer)(cfg, attn, mlp, factory.dtype))
+        if make_layer is not None and not tp:
+            layers.append(make_layer(cfg, i, attn, mlp, factory.dtype))
+        else:
+            layers.append((DistributedDecoderLayer if tp else DecoderLayer)(cfg, attn, mlp, factory.dtype))
     embedding = factory.embedding("embed_tokens", cfg.vocab_size, cfg.hidden_size)
     lm_head = head if head is not None else factory.linear(
         "lm_head", cfg.hidden_size, cfg.vocab_size, tied_to=embedding if cfg.tie_word_embeddings else None)
