@@ -147,3 +147,24 @@ def test_phi3_longrope_with_the_ngram_draft_matches_transformers():
     want = [hf_greedy(model, tok(p)["input_ids"], 24) for p in prompts]
     assert scheduled_greedy(llm, prompts, 24) == want
     assert llm.pipeline.metrics.draft_tokens_proposed > 0
+
+
+def test_gemma4_variants_not_run_natively_fall_back_or_are_refused(tmp_path):
+    """A Gemma 4 with per-layer input embeddings (E2B/E4B) runs through the transformers fallback (with its
+    reason logged), and with ``hf_fallback=False`` is refused naming the feature."""
+    import transformers
+
+    from family_support import DIMS
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    _, _, tok = tiny_family("gemma4")
+    cfg = transformers.Gemma4TextConfig(**DIMS, vocab_size=len(tok), head_dim=16, global_head_dim=32,
+                                        hidden_size_per_layer_input=8, vocab_size_per_layer_input=len(tok),
+                                        layer_types=["sliding_attention", "full_attention"], sliding_window=8)
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    llm = LLM(PipelineConfig(model_path=str(tmp_path), max_length=64, max_batch_size=2))
+    assert type(llm.pipeline.pipeline_model).__name__ == "HFFallbackModel"
+    with pytest.raises(NotImplementedError, match="per-layer input embeddings"):
+        LLM(PipelineConfig(model_path=str(tmp_path), max_length=64, max_batch_size=2, hf_fallback=False))

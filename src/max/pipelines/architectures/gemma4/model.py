@@ -111,6 +111,16 @@ class Gemma4Model(DecoderPipelineModel):
     weight_adapters = standard_adapters()
 
     @classmethod
+    def unsupported_reason(cls, hf: dict) -> str | None:
+        """Why this config is not run natively (see the package docstring; the registry then uses the
+        transformers fallback when allowed), else None."""
+        try:
+            config_from_hf(hf)
+        except NotImplementedError as e:
+            return str(e)
+        return None
+
+    @classmethod
     def kv_cache_shape(cls, cfg: DecoderConfig) -> tuple[int, int]:
         """The most KV heads and the largest head size of any layer."""
         return max(cfg.extra["kv_heads"]), max(cfg.extra["head_dims"])
