@@ -249,6 +249,9 @@ GGUF_FAMILIES: dict[str, tuple] = {
                                                                  attention_multiplier=0.1, logits_scaling=4.0),
                 True, False, {}, {"embedding_scale": 3.0, "residual_scale": 0.5, "attention.scale": 0.1,
                                   "logit_scale": 4.0}),
+    # weightless LayerNorms (no norm tensors), q/k permuted as Llama's, clip_qkv as attention.clamp_kqv
+    "olmo": ("olmo", lambda d: transformers.OlmoConfig(**d, clip_qkv=0.3), True, False, {},
+             {"attention.clamp_kqv": 0.3, "attention.layer_norm_epsilon": 1e-5}),
     "olmo2": ("olmo2", lambda d: transformers.Olmo2Config(**d), False, False,
               {"post_attention_layernorm": "post_attention_norm", "post_feedforward_layernorm": "post_ffw_norm"}, {}),
 }
@@ -301,7 +304,8 @@ def tiny_gguf(name: str) -> tuple[str, Any, Any]:
     w.add_rope_dimension_count(head_dim)
     rope = cfg.rope_parameters.get("full_attention", cfg.rope_parameters)
     w.add_rope_freq_base(float(rope["rope_theta"]))
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    if getattr(cfg, "rms_norm_eps", None) is not None:  # OLMo's LayerNorms store their epsilon in the metadata
+        w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_vocab_size(cfg.vocab_size)
     for k, v in meta.items():
         key = f"{arch}.{k}"

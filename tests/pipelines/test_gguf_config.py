@@ -27,6 +27,7 @@ FAMILY_GGUF = {
     "gemma3": ("Gemma3ForCausalLM", {}),
     "phi3": ("Phi3ForCausalLM", {}),
     "granite": ("GraniteForCausalLM", {}),
+    "olmo": ("OlmoForCausalLM", {}),
     "olmo2": ("Olmo2ForCausalLM", {}),
     "mixtral": ("MixtralForCausalLM", {"expert_count": 4, "expert_used_count": 2}),
     "qwen3moe": ("Qwen3MoeForCausalLM", {"expert_count": 4, "expert_used_count": 2}),
