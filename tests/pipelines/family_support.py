@@ -252,6 +252,12 @@ GGUF_FAMILIES: dict[str, tuple] = {
     # weightless LayerNorms (no norm tensors), q/k permuted as Llama's, clip_qkv as attention.clamp_kqv
     "olmo": ("olmo", lambda d: transformers.OlmoConfig(**d, clip_qkv=0.3), True, False, {},
              {"attention.clamp_kqv": 0.3, "attention.layer_norm_epsilon": 1e-5}),
+    # Granite's multipliers; experts as llama.cpp stacks them (input_linear split into gate and up)
+    "granitemoe": ("granitemoe", lambda d: transformers.GraniteMoeConfig(
+        **d, num_local_experts=4, num_experts_per_tok=2, embedding_multiplier=3.0, residual_multiplier=0.5,
+        attention_multiplier=0.1, logits_scaling=4.0), True, False, {"block_sparse_moe.router": "ffn_gate_inp"},
+        {"embedding_scale": 3.0, "residual_scale": 0.5, "attention.scale": 0.1, "logit_scale": 4.0,
+         "expert_count": 4, "expert_used_count": 2}),
     "olmo2": ("olmo2", lambda d: transformers.Olmo2Config(**d), False, False,
               {"post_attention_layernorm": "post_attention_norm", "post_feedforward_layernorm": "post_ffw_norm"}, {}),
 }
@@ -272,6 +278,19 @@ def _gguf_name(hf_name: str, extra: dict) -> str:
     _, _, i, rest = hf_name.split(".", 3)
     mod, leaf = rest.rsplit(".", 1)
     return f"blk.{i}.{extra.get(mod) or _LAYER[mod]}.{leaf}"
+
+
+def _stacked_experts(hf_name: str, a: np.ndarray, extra: dict | None = None) -> list:
+    """llama.cpp's tensors for one of transformers' tensors: the experts' fused ``gate_up_proj``
+    ``[experts, 2 * moe_dim, hidden]`` as ``ffn_gate_exps`` and ``ffn_up_exps``, ``down_proj`` as
+    ``ffn_down_exps``; any other tensor under its one name."""
+    if ".experts.gate_up_proj" in hf_name or ".experts.down_proj" in hf_name:
+        blk = f"blk.{hf_name.split('.')[2]}"
+        if hf_name.endswith("gate_up_proj"):
+            half = a.shape[1] // 2
+            return [(f"{blk}.ffn_gate_exps.weight", a[:, :half]), (f"{blk}.ffn_up_exps.weight", a[:, half:])]
+        return [(f"{blk}.ffn_down_exps.weight", a)]
+    return [(_gguf_name(hf_name, extra or {}), a)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -333,7 +352,8 @@ def tiny_gguf(name: str) -> tuple[str, Any, Any]:
             a = permute(a, nh if ".q_proj." in k else nkv)
         if plus_one and k.endswith("norm.weight"):
             a = a + 1.0
-        w.add_tensor(_gguf_name(k, extra), a.astype(np.float32))
+        for name, part in _stacked_experts(k, a, extra):
+            w.add_tensor(name, part.astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
