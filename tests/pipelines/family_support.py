@@ -258,6 +258,9 @@ GGUF_FAMILIES: dict[str, tuple] = {
         attention_multiplier=0.1, logits_scaling=4.0), True, False, {"block_sparse_moe.router": "ffn_gate_inp"},
         {"embedding_scale": 3.0, "residual_scale": 0.5, "attention.scale": 0.1, "logit_scale": 4.0,
          "expert_count": 4, "expert_used_count": 2}),
+    # 4 layers: the last is NoPE (the config class's default pattern, which llama.cpp also assumes)
+    "smollm3": ("smollm3", lambda d: transformers.SmolLM3Config(**{**d, "num_hidden_layers": 4},
+                                                                 tie_word_embeddings=False), True, False, {}, {}),
     "olmo2": ("olmo2", lambda d: transformers.Olmo2Config(**d), False, False,
               {"post_attention_layernorm": "post_attention_norm", "post_feedforward_layernorm": "post_ffw_norm"}, {}),
 }

@@ -29,6 +29,7 @@ FAMILY_GGUF = {
     "granite": ("GraniteForCausalLM", {}),
     "olmo": ("OlmoForCausalLM", {}),
     "olmo2": ("Olmo2ForCausalLM", {}),
+    "smollm3": ("SmolLM3ForCausalLM", {}),
     "granitemoe": ("GraniteMoeForCausalLM", {"expert_count": 4, "expert_used_count": 2}),
     "mixtral": ("MixtralForCausalLM", {"expert_count": 4, "expert_used_count": 2}),
     "qwen3moe": ("Qwen3MoeForCausalLM", {"expert_count": 4, "expert_used_count": 2}),
