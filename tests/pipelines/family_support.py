@@ -261,6 +261,10 @@ GGUF_FAMILIES: dict[str, tuple] = {
     # 4 layers: the last is NoPE (the config class's default pattern, which llama.cpp also assumes)
     "smollm3": ("smollm3", lambda d: transformers.SmolLM3Config(**{**d, "num_hidden_layers": 4},
                                                                  tie_word_embeddings=False), True, False, {}, {}),
+    # half of each head rotated (adjacent pairs: no permutation), q/k/v biases, fused gate/up as ffn_up
+    "glm4": ("glm4", lambda d: transformers.Glm4Config(**d, head_dim=16), False, False,
+             {"post_self_attn_layernorm": "post_attention_norm", "post_mlp_layernorm": "post_ffw_norm",
+              "mlp.gate_up_proj": "ffn_up"}, {"rope.dimension_count": 8}),
     "olmo2": ("olmo2", lambda d: transformers.Olmo2Config(**d), False, False,
               {"post_attention_layernorm": "post_attention_norm", "post_feedforward_layernorm": "post_ffw_norm"}, {}),
 }
@@ -323,7 +327,8 @@ def tiny_gguf(name: str) -> tuple[str, Any, Any]:
     w.add_head_count_kv(nkv)
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
-    w.add_rope_dimension_count(head_dim)
+    if "rope.dimension_count" not in meta:  # partial rotary families give theirs
+        w.add_rope_dimension_count(head_dim)
     rope = cfg.rope_parameters.get("full_attention", cfg.rope_parameters)
     w.add_rope_freq_base(float(rope["rope_theta"]))
     if getattr(cfg, "rms_norm_eps", None) is not None:  # OLMo's LayerNorms store their epsilon in the metadata

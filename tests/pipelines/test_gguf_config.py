@@ -29,6 +29,7 @@ FAMILY_GGUF = {
     "granite": ("GraniteForCausalLM", {}),
     "olmo": ("OlmoForCausalLM", {}),
     "olmo2": ("Olmo2ForCausalLM", {}),
+    "glm4": ("Glm4ForCausalLM", {}),
     "smollm3": ("SmolLM3ForCausalLM", {}),
     "granitemoe": ("GraniteMoeForCausalLM", {"expert_count": 4, "expert_used_count": 2}),
     "mixtral": ("MixtralForCausalLM", {"expert_count": 4, "expert_used_count": 2}),
