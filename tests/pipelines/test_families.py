@@ -164,7 +164,9 @@ def test_gemma4_variants_not_run_natively_fall_back_or_are_refused(tmp_path):
                                         layer_types=["sliding_attention", "full_attention"], sliding_window=8)
     transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    llm = LLM(PipelineConfig(model_path=str(tmp_path), max_length=64, max_batch_size=2))
-    assert type(llm.pipeline.pipeline_model).__name__ == "HFFallbackModel"
+    from max.pipelines.lib.registry import PIPELINE_REGISTRY
+
+    arch = PIPELINE_REGISTRY._require(PipelineConfig(model_path=str(tmp_path), max_length=64, max_batch_size=2))
+    assert arch.pipeline_model.__name__ == "HFFallbackModel"
     with pytest.raises(NotImplementedError, match="per-layer input embeddings"):
         LLM(PipelineConfig(model_path=str(tmp_path), max_length=64, max_batch_size=2, hf_fallback=False))
