@@ -149,6 +149,22 @@ def test_phi3_longrope_with_the_ngram_draft_matches_transformers():
     assert llm.pipeline.metrics.draft_tokens_proposed > 0
 
 
+def test_llama4_default_max_length_is_capped():
+    """Without --max-length, a Llama 4 whose context is 10M positions runs with 131072 (its RoPE table would
+    take gigabytes); an explicit max_length is used as given."""
+    from types import SimpleNamespace
+
+    from max.pipelines.architectures.llama4.model import DEFAULT_MAX_LENGTH, Llama4Model
+
+    hf = {**tiny_family("llama4")[1].config.to_dict(), "max_position_embeddings": 10_485_760}
+
+    def cfg(max_length):
+        return SimpleNamespace(max_length=max_length, model_config=SimpleNamespace(huggingface_config=hf))
+
+    assert Llama4Model.calculate_max_seq_len(cfg(None), hf) == DEFAULT_MAX_LENGTH == 131072
+    assert Llama4Model.calculate_max_seq_len(cfg(300_000), hf) == 300_000
+
+
 def test_gemma4_variants_not_run_natively_fall_back_or_are_refused(tmp_path):
     """A Gemma 4 with per-layer input embeddings (E2B/E4B) runs through the transformers fallback (with its
     reason logged), and with ``hf_fallback=False`` is refused naming the feature."""

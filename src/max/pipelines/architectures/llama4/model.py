@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from max.dtype import DType
@@ -16,6 +17,8 @@ from max.pipelines.architectures.common.moe import DecoderMoE
 from max.pipelines.architectures.common.weights import WeightFactory
 from max.pipelines.architectures.llama4.config import config_from_hf
 from max.pipelines.architectures.llama4.weight_adapters import WEIGHT_ADAPTERS
+
+logger = logging.getLogger("max.pipelines")
 
 
 class _L2Norm:
@@ -86,9 +89,26 @@ def _mlp(cfg: DecoderConfig, layer: int, factory: WeightFactory) -> Module:
     return Llama4MoE(cfg, layer, factory)
 
 
+DEFAULT_MAX_LENGTH = 131072
+"""``max_length`` when none is given and the model's context is longer (Llama 4 Scout's is 10M tokens, whose
+RoPE table alone would take gigabytes): pass ``--max-length`` for more."""
+
+
 class Llama4Model(DecoderPipelineModel):
     config_from_hf = staticmethod(config_from_hf)
     weight_adapters = WEIGHT_ADAPTERS
+
+    @classmethod
+    def calculate_max_seq_len(cls, pipeline_config: Any, huggingface_config: Any) -> int:
+        """``max_length`` (at most ``max_position_embeddings``); without one, the model's context up to
+        :data:`DEFAULT_MAX_LENGTH`."""
+        if pipeline_config.max_length is not None:
+            return super().calculate_max_seq_len(pipeline_config, huggingface_config)
+        cfg = cls.decoder_config(pipeline_config)
+        if cfg.max_position_embeddings > DEFAULT_MAX_LENGTH:
+            logger.info("Llama4ForCausalLM: max_length defaults to %d of the model's %d positions (pass "
+                        "--max-length for more)", DEFAULT_MAX_LENGTH, cfg.max_position_embeddings)
+        return min(cfg.max_position_embeddings, DEFAULT_MAX_LENGTH)
 
     @classmethod
     def build_module(cls, cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams,
