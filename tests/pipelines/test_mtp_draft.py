@@ -219,6 +219,17 @@ def test_greedy_with_mtp_draft_is_token_identical():
     assert m.rounds > 0 and m.draft_tokens_proposed >= m.rounds and m.draft_tokens_accepted > 0
     assert m.tokens_generated >= m.rounds + m.draft_tokens_accepted
     assert 0.0 <= m.acceptance_rate <= 1.0
+    # a sampled request (drafts accepted by rejection sampling against the MTP layer's distribution) in the
+    # batch: the greedy ones are unchanged
+    sampled = SamplingParams(temperature=0.9, top_k=-1, seed=3, max_new_tokens=12, ignore_eos=True)
+    ctxs = [spec.make_context(q, p) for q in prompts] + [spec.make_context("a b c d", sampled)]
+    toks: dict = {c.request_id: [] for c in ctxs}
+    for c in ctxs:
+        spec.scheduler.submit(c, lambda o: toks[o.request_id].extend(o.tokens))
+    spec.scheduler.run_until_idle()
+    got = [toks[c.request_id] for c in ctxs]
+    assert len(got[-1]) == 12
+    assert [tok.decode(g, skip_special_tokens=True) for g in got[:-1]] == want
     for mgr in spec.pipeline.kv_managers:
         assert mgr.num_free_pages == mgr.total_num_pages
     assert len(spec.pipeline.kv_managers) == 2
