@@ -142,7 +142,8 @@ def _llm(path, **kw):
 @functools.lru_cache(maxsize=None)
 def mtp_llm():
     d = tiny_mtp()[0]
-    return _llm(d, speculative_method="mtp", num_speculative_tokens=3)
+    # prompts in chunks of 4 tokens: the hidden states of every chunk reach the draft
+    return _llm(d, speculative_method="mtp", num_speculative_tokens=3, prefill_chunk_size=4)
 
 
 PROMPTS = {"a": [5, 9, 14, 3, 27, 8, 11, 40, 2, 17, 6, 33, 21], "b": [7, 1, 19, 25, 4, 12, 30, 9]}
@@ -212,6 +213,7 @@ def test_greedy_with_mtp_draft_is_token_identical():
     prompts = ["hello world the", "the cat sat on the mat"]
     p = SamplingParams(top_k=1, max_new_tokens=12, ignore_eos=True)
     ids = [tok(q)["input_ids"] for q in prompts]
+    assert len(ids[1]) > 4  # prefilled in chunks
     want = [tok.decode(hf_greedy(model, i, 12), skip_special_tokens=True) for i in ids]
     assert spec.generate(prompts[:1], max_new_tokens=12, sampling_params=p, use_tqdm=False) == want[:1]
     assert spec.generate(prompts, max_new_tokens=12, sampling_params=p, use_tqdm=False) == want
