@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from max.driver import CPU, Buffer
 from max.dtype import DType
@@ -18,7 +20,8 @@ from test_kv_cache_context import FakeContext
 H, HKV, D, PAGE = 4, 2, 8, 4
 
 
-def _run(lengths, *, window=None, sinks=None, softcap=None, rot=D, interleaved=False, seed=0, groups=None):
+def _run(lengths, *, window=None, sinks=None, softcap=None, rot=D, interleaved=False, seed=0, groups=None,
+         chunk=None):
     rng = np.random.default_rng(seed)
     T = sum(lengths)
     q = rng.standard_normal((T, H, D)).astype(np.float32)
@@ -49,7 +52,7 @@ def _run(lengths, *, window=None, sinks=None, softcap=None, rot=D, interleaved=F
         kr = ragged_rope(kv_.tensor, cos, sin, interleaved)
         store_kv_ragged(kvp, kr, vv.tensor, coll, page, off, 0)
         g.output(ragged_attention(kvp, qr, offs.tensor, coll, 0, 0.3, window, sinks=sinks, softcap=softcap,
-                                  groups=gv), qr)
+                                  groups=gv, chunk=chunk), qr)
     offsets = np.cumsum([0] + list(lengths)).astype(np.uint32)
     arrays = (q, k, v, offsets) + ((np.asarray(groups, np.int64),) if groups is not None else ())
     out, qrot = InferenceSession().load(g).execute(*[Buffer.from_numpy(a) for a in arrays], *kv_in)
@@ -68,7 +71,7 @@ def _rope_ref(x, freqs, pos, rot, interleaved):
     return x
 
 
-def _attn_ref(inputs, window, sinks, softcap, rot, interleaved, groups=None):
+def _attn_ref(inputs, window, sinks, softcap, rot, interleaved, groups=None, chunk=None):
     q, k, v, freqs, lengths = inputs
     out = []
     start = 0
@@ -84,6 +87,8 @@ def _attn_ref(inputs, window, sinks, softcap, rot, interleaved, groups=None):
         allowed = (pos[None, :] <= pos[:, None]) | ((grp[:, None] == grp[None, :]) & (grp[:, None] >= 0))
         if window:
             allowed &= pos[None, :] > pos[:, None] - window
+        if chunk:
+            allowed &= pos[None, :] // chunk == pos[:, None] // chunk
         s = np.where(allowed[None], s, -np.inf)
         if sinks is not None:
             s = np.concatenate([s, np.broadcast_to(np.asarray(sinks, np.float64)[:, None, None], (H, n, 1))], -1)
@@ -120,6 +125,15 @@ def test_attention_with_bidirectional_blocks(window, sinks, groups):
     np.testing.assert_allclose(out, _attn_ref(inputs, window, sinks, None, D, False, groups), rtol=1e-4, atol=1e-4)
 
 
+@settings(max_examples=12, deadline=None)
+@given(st.lists(st.integers(1, 14), min_size=1, max_size=3), st.integers(1, 6), st.booleans(), st.integers(0, 99))
+def test_chunked_local_attention(lengths, chunk, softcap, seed):
+    """Llama 4's chunked local attention: a query sees only the keys of its own chunk of ``chunk`` positions."""
+    inputs, out, _ = _run(lengths, chunk=chunk, softcap=2.0 if softcap else None, seed=seed)
+    want = _attn_ref(inputs, None, None, 2.0 if softcap else None, D, False, chunk=chunk)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
 def test_bad_arguments_name_the_op():
     kvp = KVCacheParams(DType.float32, HKV, D, page_size=PAGE)
     mgr = PagedKVCacheManager(kvp, 2, 16, 1, [CPU()], total_num_pages=8)
@@ -130,6 +144,8 @@ def test_bad_arguments_name_the_op():
         coll = FetchPagedKVCacheCollection(kvp, 1)(*cache)
         with pytest.raises(ValueError, match="ragged_attention: sinks must be"):
             ragged_attention(kvp, q, offs, coll, 0, 1.0, sinks=np.zeros(3, np.float32))
+        with pytest.raises(ValueError, match="ragged_attention: chunk must be > 0"):
+            ragged_attention(kvp, q, offs, coll, 0, 1.0, chunk=-2)
         with pytest.raises(ValueError, match="ragged_attention: groups must be an int64"):
             ragged_attention(kvp, q, offs, coll, 0, 1.0, groups=np.zeros(3, np.float32))
         with pytest.raises(ValueError, match="store_kv_ragged: k must be"):

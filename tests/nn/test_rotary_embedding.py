@@ -224,3 +224,20 @@ def test_rope_errors_name_the_layer():
             rope(g.inputs[1])
     with pytest.raises(ValueError, match="short_factor"):
         nn.LongRoPERotaryEmbedding(32, 2, THETA, 8, dev_ref(), scaling_params=nn.LongRoPEScalingParams([1.0], [1.0], 8, 16))
+
+
+@pytest.mark.parametrize("partial,factor", [(0.25, 1.0), (0.5, 2.0), (1.0, 1.0)])
+def test_proportional_rope_matches_hf(partial, factor):
+    """Gemma 4's proportional RoPE: a whole-head table whose frequencies past the rotated fraction are 0."""
+    from max.nn.rotary_embedding import ProportionalRotaryEmbedding, rope_from_hf
+
+    sc = {"rope_type": "proportional", "rope_theta": THETA, "partial_rotary_factor": partial, "factor": factor}
+    rope = rope_from_hf(sc, max_position_embeddings=64, dim=N_HEADS * HEAD_DIM, n_heads=N_HEADS, theta=THETA,
+                        max_seq_len=32, device=dev_ref(), interleaved=False)
+    assert isinstance(rope, ProportionalRotaryEmbedding)
+    inv, af = ROPE_INIT_FUNCTIONS["proportional"](hf_config(64, **sc), None)
+    assert af == 1.0 and int((inv == 0).sum()) == HEAD_DIM // 2 - int(partial * HEAD_DIM // 2)
+    np.testing.assert_allclose(table_of(rope), hf_table(inv, np.arange(64)), **TOL)
+    x = rand_x(3)
+    want = apply_hf(LlamaRotaryEmbedding(hf_config(64, **sc)), x, 1, False)
+    np.testing.assert_allclose(apply_ours(rope, x, 1), want, **TOL)

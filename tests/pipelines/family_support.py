@@ -124,6 +124,20 @@ FAMILIES: dict[str, FamilySpec] = {
                                                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                                         "original_max_position_embeddings": 64}),
         lambda m: _randomize(m, "layernorm.weight", "router.weight")),
+    # chunked local attention in chunks of 8 on the RoPE layer 0 (NoPE layer 1 global): prompts cross chunks
+    "llama4-chunked": (lambda d: transformers.Llama4TextConfig(
+        **{**d, "intermediate_size": 48}, head_dim=16, intermediate_size_mlp=96, num_local_experts=4,
+        num_experts_per_tok=1, interleave_moe_layer_step=2, no_rope_layers=[1, 0], attention_chunk_size=8,
+        floor_scale=4, attn_scale=0.5, rope_parameters={"rope_type": "default", "rope_theta": 1e4}),
+        lambda m: _randomize(m, "layernorm.weight", "router.weight")),
+    # sliding layer (head 16, 2 KV heads, RoPE 1e4) and global layer (head 32, 1 KV head whose keys are the
+    # values, proportional RoPE on a quarter of the head); q/k/v norms, layer scalars, final soft-capping
+    "gemma4": (lambda d: transformers.Gemma4TextConfig(
+        **d, head_dim=16, global_head_dim=32, num_global_key_value_heads=1, attention_k_eq_v=True,
+        hidden_size_per_layer_input=0, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+        final_logit_softcapping=3.0),
+               lambda m: (_randomize(m, "norm.weight", "layernorm.weight"),
+                          _randomize_buffers(m, "layer_scalar", std=0.5))),
     "granitemoe": (lambda d: transformers.GraniteMoeConfig(**d, num_local_experts=4, num_experts_per_tok=2,
                                                            embedding_multiplier=3.0, residual_multiplier=0.5,
                                                            attention_multiplier=0.1, logits_scaling=4.0), None),
@@ -235,6 +249,22 @@ GGUF_FAMILIES: dict[str, tuple] = {
                                                                  attention_multiplier=0.1, logits_scaling=4.0),
                 True, False, {}, {"embedding_scale": 3.0, "residual_scale": 0.5, "attention.scale": 0.1,
                                   "logit_scale": 4.0}),
+    # weightless LayerNorms (no norm tensors), q/k permuted as Llama's, clip_qkv as attention.clamp_kqv
+    "olmo": ("olmo", lambda d: transformers.OlmoConfig(**d, clip_qkv=0.3), True, False, {},
+             {"attention.clamp_kqv": 0.3, "attention.layer_norm_epsilon": 1e-5}),
+    # Granite's multipliers; experts as llama.cpp stacks them (input_linear split into gate and up)
+    "granitemoe": ("granitemoe", lambda d: transformers.GraniteMoeConfig(
+        **d, num_local_experts=4, num_experts_per_tok=2, embedding_multiplier=3.0, residual_multiplier=0.5,
+        attention_multiplier=0.1, logits_scaling=4.0), True, False, {"block_sparse_moe.router": "ffn_gate_inp"},
+        {"embedding_scale": 3.0, "residual_scale": 0.5, "attention.scale": 0.1, "logit_scale": 4.0,
+         "expert_count": 4, "expert_used_count": 2}),
+    # 4 layers: the last is NoPE (the config class's default pattern, which llama.cpp also assumes)
+    "smollm3": ("smollm3", lambda d: transformers.SmolLM3Config(**{**d, "num_hidden_layers": 4},
+                                                                 tie_word_embeddings=False), True, False, {}, {}),
+    # half of each head rotated (adjacent pairs: no permutation), q/k/v biases, fused gate/up as ffn_up
+    "glm4": ("glm4", lambda d: transformers.Glm4Config(**d, head_dim=16), False, False,
+             {"post_self_attn_layernorm": "post_attention_norm", "post_mlp_layernorm": "post_ffw_norm",
+              "mlp.gate_up_proj": "ffn_up"}, {"rope.dimension_count": 8}),
     "olmo2": ("olmo2", lambda d: transformers.Olmo2Config(**d), False, False,
               {"post_attention_layernorm": "post_attention_norm", "post_feedforward_layernorm": "post_ffw_norm"}, {}),
 }
@@ -255,6 +285,19 @@ def _gguf_name(hf_name: str, extra: dict) -> str:
     _, _, i, rest = hf_name.split(".", 3)
     mod, leaf = rest.rsplit(".", 1)
     return f"blk.{i}.{extra.get(mod) or _LAYER[mod]}.{leaf}"
+
+
+def _stacked_experts(hf_name: str, a: np.ndarray, extra: dict | None = None) -> list:
+    """llama.cpp's tensors for one of transformers' tensors: the experts' fused ``gate_up_proj``
+    ``[experts, 2 * moe_dim, hidden]`` as ``ffn_gate_exps`` and ``ffn_up_exps``, ``down_proj`` as
+    ``ffn_down_exps``; any other tensor under its one name."""
+    if ".experts.gate_up_proj" in hf_name or ".experts.down_proj" in hf_name:
+        blk = f"blk.{hf_name.split('.')[2]}"
+        if hf_name.endswith("gate_up_proj"):
+            half = a.shape[1] // 2
+            return [(f"{blk}.ffn_gate_exps.weight", a[:, :half]), (f"{blk}.ffn_up_exps.weight", a[:, half:])]
+        return [(f"{blk}.ffn_down_exps.weight", a)]
+    return [(_gguf_name(hf_name, extra or {}), a)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -284,10 +327,12 @@ def tiny_gguf(name: str) -> tuple[str, Any, Any]:
     w.add_head_count_kv(nkv)
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
-    w.add_rope_dimension_count(head_dim)
+    if "rope.dimension_count" not in meta:  # partial rotary families give theirs
+        w.add_rope_dimension_count(head_dim)
     rope = cfg.rope_parameters.get("full_attention", cfg.rope_parameters)
     w.add_rope_freq_base(float(rope["rope_theta"]))
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    if getattr(cfg, "rms_norm_eps", None) is not None:  # OLMo's LayerNorms store their epsilon in the metadata
+        w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_vocab_size(cfg.vocab_size)
     for k, v in meta.items():
         key = f"{arch}.{k}"
@@ -315,7 +360,8 @@ def tiny_gguf(name: str) -> tuple[str, Any, Any]:
             a = permute(a, nh if ".q_proj." in k else nkv)
         if plus_one and k.endswith("norm.weight"):
             a = a + 1.0
-        w.add_tensor(_gguf_name(k, extra), a.astype(np.float32))
+        for name, part in _stacked_experts(k, a, extra):
+            w.add_tensor(name, part.astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

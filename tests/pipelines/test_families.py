@@ -90,13 +90,25 @@ def test_phi3_longrope_factors_follow_each_sequence_length():
     _steps(llm, model, {"cross": prompts["cross"]}, n_decode=4)  # alone, prefix pages of the batched run reused
 
 
-def test_llama4_max_length_beyond_the_attention_chunk_is_a_clear_error():
-    from max.entrypoints.llm import LLM
-    from max.pipelines import PipelineConfig
+def test_llama4_chunked_attention_across_chunks_with_chunked_prefill():
+    """Llama 4 with attention_chunk_size 8: prompts of several chunks, in prefill pieces of 5 tokens (pieces
+    straddle chunk boundaries), batched, then decode steps crossing further chunks -- every step's logits
+    equal transformers' on the whole sequence; the RoPE layer's chunk mask matters (a model with a larger
+    chunk differs)."""
+    from family_support import hf_next_logits
 
-    d, _, _ = tiny_family("llama4")  # attention_chunk_size 192, max_position_embeddings 256
-    with pytest.raises(ValueError, match="attention_chunk_size 192"):
-        LLM(PipelineConfig(model_path=d, max_length=200, max_batch_size=2, kv_cache_page_size=16))
+    d, model, tok = tiny_family("llama4-chunked")
+    llm = family_llm("llama4-chunked")
+    rng = np.random.default_rng(5)
+    prompts = {"a": rng.integers(0, len(tok), 29).tolist(), "b": rng.integers(0, len(tok), 11).tolist()}
+    mgr = steps_against_hf(llm, model, prompts, n_decode=6, chunk=5)
+    assert mgr.num_free_pages == mgr.total_num_pages
+    import copy
+
+    full = copy.deepcopy(model)  # the same weights with global attention everywhere
+    full.config.layer_types = ["full_attention"] * full.config.num_hidden_layers
+    seq = prompts["a"]
+    assert not np.allclose(hf_next_logits(model, seq), hf_next_logits(full, seq), atol=1e-3)
 
 
 def test_phi3_longrope_speculative_steps_stay_on_one_side_of_the_original_context():
@@ -135,3 +147,42 @@ def test_phi3_longrope_with_the_ngram_draft_matches_transformers():
     want = [hf_greedy(model, tok(p)["input_ids"], 24) for p in prompts]
     assert scheduled_greedy(llm, prompts, 24) == want
     assert llm.pipeline.metrics.draft_tokens_proposed > 0
+
+
+def test_llama4_default_max_length_is_capped():
+    """Without --max-length, a Llama 4 whose context is 10M positions runs with 131072 (its RoPE table would
+    take gigabytes); an explicit max_length is used as given."""
+    from types import SimpleNamespace
+
+    from max.pipelines.architectures.llama4.model import DEFAULT_MAX_LENGTH, Llama4Model
+
+    hf = {**tiny_family("llama4")[1].config.to_dict(), "max_position_embeddings": 10_485_760}
+
+    def cfg(max_length):
+        return SimpleNamespace(max_length=max_length, model_config=SimpleNamespace(huggingface_config=hf))
+
+    assert Llama4Model.calculate_max_seq_len(cfg(None), hf) == DEFAULT_MAX_LENGTH == 131072
+    assert Llama4Model.calculate_max_seq_len(cfg(300_000), hf) == 300_000
+
+
+def test_gemma4_variants_not_run_natively_fall_back_or_are_refused(tmp_path):
+    """A Gemma 4 with per-layer input embeddings (E2B/E4B) runs through the transformers fallback (with its
+    reason logged), and with ``hf_fallback=False`` is refused naming the feature."""
+    import transformers
+
+    from family_support import DIMS
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    _, _, tok = tiny_family("gemma4")
+    cfg = transformers.Gemma4TextConfig(**DIMS, vocab_size=len(tok), head_dim=16, global_head_dim=32,
+                                        hidden_size_per_layer_input=8, vocab_size_per_layer_input=len(tok),
+                                        layer_types=["sliding_attention", "full_attention"], sliding_window=8)
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    from max.pipelines.lib.registry import PIPELINE_REGISTRY
+
+    arch = PIPELINE_REGISTRY._require(PipelineConfig(model_path=str(tmp_path), max_length=64, max_batch_size=2))
+    assert arch.pipeline_model.__name__ == "HFFallbackModel"
+    with pytest.raises(NotImplementedError, match="per-layer input embeddings"):
+        LLM(PipelineConfig(model_path=str(tmp_path), max_length=64, max_batch_size=2, hf_fallback=False))

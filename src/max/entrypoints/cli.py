@@ -92,9 +92,10 @@ def _model_options(f: Any) -> Any:
                      help="Speculative decoding: a small draft model with the same vocabulary."),
         click.option("--num-speculative-tokens", type=int, default=None,
                      help="Draft tokens proposed per step (default 3)."),
-        click.option("--speculative-method", type=click.Choice(["draft_model", "ngram"]), default=None,
-                     help="Speculative decoding's draft: draft_model (--draft-model-path) or ngram (prompt lookup: "
-                          "the tokens that followed an earlier occurrence of the last tokens; no draft model)."),
+        click.option("--speculative-method", type=click.Choice(["draft_model", "ngram", "mtp"]), default=None,
+                     help="Speculative decoding's draft: draft_model (--draft-model-path), ngram (prompt lookup: "
+                          "the tokens that followed an earlier occurrence of the last tokens; no draft model) or "
+                          "mtp (the model's multi-token prediction layer: DeepSeek-V3)."),
         click.option("--prompt-lookup-max", type=click.IntRange(min=1), default=None,
                      help="ngram draft: longest suffix looked up, in tokens (default 5, or --prompt-lookup-min)."),
         click.option("--prompt-lookup-min", type=click.IntRange(min=1), default=None,

@@ -86,11 +86,13 @@ def store_kv_ragged(kv_params: KVCacheParams, k: Any, v: Any, kv_collection: Any
 
 def ragged_attention(kv_params: KVCacheParams, q: Any, input_row_offsets: Any, kv_collection: Any, layer_idx: Any,
                      scale: float, window: int | None = None, sinks: Any = None,
-                     softcap: float | None = None, groups: Any = None) -> TensorValue:
+                     softcap: float | None = None, groups: Any = None, chunk: int | None = None) -> TensorValue:
     """Causal attention of this step's queries ``[total_seq_len, n_heads, head_dim]`` over each request's
     cached keys/values, with what ``max.nn.kernels.flash_attention_ragged`` lacks: attention sinks
     (``sinks`` ``[n_heads]``: one extra logit per head in the softmax's denominator, GPT-OSS) and
     logit soft-capping (``softcap * tanh(scores / softcap)``, Gemma 2).  ``window``: sliding window.
+    ``chunk``: chunked local attention (Llama 4): a query at position ``p`` attends only to the keys of
+    its own chunk, positions ``chunk * (p // chunk) .. p``.
 
     ``groups`` (int64 ``[total_seq_len]``): a block id per token of this step (-1: none); a query also
     attends to the later keys of this step that carry its own block id (bidirectional attention within
@@ -119,9 +121,11 @@ def ragged_attention(kv_params: KVCacheParams, q: Any, input_row_offsets: Any, k
         operands += [gv, offs, coll.cache_lengths, coll.lookup_table]
     if softcap is not None and softcap <= 0:
         fail(op, f"softcap must be > 0, got {softcap}")
+    if chunk is not None and int(chunk) <= 0:
+        fail(op, f"chunk must be > 0, got {chunk}")
     (out,) = _chained(op, operands, [qv.type], {"layer": layer, "scale": float(scale), "window": int(window or -1),
                                                 "softcap": float(softcap or 0.0), "has_sinks": sinks is not None,
-                                                "has_groups": groups is not None})
+                                                "has_groups": groups is not None, "chunk": int(chunk or 0)})
     return out
 
 

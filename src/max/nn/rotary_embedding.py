@@ -40,6 +40,7 @@ __all__ = [
     "YarnRotaryEmbedding",
     "YarnScalingParams",
     "LinearScalingRotaryEmbedding",
+    "ProportionalRotaryEmbedding",
     "rope_from_hf",
 ]
 
@@ -479,7 +480,27 @@ class LinearScalingRotaryEmbedding(RotaryEmbedding):
         return base if self.scaling_params is None else base / self.scaling_params.factor
 
 
-ROPE_SCALINGS = ("default", "linear", "llama3", "longrope", "yarn")
+class ProportionalRotaryEmbedding(RotaryEmbedding):
+    """Proportional RoPE (Gemma 4's global layers): the table covers the whole head (pairs ``i`` and
+    ``i + head_dim / 2``), but only the first ``partial_rotary_factor * head_dim / 2`` frequencies are
+    the usual ``theta ** (-2i / head_dim)`` -- the others are 0 (those pairs are not rotated); every
+    frequency is divided by ``factor``."""
+
+    def __init__(self, dim: int, n_heads: int, theta: float, max_seq_len: int, device: DeviceRef,
+                 head_dim: int | None = None, _freqs_cis: Any = None, interleaved: bool = True,
+                 partial_rotary_factor: float = 1.0, factor: float = 1.0) -> None:
+        super().__init__(dim, n_heads, theta, max_seq_len, device, head_dim, _freqs_cis, interleaved)
+        self.partial_rotary_factor, self.factor = float(partial_rotary_factor), float(factor)
+
+    def _inv_freq(self) -> np.ndarray:
+        d = self._rope_dim()
+        rotated = int(self.partial_rotary_factor * d // 2)
+        inv = np.zeros(d // 2, np.float64)
+        inv[:rotated] = 1.0 / (float(self.theta) ** (np.arange(0, 2 * rotated, 2, dtype=np.float64) / d))
+        return inv / self.factor
+
+
+ROPE_SCALINGS = ("default", "linear", "llama3", "longrope", "proportional", "yarn")
 """The ``rope_scaling`` kinds of Hugging Face configs :func:`rope_from_hf` builds."""
 
 
@@ -498,6 +519,9 @@ def rope_from_hf(rope_scaling: Optional[dict], *, max_position_embeddings: int, 
             factor=float(sc["factor"]), low_freq_factor=float(sc.get("low_freq_factor", 1.0)),
             high_freq_factor=float(sc.get("high_freq_factor", 4.0)),
             orig_max_position=int(sc.get("original_max_position_embeddings", 8192))))
+    if kind == "proportional":
+        return ProportionalRotaryEmbedding(**common, partial_rotary_factor=float(sc.get("partial_rotary_factor", 1.0)),
+                                           factor=float(sc.get("factor", 1.0)))
     if kind == "linear":
         return LinearScalingRotaryEmbedding(**common, scaling_params=LinearScalingParams(factor=float(sc["factor"])))
     if kind == "longrope":

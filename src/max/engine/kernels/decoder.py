@@ -42,7 +42,7 @@ def store_kv_ragged(k: torch.Tensor, *rest: torch.Tensor, layer: int, has_v: boo
 def ragged_attention(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tensor, read_page: torch.Tensor,
                      read_off: torch.Tensor, key_valid: torch.Tensor, q_pos: torch.Tensor, causal_mask: torch.Tensor,
                      *extra: torch.Tensor, layer: int, scale: float, window: int, softcap: float,
-                     has_sinks: bool, has_groups: bool = False) -> torch.Tensor:
+                     has_sinks: bool, has_groups: bool = False, chunk: int = 0) -> torch.Tensor:
     T, H, D = q.shape
     B = q_index.shape[0]
     if B == 0 or T == 0:
@@ -56,13 +56,16 @@ def ragged_attention(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tenso
     mask = causal_mask
     if has_groups:
         groups, offsets, cache_lengths, lookup = extra[int(has_sinks):int(has_sinks) + 4]
-        if not has_sinks and softcap <= 0 and not bool((groups >= 0).any()):  # no block: plain causal attention
+        if not has_sinks and softcap <= 0 and chunk <= 0 and not bool((groups >= 0).any()):  # no block: plain causal attention
             return _causal(q, blocks, q_index, read_page, read_off, key_valid, q_pos, causal_mask, offsets,
                            cache_lengths, lookup, layer, scale, window)
         mask = mask | _same_block(groups, q_index, q_pos, key_valid)
     if window > 0:
         kj = torch.arange(k.shape[1], device=q.device)
         mask = mask & ((kj[None, None, :] > q_pos[:, :, None] - window) | (q_pos[:, :, None] < 0))
+    if chunk > 0:  # chunked local attention: keys of the query's own chunk only
+        kj = torch.arange(k.shape[1], device=q.device)
+        mask = mask & ((kj[None, None, :] // chunk == q_pos[:, :, None] // chunk) | (q_pos[:, :, None] < 0))
     scores = torch.einsum("bqhd,bkhd->bhqk", qp, k) * scale
     if softcap > 0:
         scores = torch.tanh(scores / softcap) * softcap

@@ -74,6 +74,9 @@ class Transformer(Module):
         self.embedding_multiplier = embedding_multiplier
         self.logits_scaling = logits_scaling
         self.logits_postprocessor = logits_postprocessor
+        self.return_hidden_states = False
+        """With ``ReturnLogits.ALL``: also return every position's hidden state after the final norm (what
+        a multi-token prediction draft reads), as a third output."""
 
     def __call__(self, tokens: Any, kv_cache_inputs: Sequence[Any], return_n_logits: Any,
                  input_row_offsets: Any) -> tuple:
@@ -103,6 +106,10 @@ class Transformer(Module):
             logits = self._logits(h)
             return (logits,)
         if self.return_logits is ReturnLogits.ALL:
+            if self.return_hidden_states:
+                normed = self.norm(h)
+                return (finish_logits(self.lm_head(normed), self.logits_scaling, self.logits_postprocessor),
+                        offsets, normed)
             return (self._logits(h), offsets)
         raise NotImplementedError("Transformer: ReturnLogits.VARIABLE is not supported yet")
 

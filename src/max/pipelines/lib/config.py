@@ -702,8 +702,9 @@ _PIPELINE_HELP = {
     "draft_model_path": "Draft model (same vocabulary) for speculative decoding.",
     "num_speculative_tokens": "Draft tokens proposed per speculative decoding step.",
     "speculative_method": "Speculative decoding's draft: 'draft_model' (draft_model_path; the default when it is "
-                          "given) or 'ngram' (prompt lookup: tokens that followed an earlier occurrence of the "
-                          "request's last tokens; no model).",
+                          "given), 'ngram' (prompt lookup: tokens that followed an earlier occurrence of the "
+                          "request's last tokens; no model) or 'mtp' (the model's own multi-token prediction "
+                          "layer, e.g. DeepSeek-V3's).",
     "prompt_lookup_max": "ngram draft: longest suffix (tokens) looked up (default 5, or prompt_lookup_min).",
     "prompt_lookup_min": "ngram draft: shortest suffix (tokens) looked up (default 5, or prompt_lookup_max).",
     "allow_image_urls": "Fetch http(s) image URLs of vision-language requests (libremax; off: such URLs are "
@@ -790,17 +791,19 @@ class PipelineConfig(_PipelineFields):
         self._lora_config = given.get("lora_config") or LoRAConfig(**nested["lora_config"])
         self._draft_model_config: Optional[MAXModelConfig] = None
         method = self.speculative_method
-        if method not in (None, "draft_model", "ngram"):
-            raise ValueError(f"PipelineConfig: speculative_method must be 'draft_model' or 'ngram', got {method!r}")
+        if method not in (None, "draft_model", "ngram", "mtp"):
+            raise ValueError(f"PipelineConfig: speculative_method must be 'draft_model', 'ngram' or 'mtp', got "
+                             f"{method!r}")
         if method == "draft_model" and not self.draft_model_path:
             raise ValueError("PipelineConfig: speculative_method 'draft_model' needs draft_model_path")
-        if method == "ngram":
+        if method in ("ngram", "mtp"):
             if self.draft_model_path:
-                raise ValueError("PipelineConfig: speculative_method 'ngram' needs no draft model; leave "
+                raise ValueError(f"PipelineConfig: speculative_method {method!r} needs no draft model; leave "
                                  "draft_model_path unset")
             if int(self.num_speculative_tokens) < 1:
                 raise ValueError(f"PipelineConfig: num_speculative_tokens must be >= 1, got "
                                  f"{self.num_speculative_tokens}")
+        if method == "ngram":
             from max.pipelines.lib.ngram_draft import prompt_lookup_bounds
 
             prompt_lookup_bounds(self.prompt_lookup_min, self.prompt_lookup_max)  # a clear error now

@@ -206,10 +206,26 @@ class PipelineRegistry:
                 f"{names or 'no architecture'}); supported architectures: {sorted(self.architectures) or 'none'}"
                 + ("" if self.architectures else " (call register_all_models() to register the built-in ones)")
                 + hint)
+        why = self._native_refusal(arch, repo)
+        if why is not None:  # a variant the native family does not run (yet): transformers may
+            fallback = self._fallback_for(pipeline_config, [arch.name], why)
+            if fallback is not None:
+                return fallback
         return arch
 
-    def _fallback_for(self, pipeline_config: "PipelineConfig", names: list[str]) -> Optional[SupportedArchitecture]:
-        """The transformers fallback architecture for a causal LM transformers knows (warns once per name)."""
+    def _native_refusal(self, arch: SupportedArchitecture, repo: HuggingFaceRepo) -> Optional[str]:
+        """Why the native ``arch`` cannot run this checkpoint's config, when its pipeline model says so
+        (``unsupported_reason(hf_config_dict)``; families without that hook run every config they load)."""
+        check = getattr(arch.pipeline_model, "unsupported_reason", None)
+        if check is None:
+            return None
+        cfg = self.get_active_huggingface_config(repo)
+        return check(cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg))
+
+    def _fallback_for(self, pipeline_config: "PipelineConfig", names: list[str], why: Optional[str] = None
+                      ) -> Optional[SupportedArchitecture]:
+        """The transformers fallback architecture for a causal LM transformers knows (warns once per name;
+        ``why``: the native architecture's reason for not running this checkpoint)."""
         if not self.hf_fallback or not getattr(pipeline_config, "hf_fallback", True):
             return None
         for n in names:
@@ -219,9 +235,9 @@ class PipelineRegistry:
                 from max.pipelines.lib.hf_fallback import HFFallbackModel
                 from max.pipelines.lib.tokenizer import TextTokenizer
 
-                logger.warning("%s has no native libremax architecture: running it through Hugging Face "
-                               "transformers (no paged KV cache; slower). Pass --no-fallback (hf_fallback=False) "
-                               "to make this an error.", n)
+                logger.warning("%s: running it through Hugging Face transformers (no paged KV cache; slower). "
+                               "Pass --no-fallback (hf_fallback=False) to make this an error.",
+                               f"{n} has no native libremax architecture" if why is None else why)
                 self._fallbacks[n] = SupportedArchitecture(
                     name=n, example_repo_ids=[], default_encoding="float32",
                     supported_encodings={e: [KVCacheStrategy.MODEL_DEFAULT] for e in
@@ -292,7 +308,7 @@ def get_pipeline_for_task(task: PipelineTask, pipeline_config: "PipelineConfig")
         raise ValueError(f"no pipeline implementation for task {task.value!r}")
     module, name = targets[task]
     speculative = pipeline_config.draft_model_config is not None or \
-        getattr(pipeline_config, "speculative_method", None) == "ngram"
+        getattr(pipeline_config, "speculative_method", None) in ("ngram", "mtp")
     if speculative and task is PipelineTask.TEXT_GENERATION:
         module, name = "max.pipelines.lib.speculative_decoding", "SpeculativeDecodingTextGenerationPipeline"
     return getattr(importlib.import_module(module), name)

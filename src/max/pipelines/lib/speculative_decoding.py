@@ -1,5 +1,6 @@
 """Speculative decoding: a small draft model -- or, with ``speculative_method="ngram"``, a lookup of the
-request's own earlier tokens (``ngram_draft``) -- proposes up to ``k`` tokens per request, the target
+request's own earlier tokens (``ngram_draft``), or with ``"mtp"`` the target's own multi-token prediction
+layer fed its hidden states (``mtp_draft``) -- proposes up to ``k`` tokens per request, the target
 model scores all of them in one step, and rejection sampling keeps a prefix (Leviathan et al., 2023).
 
 Per scheduler step, requests still encoding their prompt, and requests whose decoding needs the plain
@@ -10,7 +11,7 @@ one ordinary target step.  Every other decoding request runs one speculative rou
    ids) and samples ``k`` proposals from its distribution ``q`` (the request's temperature / top-k /
    top-p / min-p applied); the n-gram draft proposes the tokens that followed the latest earlier
    occurrence of the request's last tokens (``q`` one-hot), and a request without such a match runs an
-   ordinary target step;
+   ordinary target step; the MTP draft samples from its layer's logits as the draft model does;
 2. the target model (built with ``ReturnLogits.ALL``) runs once on ``[last token, d_1 .. d_k]``; its
    rows give ``p_1 .. p_{k+1}``;
 3. ``d_i`` is accepted with probability ``min(1, p_i(d_i) / q_i(d_i))``; at the first rejection the
@@ -35,6 +36,7 @@ import torch
 
 from max.interfaces import StepPlan
 from max.nn.transformer import ReturnLogits
+from max.pipelines.lib.mtp_draft import MTPDraft
 from max.pipelines.lib.ngram_draft import ngram_proposal, prompt_lookup_bounds
 from max.pipelines.lib.pipeline import TextGenerationPipeline, build_pipeline_model
 
@@ -99,8 +101,9 @@ def _plain(ctx: Any) -> bool:
 
 class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
     """A ``TextGenerationPipeline`` whose decode steps are accelerated by a draft model
-    (``PipelineConfig.draft_model_path``, ``num_speculative_tokens``) or by the n-gram draft
-    (``speculative_method="ngram"``, ``prompt_lookup_min`` / ``prompt_lookup_max``)."""
+    (``PipelineConfig.draft_model_path``, ``num_speculative_tokens``), by the n-gram draft
+    (``speculative_method="ngram"``, ``prompt_lookup_min`` / ``prompt_lookup_max``) or by the model's MTP
+    layer (``speculative_method="mtp"``)."""
 
     def __init__(self, pipeline_config: Any, pipeline_model: type, eos_token_id: int, weight_adapters: Any,
                  tokenizer: Any) -> None:
@@ -114,6 +117,11 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
         self._round_end: dict[str, int] = {}
         self._draft: Any = None
         self._lookup: Optional[tuple[int, int]] = None
+        self._mtp: Optional[MTPDraft] = None
+        if getattr(pipeline_config, "speculative_method", None) == "mtp":
+            self._mtp = MTPDraft(self._pipeline_model)
+            self.load_seconds = time.perf_counter() - t0
+            return
         if getattr(pipeline_config, "speculative_method", None) == "ngram":
             self._lookup = prompt_lookup_bounds(pipeline_config.prompt_lookup_min, pipeline_config.prompt_lookup_max)
             self.load_seconds = time.perf_counter() - t0
@@ -150,7 +158,10 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
     # ------------------------------------------------------------ API
     @property
     def kv_managers(self) -> list[Any]:
-        return [self._pipeline_model.kv_manager] + ([self._draft.kv_manager] if self._draft is not None else [])
+        extra = [self._draft.kv_manager] if self._draft is not None else []
+        if self._mtp is not None:
+            extra.append(self._mtp.kv_manager)
+        return [self._pipeline_model.kv_manager] + extra
 
     def release(self, request_id: str) -> None:
         super().release(request_id)
@@ -159,6 +170,8 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
             mgr.release(request_id)
         self._draft_ctx.pop(request_id, None)
         self._gens.pop(request_id, None)
+        if self._mtp is not None:
+            self._mtp.release(request_id)
 
     def _run_step(self, ctxs: list[Any], plan: StepPlan) -> None:
         spec = [c for c in ctxs if _plain(c) and self._draft_budget(c) >= 1]
@@ -168,11 +181,18 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
             proposals = {c.request_id: ngram_proposal(c.tokens[:c.end_idx], self._draft_budget(c), lo, hi)
                          for c in spec}
             spec = [c for c in spec if proposals[c.request_id]]
+        if self._mtp is not None:  # the MTP draft: requests whose hidden states it has
+            spec = [c for c in spec if self._mtp.ready(c)]
         rest = [c for c in ctxs if c not in spec]
         if rest:
             self._step(rest, plan)
         if spec:
             self._speculate(spec, proposals)
+
+    def _step(self, ctxs: list[Any], plan: StepPlan) -> None:
+        super()._step(ctxs, plan)
+        if self._mtp is not None:
+            self._mtp.record(ctxs)
 
     def _draft_budget(self, c: Any) -> int:
         """Draft tokens a request may take this round: room for them and the bonus token within its
@@ -220,12 +240,18 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
             ds = None
             drafts = [list(proposals[c.request_id]) for c in ctxs]
             qs: list[list[Any]] = [[None] * len(d) for d in drafts]
+        elif self._mtp is not None:
+            ds = None
+            ks = [max(1, self._draft_budget(c)) for c in ctxs]
+            drafts, qs = self._mtp.propose(ctxs, ks, self.sample_draft_logits)
         else:
             ds = [self._draft_context(c) for c in ctxs]
             drafts, qs = self.generate_draft_tokens(ctxs, self.num_speculative_tokens, ds)
         first_rejected, recovered, bonus = self.verify_draft_tokens_with_target_model(
             ds, ctxs, [len(d) for d in drafts], drafts, qs)
         self.update_contexts(ctxs, first_rejected, recovered, bonus, drafts, [len(d) for d in drafts])
+        if self._mtp is not None:
+            self._mtp.record(ctxs)
         if ds is not None:
             for c, d, n_acc in zip(ctxs, ds, first_rejected):  # the draft's KV stays valid up to the accepted prefix
                 valid = min(d.start_idx, self._round_end[c.request_id] + n_acc)

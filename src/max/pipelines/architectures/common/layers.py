@@ -225,6 +225,9 @@ class DecoderAttention(Module):
             raise ValueError(f"{cfg.architecture}: qk_norm must be 'head', 'full' or None, got {cfg.qk_norm!r}")
         self.softcap = cfg.attn_logit_softcapping
         self.sinks = Weight("sinks", factory.dtype, [H], factory.device) if cfg.attention_sinks else None
+        self.chunk: int | None = None
+        """Chunked local attention (Llama 4's RoPE layers): keys of the query's own chunk of ``chunk``
+        positions only (``ragged_attention``)."""
         self.block_groups: TensorValue | None = None
         """Set while a graph is built: an int64 ``[total_seq_len]`` block id per token (-1: none); tokens of
         one block attend to each other both ways (Gemma 3's image tokens), see ``ragged_attention``."""
@@ -263,9 +266,10 @@ class DecoderAttention(Module):
                                      freqs_cis=freqs,
                                      interleaved=self.rope.interleaved if freqs is not None else False,
                                      q_norm=q_norm, k_norm=k_norm, norm_eps=eps)
-        if sinks is not None or self.softcap or self.block_groups is not None:
+        if sinks is not None or self.softcap or self.block_groups is not None or self.chunk:
             return ragged_attention(self.kv_params, q, input_row_offsets, kv_collection, layer_idx, self.scale,
-                                    self.window, sinks=sinks, softcap=self.softcap, groups=self.block_groups)
+                                    self.window, sinks=sinks, softcap=self.softcap, groups=self.block_groups,
+                                    chunk=self.chunk)
         variant = MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK if self.window else MHAMaskVariant.CAUSAL_MASK
         return kernels.flash_attention_ragged(self.kv_params, q, input_row_offsets, kv_collection, layer_idx,
                                               variant, self.scale, local_window_size=self.window or -1)
@@ -479,6 +483,7 @@ def _softcap(cap: float) -> Callable[[TensorValue], TensorValue]:
 
 MlpBuilder = Callable[[DecoderConfig, int, WeightFactory], Module]
 AttentionBuilder = Callable[[DecoderConfig, int, WeightFactory, KVCacheParams, int], Module]
+LayerBuilder = Callable[[DecoderConfig, int, Module, Module, DType], Module]
 
 
 def default_mlp(cfg: DecoderConfig, layer: int, factory: WeightFactory) -> Module:
@@ -494,14 +499,16 @@ def default_mlp(cfg: DecoderConfig, layer: int, factory: WeightFactory) -> Modul
 def build_decoder(cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams, max_seq_len: int,
                   make_mlp: MlpBuilder | None = None, make_attention: AttentionBuilder | None = None,
                   return_logits: ReturnLogits = ReturnLogits.LAST_TOKEN, head: Module | None = None,
-                  devices: list[DeviceRef] | None = None) -> Transformer | DistributedTransformer:
+                  devices: list[DeviceRef] | None = None, make_layer: LayerBuilder | None = None
+                  ) -> Transformer | DistributedTransformer:
     """The whole decoder: embedding (scaled by ``embedding_multiplier``), layers, final norm, lm_head
     (tied to the embedding when ``tie_word_embeddings``), logits divided by ``logits_scaling`` and
     soft-capped by ``final_logit_softcapping``.
 
     Layers use ``cfg.layer_window(i)``; sliding-window layers use an unscaled RoPE of base
     ``cfg.local_rope_theta`` when it is set.  ``make_mlp`` / ``make_attention`` replace the gated MLP
-    or the attention of each layer (MoE, MLA ...).  ``head`` replaces ``lm_head`` (an embedding model's
+    or the attention of each layer (MoE, MLA ...), ``make_layer(cfg, i, attention, mlp, dtype)`` the
+    :class:`DecoderLayer` around them (Gemma 4's scaled layers).  ``head`` replaces ``lm_head`` (an embedding model's
     pooling head: no vocabulary projection).
 
     With several ``devices`` (tensor parallelism; ``kv_params.n_devices`` of them) the same modules
@@ -525,7 +532,10 @@ def build_decoder(cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCache
             layer_rope = None if i in cfg.no_rope_layers else (local_rope if window else rope)
             attn = DecoderAttention(cfg, i, factory, kv_params, layer_rope, window)
         mlp = (make_mlp or default_mlp)(cfg, i, factory)
-        layers.append((DistributedDecoderLayer if tp else DecoderLayer)(cfg, attn, mlp, factory.dtype))
+        if make_layer is not None and not tp:
+            layers.append(make_layer(cfg, i, attn, mlp, factory.dtype))
+        else:
+            layers.append((DistributedDecoderLayer if tp else DecoderLayer)(cfg, attn, mlp, factory.dtype))
     embedding = factory.embedding("embed_tokens", cfg.vocab_size, cfg.hidden_size)
     lm_head = head if head is not None else factory.linear(
         "lm_head", cfg.hidden_size, cfg.vocab_size, tied_to=embedding if cfg.tie_word_embeddings else None)

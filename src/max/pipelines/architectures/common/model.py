@@ -107,7 +107,9 @@ def build_graph(model: Module, kv_input_symbols: Any, device: DeviceRef, name: s
         if lora is not None:
             lora.bind(rest[len(kv):])
         outs = model(tokens.tensor, kv_vals, n_logits, offsets.tensor)
-        g.output(outs[0])  # logits: [batch, vocab] (last token) or [total_seq_len, vocab] (ReturnLogits.ALL)
+        # logits: [batch, vocab] (last token) or [total_seq_len, vocab] (ReturnLogits.ALL); then the hidden
+        # states when the model returns them (``Transformer.return_hidden_states``)
+        g.output(outs[0], *outs[2:])
     return g
 
 
@@ -320,11 +322,14 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
         return self._lora
 
     def execute(self, model_inputs: ModelInputs) -> ModelOutputs:
-        (logits,) = self.model.execute(model_inputs.tokens, model_inputs.input_row_offsets,
-                                       model_inputs.return_n_logits, *self._signal_buffers,
-                                       *model_inputs.kv_cache_inputs,
-                                       *(getattr(model_inputs, "lora_inputs", None) or []))
+        (logits,) = self.run_graph(model_inputs)
         return ModelOutputs(logits=logits._torch())
+
+    def run_graph(self, model_inputs: ModelInputs) -> list[Any]:
+        """The compiled step graph's outputs (driver buffers) for ``model_inputs``."""
+        return self.model.execute(model_inputs.tokens, model_inputs.input_row_offsets, model_inputs.return_n_logits,
+                                  *self._signal_buffers, *model_inputs.kv_cache_inputs,
+                                  *(getattr(model_inputs, "lora_inputs", None) or []))
 
 
 def _lora_setup(pipeline_config: Any, dtype: DType, device: DeviceRef) -> tuple[Any, set[str], list]:

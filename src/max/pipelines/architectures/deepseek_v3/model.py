@@ -1,20 +1,27 @@
-"""DeepSeek-V3's router and pipeline model (attention: ``deepseek_v2``'s MLA)."""
+"""DeepSeek-V3's router and pipeline model (attention: ``deepseek_v2``'s MLA); with
+``speculative_method="mtp"`` the model also returns its hidden states and carries its multi-token
+prediction layer as the draft (``mtp.py``)."""
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, Sequence
 
 from max.dtype import DType
 from max.graph import TensorValue, Weight, ops
 from max.nn.kv_cache import KVCacheParams
 from max.nn.layer import Module
+from max.nn.transformer import ReturnLogits
 from max.pipelines.architectures.common.config import DecoderConfig
 from max.pipelines.architectures.common.layers import build_decoder, default_mlp
 from max.pipelines.architectures.common.moe import DecoderMoE
 from max.pipelines.architectures.common.weights import WeightFactory
 from max.pipelines.architectures.deepseek_v2.model import DeepseekV2Model, MLAttention
 from max.pipelines.architectures.deepseek_v3.config import config_from_hf
-from max.pipelines.architectures.deepseek_v3.weight_adapters import WEIGHT_ADAPTERS
+from max.pipelines.architectures.deepseek_v3.weight_adapters import WEIGHT_ADAPTERS, mtp_state_dict
+from max.pipelines.lib.pipeline import ModelInputs, ModelOutputs
+
+logger = logging.getLogger("max.pipelines")
 
 
 class DeepseekV3MoE(DecoderMoE):
@@ -56,8 +63,76 @@ def _mlp(cfg: DecoderConfig, layer: int, factory: WeightFactory) -> Module:
 
 
 class DeepseekV3Model(DeepseekV2Model):
+    """DeepSeek-V3's pipeline model.  With ``speculative_method="mtp"`` (speculative decoding built with
+    every position's logits) it also returns each step's hidden states after the final norm
+    (:attr:`last_hidden`, rows of :attr:`last_rows`) and builds :attr:`mtp_draft`, the checkpoint's first
+    MTP layer (``num_nextn_predict_layers``); the target's prefix cache is then off (the draft needs the
+    hidden state of every position, which cached pages do not keep)."""
+
     config_from_hf = staticmethod(config_from_hf)
     weight_adapters = WEIGHT_ADAPTERS
+    mtp_draft: Any = None
+    last_hidden: Any = None
+    last_rows: list[tuple[str, int, int]] = []
+
+    def __init__(self, pipeline_config: Any, session: Any, huggingface_config: Any, encoding: Any, devices: list,
+                 kv_cache_config: Any, weights: Any, adapter: Any, return_logits: ReturnLogits) -> None:
+        self._with_mtp = getattr(pipeline_config, "speculative_method", None) == "mtp" and \
+            return_logits == ReturnLogits.ALL
+        hf = huggingface_config
+        hfd = hf.to_dict() if hasattr(hf, "to_dict") else dict(hf)
+        if self._with_mtp:
+            if int(hfd.get("num_nextn_predict_layers") or 0) < 1:
+                raise ValueError("DeepseekV3ForCausalLM: speculative_method 'mtp' needs a checkpoint with a "
+                                 "multi-token prediction layer (num_nextn_predict_layers >= 1); this one has none")
+            if kv_cache_config.enable_prefix_caching:
+                logger.info("DeepSeek-V3 MTP draft: prefix caching is off (the draft reads every position's "
+                            "hidden state)")
+                kv_cache_config.enable_prefix_caching = False
+        super().__init__(pipeline_config, session, huggingface_config, encoding, devices, kv_cache_config, weights,
+                         adapter, return_logits)
+        if self._with_mtp:
+            self._build_mtp(pipeline_config, session, hfd, encoding, devices, kv_cache_config, weights)
+
+    def _build_mtp(self, pipeline_config: Any, session: Any, hfd: dict, encoding: Any, devices: list,
+                   kvc: Any, weights: Any) -> None:
+        from max.pipelines.architectures.common.model import kv_params_for
+        from max.pipelines.architectures.deepseek_v3.mtp import MTPDraftModel
+
+        cfg = self.config
+        n = int(cfg.num_hidden_layers)
+        checkpoint = mtp_state_dict(dict(weights.items()), n, bool(hfd.get("tie_word_embeddings")))
+        if not checkpoint:
+            raise ValueError(f"DeepseekV3ForCausalLM: speculative_method 'mtp': the checkpoint has no tensors of "
+                             f"its multi-token prediction layer (model.layers.{n}.*)")
+        kv_params = kv_params_for(cfg, self.kv_params.dtype, page_size=kvc.kv_cache_page_size,
+                                  enable_prefix_caching=False, shape=self.kv_cache_shape(cfg))
+        factory = self.weight_factory(pipeline_config, encoding, self.compute_dtype, self.device_refs[0], checkpoint)
+        self.mtp_draft = MTPDraftModel(cfg, checkpoint, factory, kv_params, self.max_seq_len,
+                                       pipeline_config.max_batch_size or self.default_max_batch, devices, session,
+                                       self.device_refs[0], n, kvc)
+        release = getattr(weights, "release_resident_pages", None)
+        if callable(release):
+            release()
+
+    def build_step_graph(self, module: Module, kv_input_symbols: Any, device: Any, name: str, lora: Any = None,
+                         signals: Any = None) -> Any:
+        if self._with_mtp:
+            module.return_hidden_states = True
+        return super().build_step_graph(module, kv_input_symbols, device, name, lora, signals=signals)
+
+    def prepare_initial_token_inputs(self, context_batch: Sequence[Any], kv_cache_inputs: Any = None,
+                                     return_n_logits: int = 1) -> ModelInputs:
+        if self._with_mtp:  # the rows of the next execute: (request, first position, count)
+            self.last_rows = [(c.request_id, int(c.start_idx), len(c.next_tokens)) for c in context_batch]
+        return super().prepare_initial_token_inputs(context_batch, kv_cache_inputs, return_n_logits)
+
+    def execute(self, model_inputs: ModelInputs) -> ModelOutputs:
+        if not self._with_mtp:
+            return super().execute(model_inputs)
+        logits, hidden = self.run_graph(model_inputs)
+        self.last_hidden = hidden._torch()
+        return ModelOutputs(logits=logits._torch())
 
     @classmethod
     def build_module(cls, cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams,

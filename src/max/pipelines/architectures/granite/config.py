@@ -38,10 +38,17 @@ def config_from_gguf(meta: Any, *, defaults: bool = True) -> dict | None:
     g = meta.arch_get
     if g("expert_count"):
         return None
-    d = gguf_hf_config(meta, "granite", "GraniteForCausalLM")
+    d = gguf_granite_keys(meta, gguf_hf_config(meta, "granite", "GraniteForCausalLM"))
+    return rope_defaults(with_defaults(d, HF_DEFAULTS)) if defaults else d
+
+
+def gguf_granite_keys(meta: Any, d: dict) -> dict:
+    """``d`` with Granite's multipliers (llama.cpp's ``embedding_scale``, ``residual_scale``,
+    ``attention.scale``, ``logit_scale``) and ``attention_bias`` (the file has q biases) of a GGUF file."""
+    g = meta.arch_get
     for key, name in (("embedding_scale", "embedding_multiplier"), ("residual_scale", "residual_multiplier"),
                       ("attention.scale", "attention_multiplier"), ("logit_scale", "logits_scaling")):
         if g(key) is not None:
             d[name] = float(g(key))
     d["attention_bias"] = any(t.name == "blk.0.attn_q.bias" for t in meta.tensors)
-    return rope_defaults(with_defaults(d, HF_DEFAULTS)) if defaults else d
+    return d

@@ -10,3 +10,4 @@ from max.pipelines.architectures.granitemoe.weight_adapters import WEIGHT_ADAPTE
 class GraniteMoeModel(DecoderPipelineModel):
     config_from_hf = staticmethod(config_from_hf)
     weight_adapters = WEIGHT_ADAPTERS
+    gguf_interleaved_rope = True

@@ -1,6 +1,7 @@
 """Granite MoE checkpoints: ``block_sparse_moe.router.layer`` is the router, ``input_linear``
 ``[experts, 2 * moe_dim, hidden]`` holds each expert's gate then up projection, ``output_linear`` its
-down projection."""
+down projection.  GGUF (llama.cpp ``granitemoe``): ``ffn_gate_inp`` (router), ``ffn_gate_exps`` /
+``ffn_up_exps`` (``input_linear`` split) and ``ffn_down_exps``; q/k rows permuted as for Llama."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from typing import Any
 
 from max.graph.weights import WeightsFormat
 from max.pipelines.architectures.common import Derived, rename_hf
+from max.pipelines.architectures.common.moe import GGUF_MOE_NAMES
+from max.pipelines.architectures.common.weights import GGUF_LAYER_NAMES, standard_adapters
+
+GGUF_NAMES = {**GGUF_LAYER_NAMES, **GGUF_MOE_NAMES, "ffn_gate_inp": "mlp.router"}
 
 
 def convert_safetensor_state_dict(state_dict: dict[str, Any], **_: Any) -> dict[str, Any]:
@@ -29,5 +34,5 @@ def convert_safetensor_state_dict(state_dict: dict[str, Any], **_: Any) -> dict[
     return out
 
 
-WEIGHT_ADAPTERS = {WeightsFormat.safetensors: convert_safetensor_state_dict,
+WEIGHT_ADAPTERS = {**standard_adapters(GGUF_NAMES), WeightsFormat.safetensors: convert_safetensor_state_dict,
                    WeightsFormat.pytorch: convert_safetensor_state_dict}

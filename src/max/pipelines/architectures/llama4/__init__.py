@@ -3,9 +3,9 @@ of each q/k head, NoPE layers whose queries are scaled by a position-dependent t
 mixtures of experts (top-1 by sigmoid score, the score applied to the expert's input, plus a shared
 expert) on ``moe_layers``; dense MLPs of ``intermediate_size_mlp`` elsewhere.
 
-The RoPE layers' chunked local attention (each token sees only its ``attention_chunk_size`` chunk)
-equals causal attention while sequences fit one chunk: ``max_length`` is capped at
-``attention_chunk_size`` (a longer one is a clear error)."""
+The RoPE layers use chunked local attention: a token at position ``p`` attends only to positions
+``attention_chunk_size * (p // attention_chunk_size) .. p`` (its own chunk); the NoPE layers attend to
+every earlier position.  Both read the one paged KV cache (prefill, chunked prefill and decode)."""
 
 from max.pipelines.architectures.llama4.arch import llama4_arch
 

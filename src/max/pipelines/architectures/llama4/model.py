@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from max.dtype import DType
@@ -16,7 +17,8 @@ from max.pipelines.architectures.common.moe import DecoderMoE
 from max.pipelines.architectures.common.weights import WeightFactory
 from max.pipelines.architectures.llama4.config import config_from_hf
 from max.pipelines.architectures.llama4.weight_adapters import WEIGHT_ADAPTERS
-from max.pipelines.lib.pipeline import upper_bounded_default
+
+logger = logging.getLogger("max.pipelines")
 
 
 class _L2Norm:
@@ -35,8 +37,9 @@ class _L2Norm:
 
 
 class Llama4Attention(DecoderAttention):
-    """RoPE layers: q/k L2-normalised per head; NoPE layers: queries scaled by
-    ``log1p(floor((position + 1) / floor_scale)) * attn_scale + 1`` (temperature tuning)."""
+    """RoPE layers: q/k L2-normalised per head, chunked local attention (``attention_chunk_size``); NoPE
+    layers: global causal attention, queries scaled by ``log1p(floor((position + 1) / floor_scale)) *
+    attn_scale + 1`` (temperature tuning)."""
 
     def __init__(self, cfg: DecoderConfig, layer: int, factory: WeightFactory, kv_params: KVCacheParams,
                  max_seq_len: int) -> None:
@@ -48,6 +51,8 @@ class Llama4Attention(DecoderAttention):
             self.qk_norm = "head"
             object.__setattr__(self, "q_norm", _L2Norm(cfg.head_dim, cfg.rms_norm_eps))
             object.__setattr__(self, "k_norm", _L2Norm(cfg.head_dim, cfg.rms_norm_eps))
+        if not nope and e["attention_chunk_size"]:
+            self.chunk = int(e["attention_chunk_size"])
         self.temperature = nope and e["attn_temperature_tuning"]
         self.floor_scale, self.attn_scale = e["floor_scale"], e["attn_scale"]
 
@@ -84,21 +89,26 @@ def _mlp(cfg: DecoderConfig, layer: int, factory: WeightFactory) -> Module:
     return Llama4MoE(cfg, layer, factory)
 
 
+DEFAULT_MAX_LENGTH = 131072
+"""``max_length`` when none is given and the model's context is longer (Llama 4 Scout's is 10M tokens, whose
+RoPE table alone would take gigabytes): pass ``--max-length`` for more."""
+
+
 class Llama4Model(DecoderPipelineModel):
     config_from_hf = staticmethod(config_from_hf)
     weight_adapters = WEIGHT_ADAPTERS
 
     @classmethod
     def calculate_max_seq_len(cls, pipeline_config: Any, huggingface_config: Any) -> int:
-        """At most ``attention_chunk_size`` (see the package docstring); a longer ``max_length`` is an error."""
+        """``max_length`` (at most ``max_position_embeddings``); without one, the model's context up to
+        :data:`DEFAULT_MAX_LENGTH`."""
+        if pipeline_config.max_length is not None:
+            return super().calculate_max_seq_len(pipeline_config, huggingface_config)
         cfg = cls.decoder_config(pipeline_config)
-        chunk = cfg.extra.get("attention_chunk_size")
-        cap = min(cfg.max_position_embeddings, int(chunk)) if chunk else cfg.max_position_embeddings
-        if chunk and pipeline_config.max_length is not None and pipeline_config.max_length > int(chunk):
-            raise ValueError(f"Llama4ForCausalLM: max_length {pipeline_config.max_length} exceeds "
-                             f"attention_chunk_size {chunk}; chunked local attention across chunks is not "
-                             f"supported yet, use --max-length {chunk} or less")
-        return upper_bounded_default(cap, pipeline_config.max_length)
+        if cfg.max_position_embeddings > DEFAULT_MAX_LENGTH:
+            logger.info("Llama4ForCausalLM: max_length defaults to %d of the model's %d positions (pass "
+                        "--max-length for more)", DEFAULT_MAX_LENGTH, cfg.max_position_embeddings)
+        return min(cfg.max_position_embeddings, DEFAULT_MAX_LENGTH)
 
     @classmethod
     def build_module(cls, cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams,
