@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import numpy as np
 import torch
 
+from max.pipelines.architectures.common.weights import float_tensor
 from max.pipelines.architectures.mimi.config import WHO, MimiSettings
 
 __all__ = ["adapt_tensors"]
@@ -29,11 +29,10 @@ _CODEBOOK_EPS = 1e-5
 
 
 def _tensor(name: str, v: Any) -> torch.Tensor:
-    if isinstance(v, np.ndarray):
-        v = torch.from_numpy(np.ascontiguousarray(v))
-    if not isinstance(v, torch.Tensor):
-        raise TypeError(f"{WHO}: tensor {name!r} must be a numpy array or torch tensor, got {type(v).__name__}")
-    return v.detach().to("cpu")
+    try:
+        return float_tensor(v).detach().to("cpu")
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{WHO}: tensor {name!r} cannot be read as a float tensor ({e})") from e
 
 
 def adapt_tensors(s: MimiSettings, tensors: Mapping[str, Any], prefix: str = "") -> dict[str, torch.Tensor]:
