@@ -74,7 +74,7 @@ def test_sizes(pair):
     assert codec.samples_per_frame == c.frame_size
 
 
-@pytest.mark.parametrize("samples_per_frames", [0.02, 1.0, 3.0, 7.5, 20.3])
+@pytest.mark.parametrize("samples_per_frames", [0.02, 1.0, 3.0, 20.3])
 def test_encode_equals_transformers(pair, samples_per_frames):
     m, codec = pair
     n = max(1, int(samples_per_frames * codec.samples_per_frame))
@@ -107,9 +107,12 @@ def test_encode_decode_round_trip_is_transformers(pair):
     np.testing.assert_allclose(codec.decode(codec.encode(wave)), ref, rtol=0, atol=1e-4)
 
 
-@pytest.mark.parametrize("chunking", [[1] * 12, [5, 7], [2, 1, 4, 3, 2], [12]])
+@pytest.mark.parametrize("chunking", [[1] * 12, [5, 7], [2, 1, 4, 3, 2], "random"])
 def test_streaming_chunks_equal_whole_decode(pair, chunking):
     _, codec = pair
+    if chunking == "random":
+        cuts = np.sort(np.random.default_rng(11).choice(np.arange(1, 23), 5, replace=False))
+        chunking = np.diff([0, *cuts, 23]).tolist()
     codes = _codes(codec, sum(chunking), 7)
     whole = codec.decode(codes)
     state = codec.new_decode_state()

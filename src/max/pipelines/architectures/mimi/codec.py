@@ -166,7 +166,7 @@ class MimiCodec:
         offs = torch.tensor(offset, dtype=torch.int64)
         out = self._graph("decode").execute(self._buf(codes), self._buf(offs), *(self._buf(t) for t in states))
         audio, *new = (o._torch() for o in out)
-        return audio, [t.clone() for t in new]
+        return audio, new  # outputs never alias inputs (Model.execute's contract)
 
     def decode_chunk(self, codes: Any, state: MimiDecodeState) -> np.ndarray:
         """The next ``frames * samples_per_frame`` samples of the stream ``state`` (advanced in place) for the

@@ -36,10 +36,13 @@ CPU = DeviceRef.CPU()
 
 
 class Elu(Module):
-    """ELU (alpha 1); holds no weights (it keeps the checkpoint's layer numbering)."""
+    """ELU (alpha 1); holds no weights (it keeps the checkpoint's layer numbering).
+
+    ``max(x, exp(min(x, 0)) - 1)``: ``x`` above 0 (where the second term is 0), ``exp(x) - 1`` below
+    (``exp(x) - 1 >= x`` everywhere)."""
 
     def __call__(self, x: TensorValue) -> TensorValue:
-        return ops.where(x > 0.0, x, ops.exp(ops.min(x, 0.0)) - 1.0)
+        return ops.max(x, ops.exp(ops.min(x, 0.0)) - 1.0)
 
 
 class CausalConv1d(Module):

@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+import numpy as np
 
 from max.dtype import DType
 from max.graph import DeviceRef, Graph, TensorType, TensorValue, Weight, ops
@@ -177,12 +177,14 @@ class ResidualVQ(Module):
             residual = residual - ops.gather(e, idx, axis=0)
         return codes
 
-    def decode(self, codes: Sequence[TensorValue]) -> TensorValue:
-        """Latents ``[b, t, hidden]`` of codes (each ``[b, t]``) of the first ``len(codes)`` codebooks."""
-        q = None
-        for layer, c in zip(self.layers, codes):
-            e = ops.gather(layer.codebook.embed, c, axis=0)
-            q = e if q is None else q + e
+    def decode(self, codes: TensorValue) -> TensorValue:
+        """Latents ``[b, t, hidden]`` of codes ``[b, n, t]`` of the first ``n`` codebooks: one lookup in the
+        codebooks' stacked tables, summed over the codebooks."""
+        n = int(codes.shape[1])
+        size = int(self.layers[0].codebook.embed.shape[0])
+        table = ops.concat([layer.codebook.embed for layer in list(self.layers)[:n]], axis=0)
+        shift = ops.constant(np.arange(n, dtype=np.int64).reshape(1, n, 1) * size, DType.int64, CPU)
+        q = ops.squeeze(ops.sum(ops.gather(table, codes + shift, axis=0), 1), 1)  # [b, n, t, d] -> [b, t, d]
         if self.output_proj is not None:
             q = q @ ops.transpose(ops.squeeze(self.output_proj.weight, 2), 0, 1)
         return q
@@ -202,10 +204,9 @@ class SplitRVQ(Module):
         return ops.stack(codes, axis=1)
 
     def decode(self, codes: TensorValue) -> TensorValue:
-        n = int(codes.shape[1])
-        q = self.semantic_residual_vector_quantizer.decode([codes[:, i] for i in range(self.n_sem)])
-        if n > self.n_sem:
-            q = q + self.acoustic_residual_vector_quantizer.decode([codes[:, i] for i in range(self.n_sem, n)])
+        q = self.semantic_residual_vector_quantizer.decode(codes[:, :self.n_sem])
+        if int(codes.shape[1]) > self.n_sem:
+            q = q + self.acoustic_residual_vector_quantizer.decode(codes[:, self.n_sem:])
         return q
 
 
