@@ -38,7 +38,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--chunk", type=int, default=5, help="code frames per streaming chunk")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads of both sides (default: the cores)")
     a = ap.parse_args()
 
     import numpy as np
@@ -58,7 +58,9 @@ def main() -> None:
                 b.normal_()
     with tempfile.TemporaryDirectory() as d:
         hf.save_pretrained(d)
-        codec = MimiCodec.from_pretrained(d)
+        from max.engine import InferenceSession
+
+        codec = MimiCodec.from_pretrained(d, session=InferenceSession(num_threads=a.threads))
     frames = int(round(a.seconds * codec.frame_rate))
     codes = np.random.default_rng(0).integers(0, codec.codebook_size, (codec.num_codebooks, frames))
     audio_s = frames * codec.samples_per_frame / codec.sample_rate
