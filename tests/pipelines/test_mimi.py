@@ -145,6 +145,29 @@ def test_streams_are_independent(pair):
     _same_samples(np.concatenate(out_b), codec.decode(b))
 
 
+def test_batched_streams_equal_their_whole_decodes(pair):
+    _, codec = pair
+    codes = [_codes(codec, 9, 20 + i) for i in range(3)]
+    states = [codec.new_decode_state() for _ in codes]
+    # per call: each stream's next chunk; equal lengths share a graph call, streams sit at different positions
+    plan = [(2, 3, 2), (3, 3, 1), (4, 3, 6)]
+    at = [0, 0, 0]
+    parts: list[list[np.ndarray]] = [[], [], []]
+    for sizes in plan:
+        chunks = [codes[i][:, at[i]:at[i] + n] for i, n in enumerate(sizes)]
+        for i, out in enumerate(codec.decode_chunks(chunks, states)):
+            assert out.shape == (sizes[i] * codec.samples_per_frame,)
+            parts[i].append(out)
+            at[i] += sizes[i]
+    for i in range(3):
+        _same_samples(np.concatenate(parts[i]), codec.decode(codes[i]))
+    with pytest.raises(ValueError, match="twice"):
+        codec.decode_chunks([codes[0], codes[1]], [states[0], states[0]])
+    with pytest.raises(ValueError, match="2 code chunks for 1 states"):
+        codec.decode_chunks([codes[0], codes[1]], [states[0]])
+    assert [st.frames for st in states] == [9, 9, 9]
+
+
 def test_decode_batch_equals_single(pair):
     _, codec = pair
     reqs = [_codes(codec, n, 10 + n) for n in (3, 8, 1)]

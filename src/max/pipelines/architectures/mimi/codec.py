@@ -162,8 +162,8 @@ class MimiCodec:
         """The state a decode stream starts from (what whole-codes decoding starts from)."""
         return MimiDecodeState([torch.zeros(1, *sh) for sh in self.net.decode_state_shapes()])
 
-    def _run_decode(self, codes: np.ndarray, offset: int, states: Sequence[torch.Tensor]) -> tuple:
-        offs = torch.tensor(offset, dtype=torch.int64)
+    def _run_decode(self, codes: np.ndarray, offsets: Sequence[int], states: Sequence[torch.Tensor]) -> tuple:
+        offs = torch.tensor(list(offsets), dtype=torch.int64)
         out = self._graph("decode").execute(self._buf(codes), self._buf(offs), *(self._buf(t) for t in states))
         audio, *new = (o._torch() for o in out)
         return audio, new  # outputs never alias inputs (Model.execute's contract)
@@ -172,16 +172,45 @@ class MimiCodec:
         """The next ``frames * samples_per_frame`` samples of the stream ``state`` (advanced in place) for the
         next code frames ``[num_codebooks, frames]``; the chunks of a stream concatenate to :meth:`decode` of
         all its codes."""
-        c = self._check_codes(codes)
-        if not isinstance(state, MimiDecodeState):
-            raise TypeError(f"{WHO}: state must come from new_decode_state(), got {type(state).__name__}")
-        if c.shape[1] == 0:
-            return np.zeros(0, np.float32)
-        with state.lock:
-            audio, new = self._run_decode(c[None], state.frames * self._latent_stride, state.tensors)
-            state.tensors = new
-            state.frames += c.shape[1]
-        return audio.numpy()[0].astype(np.float32, copy=False)
+        return self.decode_chunks([codes], [state])[0]
+
+    def decode_chunks(self, codes: Sequence[Any], states: Sequence[MimiDecodeState]) -> list[np.ndarray]:
+        """:meth:`decode_chunk` of several streams at once: ``codes[i]`` continues ``states[i]`` (distinct
+        streams).  Chunks of equal length share one graph call; nothing is advanced when any input is bad."""
+        if isinstance(codes, (np.ndarray, torch.Tensor)) or not isinstance(codes, Sequence) or not isinstance(
+                states, Sequence):
+            raise TypeError(f"{WHO}: decode_chunks takes a list of codes and a list of states")
+        if len(codes) != len(states):
+            raise ValueError(f"{WHO}: {len(codes)} code chunks for {len(states)} states")
+        cs = [self._check_codes(c, f"codes[{i}]" if len(codes) > 1 else "codes") for i, c in enumerate(codes)]
+        for st in states:
+            if not isinstance(st, MimiDecodeState):
+                raise TypeError(f"{WHO}: state must come from new_decode_state(), got {type(st).__name__}")
+        if len({id(st) for st in states}) != len(states):
+            raise ValueError(f"{WHO}: the same stream state is given twice")
+        out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(cs)
+        groups: dict[int, list[int]] = {}
+        for i, c in enumerate(cs):
+            if c.shape[1]:
+                groups.setdefault(c.shape[1], []).append(i)
+        locks = sorted((st.lock for st in states), key=id)
+        for lk in locks:
+            lk.acquire()
+        try:
+            for rows in groups.values():
+                batch = np.stack([cs[i] for i in rows])
+                tensors = [torch.cat([states[i].tensors[k] for i in rows]) if len(rows) > 1
+                           else states[rows[0]].tensors[k] for k in range(len(states[rows[0]].tensors))]
+                audio, new = self._run_decode(batch, [states[i].frames * self._latent_stride for i in rows], tensors)
+                a = audio.numpy().astype(np.float32, copy=False)
+                for j, i in enumerate(rows):
+                    out[i] = a[j].copy()
+                    states[i].tensors = [t[j:j + 1].clone() if len(rows) > 1 else t for t in new]
+                    states[i].frames += cs[i].shape[1]
+        finally:
+            for lk in locks:
+                lk.release()
+        return out
 
     @property
     def _latent_stride(self) -> int:
@@ -206,6 +235,6 @@ class MimiCodec:
         for i, c in enumerate(cs):
             batch[i, :, :c.shape[1]] = c
         states = [torch.zeros(len(cs), *sh) for sh in self.net.decode_state_shapes()]
-        audio, _ = self._run_decode(batch, 0, states)
+        audio, _ = self._run_decode(batch, [0] * len(cs), states)
         a = audio.numpy().astype(np.float32, copy=False)
         return [a[i, :c.shape[1] * self.samples_per_frame].copy() for i, c in enumerate(cs)]

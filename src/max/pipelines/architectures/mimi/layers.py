@@ -185,8 +185,8 @@ class TransformerLayer(Module):
 
     def __call__(self, x: TensorValue, cos: TensorValue, sin: TensorValue, mask: TensorValue,
                  cache: tuple[TensorValue, TensorValue] | None) -> tuple[TensorValue, tuple | None]:
-        """``x`` ``[b, t, d]``; ``cos``/``sin`` ``[t, head_dim]``; ``mask`` bool ``[t, keys]`` (keys: the cached
-        ``window`` then the ``t`` new ones, or only the new ones without ``cache``); ``cache`` keys/values
+        """``x`` ``[b, t, d]``; ``cos``/``sin`` ``[b, 1, t, head_dim]``; ``mask`` bool ``[b, 1, t, keys]`` (keys:
+        the cached ``window`` then the ``t`` new ones, or only the new ones without ``cache``); ``cache`` keys/values
         ``[b, kv_heads, window, head_dim]``.  Returns the output and the new cache."""
         s = self.s
         b, t = x.shape[0], x.shape[1]
@@ -218,19 +218,19 @@ class TransformerLayer(Module):
         return x, new_cache
 
 
-def rope_and_mask(inv_freq: np.ndarray, offset: TensorValue, t: object, window: int, cached: bool,
+def rope_and_mask(inv_freq: np.ndarray, offsets: TensorValue, t: object, window: int, cached: bool,
                   device: DeviceRef = CPU) -> tuple[TensorValue, TensorValue, TensorValue]:
-    """cos/sin ``[t, head_dim]`` of positions ``offset + [0, t)`` (``offset`` int64 ``[]``) and the sliding-window
-    causal mask ``[t, keys]`` (keys: ``window`` cached positions ``offset - window + j`` when ``cached``, then
-    the new ones)."""
-    ar = ops.range(0, t, 1, out_dim=t, dtype=DType.int64, device=device)
-    qpos = ar + offset
-    freqs = ops.unsqueeze(ops.cast(qpos, F32), 1) * ops.constant(inv_freq, F32, device)
-    emb = ops.concat([freqs, freqs], axis=-1)
+    """cos/sin ``[b, 1, t, head_dim]`` of each row's positions ``offsets[row] + [0, t)`` (``offsets`` int64 ``[b]``)
+    and the sliding-window causal mask ``[b, 1, t, keys]`` (keys: ``window`` cached positions
+    ``offset - window + j`` when ``cached``, then the new ones)."""
+    off = ops.unsqueeze(offsets, 1)  # [b, 1]
+    qpos = ops.unsqueeze(ops.range(0, t, 1, out_dim=t, dtype=DType.int64, device=device), 0) + off  # [b, t]
+    freqs = ops.unsqueeze(ops.cast(qpos, F32), 2) * ops.constant(inv_freq, F32, device)
+    emb = ops.unsqueeze(ops.concat([freqs, freqs], axis=-1), 1)
     kpos = qpos
     if cached:
-        past = ops.range(-window, 0, 1, out_dim=window, dtype=DType.int64, device=device) + offset
-        kpos = ops.concat([past, qpos], axis=0)
-    qp, kp = ops.unsqueeze(qpos, 1), ops.unsqueeze(kpos, 0)
+        past = ops.unsqueeze(ops.range(-window, 0, 1, out_dim=window, dtype=DType.int64, device=device), 0) + off
+        kpos = ops.concat([past, qpos], axis=1)
+    qp, kp = ops.unsqueeze(qpos, 2), ops.unsqueeze(kpos, 1)  # [b, t, 1], [b, 1, keys]
     mask = ops.logical_and(ops.logical_and(kp <= qp, kp > qp - window), kp >= 0)
-    return ops.cos(emb), ops.sin(emb), mask
+    return ops.cos(emb), ops.sin(emb), ops.unsqueeze(mask, 1)

@@ -7,8 +7,8 @@
   ``[batch, num_codebooks, frames]``: SEANet encoder, encoder transformer (sliding-window causal attention from
   position 0), replicate-padded downsampling, then the split residual quantiser's nearest-code search
   (squared distances in float64, first index on ties).
-- **decode step**: codes int64 ``[batch, num_codebooks, frames]``, the transformer's position offset int64
-  ``[]`` and the stream state (:meth:`MimiNet.decode_state_shapes`) -> waveform float32
+- **decode step**: codes int64 ``[batch, num_codebooks, frames]``, each row's transformer position offset int64
+  ``[batch]`` and the stream state (:meth:`MimiNet.decode_state_shapes`) -> waveform float32
   ``[batch, frames * samples_per_frame]`` and the next state.  Whole-codes decoding is one step from the zero
   state.
 """
@@ -236,7 +236,7 @@ class MimiNet(Module):
         out += [[s.num_key_value_heads, int(s.sliding_window), s.head_dim]] * (2 * s.num_hidden_layers)
         return out + self.decoder.state_shapes()
 
-    def decode_step(self, codes: TensorValue, offset: TensorValue, states: list) -> tuple[TensorValue, list]:
+    def decode_step(self, codes: TensorValue, offsets: TensorValue, states: list) -> tuple[TensorValue, list]:
         s = self.s
         states = list(states)
         new: list = []
@@ -245,7 +245,7 @@ class MimiNet(Module):
             x, ns = self.upsample.step(x, states.pop(0) if self.upsample.state_len else None)
             if ns is not None:
                 new.append(ns)
-        cos, sin, mask = rope_and_mask(rope_inv_freq(s), offset, x.shape[1], int(s.sliding_window), True)
+        cos, sin, mask = rope_and_mask(rope_inv_freq(s), offsets, x.shape[1], int(s.sliding_window), True)
         for layer in self.decoder_transformer.layers:
             k, v = states.pop(0), states.pop(0)
             x, (nk, nv) = layer(x, cos, sin, mask, (k, v))
@@ -262,7 +262,7 @@ class MimiNet(Module):
         s = self.s
         extras = list(extras)
         x = self.encoder(wave, extras[:len(self.encoder.strided())])
-        zero = ops.constant(0, DType.int64, CPU)
+        zero = ops.constant(np.zeros(1, np.int64), DType.int64, CPU)
         cos, sin, mask = rope_and_mask(rope_inv_freq(s), zero, x.shape[1], int(s.sliding_window), False)
         for layer in self.encoder_transformer.layers:
             x, _ = layer(x, cos, sin, mask, None)
@@ -284,11 +284,11 @@ def encoder_paddings(net: MimiNet, samples: int) -> list[tuple[int, int]]:
 def build_decode_graph(net: MimiNet, num_codebooks: int, device: DeviceRef = CPU) -> Graph:
     shapes = net.decode_state_shapes()
     types = [TensorType(DType.int64, ["batch", num_codebooks, "frames"], device),
-             TensorType(DType.int64, [], device)]
+             TensorType(DType.int64, ["batch"], device)]
     types += [TensorType(F32, ["batch", *sh], device) for sh in shapes]
     with Graph(f"mimi.decode{num_codebooks}", input_types=types) as g:
-        codes, offset, *states = (v.tensor for v in g.inputs)
-        audio, new = net.decode_step(codes, offset, states)
+        codes, offsets, *states = (v.tensor for v in g.inputs)
+        audio, new = net.decode_step(codes, offsets, states)
         g.output(audio, *new)
     return g
 
