@@ -1,6 +1,7 @@
 """``MimiCodec``: load a Mimi checkpoint, compile its graphs, and encode waveforms to codes / decode codes to
 waveforms, whole or as a stream of chunks (:meth:`MimiCodec.decode_chunk` with a
-:class:`MimiDecodeState`), or several requests' codes at once (:meth:`MimiCodec.decode_batch`)."""
+:class:`MimiDecodeState`; several streams at once with :meth:`MimiCodec.decode_chunks`), or several
+requests' codes at once (:meth:`MimiCodec.decode_batch`)."""
 
 from __future__ import annotations
 
