@@ -16,7 +16,7 @@ import torch
 
 from max.driver import Buffer
 from max.pipelines.architectures.common.weights import load_weights_into
-from max.pipelines.architectures.mimi.config import WHO, MimiSettings, settings_from_dict
+from max.pipelines.architectures.mimi.config import WHO, settings_from_dict
 from max.pipelines.architectures.mimi.model import (
     MimiNet,
     build_decode_graph,

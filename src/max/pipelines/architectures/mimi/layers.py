@@ -94,10 +94,6 @@ def extra_padding(length: int, kernel: int, stride: int) -> int:
     return n_frames * stride + kernel - padding_total - length
 
 
-def conv_out_length(length: int, kernel: int, stride: int) -> int:
-    return math.ceil(length / stride) if stride > 1 else length
-
-
 class CausalConvTranspose1d(Module):
     """``conv``: ``weight`` ``[in, out, kernel]`` (a grouped checkpoint weight is expanded to this dense form on
     load) (+ ``bias``); right-trimmed by ``kernel - stride`` samples (``trim_right_ratio`` 1)."""
