@@ -6,6 +6,7 @@ interface ``max.pipelines.architectures.mimi.MimiCodec`` will have."""
 from __future__ import annotations
 
 import functools
+import json
 import os
 from typing import Any, Mapping
 
@@ -98,6 +99,11 @@ def make_csm_dir(root: str, **generation: Any) -> str:
         else:
             setattr(model.generation_config, k, v)
     model.save_pretrained(folder)
+    gpath = os.path.join(folder, "generation_config.json")
+    with open(gpath) as f:  # a hub checkpoint's file: not marked as derived from the model config (transformers
+        g = {k: v for k, v in json.load(f).items() if "_from_model_config" not in k}  # then drops the depth keys)
+    with open(gpath, "w") as f:
+        json.dump(g, f)
     with open(os.path.join(folder, "chat_template.jinja"), "w") as f:
         f.write(CHAT_TEMPLATE)
     return folder
@@ -163,3 +169,24 @@ class HFMimiCodec:
         out = audio[state["emitted"]:]
         state["emitted"] = audio.size
         return out
+
+
+def hf_codes(model: Any, processor: Any, conversations: list, max_new_tokens: int, **kw: Any) -> list[np.ndarray]:
+    """transformers' ``generate`` frames ``[frames, num_codebooks]`` of each conversation (one batch, left
+    padded), each cut at its end frame (the end frame and the padding after it are not audio)."""
+    inputs = processor.apply_chat_template(conversations, tokenize=True, return_dict=True)
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=max_new_tokens, **kw)
+    eos = model.config.codebook_eos_token_id
+    res = []
+    for row in out.numpy():
+        end = next((i for i, f in enumerate(row) if (f[:-1] == eos).all()), len(row))
+        res.append(row[:end])
+    return res
+
+
+def conversation(text: str, speaker: int = 0, context: list | None = None) -> list:
+    """A processor conversation: ``context`` turns ``(speaker, text, waveform)`` then ``text`` by ``speaker``."""
+    conv = [{"role": str(s), "content": [{"type": "text", "text": t}, {"type": "audio", "path": a}]}
+            for s, t, a in (context or [])]
+    return conv + [{"role": str(speaker), "content": [{"type": "text", "text": text}]}]

@@ -80,6 +80,13 @@ class CsmPipelineModel(PipelineModel):
     weight_adapters = WEIGHT_ADAPTERS
     default_max_batch = 8
 
+    @staticmethod
+    def pipeline_class() -> type:
+        """The pipeline the registry builds for this model (``PipelineTask.AUDIO_GENERATION``)."""
+        from max.pipelines.architectures.csm.pipeline import CsmPipeline
+
+        return CsmPipeline
+
     def __init__(self, pipeline_config: Any, session: Any, huggingface_config: Any, encoding: Any, devices: list,
                  kv_cache_config: Any, weights: Any, adapter: Any, return_logits: Any) -> None:
         super().__init__(pipeline_config, session, huggingface_config, encoding, devices, kv_cache_config, weights,
