@@ -44,6 +44,11 @@ DEFAULT_CHAT_TEMPLATE = (
 
 _ids = itertools.count()
 
+OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")
+"""OpenAI's voice names, taken as CSM speaker ids 0, 1, ... in this order (so clients that only know those
+names can pick a speaker)."""
+MAX_SPEAKER = 31
+
 
 @dataclass
 class Turn:
@@ -106,6 +111,22 @@ class CsmPipeline:
     @property
     def max_new_frames(self) -> int:
         return self.settings.max_new_frames
+
+    @staticmethod
+    def voices() -> list[str]:
+        """The ``voice`` values :meth:`speaker_for_voice` accepts."""
+        return [f"0..{MAX_SPEAKER} (speaker ids)", *OPENAI_VOICES]
+
+    @staticmethod
+    def speaker_for_voice(voice: str) -> int:
+        """The speaker id of an API ``voice``: a speaker id (``"0"``, ``"1"`` ...) or an OpenAI voice name."""
+        v = str(voice).strip().lower()
+        if v.isdigit() and int(v) <= MAX_SPEAKER:
+            return int(v)
+        if v in OPENAI_VOICES:
+            return OPENAI_VOICES.index(v)
+        raise InvalidRequest(f"unknown voice {voice!r}: use a speaker id 0..{MAX_SPEAKER} or one of "
+                             f"{', '.join(OPENAI_VOICES)}", param="voice")
 
     def default_sampling(self, seed: Optional[int] = None) -> SamplingParams:
         """The checkpoint's own backbone sampling as ``SamplingParams`` (``temperature`` 0: greedy)."""
