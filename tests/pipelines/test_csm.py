@@ -175,3 +175,29 @@ def test_registry_lists_and_resolves_csm(tiny):
     arch = PIPELINE_REGISTRY.architectures["CsmForConditionalGeneration"]
     assert arch.task is PipelineTask.AUDIO_GENERATION
     assert arch.pipeline_model.pipeline_class() is CsmPipeline
+
+
+def test_max_generate_writes_the_speech(tiny, tmp_path, monkeypatch):
+    import soundfile
+    from click.testing import CliRunner
+
+    from max.entrypoints.cli import main
+    from max.pipelines.architectures.csm import codec
+
+    pipe = tiny[0]
+    monkeypatch.setattr(codec, "CODEC_CLASS", _CODEC)
+    folder = str(pipe.pipeline_config.model_config.model_path)
+    out = tmp_path / "x.wav"
+    r = CliRunner().invoke(main, ["generate", "--model-path", folder, "--prompt", "Hello there world", "--voice", "2",
+                                  "--max-new-tokens", "5", "--output", str(out), "--devices", "cpu"])
+    assert r.exit_code == 0, r.output
+    data, rate = soundfile.read(str(out), dtype="float32")
+    (ref,) = pipe.generate([pipe.new_context("Hello there world", 2, max_new_frames=5)])
+    assert rate == pipe.sample_rate
+    np.testing.assert_allclose(data, np.clip(ref, -1, 1), atol=1 / 32767)  # 16-bit WAV
+    bad = CliRunner().invoke(main, ["generate", "--model-path", folder, "--prompt", "hi", "--voice", "nobody",
+                                    "--output", str(tmp_path / "y.wav"), "--devices", "cpu"])
+    assert bad.exit_code == 2 and "--voice" in bad.output
+    bad = CliRunner().invoke(main, ["generate", "--model-path", folder, "--prompt", "hi",
+                                    "--output", str(tmp_path / "y.ogg"), "--devices", "cpu"])
+    assert bad.exit_code == 2 and "--output" in bad.output
