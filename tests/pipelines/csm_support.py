@@ -78,9 +78,10 @@ def _randomize(model: torch.nn.Module, std: float = 0.3) -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def make_csm_dir(root: str, **generation: Any) -> str:
+def make_csm_dir(root: str, sizes: str = "", **generation: Any) -> str:
     """A saved tiny CSM folder (config, safetensors weights, tokenizer with the chat template, generation
-    config with greedy depth decoding unless ``generation`` says otherwise)."""
+    config with greedy depth decoding unless ``generation`` says otherwise).  ``sizes``: JSON of
+    :func:`csm_config` overrides (``"depth"``: the depth decoder's; ``"std"``: the weights' scale)."""
     from transformers import CsmForConditionalGeneration
 
     folder = os.path.join(root, "csm-tiny")
@@ -89,8 +90,10 @@ def make_csm_dir(root: str, **generation: Any) -> str:
     os.makedirs(folder, exist_ok=True)
     tok = _tokenizer(folder)
     torch.manual_seed(0)
-    model = CsmForConditionalGeneration(csm_config(tok)).eval()
-    _randomize(model)
+    over = json.loads(sizes) if sizes else {}
+    std = float(over.pop("std", 0.3))
+    model = CsmForConditionalGeneration(csm_config(tok, **over)).eval()
+    _randomize(model, std)
     gen = dict(do_sample=False, max_new_tokens=24, depth_decoder_do_sample=False)
     gen.update(generation)
     for k, v in gen.items():
