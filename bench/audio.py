@@ -110,8 +110,8 @@ def _tts_child(side: str, model_dir: str, repeat: int, frames: int, threads: int
         from max.pipelines.architectures.csm.pipeline import CsmPipeline
 
         codec.CODEC_CLASS = cs.HFMimiCodec  # the same codec on both sides until the native Mimi is merged
-        pipe = CsmPipeline(PipelineConfig(model_path=model_dir, device_specs="cpu", max_batch_size=4),
-                           chunk_frames=(frames,))
+        pipe = CsmPipeline(PipelineConfig(model_path=model_dir, device_specs="cpu", max_batch_size=4,
+                                          **({"num_threads": threads} if threads else {})), chunk_frames=(frames,))
         sr = pipe.sample_rate
 
         def run(texts: list) -> tuple:

@@ -7,13 +7,15 @@
   embedding), ``input_row_offsets`` uint32 ``[batch + 1]``, then the cache's inputs.  Llama layers
   (``common.layers``), final RMSNorm; outputs each request's last normed hidden state float32 ``[batch,
   hidden]`` and its codebook-0 logits float32 ``[batch, codebook_vocab]``.
-- **Depth decoder graph** (no cache: a frame's sequence is at most ``num_codebooks + 1`` long and is
-  recomputed each step): ``ids`` int64 ``[batch, s]`` (position 0 a placeholder, position ``p >= 1`` the
-  code of codebook ``p - 1`` offset by ``(p - 1) * codebook_vocab``), ``hidden`` float32 ``[batch,
-  backbone_hidden]`` (placed at position 0), ``positions`` int64 ``[batch * s]`` (0..s-1 per row),
-  ``mask`` float32 ``[s, s]`` (additive causal mask), ``first`` float32 ``[s, 1]`` (1 at position 0),
-  ``last`` int64 ``[1]`` (= s - 1); output float32 logits ``[batch, codebook_vocab]`` of codebook ``s - 1``
-  (the head of position ``s - 1``: ``codebooks_head.weight[s - 2]``).
+- **Depth decoder graph** (a small transient cache per frame, as transformers' depth decoder keeps one: the
+  first call computes positions 0 (the backbone state) and 1 (codebook 0), each later call one position):
+  ``ids`` int64 ``[batch, n]`` (position ``p >= 1`` holds the code of codebook ``p - 1`` offset by ``(p - 1) *
+  codebook_vocab``; position 0 a placeholder), ``hidden`` float32 ``[batch, backbone_hidden]`` (placed at
+  position 0), ``positions`` int64 ``[batch * n]``, ``mask`` float32 ``[n, past + n]`` (additive causal),
+  ``first`` float32 ``[n, 1]`` (1 where the position is 0), ``last`` int64 ``[1]`` (= n - 1), ``head`` int64
+  ``[1]`` (the codebook of the last position minus 1: its ``codebooks_head`` entry), ``past_k`` / ``past_v``
+  ``[layers, batch, kv_heads, past, head_dim]``; outputs float32 logits ``[batch, codebook_vocab]`` of the next
+  codebook and the keys / values ``[layers, batch, kv_heads, past + n, head_dim]`` for the next call.
 """
 
 from __future__ import annotations
@@ -81,7 +83,8 @@ class _DepthAttention(Module):
         self.v_proj = f.linear(f"{p}.v_proj", d, self.Hkv * self.D, cfg.attention_bias)
         self.o_proj = f.linear(f"{p}.o_proj", self.H * self.D, d, False)
 
-    def __call__(self, x: TensorValue, cos: TensorValue, sin: TensorValue, mask: TensorValue) -> TensorValue:
+    def __call__(self, x: TensorValue, cos: TensorValue, sin: TensorValue, mask: TensorValue, past_k: TensorValue,
+                 past_v: TensorValue) -> tuple[TensorValue, TensorValue, TensorValue]:
         b, s = x.shape[0], x.shape[1]
         D = self.D
 
@@ -92,14 +95,16 @@ class _DepthAttention(Module):
             return ops.transpose(ops.reshape(y, [b, s, n, D]), 1, 2)  # [b, n, s, D]
 
         q = heads(self.q_proj(x), self.H, True)
-        k = heads(self.k_proj(x), self.Hkv, True)
-        v = heads(self.v_proj(x), self.Hkv, False)
+        k_all = ops.concat([past_k, heads(self.k_proj(x), self.Hkv, True)], axis=2)
+        v_all = ops.concat([past_v, heads(self.v_proj(x), self.Hkv, False)], axis=2)
+        k, v = k_all, v_all
         if self.H != self.Hkv:
             k = ops.repeat_interleave(k, self.H // self.Hkv, axis=1)
             v = ops.repeat_interleave(v, self.H // self.Hkv, axis=1)
-        scores = ops.cast(q @ ops.transpose(k, -1, -2), DType.float32) * (1.0 / math.sqrt(D)) + mask
+        m = ops.rebind(mask, [s, k.shape[2]], "the mask covers the past and the new positions")
+        scores = ops.cast(q @ ops.transpose(k, -1, -2), DType.float32) * (1.0 / math.sqrt(D)) + m
         o = ops.cast(ops.softmax(scores), v.dtype) @ v  # [b, H, s, D]
-        return self.o_proj(ops.reshape(ops.transpose(o, 1, 2), [b, s, self.H * D]))
+        return self.o_proj(ops.reshape(ops.transpose(o, 1, 2), [b, s, self.H * D])), k_all, v_all
 
 
 class _DepthLayer(Module):
@@ -112,9 +117,11 @@ class _DepthLayer(Module):
         self.input_layernorm = rms_norm(cfg, cfg.hidden_size, f.dtype)
         self.post_attention_layernorm = rms_norm(cfg, cfg.hidden_size, f.dtype)
 
-    def __call__(self, x: TensorValue, cos: TensorValue, sin: TensorValue, mask: TensorValue) -> TensorValue:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def __call__(self, x: TensorValue, cos: TensorValue, sin: TensorValue, mask: TensorValue, past_k: TensorValue,
+                 past_v: TensorValue) -> tuple[TensorValue, TensorValue, TensorValue]:
+        a, k, v = self.self_attn(self.input_layernorm(x), cos, sin, mask, past_k, past_v)
+        x = x + a
+        return x + self.mlp(self.post_attention_layernorm(x)), k, v
 
 
 class _CodebooksHead(Module):
@@ -142,18 +149,22 @@ class DepthDecoder(Module):
         f.check_paths(self)
 
     def __call__(self, ids: TensorValue, hidden: TensorValue, positions: TensorValue, mask: TensorValue,
-                 first: TensorValue, last: TensorValue) -> TensorValue:
-        e = self.embed_tokens(ids)  # [b, s, backbone_hidden]
+                 first: TensorValue, last: TensorValue, head: TensorValue, past_k: TensorValue,
+                 past_v: TensorValue) -> tuple[TensorValue, TensorValue, TensorValue]:
+        e = self.embed_tokens(ids)  # [b, n, backbone_hidden]
         h = ops.unsqueeze(ops.cast(hidden, e.dtype), 1)
         f = ops.cast(first, e.dtype)
         x = self.inputs_embeds_projector(e * (1.0 - f) + h * f)
         cos, sin = ragged_rope_tables(self.rope.table.freqs_cis, positions)
-        for layer in self.layers:
-            x = layer(x, cos, sin, mask)
+        ks, vs = [], []
+        for i, layer in enumerate(self.layers):
+            x, k, v = layer(x, cos, sin, mask, past_k[i], past_v[i])
+            ks.append(k)
+            vs.append(v)
         x = self.norm(ops.reshape(ops.gather(x, last, axis=1), [x.shape[0], self.c.depth.hidden_size]))
-        w = ops.gather(self.codebooks_head.weight, last - 1, axis=0)  # [1, hidden, vocab]
+        w = ops.gather(self.codebooks_head.weight, head, axis=0)  # [1, hidden, vocab]
         w = ops.reshape(w, [self.c.depth.hidden_size, self.c.codebook_vocab])
-        return ops.cast(x @ w, DType.float32)
+        return ops.cast(x @ w, DType.float32), ops.stack(ks, axis=0), ops.stack(vs, axis=0)
 
 
 def build_backbone_graph(model: Backbone, kv_symbols: list, device: DeviceRef) -> Graph:
@@ -170,12 +181,17 @@ def build_backbone_graph(model: Backbone, kv_symbols: list, device: DeviceRef) -
 
 def build_depth_graph(model: DepthDecoder, device: DeviceRef) -> Graph:
     c = model.c
-    types = [TensorType(DType.int64, ["batch", "s"], device),
+    d = c.depth
+    cache = TensorType(model.embed_tokens.weight.dtype, [d.num_hidden_layers, "batch", d.num_key_value_heads, "past",
+                                                         d.head_dim], device)
+    types = [TensorType(DType.int64, ["batch", "n"], device),
              TensorType(DType.float32, ["batch", c.backbone.hidden_size], device),
-             TensorType(DType.int64, ["bs"], device),
-             TensorType(DType.float32, ["s", "s"], device),
-             TensorType(DType.float32, ["s", 1], device),
-             TensorType(DType.int64, [1], device)]
+             TensorType(DType.int64, ["bn"], device),
+             TensorType(DType.float32, ["n", "past_and_n"], device),
+             TensorType(DType.float32, ["n", 1], device),
+             TensorType(DType.int64, [1], device),
+             TensorType(DType.int64, [1], device),
+             cache, cache]
     with Graph(f"{c.backbone.architecture}.depth_decoder", input_types=types) as g:
-        g.output(model(*(v.tensor for v in g.inputs)))
+        g.output(*model(*(v.tensor for v in g.inputs)))
     return g

@@ -252,17 +252,12 @@ class CsmPipeline:
             if not mgr.contains(c.request_id):
                 mgr.external_claim(c.request_id)
         hidden, logits = model.backbone_step(ctxs, [self._rows(c) for c in ctxs])
-        N = cfg.num_codebooks
-        codes = np.zeros((len(ctxs), N), np.int64)
         back = [sampling_of(c.sampling_params, self.settings.backbone) for c in ctxs]
         depth = [self.settings.depth if b.do_sample else b for b in back]
         gens = [self._generator(c) for c in ctxs]
-        for i in range(len(ctxs)):
-            codes[i, 0] = choose(logits[i], back[i], gens[i])
-        for k in range(1, N):
-            lg = model.depth_logits(codes[:, :k], hidden)
-            for i in range(len(ctxs)):
-                codes[i, k] = choose(lg[i], depth[i], gens[i])
+        c0 = np.array([choose(logits[i], back[i], gens[i]) for i in range(len(ctxs))], np.int64)
+        codes = model.depth_frame(hidden, c0, lambda k, lg: np.array(
+            [choose(lg[i], depth[i], gens[i]) for i in range(len(ctxs))], np.int64))
         for c, frame in zip(ctxs, codes):
             if (frame[:-1] == cfg.codebook_eos_token_id).all():
                 c.status = GenerationStatus.END_OF_SEQUENCE

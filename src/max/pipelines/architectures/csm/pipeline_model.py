@@ -129,11 +129,11 @@ class CsmPipelineModel(PipelineModel):
         symbols = list(self.kv_manager.input_symbols()[0])
         self.backbone = session.load(build_backbone_graph(backbone, symbols, dev), weights_registry=backbone.state_dict())
         self.depth = session.load(build_depth_graph(depth, dev), weights_registry=depth.state_dict())
+        self._depth_dtype = dt.to_torch()
         self.compile_seconds = time.perf_counter() - t1
         n = c.num_codebooks
         self._offsets = (np.arange(n, dtype=np.int64) * c.codebook_vocab)[None, :]
-        s = n + 1
-        self._mask = np.triu(np.full((s, s), -np.inf, np.float32), 1)
+        self._mask = np.triu(np.full((n + 1, n + 1), -np.inf, np.float32), 1)
 
     @classmethod
     def calculate_max_seq_len(cls, pipeline_config: Any, huggingface_config: Any) -> int:
@@ -162,20 +162,33 @@ class CsmPipelineModel(PipelineModel):
                                                self._buffer(offsets), *kv)
         return hidden._torch().float(), logits._torch().float()
 
-    def depth_logits(self, codes: np.ndarray, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits float32 ``[batch, codebook_vocab]`` of codebook ``k`` given each row's backbone hidden state
-        and its codes ``[batch, k]`` of codebooks 0..k-1."""
-        b, k = codes.shape
-        s = k + 1
-        ids = np.zeros((b, s), np.int64)
-        ids[:, 1:] = codes + self._offsets[:, :k]
-        positions = np.tile(np.arange(s, dtype=np.int64), b)
-        first = np.zeros((s, 1), np.float32)
-        first[0] = 1.0
-        (logits,) = self.depth.execute(self._buffer(ids), self._buffer(hidden.contiguous()),
-                                       self._buffer(positions), self._buffer(np.ascontiguousarray(self._mask[:s, :s])),
-                                       self._buffer(first), self._buffer(np.array([k], np.int64)))
-        return logits._torch().float()
+    def depth_frame(self, hidden: torch.Tensor, c0: np.ndarray, pick: Any) -> np.ndarray:
+        """Each row's frame ``[batch, num_codebooks]``: codebook 0 is ``c0``; codebook ``k`` is
+        ``pick(k, logits [batch, codebook_vocab])`` (an int array ``[batch]``), from the depth decoder run over
+        the backbone's ``hidden`` state and codebooks 0..k-1 (with a cache kept for this frame only)."""
+        c, d = self.config, self.config.depth
+        b, N = hidden.shape[0], c.num_codebooks
+        codes = np.zeros((b, N), np.int64)
+        codes[:, 0] = c0
+        empty = torch.zeros((d.num_hidden_layers, b, d.num_key_value_heads, 0, d.head_dim), dtype=self._depth_dtype)
+        past_k, past_v = self._buffer(empty), self._buffer(empty)
+        h = self._buffer(hidden.contiguous())
+        ids = np.stack([np.zeros(b, np.int64), codes[:, 0]], axis=1)
+        for k in range(1, N):
+            n = ids.shape[1]
+            p = k + 1 - n  # positions already in the cache
+            mask = np.zeros((n, p + n), np.float32)
+            mask[:, p:] = self._mask[:n, :n]
+            first = np.zeros((n, 1), np.float32)
+            if p == 0:
+                first[0] = 1.0
+            positions = np.tile(np.arange(p, p + n, dtype=np.int64), b)
+            logits, past_k, past_v = self.depth.execute(
+                self._buffer(ids), h, self._buffer(positions), self._buffer(mask), self._buffer(first),
+                self._buffer(np.array([n - 1], np.int64)), self._buffer(np.array([k - 1], np.int64)), past_k, past_v)
+            codes[:, k] = pick(k, logits._torch().float())
+            ids = (codes[:, k] + k * c.codebook_vocab)[:, None]
+        return codes
 
     # ------------------------------------------------------------------ PipelineModel contract
     def prepare_initial_token_inputs(self, context_batch: Sequence[Any], kv_cache_inputs: Any = None,
