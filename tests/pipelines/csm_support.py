@@ -39,7 +39,8 @@ def csm_config(tokenizer: Any, **kw: Any) -> Any:
 
     depth = dict(num_codebooks=NUM_CODEBOOKS, backbone_hidden_size=32, vocab_size=CODEBOOK_VOCAB, hidden_size=24,
                  intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=6,
-                 max_position_embeddings=NUM_CODEBOOKS + 1, rope_parameters={"rope_type": "default", "rope_theta": 500.0})
+                 max_position_embeddings=NUM_CODEBOOKS + 1,
+                 rope_parameters={"rope_type": "default", "rope_theta": 500.0})
     depth.update(kw.pop("depth", {}))
     args = dict(num_codebooks=NUM_CODEBOOKS, vocab_size=CODEBOOK_VOCAB, text_vocab_size=len(tokenizer), hidden_size=32,
                 intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,

