@@ -80,10 +80,16 @@ def test_voice_context_equals_generate(tiny):
     pipe, hf, proc = tiny
     from max.pipelines.architectures.csm.pipeline import Turn
 
-    wav = _wave(0.6)
-    ctx = pipe.new_context("Say it again", 1, [Turn(1, "first words", wav)], max_new_frames=6)
+    wav, other = _wave(0.6), _wave(0.3, seed=1)
+    turns = [(0, "an earlier turn", other), (1, "first words", wav)]
+    ctx = pipe.new_context("Say it again", 1, [Turn(*t) for t in turns], max_new_frames=6)
     frames = pipe.codec.encode(wav)
-    assert ctx.audio_prompt_tokens.size == frames.size  # one <|AUDIO|> position per codec frame
+    # one <|AUDIO|> position per codec frame of each context audio, in order
+    assert ctx.audio_prompt_tokens.size == pipe.codec.encode(other).size + frames.size
+    (ours,) = _run(pipe, [ctx])
+    (ref,) = cs.hf_codes(hf, proc, [cs.conversation("Say it again", 1, turns)], 6)
+    np.testing.assert_array_equal(ours, ref)
+    ctx = pipe.new_context("Say it again", 1, [Turn(1, "first words", wav)], max_new_frames=6)
     (ours,) = _run(pipe, [ctx])
     (ref,) = cs.hf_codes(hf, proc, [cs.conversation("Say it again", 1, [(1, "first words", wav)])], 6)
     np.testing.assert_array_equal(ours, ref)
