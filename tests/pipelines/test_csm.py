@@ -123,6 +123,12 @@ def test_seeded_sampling_equals_generate(tmp_path):
         runs.append(_run(pipe, [ctx])[0])
     np.testing.assert_array_equal(runs[0], runs[1])
     assert not np.array_equal(runs[0], runs[2])
+    # batched, each request keeps its own generator: the same draws as alone
+    ctxs = [pipe.new_context("Hello there world", 0, sampling_params=pipe.default_sampling(s), max_new_frames=8)
+            for s in (2, 1)]
+    both = _run(pipe, ctxs)
+    np.testing.assert_array_equal(both[0], runs[2])
+    np.testing.assert_array_equal(both[1], runs[0])
     torch.manual_seed(1)
     (ref,) = cs.hf_codes(hf, proc, [cs.conversation("Hello there world")], 8)
     np.testing.assert_array_equal(runs[0], ref)

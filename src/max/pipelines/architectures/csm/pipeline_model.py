@@ -67,10 +67,11 @@ def _hf_dict(pipeline_config: Any) -> dict:
 
 
 def _numpy(w: Any) -> np.ndarray:
-    if isinstance(w, np.ndarray):
-        return w
-    t = w.data() if hasattr(w, "data") and callable(w.data) else w
-    return t.to_numpy() if hasattr(t, "to_numpy") else np.asarray(t)
+    """A checkpoint tensor for the codec: float32 for 16-bit floats (bfloat16 has no numpy type of its own)."""
+    if not isinstance(w, np.ndarray):
+        t = w.data() if hasattr(w, "data") and callable(w.data) else w
+        w = t.to_numpy() if hasattr(t, "to_numpy") else np.asarray(t)
+    return w.astype(np.float32) if w.dtype.name in ("bfloat16", "float16") else w
 
 
 class CsmPipelineModel(PipelineModel):
