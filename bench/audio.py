@@ -8,6 +8,7 @@ Each side runs in its own process (so each peak RSS is its own): load, one warm-
 over a batch of 4 clips at once.  Both sides compute the features (log-mel) inside the timing.
 
 Run: .venv/bin/python bench/audio.py [--threads N] [--repeat R] [--tokens T]
+     .venv/bin/python bench/audio.py --tts [--frames F]   (text to speech: CSM, see ``tts_main``)
 """
 
 from __future__ import annotations
@@ -79,6 +80,113 @@ def _child(side: str, model_dir: str, wav: str, repeat: int, tokens: int, thread
     return res
 
 
+CSM_SIZES = dict(
+    num_codebooks=32, vocab_size=2048, hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
+    num_attention_heads=8, num_key_value_heads=4, head_dim=64, max_position_embeddings=1024,
+    codebook_pad_token_id=2047, std=0.05,
+    depth=dict(num_codebooks=32, backbone_hidden_size=512, vocab_size=2048, hidden_size=256, intermediate_size=768,
+               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+               max_position_embeddings=33),
+)
+"""A small CSM (csm-1b's 32 codebooks of Mimi's 2048 codes, a 4-layer 512-wide backbone, a 2-layer 256-wide depth
+decoder; Mimi at its 24 kHz / 12.5 Hz framing with a 2-layer transformer)."""
+
+TTS_TEXTS = ["Text to speech turns written words into sound.", "A second voice answers after a short pause.",
+             "Streaming sends the first audio early.", "The last request of the batch is here."]
+
+
+def _tts_child(side: str, model_dir: str, repeat: int, frames: int, threads: int | None) -> dict:
+    import numpy as np
+    import torch
+
+    from pipelines import csm_support as cs
+
+    if threads:
+        torch.set_num_threads(threads)
+    t0 = time.perf_counter()
+    if side == "libremax":
+        from max.pipelines import PipelineConfig
+        from max.pipelines.architectures.csm import codec
+        from max.pipelines.architectures.csm.pipeline import CsmPipeline
+
+        codec.CODEC_CLASS = None  # libremax's own Mimi (transformers decodes with its MimiModel)
+        pipe = CsmPipeline(PipelineConfig(model_path=model_dir, device_specs="cpu", max_batch_size=4,
+                                          **({"num_threads": threads} if threads else {})), chunk_frames=(frames,))
+        sr = pipe.sample_rate
+
+        def run(texts: list) -> tuple:
+            ctxs = [pipe.new_context(t, i % 4, max_new_frames=frames) for i, t in enumerate(texts)]
+            audio = pipe.generate(ctxs)
+            return [pipe.frames(c).tolist() for c in ctxs], sum(a.size for a in audio)
+    else:
+        model = cs.hf_model(model_dir)
+        proc = cs.hf_processor(model_dir)
+        sr = model.config.codec_config.sampling_rate
+
+        @torch.inference_mode()
+        def run(texts: list) -> tuple:
+            codes = cs.hf_codes(model, proc, [cs.conversation(t, i % 4) for i, t in enumerate(texts)], frames)
+            n = 0
+            for c in codes:
+                n += model.codec_model.decode(torch.as_tensor(c.T)[None]).audio_values.shape[-1]
+            return [c.tolist() for c in codes], n
+    load = time.perf_counter() - t0
+    first, samples = run(TTS_TEXTS[:1])
+    res: dict = {"load_s": load, "frames": first[0], "audio_s": samples / sr}
+    for name, texts in (("one", TTS_TEXTS[:1]), ("batch4", TTS_TEXTS)):
+        times = []
+        for _ in range(repeat):
+            t = time.perf_counter()
+            _, n = run(texts)
+            times.append(time.perf_counter() - t)
+        res[name] = statistics.median(times)
+        res[name + "_audio_s"] = n / sr
+    res["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    _ = np
+    return res
+
+
+def tts_main(args: argparse.Namespace) -> None:
+    """``--tts``: CSM text-to-speech real-time factor, libremax's ``CsmPipeline`` beside transformers'
+    ``CsmForConditionalGeneration.generate`` + Mimi decode, greedy, the same frames, each in its own process."""
+    import tempfile
+
+    import torch
+    from _common import table
+
+    sys.path.insert(0, os.path.join(HERE, ".."))  # csm_support imports tests.pipelines
+    from pipelines import csm_support as cs
+
+    from transformers import MimiConfig
+
+    sizes = dict(CSM_SIZES, codec_config=MimiConfig(num_hidden_layers=2, codebook_size=2048).to_dict())
+    model_dir = cs.make_csm_dir(tempfile.mkdtemp(), json.dumps(sizes, sort_keys=True))
+    results = {}
+    for side in ("libremax", "transformers"):
+        cmd = [sys.executable, __file__, "--tts", "--side", side, "--model-dir", model_dir, "--repeat",
+               str(args.repeat), "--frames", str(args.frames)]
+        if args.threads:
+            cmd += ["--threads", str(args.threads)]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(HERE, "..", "src"), os.path.join(HERE, ".."),
+                                                           os.environ.get("PYTHONPATH", "")]))
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+        results[side] = json.loads(out.strip().splitlines()[-1])
+    ours, hf = results["libremax"], results["transformers"]
+    rows = []
+    for name, n in (("one", 1), ("batch4", 4)):
+        a = ours[name + "_audio_s"]
+        rows.append((f"{n} x {a / n:.1f} s", f"{ours[name] / a:.4f}", f"{hf[name] / hf[name + '_audio_s']:.4f}",
+                     f"{(hf[name] / hf[name + '_audio_s']) / (ours[name] / a):.2f}x"))
+    table(f"CSM text to speech (4-layer 512 backbone, 2-layer depth decoder, 32 codebooks, random weights, float32 "
+          f"CPU, ISA {_isa()}, {args.threads or torch.get_num_threads()} threads, {args.frames} frames, greedy, "
+          f"median of {args.repeat}; both decode with transformers' Mimi)", rows,
+          ("audio", "libremax RTF", "transformers RTF", "speed-up"))
+    print(f"\nframes equal: {ours['frames'] == hf['frames']} ({len(ours['frames'])} frames)")
+    print(f"peak RSS: libremax {ours['peak_rss_mib']:.0f} MiB, transformers {hf['peak_rss_mib']:.0f} MiB; "
+          f"load: libremax {ours['load_s']:.2f} s (weights + compile), transformers {hf['load_s']:.2f} s")
+    print("RTF = processing time / audio time (lower is faster); speed-up > 1 means libremax is faster.")
+
+
 def _isa() -> str:
     try:
         flags = open("/proc/cpuinfo").read()
@@ -95,7 +203,15 @@ def main() -> None:
     ap.add_argument("--side", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--wav", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--tts", action="store_true", help="CSM text to speech instead of Whisper")
+    ap.add_argument("--frames", type=int, default=50, help="--tts: audio frames (80 ms each) per request")
     args = ap.parse_args()
+    if args.tts:
+        if args.side:
+            print(json.dumps(_tts_child(args.side, args.model_dir, args.repeat, args.frames, args.threads)))
+        else:
+            tts_main(args)
+        return
     if args.side:
         print(json.dumps(_child(args.side, args.model_dir, args.wav, args.repeat, args.tokens, args.threads)))
         return

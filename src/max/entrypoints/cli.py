@@ -217,6 +217,11 @@ def _sampling_params(**kw: Any) -> Any:
 @click.option("--json-object", is_flag=True, help="Constrain the output to a JSON object.")
 @click.option("--regex", default=None, help="Constrain the output to match this regular expression.")
 @click.option("--grammar", default=None, help="Constrain the output with a Lark or GBNF grammar (text or file).")
+@click.option("--output", default=None, metavar="PATH",
+              help="Text-to-speech models (CSM): write the speech of --prompt here (.wav, .flac or .mp3); "
+                   "--max-new-tokens counts audio frames (80 ms each).")
+@click.option("--voice", default="0", show_default=True,
+              help="Text-to-speech models: the voice (a speaker id, or an OpenAI voice name mapped to one).")
 def generate(model_path: Any, quantization_encoding: Any, devices: str, max_length: Any, max_batch_size: Any,
              prefill_chunk_size: Any, enable_prefix_caching: bool, kv_cache_memory: Any, device_memory_utilization: Any,
              draft_model_path: Any, num_speculative_tokens: Any, num_threads: Any,
@@ -224,10 +229,18 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
              prompt: str, chat: bool, images: tuple, max_new_tokens: int, temperature: float, top_k: int,
              top_p: float, min_p: float,
              frequency_penalty: float, presence_penalty: float, repetition_penalty: float, seed: Any,
-             json_schema: Any, json_object: bool, regex: Any, grammar: Any, **speculative: Any) -> None:
+             json_schema: Any, json_object: bool, regex: Any, grammar: Any, output: Any = None, voice: str = "0",
+             **speculative: Any) -> None:
     """Generate a continuation of --prompt (or, with --chat, the model's reply to it) and print it,
-    then the prompt size, load time, time to first token, time per token and throughput."""
+    then the prompt size, load time, time to first token, time per token and throughput.  For a
+    text-to-speech model (CSM): write the speech of --prompt to --output."""
     t0 = time.perf_counter()
+    if output is not None or _is_speech_model(model_path):
+        sampled = click.get_current_context().get_parameter_source("temperature") != \
+            click.core.ParameterSource.DEFAULT
+        _generate_speech(model_path, devices, max_length, prompt, output, voice, max_new_tokens,
+                         (temperature, top_k, top_p) if sampled else None, seed)
+        return
     response_format = _response_format(json_schema, json_object, regex, grammar)
     params = _sampling_params(top_k=top_k, top_p=top_p, min_p=min_p, temperature=temperature,
                               frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
@@ -290,6 +303,78 @@ def generate(model_path: Any, quantization_encoding: Any, devices: str, max_leng
         click.echo(f"Draft acceptance rate: {spec.acceptance_rate:.1%} ({spec.draft_tokens_accepted} of "
                    f"{spec.draft_tokens_proposed} draft tokens); {spec.tokens_per_round:.2f} tokens per target "
                    "step", err=True)
+
+
+def _is_speech_model(model_path: Any) -> bool:
+    """Whether ``model_path`` holds a text-to-speech model (its ``config.json`` names a registered
+    ``AUDIO_GENERATION`` architecture)."""
+    import json
+    import os
+
+    from max.interfaces import PipelineTask
+    from max.pipelines.lib.registry import PIPELINE_REGISTRY, register_all_models
+
+    p = os.path.join(str(model_path or ""), "config.json")
+    if not model_path or not os.path.isfile(p):
+        return False
+    try:
+        with open(p) as f:
+            names = json.load(f).get("architectures") or []
+    except (OSError, ValueError):
+        return False
+    register_all_models()
+    archs = PIPELINE_REGISTRY.architectures
+    return any(n in archs and archs[n].task is PipelineTask.AUDIO_GENERATION for n in names)
+
+
+def _generate_speech(model_path: Any, devices: str, max_length: Any, prompt: str, output: Any, voice: str,
+                     max_new_frames: int, sampling: Any, seed: Any) -> None:
+    """``max generate --output``: the speech of ``prompt`` as an audio file (format from its extension)."""
+    import os
+
+    from max.interfaces import PipelineTask, SamplingParams
+    from max.interfaces.errors import InvalidRequest
+    from max.pipelines.lib.registry import PIPELINE_REGISTRY
+
+    if output is None:
+        raise click.UsageError("this is a text-to-speech model: give --output PATH (.wav, .flac or .mp3)")
+    ext = os.path.splitext(str(output))[1].lower().lstrip(".")
+    if ext not in ("wav", "flac", "mp3"):
+        raise click.BadParameter(f"the file name must end in .wav, .flac or .mp3, got {output!r}",
+                                 param_hint="--output")
+    if not _is_speech_model(model_path):
+        raise click.BadParameter("--output is for text-to-speech models; this model generates text",
+                                 param_hint="--output")
+    t0 = time.perf_counter()
+    try:
+        cfg = build_config(model_path, None, devices, max_length, None)
+        click.echo(f"Loading {cfg.model_config.model_path} ...", err=True)
+        _, pipe = PIPELINE_REGISTRY.retrieve(cfg, task=PipelineTask.AUDIO_GENERATION)
+        speaker = pipe.speaker_for_voice(voice)
+        if sampling is None:
+            params = pipe.default_sampling(seed)
+        else:
+            t, k, p = sampling
+            params = SamplingParams(temperature=t, top_k=k if k else -1, top_p=p,
+                                    **({"seed": seed} if seed is not None else {}))
+        ctx = pipe.new_context(prompt, speaker, sampling_params=params, max_new_frames=max_new_frames)
+    except InvalidRequest as e:
+        hint = {"voice": "--voice", "input": "--prompt"}.get(e.param or "", "--prompt")
+        raise click.BadParameter(e.detail, param_hint=hint) from None
+    except (ValueError, FileNotFoundError, TypeError, NotImplementedError) as e:
+        raise click.ClickException(str(e)) from None
+    t1 = time.perf_counter()
+    (audio,) = pipe.generate([ctx])
+    t2 = time.perf_counter()
+    import numpy as np
+    import soundfile
+
+    soundfile.write(str(output), np.clip(audio, -1.0, 1.0), pipe.sample_rate, format=ext.upper())
+    seconds = audio.size / float(pipe.sample_rate)
+    rtf = (t2 - t1) / seconds if seconds else float("nan")
+    click.echo(f"Wrote {output}: {seconds:.2f} s of audio ({len(pipe.frames(ctx))} frames, {pipe.sample_rate} Hz)",
+               err=True)
+    click.echo(f"Load: {t1 - t0:.2f} s  generate: {t2 - t1:.2f} s  real-time factor: {rtf:.2f}", err=True)
 
 
 def _length_notice(n: int, max_new_tokens: int, response_format: Any) -> str:

@@ -35,7 +35,7 @@ def create_app(model_name: str, *, generator: Optional[GenerationEngine] = None,
                embedder: Optional[EmbeddingsEngine] = None, api_key: Optional[str] = None,
                metrics: Optional[ServeMetrics] = None, aliases: Any = (), tool_parser: Optional[str] = None,
                reasoning_parser: Optional[str] = None, allowed_origins: Optional[Sequence[str]] = None,
-               transcriber: Optional[TranscriptionEngine] = None) -> FastAPI:
+               transcriber: Optional[TranscriptionEngine] = None, speaker: Any = None) -> FastAPI:
     """The FastAPI app serving ``generator`` (chat / completions) or ``embedder`` (embeddings).
 
     The app starts the engines on startup (the generator's scheduler thread) and stops them on
@@ -45,8 +45,8 @@ def create_app(model_name: str, *, generator: Optional[GenerationEngine] = None,
     (:mod:`max.serve.reasoning`); ``allowed_origins`` (e.g. ``["*"]`` or ``["http://localhost:3000"]``)
     turns on CORS for those browser origins (none by default: browsers then refuse cross-origin calls).
     """
-    if generator is None and embedder is None and transcriber is None:
-        raise ValueError("create_app: give a generator, an embedder or a transcriber")
+    if generator is None and embedder is None and transcriber is None and speaker is None:
+        raise ValueError("create_app: give a generator, an embedder, a transcriber or a speaker")
     metrics = metrics or ServeMetrics()
     if generator is not None:
         metrics.bind(generator.scheduler, generator.kv_manager)
@@ -60,7 +60,8 @@ def create_app(model_name: str, *, generator: Optional[GenerationEngine] = None,
                      tool_parser=tool_parser)
     state.reasoning_parser = check_reasoning_parser(reasoning_parser)
     state.transcriber = transcriber
-    engines = [e for e in (generator, embedder, transcriber) if e is not None]
+    state.speaker = speaker  # a SpeechEngine: /v1/audio/speech
+    engines = [e for e in (generator, embedder, transcriber, speaker) if e is not None]
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -79,6 +79,13 @@ def _build_app(pipeline_config: Any, *, served_model_name: Optional[str], api_ke
         return create_app(name, transcriber=engine, api_key=api_key, metrics=metrics, aliases=aliases,
                           **{k: v for k, v in app_options.items() if k == "allowed_origins"})
     task = model_task(pipeline_config)
+    if task == PipelineTask.AUDIO_GENERATION:  # text to speech (CSM): /v1/audio/speech
+        from max.serve.speech_engine import SpeechEngine
+
+        _, pipeline = PIPELINE_REGISTRY.retrieve(pipeline_config, task=PipelineTask.AUDIO_GENERATION)
+        return create_app(name, speaker=SpeechEngine(pipeline, pipeline_config.max_batch_size or 8), api_key=api_key,
+                          metrics=metrics, aliases=aliases,
+                          **{k: v for k, v in app_options.items() if k == "allowed_origins"})
     if task == PipelineTask.EMBEDDINGS_GENERATION:
         tokenizer, pipeline = PIPELINE_REGISTRY.retrieve(pipeline_config, task=PipelineTask.EMBEDDINGS_GENERATION)
         engine = EmbeddingsEngine(pipeline, max_length=getattr(tokenizer, "max_length", None))

@@ -36,6 +36,7 @@ class AppState:
     replicated: bool = False  # one of several replicas behind one endpoint (Ray Serve)
     reasoning_parser: Optional[str] = None  # deepseek_r1 / qwen3: <think> text to reasoning_content
     transcriber: Optional[TranscriptionEngine] = None
+    speaker: Optional[Any] = None  # a SpeechEngine (text to speech): /v1/audio/speech
 
     def check_model(self, name: Optional[str]) -> None:
         """404 for a model this server does not serve; with LoRA, 400 naming ``model`` for an adapter
@@ -56,6 +57,9 @@ class AppState:
         return name if lora is not None and lora.has(name) else None
 
     def need_generator(self, path: str) -> GenerationEngine:
+        if self.generator is None and self.speaker is not None:
+            raise APIError(400, f"the model '{self.model_name}' is a text-to-speech model; {path} is not available "
+                           "(use /v1/audio/speech)", param="model", code="model_not_supported")
         if self.generator is None and self.transcriber is not None:
             raise APIError(400, f"the model '{self.model_name}' is a speech recognition model; {path} is not "
                            "available (use /v1/audio/transcriptions or /v1/audio/translations)", param="model",

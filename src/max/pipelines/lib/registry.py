@@ -274,7 +274,8 @@ class PipelineRegistry:
         if arch.task != PipelineTask(task):
             raise ValueError(f"architecture {arch.name} serves task {arch.task.value!r}, not {PipelineTask(task).value!r}")
         tokenizer = self.retrieve_tokenizer(pipeline_config, override_architecture=arch.name)
-        pipeline_cls = get_pipeline_for_task(arch.task, pipeline_config)
+        own = getattr(arch.pipeline_model, "pipeline_class", None)  # a model that brings its own pipeline (CSM)
+        pipeline_cls = own() if callable(own) else get_pipeline_for_task(arch.task, pipeline_config)
 
         def factory() -> Any:
             return pipeline_cls(
