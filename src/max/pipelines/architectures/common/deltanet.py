@@ -130,6 +130,7 @@ class GatedAttention(DecoderAttention):
         self.softcap = None
         self.sinks = None
         self.block_groups = None
+        self.chunk = 0  # no chunked local attention
 
     def __call__(self, layer_idx: Any, x: TensorValue, kv_collection: Any, freqs_cis: Any,
                  input_row_offsets: TensorValue) -> TensorValue:
