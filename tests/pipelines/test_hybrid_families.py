@@ -1,7 +1,8 @@
 """Hybrid (recurrent-state) families against transformers on tiny random checkpoints made with their own
 config classes: logits of a ragged prefill + decode steps alone and batched, the same prompt split into
 chunks (chunked prefill carries the state), greedy tokens through the scheduler alone and batched, every
-KV page and state slot freed; prefix caching is off for them; LoRA refused."""
+KV page and state slot freed; a prefix-cache hit restores the recurrent state from its snapshot (logits and
+greedy tokens still those of transformers, alone and batched); LoRA refused."""
 
 from __future__ import annotations
 
@@ -133,20 +134,54 @@ def test_logits_alone_batched_and_chunked(family):
 
 
 @pytest.mark.parametrize("family", sorted(HYBRID))
-def test_greedy_alone_batched_and_prefix_reuse_off(family):
+def test_greedy_alone_batched_and_with_prefix_cache_hits(family):
     _, model, tok = tiny(family)
     llm = llm_of(family)
     mgr = llm.pipeline.kv_managers[0]
-    assert not mgr.params.enable_prefix_caching  # asked for, refused: no K/V reuse without the state
-    assert "recurrent state" in mgr.describe()
+    mgr.reset_prefix_cache()
+    assert mgr.params.enable_prefix_caching and mgr.state_snapshots_total == 4
+    assert "prefix-cache snapshots" in mgr.describe()
     prompts = ["def forward(self, x): return x + 1; " * 2, "import os"]
-    want = [hf_greedy(model, tok(p)["input_ids"], 8) for p in prompts]
+    ids = [tok(p)["input_ids"] for p in prompts]
+    assert len(ids[0]) > 16 and len(ids[0]) % 16  # its prompt step ends at a page boundary: a snapshot there
+    want = [hf_greedy(model, i, 8) for i in ids]
+    hits, restores = mgr.prefix_cache_hit_tokens, mgr.state_snapshot_restores
     assert scheduled_greedy(llm, prompts[:1], 8) == want[:1]
+    assert mgr.prefix_cache_hit_tokens == hits and mgr.state_snapshots_used >= 1
+    # the same prompt again, batched with another: its pages and state come from the cache
     assert scheduled_greedy(llm, prompts, 8) == want
-    # the same long prompt again: no prefix-cache hit, identical tokens
-    assert scheduled_greedy(llm, prompts[:1], 8) == want[:1]
-    assert mgr.prefix_cache_hit_tokens == 0
+    hits = mgr.prefix_cache_hit_tokens
+    assert hits >= 16 and mgr.state_snapshot_restores == restores + 1
+    # a longer prompt sharing the first one's prefix, alone and beside a second sharing it too
+    longer = [prompts[0] + "import sys", prompts[0] + "y = 2"]
+    want2 = [hf_greedy(model, tok(p)["input_ids"], 8) for p in longer]
+    assert scheduled_greedy(llm, longer[:1], 8) == want2[:1]
+    assert scheduled_greedy(llm, longer, 8) == want2
+    assert mgr.prefix_cache_hit_tokens >= hits + 3 * 16 and mgr.state_snapshot_restores == restores + 4
     _free(mgr)
+    mgr.reset_prefix_cache()
+    assert mgr.state_snapshots_used == 0
+
+
+@pytest.mark.parametrize("family", ["granitemoehybrid", "lfm2", "mamba2", "qwen3_5"])
+def test_logits_after_a_prefix_cache_hit(family):
+    """A prompt whose first page the cache holds (with the state snapshot at its end) gives every step's
+    logits of transformers, alone and batched."""
+    _, model, tok = tiny(family)
+    llm = llm_of(family)
+    mgr = llm.pipeline.kv_managers[0]
+    mgr.reset_prefix_cache()
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, len(tok), 21).tolist()
+    b = rng.integers(0, len(tok), 6).tolist()
+    hits, restores = mgr.prefix_cache_hit_tokens, mgr.state_snapshot_restores
+    _steps(llm, model, {"a": a}, n_decode=1, chunk=16)  # the state passes position 16: a snapshot
+    assert mgr.state_snapshots_used == 1 and mgr.prefix_cache_hit_tokens == hits
+    _steps(llm, model, {"a2": a[:18] + b}, n_decode=2)
+    assert mgr.prefix_cache_hit_tokens == hits + 16
+    _steps(llm, model, {"b": b, "a3": a + b}, n_decode=2)
+    assert mgr.prefix_cache_hit_tokens == hits + 32 and mgr.state_snapshot_restores == restores + 2
+    mgr.reset_prefix_cache()
 
 
 def test_scheduler_chunked_prefill_and_soak_leave_no_slot_in_use():
