@@ -313,4 +313,19 @@ LMX_INLINE void lmx_add_biases(int64_t M, int nw, const int64_t *N, const int64_
                 for (int64_t n = 0; n < N[i]; n++) y[m * y_stride + offs[i] + n] += bias[i][n];
 }
 
+
+/* Dot product with 8 partial sums (the compiler vectorises them; their order is fixed, so results do not
+   depend on the ISA variant beyond float rounding of the partial sums). */
+LMX_INLINE float lmx_dot8(const float *a, const float *b, int64_t n) {
+    float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) part[j] += a[i + j] * b[i + j];
+    float s = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+LMX_INLINE float lmx_silu(float v) { return v / (1.0f + expf(-v)); }
+
 #endif
