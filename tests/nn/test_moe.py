@@ -121,29 +121,31 @@ def test_native_experts_kernel_every_isa(isa):
 
     so = native.lib(isa)
     rng = np.random.default_rng(3)
-    T2, H2, I2, E2, K2 = 5, 19, 13, 7, 3
-    xfull = rng.standard_normal((T2, H2 + 4)).astype(np.float32)
-    x = xfull[:, :H2]
-    ids = rng.integers(0, 4, (T2, K2)).astype(np.int64)
-    ids[0] = [2, 2, 1]
-    w = rng.random((T2, K2)).astype(np.float32)
-    g, u = (rng.standard_normal((E2, I2, H2)).astype(np.float32) * 0.3 for _ in range(2))
-    d = rng.standard_normal((E2, H2, I2)).astype(np.float32) * 0.3
-    db = rng.standard_normal((E2, H2)).astype(np.float32)
-    h = np.empty((T2 * K2, I2), np.float32)
-    y = np.empty((T2 * K2, H2), np.float32)
-    out = np.empty((T2, H2), np.float32)
+    # small (one thread), then large enough for the threads to split the experts' rows
+    for T2, H2, I2, E2, K2 in ((5, 19, 13, 7, 3), (8, 67, 45, 5, 2)):
+        xfull = rng.standard_normal((T2, H2 + 4)).astype(np.float32)
+        x = xfull[:, :H2]
+        ids = rng.integers(0, E2 - 1, (T2, K2)).astype(np.int64)  # the last expert unused
+        ids[0, :2] = 2
+        w = rng.random((T2, K2)).astype(np.float32)
+        g, u = (rng.standard_normal((E2, I2, H2)).astype(np.float32) * 0.3 for _ in range(2))
+        d = rng.standard_normal((E2, H2, I2)).astype(np.float32) * 0.3
+        db = rng.standard_normal((E2, H2)).astype(np.float32)
+        ws = np.empty(T2 * K2 * (2 * H2 + 3 * I2), np.float32)
+        out = np.empty((T2, H2), np.float32)
 
-    def call(ids_):
-        return so.lmx_moe_ffn(T2, H2, I2, K2, E2, xfull.ctypes.data, H2 + 4, ids_.ctypes.data, w.ctypes.data,
-                              g.ctypes.data, u.ctypes.data, d.ctypes.data, None, None, db.ctypes.data, 0, 1.702, 7.0,
-                              h.ctypes.data, y.ctypes.data, out.ctypes.data)
+        def call(ids_):
+            return so.lmx_moe_ffn(T2, H2, I2, K2, E2, xfull.ctypes.data, H2 + 4, ids_.ctypes.data, w.ctypes.data,
+                                  g.ctypes.data, u.ctypes.data, d.ctypes.data, None, None, db.ctypes.data, 0, 1.702,
+                                  7.0, ws.ctypes.data, out.ctypes.data)
 
-    assert call(ids) == 0
-    np.testing.assert_allclose(out, _ref_ffn(x, ids, w, g, u, d, "silu", biases=(None, None, db)),
-                               rtol=1e-5, atol=1e-5)
+        assert call(ids) == 0
+        np.testing.assert_allclose(out, _ref_ffn(x, ids, w, g, u, d, "silu", biases=(None, None, db)),
+                                   rtol=1e-5, atol=1e-5)
     bad = ids.copy()
     bad[2, 1] = E2
+    assert call(bad) == 1
+    bad[2, 1] = -1
     assert call(bad) == 1
 
 

@@ -134,8 +134,7 @@ def _native_ffn(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, gate:
     x = x if x.stride(1) == 1 else x.contiguous()
     ids = ids.to(torch.int64).contiguous()
     weights, gate, up, down, gb, ub, db = (c(t) for t in (weights, gate, up, down, gb, ub, db))
-    h = torch.empty(T * k, I, dtype=torch.float32)
-    y = torch.empty(T * k, H, dtype=torch.float32)
+    ws = torch.empty(T * k * (2 * H + 3 * I), dtype=torch.float32)
     out = torch.empty(T, H, dtype=torch.float32)
 
     def ptr(t: torch.Tensor | None) -> int | None:
@@ -143,7 +142,7 @@ def _native_ffn(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, gate:
 
     rc = so.lmx_moe_ffn(T, H, I, k, E, x.data_ptr(), x.stride(0), ids.data_ptr(), weights.data_ptr(),
                         gate.data_ptr(), up.data_ptr(), down.data_ptr(), ptr(gb), ptr(ub), ptr(db),
-                        _ACT_CODE[activation], alpha, limit, h.data_ptr(), y.data_ptr(), out.data_ptr())
+                        _ACT_CODE[activation], alpha, limit, ws.data_ptr(), out.data_ptr())
     if rc == 1:
         raise ValueError(f"moe_experts_ffn: an expert id is outside [0, {E})")
     if rc:

@@ -299,6 +299,8 @@ int64_t lmx_block_elems(int kind);
 int lmx_dequant_row(int kind, const uint8_t *src, float *dst, int64_t n);
 void lmx_rmsnorm(const float *x, int64_t M, int64_t K, int64_t xs, const float *w, float eps, float *out, int64_t os);
 int lmx_prenorm(const float **x, int64_t *xs, int64_t M, int64_t K, const float *w, float eps);
+void lmx_dense_rows(int kind, const uint8_t *w, int64_t rb, int64_t r0, int64_t r1, const float *x, int64_t xs,
+                    int64_t M, int64_t K, float *y, int64_t ys);
 
 /* y[m, offs[i] + n] += bias[i][n] for every weight i that has a bias.  Called by every thread of the
    matmul entries' parallel region once their columns are written (the barrier waits for all). */
