@@ -208,10 +208,11 @@ class HybridKVCacheManager(PagedKVCacheManager):
         from max.nn.kv_cache.sizing import format_bytes
 
         per = sum(s.nbytes for s in self.state_specs)
-        snaps = (f" + {self.num_snapshots} prefix-cache snapshots" if self.params.enable_prefix_caching
-                 else "; prefix caching off")
-        return (f"recurrent state: {self.num_slots} slots{snaps} x {format_bytes(per)} ({len(self.state_specs)} "
-                f"tensors) = {format_bytes(self.state_memory_bytes)}")
+        if self.params.enable_prefix_caching:
+            return (f"recurrent state: {self.num_slots} slots + {self.num_snapshots} prefix-cache snapshots x "
+                    f"{format_bytes(per)} ({len(self.state_specs)} tensors) = {format_bytes(self.state_memory_bytes)}")
+        return (f"recurrent state: {self.num_slots} slots x {format_bytes(per)} ({len(self.state_specs)} tensors) = "
+                f"{format_bytes(self.state_memory_bytes)}; prefix caching off")
 
     def describe(self) -> str:
         return f"{super().describe()}; {self.describe_state()}"
