@@ -95,9 +95,9 @@ def test_experts_ffn_matches_reference(act, tokens, bias):
     const = lambda a: None if a is None else ops.constant(a, DType.float32, cpu)  # noqa: E731
     types = [TensorType(DType.float32, [tokens, H], cpu), TensorType(DType.int64, [tokens, K], cpu),
              TensorType(DType.float32, [tokens, K], cpu)]
-    (out,) = run_graph(lambda a, b, c: moe_experts_ffn(a, b, c, const(g), const(u), const(d), gate_bias=const(biases[0]),
-                                                        up_bias=const(biases[1]), down_bias=const(biases[2]),
-                                                        activation=act),
+    (out,) = run_graph(lambda a, b, c: moe_experts_ffn(a, b, c, const(g), const(u), const(d),
+                                                        gate_bias=const(biases[0]), up_bias=const(biases[1]),
+                                                        down_bias=const(biases[2]), activation=act),
                        types, x, ids, w)
     np.testing.assert_allclose(out, _ref_ffn(x, ids, w, g, u, d, act, biases=biases), rtol=1e-4, atol=1e-4)
 
