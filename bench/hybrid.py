@@ -162,7 +162,8 @@ def _measure(gen, prompts: list, n: int) -> dict:
 def child(args: argparse.Namespace) -> None:
     import torch
 
-    if args.threads:
+    if args.threads:  # both engines: libremax sizes its pool from LIBREMAX_NUM_THREADS when its session starts
+        os.environ["LIBREMAX_NUM_THREADS"] = str(args.threads)
         torch.set_num_threads(args.threads)
     fn = run_libremax if args.engine == "libremax" else run_transformers
     print("RESULT " + json.dumps(fn(args.path, args.new_tokens)))

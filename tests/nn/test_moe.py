@@ -1,4 +1,6 @@
-"""max.nn.MoE / MoEGate and their ops (moe_route, moe_experts_ffn) against a float64 numpy reference."""
+"""max.nn.MoE / MoEGate and their ops (moe_route, moe_experts_ffn) against a float64 numpy reference; the
+routed experts both through the native few-token kernel (lmx_moe_ffn, every ISA variant) and the grouped
+matmuls of longer batches."""
 
 from __future__ import annotations
 
@@ -38,18 +40,26 @@ def _ref_route(logits, k, routing, renormalize, scaling, n_group=1, topk_group=1
     return ids, w * scaling
 
 
-def _ref_ffn(x, ids, w, g, u, d, act="silu", alpha=1.702, limit=7.0):
+def _ref_ffn(x, ids, w, g, u, d, act="silu", alpha=1.702, limit=7.0, biases=(None, None, None)):
+    from math import erf
+
+    gb, ub, db = biases
     out = np.zeros_like(x, dtype=np.float64)
     for t in range(len(x)):
         for j in range(ids.shape[1]):
             e = ids[t, j]
             a, b = g[e] @ x[t], u[e] @ x[t]
+            a, b = a + (gb[e] if gb is not None else 0), b + (ub[e] if ub is not None else 0)
             if act == "silu":
                 h = a / (1 + np.exp(-a)) * b
+            elif act == "gelu_tanh":
+                h = 0.5 * a * (1 + np.tanh(np.sqrt(2 / np.pi) * (a + 0.044715 * a ** 3))) * b
+            elif act == "gelu":
+                h = 0.5 * a * (1 + np.vectorize(erf)(a / np.sqrt(2))) * b
             else:
                 a, b = np.minimum(a, limit), np.clip(b, -limit, limit)
                 h = (b + 1) * a / (1 + np.exp(-alpha * a))
-            out[t] += w[t, j] * (d[e] @ h)
+            out[t] += w[t, j] * (d[e] @ h + (db[e] if db is not None else 0))
     return out
 
 
@@ -67,21 +77,76 @@ def test_route_matches_reference(routing, renorm, scaling, groups):
     np.testing.assert_allclose(w, rw, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("act", ["silu", "swigluoai"])
-def test_experts_ffn_matches_reference(act):
+@pytest.mark.parametrize("act,tokens,bias", [("silu", T, False), ("swigluoai", T, True), ("gelu_tanh", 3, False),
+                                             ("gelu", 1, True), ("silu", 40, True), ("swigluoai", 40, False)])
+def test_experts_ffn_matches_reference(act, tokens, bias):
+    """A few tokens (at most NATIVE_MAX_PAIRS pairs: the native kernel) and a longer batch (grouped matmuls)."""
+    from max.engine.kernels.moe import NATIVE_MAX_PAIRS
+
+    assert (tokens * K <= NATIVE_MAX_PAIRS) == (tokens < 40)
     rng = np.random.default_rng(1)
-    x = rng.standard_normal((T, H)).astype(np.float32)
-    ids = rng.integers(0, E, (T, K)).astype(np.int64)
-    w = rng.random((T, K)).astype(np.float32)
+    x = rng.standard_normal((tokens, H)).astype(np.float32)
+    ids = rng.integers(0, E, (tokens, K)).astype(np.int64)
+    w = rng.random((tokens, K)).astype(np.float32)
     g, u = (rng.standard_normal((E, I, H)).astype(np.float32) * 0.3 for _ in range(2))
     d = rng.standard_normal((E, H, I)).astype(np.float32) * 0.3
-    types = [TensorType(DType.float32, [T, H], DeviceRef.CPU()), TensorType(DType.int64, [T, K], DeviceRef.CPU()),
-             TensorType(DType.float32, [T, K], DeviceRef.CPU())]
-    (out,) = run_graph(lambda a, b, c: moe_experts_ffn(a, b, c, ops.constant(g, DType.float32, DeviceRef.CPU()),
-                                                        ops.constant(u, DType.float32, DeviceRef.CPU()),
-                                                        ops.constant(d, DType.float32, DeviceRef.CPU()), activation=act),
+    biases = tuple(rng.standard_normal(s).astype(np.float32) if bias else None for s in ((E, I), (E, I), (E, H)))
+    cpu = DeviceRef.CPU()
+    const = lambda a: None if a is None else ops.constant(a, DType.float32, cpu)  # noqa: E731
+    types = [TensorType(DType.float32, [tokens, H], cpu), TensorType(DType.int64, [tokens, K], cpu),
+             TensorType(DType.float32, [tokens, K], cpu)]
+    (out,) = run_graph(lambda a, b, c: moe_experts_ffn(a, b, c, const(g), const(u), const(d),
+                                                        gate_bias=const(biases[0]), up_bias=const(biases[1]),
+                                                        down_bias=const(biases[2]), activation=act),
                        types, x, ids, w)
-    np.testing.assert_allclose(out, _ref_ffn(x, ids, w, g, u, d, act), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out, _ref_ffn(x, ids, w, g, u, d, act, biases=biases), rtol=1e-4, atol=1e-4)
+
+
+def _isas():
+    from max.engine import native
+
+    if native.lib() is None:  # pragma: no cover - no C compiler
+        return [pytest.param("none", marks=pytest.mark.skip(reason="native kernels unavailable"))]
+    from max.engine.native import build
+
+    return [pytest.param(v, marks=pytest.mark.skipif(v not in native.runnable(), reason=f"cannot execute {v}"))
+            for v in build.VARIANTS]
+
+
+@pytest.mark.parametrize("isa", _isas())
+def test_native_experts_kernel_every_isa(isa):
+    """lmx_moe_ffn in every ISA variant this CPU runs: odd sizes (tails after the 8-wide partial sums),
+    an expert used twice by one token, unused experts, a strided x; an expert id out of range is refused."""
+    from max.engine import native
+
+    so = native.lib(isa)
+    rng = np.random.default_rng(3)
+    # small (one thread), then large enough for the threads to split the experts' rows
+    for T2, H2, I2, E2, K2 in ((5, 19, 13, 7, 3), (8, 67, 45, 5, 2)):
+        xfull = rng.standard_normal((T2, H2 + 4)).astype(np.float32)
+        x = xfull[:, :H2]
+        ids = rng.integers(0, E2 - 1, (T2, K2)).astype(np.int64)  # the last expert unused
+        ids[0, :2] = 2
+        w = rng.random((T2, K2)).astype(np.float32)
+        g, u = (rng.standard_normal((E2, I2, H2)).astype(np.float32) * 0.3 for _ in range(2))
+        d = rng.standard_normal((E2, H2, I2)).astype(np.float32) * 0.3
+        db = rng.standard_normal((E2, H2)).astype(np.float32)
+        ws = np.empty(T2 * K2 * (2 * H2 + 3 * I2), np.float32)
+        out = np.empty((T2, H2), np.float32)
+
+        def call(ids_):
+            return so.lmx_moe_ffn(T2, H2, I2, K2, E2, xfull.ctypes.data, H2 + 4, ids_.ctypes.data, w.ctypes.data,
+                                  g.ctypes.data, u.ctypes.data, d.ctypes.data, None, None, db.ctypes.data, 0, 1.702,
+                                  7.0, ws.ctypes.data, out.ctypes.data)
+
+        assert call(ids) == 0
+        np.testing.assert_allclose(out, _ref_ffn(x, ids, w, g, u, d, "silu", biases=(None, None, db)),
+                                   rtol=1e-5, atol=1e-5)
+    bad = ids.copy()
+    bad[2, 1] = E2
+    assert call(bad) == 1
+    bad[2, 1] = -1
+    assert call(bad) == 1
 
 
 def test_moe_layer_with_shared_experts_matches_reference():

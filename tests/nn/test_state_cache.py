@@ -1,6 +1,8 @@
 """HybridKVCacheManager: state slots claimed and freed with the request (zeroed for a new one), the inputs
-it hands the graph, a rewound request refused, prefix caching switched off, one memory budget for pages and
-slots, the start-up line and /metrics gauges; a graph step updating only the batch's slots."""
+it hands the graph, a rewound request refused, prefix caching with state snapshots at page boundaries (a
+hit restores the snapshot, hits cut back to a snapshot, snapshots dropped with their pages and replaced
+least recently used first), one memory budget for pages, slots and snapshots, the start-up line and /metrics
+gauges; a graph step updating only the batch's slots."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from max.nn.kv_cache import (
     StateSpec,
     kv_cache_budget,
     state_bytes,
+    state_slots_for,
 )
 from test_kv_cache_context import FakeContext
 
@@ -29,8 +32,9 @@ def _mgr(max_batch: int = 3, prefix: bool = True, **kw) -> HybridKVCacheManager:
 
 
 def test_slots_follow_requests_and_are_zeroed():
-    m = _mgr()
-    assert not m.params.enable_prefix_caching  # asked for; refused for recurrent state
+    m = _mgr(prefix=False)
+    assert not m.params.enable_prefix_caching and m.num_snapshots == 0
+    assert not _mgr(num_snapshots=0).params.enable_prefix_caching  # no snapshots: no prefix caching
     m.claim("a")
     m.claim("b")
     sa, sb = m.slot_of("a"), m.slot_of("b")
@@ -82,10 +86,17 @@ def test_budget_covers_pages_and_state():
     assert got == 20 * page
     with pytest.raises(ValueError, match="recurrent-state slots alone"):
         kv_cache_budget(params, 1, 3, 32, [driver.CPU()], kv_cache_memory=st, state_bytes=st)
-    m = _mgr(available_cache_memory=got)
+    m = _mgr(prefix=False, available_cache_memory=got)
     assert m.total_num_pages == 20 and m.state_memory_bytes == st
     line = m.describe()
     assert "KV cache: 20 pages" in line and "recurrent state: 3 slots" in line and "prefix caching off" in line
+    # with prefix caching, the snapshots (one per request slot by default) come out of the same budget
+    assert state_slots_for(3, True) == 6 and state_slots_for(3, True, 5) == 8 and state_slots_for(3, False) == 3
+    m = _mgr(available_cache_memory=got)
+    assert m.state_memory_bytes == state_bytes(SPECS, 6) and m.state_snapshots_total == 3
+    assert "3 slots + 3 prefix-cache snapshots" in m.describe()
+    with pytest.raises(ValueError, match="num_snapshots"):
+        _mgr(num_snapshots=-1)
 
 
 def test_tensor_parallel_refused():
@@ -101,10 +112,14 @@ def test_metrics_report_state():
     sm = ServeMetrics()
     sm.bind(kv_manager=m)
     m.claim("a")
+    _run(m, FakeContext("a", list(range(8))))  # two full pages: a snapshot at position 8
     text = sm.render()[0].decode()
     assert "maxserve_state_cache_slots_used 1.0" in text
     assert "maxserve_state_cache_slots_total 3.0" in text
+    assert "maxserve_state_cache_snapshots_used 1.0" in text
+    assert "maxserve_state_cache_snapshots_total 3.0" in text
     assert f"maxserve_state_cache_capacity_bytes {float(m.state_memory_bytes)}" in text
+    assert m.state_memory_bytes == state_bytes(SPECS, 6)
 
 
 def test_graph_step_updates_only_the_batch_slots():
@@ -132,3 +147,114 @@ def test_graph_step_updates_only_the_batch_slots():
     np.testing.assert_array_equal(conv[m.slot_of("a")], x[2:4].T)
     assert not conv[m.slot_of("b")].any()
     np.testing.assert_allclose(y.to_numpy()[3], x[1:4].sum(0))
+
+
+# ------------------------------------------------------------------ prefix caching with state snapshots
+def _run(m, ctx, state=None):
+    """One step of ``ctx``'s pending tokens: fetch, write ``state`` (default: the position) into its slot as
+    the model would, advance the context, commit (``step``)."""
+    m.fetch([ctx])
+    slot = m.slot_of(ctx.request_id)
+    for buf in m.state_buffers:
+        buf._torch()[slot] = float(ctx.active_idx if state is None else state)
+    n = ctx.active_idx - ctx.start_idx
+    ctx.bump_token_indices(start_idx=n)
+    m.step([ctx])
+
+
+def _decode(m, ctx, tok):
+    ctx.tokens[ctx.end_idx] = tok
+    ctx.bump_token_indices(active_idx=1, end_idx=1)
+    _run(m, ctx)
+
+
+def test_snapshot_at_a_page_boundary_restores_the_state_with_the_pages():
+    m = _mgr()
+    prompt = list(range(10, 20))  # 10 tokens, pages of 4: boundaries 4 and 8
+    a = FakeContext("a", prompt)
+    m.claim("a")
+    assert m.snapshot_end(a) == 8  # the prompt's step ends at its last page boundary
+    a.set_token_indices(active_idx=8)
+    _run(m, a)
+    assert m.state_snapshots_used == 1 and m.state_snapshots_taken == 1
+    a.set_token_indices(active_idx=10)
+    assert m.snapshot_end(a) == 10
+    _run(m, a)  # state at 10: off a boundary, no snapshot
+    _decode(m, a, 5)
+    _decode(m, a, 6)  # state at 12: a snapshot at the third page's end
+    assert m.state_snapshots_used == 2
+    m.check_invariants()
+    # b shares a's first 9 tokens: pages 0-1 hit, its state comes from the snapshot at 8
+    b = FakeContext("b", prompt[:9] + [99, 98])
+    m.claim("b")
+    m.fetch([b])
+    assert b.start_idx == 8 and m.prefix_cache_hit_tokens == 8 and m.state_snapshot_restores == 1
+    assert m.get_req_blocks("b")[:2] == m.get_req_blocks("a")[:2]
+    for buf in m.state_buffers:
+        assert (buf._torch()[m.slot_of("b")] == 8.0).all()
+    m.check_invariants()
+    # c repeats a's 12 tokens and more: three pages hit (the snapshot at 12)
+    c = FakeContext("c", prompt + [5, 6, 7])
+    m.claim("c")
+    m.fetch([c])
+    assert c.start_idx == 12 and (m.state_buffers[0]._torch()[m.slot_of("c")] == 12.0).all()
+    for r in ("a", "b", "c"):
+        m.release(r)
+    assert m.num_free_pages == m.total_num_pages and m.state_slots_used == 0
+    m.check_invariants()
+
+
+def test_a_hit_is_cut_back_to_the_last_page_with_a_snapshot():
+    m = _mgr()
+    prompt = list(range(30, 43))  # 13 tokens
+    a = FakeContext("a", prompt)
+    m.claim("a")
+    _run(m, a)  # one step to 13: pages 0-2 cached, but the state passed no boundary
+    assert m.num_cached_pages == 3 and m.state_snapshots_used == 0
+    b = FakeContext("b", prompt)
+    m.claim("b")
+    m.fetch([b])
+    assert b.start_idx == 0 and m.prefix_cache_hit_tokens == 0  # K/V never reused without the state
+    m.release("b")
+    # a chunked second request reaches the boundary at 8: now a snapshot exists there
+    c = FakeContext("c", prompt)
+    m.claim("c")
+    c.set_token_indices(active_idx=8)
+    _run(m, c)
+    assert m.state_snapshots_used == 1
+    d = FakeContext("d", prompt)
+    m.claim("d")
+    assert m.reuse_cached_prefix(d) == 8  # pages 0-2 are cached, the snapshot stands at 8
+    assert (m.state_buffers[1]._torch()[m.slot_of("d")] == 8.0).all()
+    m.fetch([d])  # goes on from the restored state
+    m.check_invariants()
+
+
+def test_snapshots_leave_with_their_pages_and_least_recently_used_first():
+    m = _mgr(max_batch=2, num_snapshots=2, total_num_pages=8)
+    for i, rid in enumerate(("a", "b", "c")):
+        ctx = FakeContext(rid, [100 * i + t for t in range(4)])
+        m.claim(rid)
+        _run(m, ctx)  # one page, the state at its end
+        m.release(rid)
+    assert m.state_snapshots_used == 2 and m.state_snapshots_taken == 3  # a's replaced by c's
+    m.check_invariants()
+    a = FakeContext("a2", list(range(4)) + [1])
+    m.claim("a2")
+    m.fetch([a])
+    assert a.start_idx == 0  # a's page is cached, but its snapshot is gone
+    m.release("a2")
+    # filling the pool evicts the cached pages, and their snapshots with them
+    big = FakeContext("big", list(range(500, 532)))
+    m.claim("big")
+    m.fetch([big])
+    assert m.num_cached_pages == 0 and m.state_snapshots_used == 0
+    m.check_invariants()
+    m.release("big")
+    ctx = FakeContext("e", list(range(700, 704)))
+    m.claim("e")
+    _run(m, ctx)
+    assert m.state_snapshots_used == 1
+    m.reset_prefix_cache()
+    assert m.state_snapshots_used == 0
+    m.check_invariants()

@@ -1,7 +1,8 @@
 """Hybrid (recurrent-state) families against transformers on tiny random checkpoints made with their own
 config classes: logits of a ragged prefill + decode steps alone and batched, the same prompt split into
 chunks (chunked prefill carries the state), greedy tokens through the scheduler alone and batched, every
-KV page and state slot freed; prefix caching is off for them; LoRA refused."""
+KV page and state slot freed; a prefix-cache hit restores the recurrent state from its snapshot (logits and
+greedy tokens still those of transformers, alone and batched); LoRA refused."""
 
 from __future__ import annotations
 
@@ -133,20 +134,54 @@ def test_logits_alone_batched_and_chunked(family):
 
 
 @pytest.mark.parametrize("family", sorted(HYBRID))
-def test_greedy_alone_batched_and_prefix_reuse_off(family):
+def test_greedy_alone_batched_and_with_prefix_cache_hits(family):
     _, model, tok = tiny(family)
     llm = llm_of(family)
     mgr = llm.pipeline.kv_managers[0]
-    assert not mgr.params.enable_prefix_caching  # asked for, refused: no K/V reuse without the state
-    assert "recurrent state" in mgr.describe()
+    mgr.reset_prefix_cache()
+    assert mgr.params.enable_prefix_caching and mgr.state_snapshots_total == 4
+    assert "prefix-cache snapshots" in mgr.describe()
     prompts = ["def forward(self, x): return x + 1; " * 2, "import os"]
-    want = [hf_greedy(model, tok(p)["input_ids"], 8) for p in prompts]
+    ids = [tok(p)["input_ids"] for p in prompts]
+    assert len(ids[0]) > 16 and len(ids[0]) % 16  # its prompt step ends at a page boundary: a snapshot there
+    want = [hf_greedy(model, i, 8) for i in ids]
+    hits, restores = mgr.prefix_cache_hit_tokens, mgr.state_snapshot_restores
     assert scheduled_greedy(llm, prompts[:1], 8) == want[:1]
+    assert mgr.prefix_cache_hit_tokens == hits and mgr.state_snapshots_used >= 1
+    # the same prompt again, batched with another: its pages and state come from the cache
     assert scheduled_greedy(llm, prompts, 8) == want
-    # the same long prompt again: no prefix-cache hit, identical tokens
-    assert scheduled_greedy(llm, prompts[:1], 8) == want[:1]
-    assert mgr.prefix_cache_hit_tokens == 0
+    hits = mgr.prefix_cache_hit_tokens
+    assert hits >= 16 and mgr.state_snapshot_restores == restores + 1
+    # a longer prompt sharing the first one's prefix, alone and beside a second sharing it too
+    longer = [prompts[0] + "import sys", prompts[0] + "y = 2"]
+    want2 = [hf_greedy(model, tok(p)["input_ids"], 8) for p in longer]
+    assert scheduled_greedy(llm, longer[:1], 8) == want2[:1]
+    assert scheduled_greedy(llm, longer, 8) == want2
+    assert mgr.prefix_cache_hit_tokens >= hits + 3 * 16 and mgr.state_snapshot_restores == restores + 4
     _free(mgr)
+    mgr.reset_prefix_cache()
+    assert mgr.state_snapshots_used == 0
+
+
+@pytest.mark.parametrize("family", ["granitemoehybrid", "lfm2", "mamba2", "qwen3_5"])
+def test_logits_after_a_prefix_cache_hit(family):
+    """A prompt whose first page the cache holds (with the state snapshot at its end) gives every step's
+    logits of transformers, alone and batched."""
+    _, model, tok = tiny(family)
+    llm = llm_of(family)
+    mgr = llm.pipeline.kv_managers[0]
+    mgr.reset_prefix_cache()
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, len(tok), 21).tolist()
+    b = rng.integers(0, len(tok), 6).tolist()
+    hits, restores = mgr.prefix_cache_hit_tokens, mgr.state_snapshot_restores
+    _steps(llm, model, {"a": a}, n_decode=1, chunk=16)  # the state passes position 16: a snapshot
+    assert mgr.state_snapshots_used == 1 and mgr.prefix_cache_hit_tokens == hits
+    _steps(llm, model, {"a2": a[:18] + b}, n_decode=2)
+    assert mgr.prefix_cache_hit_tokens == hits + 16
+    _steps(llm, model, {"b": b, "a3": a + b}, n_decode=2)
+    assert mgr.prefix_cache_hit_tokens == hits + 32 and mgr.state_snapshot_restores == restores + 2
+    mgr.reset_prefix_cache()
 
 
 def test_scheduler_chunked_prefill_and_soak_leave_no_slot_in_use():
@@ -251,11 +286,31 @@ _LFM2_GGUF = {"operator_norm": "attn_norm", "ffn_norm": "ffn_norm", "feed_forwar
               "self_attn.k_layernorm": "attn_k_norm"}
 
 
+def _gguf_tokenizer(w, tok) -> None:
+    """The test tokenizer as llama.cpp's ``gpt2`` (byte-level BPE) tokenizer metadata."""
+    import json
+
+    tj = json.loads(tok.backend_tokenizer.to_str())
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list([t for t, _ in sorted(tj["model"]["vocab"].items(), key=lambda kv: kv[1])])
+    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]])
+    w.add_bos_token_id(tok.bos_token_id)
+    w.add_eos_token_id(tok.eos_token_id)
+
+
+def _write_gguf(w, path) -> str:
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)
+
+
 def test_lfm2_gguf_copy_matches_transformers(tmp_path):
     """The tiny LFM2 written as llama.cpp's converter names it (``shortconv.*`` with ``[hidden, L]`` conv
     weights, per-layer ``head_count_kv`` marking the attention layers, ``token_embd_norm``) loads through
     the GGUF translation and gives transformers' logits."""
-    import json
 
     gguf = pytest.importorskip("gguf")
     from max.entrypoints.llm import LLM
@@ -277,13 +332,7 @@ def test_lfm2_gguf_copy_matches_transformers(tmp_path):
     w.add_layer_norm_rms_eps(cfg.norm_eps)
     w.add_vocab_size(cfg.vocab_size)
     w.add_uint32("lfm2.shortconv.l_cache", cfg.conv_L_cache)
-    tj = json.loads(tok.backend_tokenizer.to_str())
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list([t for t, _ in sorted(tj["model"]["vocab"].items(), key=lambda kv: kv[1])])
-    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]])
-    w.add_bos_token_id(tok.bos_token_id)
-    w.add_eos_token_id(tok.eos_token_id)
+    _gguf_tokenizer(w, tok)
     for k, v in model.state_dict().items():
         a = v.detach().float().numpy().copy()
         if k == "lm_head.weight":
@@ -299,12 +348,62 @@ def test_lfm2_gguf_copy_matches_transformers(tmp_path):
             if mod == "conv.conv":
                 a = a.squeeze(1)
         w.add_tensor(name, a.astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    llm = LLM(PipelineConfig(model_path=path, max_length=128, max_batch_size=4, kv_cache_page_size=16))
+    llm = LLM(PipelineConfig(model_path=_write_gguf(w, path), max_length=128, max_batch_size=4,
+                             kv_cache_page_size=16))
     assert llm.pipeline_config.model_config.architectures == ["Lfm2ForCausalLM"]
+    rng = np.random.default_rng(1)
+    _steps(llm, model, {"a": rng.integers(0, len(tok), 20).tolist(), "b": rng.integers(0, len(tok), 5).tolist()},
+           n_decode=2)
+
+
+def test_mamba2_gguf_copy_matches_transformers(tmp_path):
+    """The tiny Mamba-2 written as llama.cpp's converter writes it -- tensor names from llama.cpp's own map
+    (``gguf.get_tensor_name_map``), ``dt_bias`` as ``ssm_dt.bias``, the conv squeezed to ``[channels,
+    kernel]``, ``ssm_a`` = -exp(A_log) and ``ssm_d`` as ``[heads, 1]``, the norm as ``[groups, inner /
+    groups]``, the SSM sizes under ``ssm.*`` -- loads as Mamba2ForCausalLM and gives transformers' logits."""
+    gguf = pytest.importorskip("gguf")
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    _, model, tok = tiny("mamba2")
+    cfg = model.config
+    inner = cfg.num_heads * cfg.head_dim
+    path = tmp_path / "tiny-mamba2.gguf"
+    w = gguf.GGUFWriter(str(path), "mamba2")
+    w.add_context_length(2 ** 20)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(0)
+    w.add_head_count(0)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_ssm_conv_kernel(cfg.conv_kernel)
+    w.add_ssm_inner_size(inner)
+    w.add_ssm_state_size(cfg.state_size)
+    w.add_ssm_time_step_rank(cfg.num_heads)
+    w.add_ssm_group_count(cfg.n_groups)
+    w.add_layer_norm_rms_eps(cfg.layer_norm_epsilon)
+    w.add_vocab_size(cfg.vocab_size)
+    _gguf_tokenizer(w, tok)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.MAMBA2, cfg.num_hidden_layers)
+    for k, v in model.state_dict().items():
+        if k == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue
+        a = v.detach().float()
+        if k.endswith(".dt_bias"):
+            k = k.replace(".dt_bias", ".dt_proj.bias")
+        if k.endswith(".conv1d.weight"):
+            a = a.squeeze(1)
+        elif k.endswith(".A_log"):
+            a = -torch.exp(a).reshape(-1, 1)
+        elif k.endswith(".D"):
+            a = a.reshape(-1, 1)
+        elif k.endswith(".mixer.norm.weight"):
+            a = a.reshape(cfg.n_groups, inner // cfg.n_groups)
+        name = names.get_name(k, try_suffixes=(".weight", ".bias"))
+        assert name is not None, k
+        w.add_tensor(name, a.numpy().astype(np.float32))
+    llm = LLM(PipelineConfig(model_path=_write_gguf(w, path), max_length=128, max_batch_size=4,
+                             kv_cache_page_size=16))
+    assert llm.pipeline_config.model_config.architectures == ["Mamba2ForCausalLM"]
     rng = np.random.default_rng(1)
     _steps(llm, model, {"a": rng.integers(0, len(tok), 20).tolist(), "b": rng.integers(0, len(tok), 5).tolist()},
            n_decode=2)

@@ -57,7 +57,12 @@ class ServeMetrics:
         self.state_total = Gauge(f"{PREFIX}_state_cache_slots_total", "Recurrent-state slots (hybrid models)",
                                  registry=r)
         self.state_bytes = Gauge(f"{PREFIX}_state_cache_capacity_bytes",
-                                 "Bytes of the recurrent-state slots (hybrid models; 0 otherwise)", registry=r)
+                                 "Bytes of the recurrent-state slots and snapshots (hybrid models; 0 otherwise)",
+                                 registry=r)
+        self.snap_used = Gauge(f"{PREFIX}_state_cache_snapshots_used",
+                               "Prefix-cache recurrent-state snapshots held (hybrid models)", registry=r)
+        self.snap_total = Gauge(f"{PREFIX}_state_cache_snapshots_total",
+                                "Prefix-cache recurrent-state snapshot slots (hybrid models)", registry=r)
 
     # ------------------------------------------------------------ live sources
     def bind(self, scheduler: Any = None, kv_manager: Any = None) -> None:
@@ -77,6 +82,8 @@ class ServeMetrics:
             self.state_used.set_function(_safe(lambda: getattr(kv_manager, "state_slots_used", 0)))
             self.state_total.set_function(_safe(lambda: getattr(kv_manager, "state_slots_total", 0)))
             self.state_bytes.set_function(_safe(lambda: getattr(kv_manager, "state_memory_bytes", 0)))
+            self.snap_used.set_function(_safe(lambda: getattr(kv_manager, "state_snapshots_used", 0)))
+            self.snap_total.set_function(_safe(lambda: getattr(kv_manager, "state_snapshots_total", 0)))
             self._bind_prefix_cache(kv_manager)
 
     def _bind_prefix_cache(self, kv: Any) -> None:

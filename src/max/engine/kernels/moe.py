@@ -1,4 +1,9 @@
-"""Kernels for ``max.nn.moe``: expert routing and the routed experts as grouped matmuls."""
+"""Kernels for ``max.nn.moe``: expert routing and the routed experts as grouped matmuls.
+
+``moe_experts_ffn`` over a few tokens (decode batches: at most ``NATIVE_MAX_PAIRS`` token/expert pairs)
+runs as one native call (``csrc/moe.c``: pairs grouped by expert in C, each expert's weight rows read once
+for its pairs, no host-side sort, gather or scatter-add) when the operands are float32 CPU tensors; longer
+batches (prefill) group the pairs and run one torch matmul per active expert."""
 
 from __future__ import annotations
 
@@ -101,6 +106,50 @@ def grouped_matmul_ragged(x: torch.Tensor, weight: torch.Tensor, starts: torch.T
     return grouped_matmul(x, weight, starts, expert_ids, n_active)
 
 
+NATIVE_MAX_PAIRS = 64
+"""Most token/expert pairs ``moe_experts_ffn`` runs through the native kernel (beyond: grouped matmuls)."""
+
+_ACT_CODE = {"silu": 0, "gelu_tanh": 1, "gelu": 2, "swigluoai": 3}
+
+
+def _native_ffn(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, gate: torch.Tensor, up: torch.Tensor,
+                down: torch.Tensor, gb: torch.Tensor | None, ub: torch.Tensor | None, db: torch.Tensor | None,
+                activation: str, alpha: float, limit: float) -> torch.Tensor | None:
+    """``moe_experts_ffn`` through ``lmx_moe_ffn``, or None when it cannot run there."""
+    ts = [t for t in (x, weights, gate, up, down, gb, ub, db) if t is not None]
+    if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in ts):
+        return None
+    from max.engine import native
+
+    so = native.lib()
+    if so is None:
+        return None
+    T, H = x.shape
+    E, I, _ = gate.shape
+    k = ids.shape[1]
+
+    def c(t: torch.Tensor | None) -> torch.Tensor | None:
+        return t if t is None or t.is_contiguous() else t.contiguous()
+
+    x = x if x.stride(1) == 1 else x.contiguous()
+    ids = ids.to(torch.int64).contiguous()
+    weights, gate, up, down, gb, ub, db = (c(t) for t in (weights, gate, up, down, gb, ub, db))
+    ws = torch.empty(T * k * (2 * H + 3 * I), dtype=torch.float32)
+    out = torch.empty(T, H, dtype=torch.float32)
+
+    def ptr(t: torch.Tensor | None) -> int | None:
+        return None if t is None else t.data_ptr()
+
+    rc = so.lmx_moe_ffn(T, H, I, k, E, x.data_ptr(), x.stride(0), ids.data_ptr(), weights.data_ptr(),
+                        gate.data_ptr(), up.data_ptr(), down.data_ptr(), ptr(gb), ptr(ub), ptr(db),
+                        _ACT_CODE[activation], alpha, limit, ws.data_ptr(), out.data_ptr())
+    if rc == 1:
+        raise ValueError(f"moe_experts_ffn: an expert id is outside [0, {E})")
+    if rc:
+        raise RuntimeError(f"moe_experts_ffn: native kernel failed with code {rc}")
+    return out
+
+
 @kernel("moe_experts_ffn")
 def moe_experts_ffn(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, gate: torch.Tensor, up: torch.Tensor,
                     down: torch.Tensor, *rest: torch.Tensor, activation: str, alpha: float, limit: float,
@@ -109,6 +158,10 @@ def moe_experts_ffn(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, g
     it = iter(rest)
     gb, ub, db = (next(it) if present else None for present in biases)
     k = ids.shape[1]
+    if ids.numel() <= NATIVE_MAX_PAIRS:
+        out = _native_ffn(x, ids, weights, gate, up, down, gb, ub, db, activation, alpha, limit)
+        if out is not None:
+            return out
     order, starts, _, eids, stats = create_indices(ids, gate.shape[0])
     order = order.to(torch.int64)
     n_active = int(stats[1])

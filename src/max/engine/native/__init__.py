@@ -75,6 +75,9 @@ def _declare(so: ctypes.CDLL) -> None:
     so.lmx_ssd_decode.restype = _INT
     so.lmx_gdr_decode.argtypes = [_I64, _I64, _I64, _I64, _P, _P, _P, _P, _P, _P, _P, _I64, _P]
     so.lmx_gdr_decode.restype = _INT
+    so.lmx_moe_ffn.argtypes = [_I64, _I64, _I64, _I64, _I64, _P, _I64, _P, _P, _P, _P, _P, _P, _P, _P, _INT, _F, _F,
+                               _P, _P]
+    so.lmx_moe_ffn.restype = _INT
     so.lmx_simd.argtypes = []
     so.lmx_simd.restype = ctypes.c_char_p
 

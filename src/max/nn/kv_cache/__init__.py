@@ -32,6 +32,7 @@ from max.nn.kv_cache.state_cache import (
     HybridKVCacheManager,
     StateSpec,
     state_bytes,
+    state_slots_for,
 )
 from max.nn.kv_cache.sizing import available_memory, format_bytes, kv_cache_budget, parse_memory_size
 
@@ -60,6 +61,7 @@ __all__ = [
     "HybridKVCacheManager",
     "StateSpec",
     "state_bytes",
+    "state_slots_for",
     "kv_cache_budget",
     "parse_memory_size",
 ]

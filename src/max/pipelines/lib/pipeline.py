@@ -397,14 +397,22 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
                 c.cache_salt = f"lora:{c.model_name}" if lora.has(getattr(c, "model_name", None)) else None
         chunked: dict[int, int] = {}
         reuse = getattr(mgr, "reuse_cached_prefix", None)
+        # a recurrent-state model ends a prompt's step at a page boundary, to snapshot its state there
+        snapshot_end = getattr(mgr, "snapshot_end", None)
         for i, c in enumerate(ctxs):
             n = plan.tokens_for(c.request_id)
-            if n is None or c.active_length <= n:
-                continue
-            if reuse is not None:
-                reuse(c)  # look the prefix cache up over the whole prompt before cutting it into chunks
-            if c.active_length > n:
-                end = _chunk_end(c, c.start_idx + n)
+            if n is not None and c.active_length > n:
+                if reuse is not None:
+                    reuse(c)  # look the prefix cache up over the whole prompt before cutting it into chunks
+                if c.active_length > n:
+                    end = _chunk_end(c, c.start_idx + n)
+                    if end < c.active_idx:
+                        chunked[i] = c.active_idx
+                        c.set_token_indices(active_idx=end)
+            elif snapshot_end is not None and c.active_length > 1:
+                if reuse is not None:
+                    reuse(c)
+                end = snapshot_end(c)
                 if end < c.active_idx:
                     chunked[i] = c.active_idx
                     c.set_token_indices(active_idx=end)

@@ -299,6 +299,8 @@ int64_t lmx_block_elems(int kind);
 int lmx_dequant_row(int kind, const uint8_t *src, float *dst, int64_t n);
 void lmx_rmsnorm(const float *x, int64_t M, int64_t K, int64_t xs, const float *w, float eps, float *out, int64_t os);
 int lmx_prenorm(const float **x, int64_t *xs, int64_t M, int64_t K, const float *w, float eps);
+void lmx_dense_rows(int kind, const uint8_t *w, int64_t rb, int64_t r0, int64_t r1, const float *x, int64_t xs,
+                    int64_t M, int64_t K, float *y, int64_t ys);
 
 /* y[m, offs[i] + n] += bias[i][n] for every weight i that has a bias.  Called by every thread of the
    matmul entries' parallel region once their columns are written (the barrier waits for all). */
@@ -312,5 +314,20 @@ LMX_INLINE void lmx_add_biases(int64_t M, int nw, const int64_t *N, const int64_
             if (bias[i])
                 for (int64_t n = 0; n < N[i]; n++) y[m * y_stride + offs[i] + n] += bias[i][n];
 }
+
+
+/* Dot product with 8 partial sums (the compiler vectorises them; their order is fixed, so results do not
+   depend on the ISA variant beyond float rounding of the partial sums). */
+LMX_INLINE float lmx_dot8(const float *a, const float *b, int64_t n) {
+    float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) part[j] += a[i + j] * b[i + j];
+    float s = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+LMX_INLINE float lmx_silu(float v) { return v / (1.0f + expf(-v)); }
 
 #endif

@@ -195,6 +195,13 @@ static void drows(int kind, const uint8_t *w, int64_t rb, int64_t r0, int64_t r1
         for (int64_t m = 0; m < M; m++) y[m * ys + r] = dot_scalar(kind, x + m * xs, w + r * rb, K);
 }
 
+/* Rows r0 .. r1 of one weight (kind, row stride rb bytes) against M activation rows: y[m, r] = x[m] . W[r]
+ * (the caller splits the rows between its threads; moe.c runs each expert's rows this way). */
+void lmx_dense_rows(int kind, const uint8_t *w, int64_t rb, int64_t r0, int64_t r1, const float *x, int64_t xs,
+                    int64_t M, int64_t K, float *y, int64_t ys) {
+    drows(kind, w, rb, r0, r1, x, xs, M, K, y, ys, 0);
+}
+
 /* y[M, sum(N)] = x[M, K] @ concat(W_i)^T (+ bias_i), W_i [N_i, K] float32/bfloat16/float16 with row
  * stride row_bytes[i].  Returns 0, -1 for a bad kind, -3 without memory. */
 LMX_API int lmx_dense_matmul(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,

@@ -3,22 +3,9 @@
  *
  * state slot s of a [num_slots, ...] buffer starts at state + slots[b] * slot_stride (elements).
  * Inner loops are plain element-wise loops the compiler vectorises; dot products over the state
- * dimension use 8 partial sums (exact order fixed, so results do not depend on the ISA variant beyond
- * float rounding of the partial sums). */
+ * dimension use 8 partial sums (lmx_dot8, common.h). */
 #include "common.h"
 #include <alloca.h>
-
-LMX_INLINE float lmx_dot8(const float *a, const float *b, int64_t n) {
-    float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) part[j] += a[i + j] * b[i + j];
-    float s = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-LMX_INLINE float lmx_silu(float v) { return v / (1.0f + expf(-v)); }
 
 /* Depthwise causal conv, one token per request: x [B, C] (row stride xs), w [C, K], bias [C] or NULL,
  * window [C, K-1] per slot (oldest first); y [B, C] (contiguous). */

@@ -314,14 +314,15 @@ class HybridPipelineModel(DecoderPipelineModel):
 
     def make_kv_manager(self, kv_params: KVCacheParams, max_batch: int, cfg: DecoderConfig, devices: list,
                         session: Any, kvc: Any) -> Any:
-        from max.nn.kv_cache import HybridKVCacheManager, kv_cache_budget, state_bytes
+        from max.nn.kv_cache import HybridKVCacheManager, kv_cache_budget, state_bytes, state_slots_for
 
         specs = self.state_specs(cfg)
         n_attn = max(1, len(self.attention_layers(cfg)))
         budget = kv_cache_budget(kv_params, n_attn, max_batch, self.max_seq_len, devices,
                                  kv_cache_memory=kvc.kv_cache_memory,
                                  device_memory_utilization=kvc.device_memory_utilization,
-                                 state_bytes=state_bytes(specs, max_batch))
+                                 state_bytes=state_bytes(specs, state_slots_for(
+                                     max_batch, kv_params.enable_prefix_caching)))
         return HybridKVCacheManager(kv_params, max_batch_size=max_batch, max_seq_len=self.max_seq_len,
                                     num_layers=n_attn, devices=devices, session=session,
                                     available_cache_memory=budget, state_specs=specs)

@@ -1,8 +1,10 @@
-"""Mamba-2 configuration from a Hugging Face ``config.json`` (``transformers.Mamba2Config``)."""
+"""Mamba-2 configuration from a Hugging Face ``config.json`` (``transformers.Mamba2Config``) or the metadata of
+a llama.cpp ``mamba2`` GGUF file."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 from max.pipelines.architectures.common.config import DecoderConfig, eos_ids
 
@@ -43,3 +45,31 @@ def config_from_hf(hf: dict) -> DecoderConfig:
         max_position_embeddings=int(c.get("max_position_embeddings") or MAX_POSITIONS),
         tie_word_embeddings=bool(c["tie_word_embeddings"]), bos_token_id=c.get("bos_token_id"),
         eos_token_ids=eos_ids(c.get("eos_token_id")), extra={"mamba": m})
+
+
+def config_from_gguf(meta: Any, *, defaults: bool = True) -> dict:
+    """The ``Mamba2Config`` dict of a ``mamba2`` GGUF file (``defaults=False``: only the keys it has).
+
+    llama.cpp's converter writes the SSM sizes under ``ssm.*``: ``inner_size`` (expand * hidden),
+    ``state_size``, ``time_step_rank`` (the number of heads), ``group_count``, ``conv_kernel``; the head
+    width is inner / heads.  Its ``context_length`` is a placeholder (2**20) and ``head_count`` is 0."""
+    g = meta.arch_get
+    names = {t.name for t in meta.tensors}
+    tokens = meta.get("tokenizer.ggml.tokens")
+    d: dict[str, Any] = dict(model_type="mamba2", architectures=["Mamba2ForCausalLM"],
+                             vocab_size=g("vocab_size") or (len(tokens) if tokens is not None else None),
+                             hidden_size=g("embedding_length"), num_hidden_layers=g("block_count"),
+                             layer_norm_epsilon=g("attention.layer_norm_rms_epsilon"), state_size=g("ssm.state_size"),
+                             num_heads=g("ssm.time_step_rank"), n_groups=g("ssm.group_count"),
+                             conv_kernel=g("ssm.conv_kernel"), tie_word_embeddings="output.weight" not in names,
+                             use_conv_bias="blk.0.ssm_conv1d.bias" in names, use_bias="blk.0.ssm_in.bias" in names,
+                             bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
+                             eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),
+                             pad_token_id=meta.get("tokenizer.ggml.padding_token_id"))
+    inner, heads, hidden = g("ssm.inner_size"), d["num_heads"], d["hidden_size"]
+    if inner is not None and heads:
+        d["head_dim"] = int(inner) // int(heads)
+    if inner is not None and hidden:
+        d["expand"] = int(inner) // int(hidden)
+    d = {k: v for k, v in d.items() if v is not None}
+    return {**HF_DEFAULTS, **d} if defaults else d
