@@ -1,0 +1,106 @@
+"""Hybrid (recurrent-state) families from GGUF files laid out as llama.cpp's converter writes them (its
+tensor names from ``gguf.constants`` / ``gguf.tensor_mapping``, its metadata keys, its layouts: ``A`` stored
+as ``-exp(A_log)``, conv weights squeezed, the group norm ``[G, I/G]``, Llama-permuted q/k where the family
+uses llama.cpp's NORM rope, Falcon-H1's multipliers folded in): the tiny random checkpoints of
+test_hybrid_families written so, loaded through the GGUF path, give transformers' logits and greedy tokens
+on the original model; a Q8_0 copy runs the quantised path."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nn"))
+
+transformers = pytest.importorskip("transformers")
+gguf = pytest.importorskip("gguf")
+import torch  # noqa: E402
+
+from family_support import hf_greedy, hf_next_logits, steps_against_hf  # noqa: E402
+from gguf_support import write_hybrid_gguf  # noqa: E402
+from support import scheduled_greedy  # noqa: E402
+from test_hybrid_families import HYBRID, tiny  # noqa: E402
+from test_kv_cache_context import FakeContext  # noqa: E402
+
+
+def _sd(model) -> dict[str, np.ndarray]:
+    return {k: v.detach().float().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def _ssm_tensors(out: dict, i: int, p: str, sd: dict, groups: int) -> None:
+    """A Mamba-2 mixer's tensors (HF prefix ``p``) as llama.cpp's converter writes them."""
+    out[f"blk.{i}.ssm_in.weight"] = sd[p + "in_proj.weight"]
+    out[f"blk.{i}.ssm_conv1d.weight"] = sd[p + "conv1d.weight"].squeeze(1)
+    if p + "conv1d.bias" in sd:
+        out[f"blk.{i}.ssm_conv1d.bias"] = sd[p + "conv1d.bias"]
+    out[f"blk.{i}.ssm_dt.bias"] = sd[p + "dt_bias"]
+    out[f"blk.{i}.ssm_a"] = -np.exp(sd[p + "A_log"].astype(np.float64)).astype(np.float32)[:, None]
+    out[f"blk.{i}.ssm_d"] = sd[p + "D"][:, None]
+    if p + "norm.weight" in sd:
+        out[f"blk.{i}.ssm_norm.weight"] = sd[p + "norm.weight"].reshape(groups, -1)
+    out[f"blk.{i}.ssm_out.weight"] = sd[p + "out_proj.weight"]
+
+
+def _ssm_keys(w, heads: int, head_dim: int, groups: int, state: int, kernel: int) -> None:
+    w.add_ssm_conv_kernel(kernel); w.add_ssm_inner_size(heads * head_dim); w.add_ssm_state_size(state)
+    w.add_ssm_time_step_rank(heads); w.add_ssm_group_count(groups)
+
+
+def _permute(w: np.ndarray, n_head: int) -> np.ndarray:  # llama.cpp's NORM-rope row layout for q/k
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def mamba2_gguf(path, model, tok, quant=None) -> str:
+    cfg, sd = model.config, _sd(model)
+    t = {"token_embd.weight": sd["backbone.embeddings.weight"], "output_norm.weight": sd["backbone.norm_f.weight"]}
+    if not cfg.tie_word_embeddings:
+        t["output.weight"] = sd["lm_head.weight"]
+    for i in range(cfg.num_hidden_layers):
+        t[f"blk.{i}.attn_norm.weight"] = sd[f"backbone.layers.{i}.norm.weight"]
+        _ssm_tensors(t, i, f"backbone.layers.{i}.mixer.", sd, cfg.n_groups)
+
+    def keys(w):
+        w.add_context_length(2 ** 20); w.add_embedding_length(cfg.hidden_size); w.add_feed_forward_length(0)
+        w.add_head_count(0); w.add_block_count(cfg.num_hidden_layers)
+        _ssm_keys(w, cfg.num_heads, cfg.head_dim, cfg.n_groups, cfg.state_size, cfg.conv_kernel)
+        w.add_layer_norm_rms_eps(cfg.layer_norm_epsilon)
+
+    return write_hybrid_gguf(path, "mamba2", tok, keys, t, quant)
+
+
+WRITERS = {"mamba2": mamba2_gguf}
+
+
+@functools.lru_cache(maxsize=None)
+def gguf_llm(family: str, quant=None):
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    _, model, tok = tiny(family)
+    d = tempfile.mkdtemp(prefix=f"libremax-hybrid-gguf-{family}-")
+    path = WRITERS[family](Path(d) / f"tiny-{family}.gguf", model, tok, quant)
+    return LLM(PipelineConfig(model_path=path, max_length=128, max_batch_size=4, kv_cache_page_size=16))
+
+
+def _free(mgr) -> None:
+    assert mgr.num_free_pages == mgr.total_num_pages
+    assert mgr.state_slots_used == 0
+    mgr.check_invariants()
+
+
+@pytest.mark.parametrize("family", sorted(WRITERS))
+def test_gguf_copy_logits_and_greedy_match_transformers(family):
+    _, model, tok = tiny(family)
+    llm = gguf_llm(family)
+    assert llm.pipeline_config.model_config.architectures == [model.config.architectures[0]]
+    rng = np.random.default_rng(1)
+    prompts = {"a": rng.integers(0, len(tok), 19).tolist(), "b": rng.integers(0, len(tok), 5).tolist()}
+    _free(steps_against_hf(llm, model, prompts, n_decode=2))
+    texts = ["def forward(self, x): return x + 1; ", "import os"]
+    assert scheduled_greedy(llm, texts, 6) == [hf_greedy(model, tok(p)["input_ids"], 6) for p in texts]
+    _free(llm.pipeline.kv_managers[0])
