@@ -28,8 +28,14 @@ from test_hybrid_families import HYBRID, tiny  # noqa: E402
 from test_kv_cache_context import FakeContext  # noqa: E402
 
 
-def _sd(model) -> dict[str, np.ndarray]:
-    return {k: v.detach().float().numpy().copy() for k, v in model.state_dict().items()}
+def _sd(d: str) -> dict[str, np.ndarray]:
+    """The checkpoint as saved (the names and layouts llama.cpp's converter reads)."""
+    from safetensors.numpy import load_file
+
+    out: dict[str, np.ndarray] = {}
+    for f in sorted(Path(d).glob("*.safetensors")):
+        out.update({k: v.astype(np.float32) for k, v in load_file(str(f)).items()})
+    return out
 
 
 def _ssm_tensors(out: dict, i: int, p: str, sd: dict, groups: int) -> None:
@@ -55,8 +61,8 @@ def _permute(w: np.ndarray, n_head: int) -> np.ndarray:  # llama.cpp's NORM-rope
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def mamba2_gguf(path, model, tok, quant=None) -> str:
-    cfg, sd = model.config, _sd(model)
+def mamba2_gguf(path, d, model, tok, quant=None) -> str:
+    cfg, sd = model.config, _sd(d)
     t = {"token_embd.weight": sd["backbone.embeddings.weight"], "output_norm.weight": sd["backbone.norm_f.weight"]}
     if not cfg.tie_word_embeddings:
         t["output.weight"] = sd["lm_head.weight"]
@@ -73,7 +79,52 @@ def mamba2_gguf(path, model, tok, quant=None) -> str:
     return write_hybrid_gguf(path, "mamba2", tok, keys, t, quant)
 
 
-WRITERS = {"mamba2": mamba2_gguf}
+def granite_gguf(path, d, model, tok, quant=None) -> str:
+    cfg, sd = model.config, _sd(d)
+    attn = [i for i, t in enumerate(cfg.layer_types) if t != "linear_attention"]
+    t = {"token_embd.weight": sd["model.embed_tokens.weight"], "output_norm.weight": sd["model.norm.weight"]}
+    if not cfg.tie_word_embeddings:
+        t["output.weight"] = sd["lm_head.weight"]
+    F, S = cfg.intermediate_size, cfg.shared_intermediate_size
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        t[f"blk.{i}.attn_norm.weight"] = sd[p + "input_layernorm.weight"]
+        if i in attn:
+            t[f"blk.{i}.attn_q.weight"] = _permute(sd[p + "self_attn.q_proj.weight"], cfg.num_attention_heads)
+            t[f"blk.{i}.attn_k.weight"] = _permute(sd[p + "self_attn.k_proj.weight"], cfg.num_key_value_heads)
+            t[f"blk.{i}.attn_v.weight"] = sd[p + "self_attn.v_proj.weight"]
+            t[f"blk.{i}.attn_output.weight"] = sd[p + "self_attn.o_proj.weight"]
+        else:
+            _ssm_tensors(t, i, p + "mamba.", sd, cfg.mamba_n_groups)
+        t[f"blk.{i}.ffn_norm.weight"] = sd[p + "post_attention_layernorm.weight"]
+        inp = sd[p + "block_sparse_moe.input_linear.weight"]  # [E, 2F, H]: gate then up
+        t[f"blk.{i}.ffn_gate_inp.weight"] = sd[p + "block_sparse_moe.router.layer.weight"]
+        t[f"blk.{i}.ffn_gate_exps.weight"] = inp[:, :F]
+        t[f"blk.{i}.ffn_up_exps.weight"] = inp[:, F:]
+        t[f"blk.{i}.ffn_down_exps.weight"] = sd[p + "block_sparse_moe.output_linear.weight"]
+        sh = sd[p + "shared_mlp.input_linear.weight"]
+        t[f"blk.{i}.ffn_gate_shexp.weight"] = sh[:S]
+        t[f"blk.{i}.ffn_up_shexp.weight"] = sh[S:]
+        t[f"blk.{i}.ffn_down_shexp.weight"] = sd[p + "shared_mlp.output_linear.weight"]
+
+    def keys(w):
+        w.add_block_count(cfg.num_hidden_layers); w.add_context_length(cfg.max_position_embeddings)
+        w.add_embedding_length(cfg.hidden_size); w.add_feed_forward_length(F)
+        w.add_head_count(cfg.num_attention_heads)
+        w.add_head_count_kv([cfg.num_key_value_heads if i in attn else 0 for i in range(cfg.num_hidden_layers)])
+        w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
+        w.add_rope_scaling_finetuned(cfg.position_embedding_type == "rope")
+        w.add_layer_norm_rms_eps(cfg.rms_norm_eps); w.add_vocab_size(cfg.vocab_size)
+        w.add_expert_count(cfg.num_local_experts); w.add_expert_used_count(cfg.num_experts_per_tok)
+        w.add_expert_shared_feed_forward_length(S)
+        w.add_attention_scale(cfg.attention_multiplier); w.add_embedding_scale(cfg.embedding_multiplier)
+        w.add_residual_scale(cfg.residual_multiplier); w.add_logit_scale(cfg.logits_scaling)
+        _ssm_keys(w, cfg.mamba_n_heads, cfg.mamba_d_head, cfg.mamba_n_groups, cfg.mamba_d_state, cfg.mamba_d_conv)
+
+    return write_hybrid_gguf(path, "granitehybrid", tok, keys, t, quant)
+
+
+WRITERS = {"mamba2": mamba2_gguf, "granitemoehybrid": granite_gguf}
 
 
 @functools.lru_cache(maxsize=None)
@@ -81,9 +132,9 @@ def gguf_llm(family: str, quant=None):
     from max.entrypoints.llm import LLM
     from max.pipelines import PipelineConfig
 
-    _, model, tok = tiny(family)
+    src, model, tok = tiny(family)
     d = tempfile.mkdtemp(prefix=f"libremax-hybrid-gguf-{family}-")
-    path = WRITERS[family](Path(d) / f"tiny-{family}.gguf", model, tok, quant)
+    path = WRITERS[family](Path(d) / f"tiny-{family}.gguf", src, model, tok, quant)
     return LLM(PipelineConfig(model_path=path, max_length=128, max_batch_size=4, kv_cache_page_size=16))
 
 

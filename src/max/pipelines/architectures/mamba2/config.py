@@ -6,7 +6,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from max.pipelines.architectures.common.config import DecoderConfig, eos_ids, gguf_hf_config, with_defaults
+from max.pipelines.architectures.common.config import (
+    DecoderConfig,
+    eos_ids,
+    gguf_hf_config,
+    gguf_ssm_keys,
+    with_defaults,
+)
 
 HF_DEFAULTS = dict(num_heads=128, head_dim=64, vocab_size=32768, hidden_size=4096, state_size=128,
                    num_hidden_layers=64, layer_norm_epsilon=1e-5, expand=2, conv_kernel=4, n_groups=8, use_bias=False,
@@ -49,34 +55,11 @@ def config_from_hf(hf: dict) -> DecoderConfig:
         eos_token_ids=eos_ids(c.get("eos_token_id")), extra={"mamba": m})
 
 
-def gguf_ssm_sizes(meta: Any, prefix: str = "") -> dict[str, Any]:
-    """The Mamba-2 mixer keys of a GGUF file (llama.cpp's ``{arch}.ssm.*``), named ``{prefix}<Mamba2Config
-    name>`` (``prefix="mamba_"`` gives the hybrids' names): ``ssm.time_step_rank`` is the head count,
-    ``ssm.inner_size`` / heads the head size, and the bias flags come from the tensors present."""
-    g = meta.arch_get
-    names = {t.name for t in meta.tensors}
-    d: dict[str, Any] = {}
-    heads, inner = g("ssm.time_step_rank"), g("ssm.inner_size")
-    for key, name in (("ssm.state_size", "state_size"), ("ssm.conv_kernel", "conv_kernel"),
-                      ("ssm.group_count", "n_groups"), ("ssm.time_step_rank", "num_heads")):
-        if g(key) is not None:
-            d[prefix + name] = int(g(key))
-    if heads and inner:
-        d[prefix + "head_dim"] = int(inner) // int(heads)
-    ssm_layers = sorted(int(n.split(".")[1]) for n in names if n.endswith(".ssm_in.weight"))
-    if ssm_layers:
-        first = f"blk.{ssm_layers[0]}."
-        d[prefix + ("use_conv_bias" if not prefix else "conv_bias")] = first + "ssm_conv1d.bias" in names
-        d[prefix + ("use_bias" if not prefix else "proj_bias")] = first + "ssm_in.bias" in names
-    return d
-
-
 def config_from_gguf(meta: Any, *, defaults: bool = True) -> dict:
     """The ``Mamba2Config`` dict of a ``mamba2`` GGUF file (``defaults=False``: only the keys it has).
 
     llama.cpp's converter writes ``head_count`` and ``feed_forward_length`` as 0 (unused); the inner size
     is ``ssm.inner_size`` (``expand = inner / hidden``) and the vocabulary the embedding's rows."""
-    g = meta.arch_get
     base = gguf_hf_config(meta, "mamba2", "Mamba2ForCausalLM")
     d = {k: base[k] for k in ("model_type", "architectures", "vocab_size", "hidden_size", "num_hidden_layers",
                               "tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id") if k in base}
@@ -85,8 +68,13 @@ def config_from_gguf(meta: Any, *, defaults: bool = True) -> dict:
         d["vocab_size"] = int(emb.shape[0])  # [vocab, hidden]
     if "rms_norm_eps" in base:
         d["layer_norm_epsilon"] = base["rms_norm_eps"]
-    d.update(gguf_ssm_sizes(meta))
-    inner = g("ssm.inner_size")
+    ssm = gguf_ssm_keys(meta)
+    for key, name in (("heads", "num_heads"), ("head_dim", "head_dim"), ("groups", "n_groups"),
+                      ("state", "state_size"), ("kernel", "conv_kernel"), ("conv_bias", "use_conv_bias"),
+                      ("proj_bias", "use_bias")):
+        if key in ssm:
+            d[name] = ssm[key]
+    inner = ssm.get("inner")
     if inner is not None and "hidden_size" in d:
         if int(inner) % int(d["hidden_size"]):
             raise NotImplementedError(f"Mamba2ForCausalLM: ssm.inner_size {inner} is not a multiple of the hidden "
