@@ -124,7 +124,51 @@ def granite_gguf(path, d, model, tok, quant=None) -> str:
     return write_hybrid_gguf(path, "granitehybrid", tok, keys, t, quant)
 
 
-WRITERS = {"mamba2": mamba2_gguf, "granitemoehybrid": granite_gguf}
+def falcon_h1_gguf(path, d, model, tok, quant=None) -> str:
+    """As llama.cpp's converter writes Falcon-H1: every µP multiplier folded into the weights it scales,
+    q/k in Hugging Face's row order (NEOX rope)."""
+    cfg, sd = model.config, _sd(d)
+    I, GN = cfg.mamba_d_ssm, cfg.mamba_n_groups * cfg.mamba_d_state
+    a_in = cfg.attention_in_multiplier
+    mup = np.concatenate([np.full(n, v, np.float32) for n, v in zip([I, I, GN, GN, cfg.mamba_n_heads],
+                                                                      cfg.ssm_multipliers)])
+    t = {"token_embd.weight": sd["model.embed_tokens.weight"] * cfg.embedding_multiplier,
+         "output_norm.weight": sd["model.final_layernorm.weight"],
+         "output.weight": sd["lm_head.weight"] * cfg.lm_head_multiplier}
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        t[f"blk.{i}.attn_norm.weight"] = sd[p + "input_layernorm.weight"]
+        t[f"blk.{i}.attn_q.weight"] = sd[p + "self_attn.q_proj.weight"] * a_in
+        t[f"blk.{i}.attn_k.weight"] = sd[p + "self_attn.k_proj.weight"] * a_in * cfg.key_multiplier
+        t[f"blk.{i}.attn_v.weight"] = sd[p + "self_attn.v_proj.weight"] * a_in
+        t[f"blk.{i}.attn_output.weight"] = sd[p + "self_attn.o_proj.weight"] * cfg.attention_out_multiplier
+        m = {**sd, p + "mamba.in_proj.weight": sd[p + "mamba.in_proj.weight"] * cfg.ssm_in_multiplier * mup[:, None],
+             p + "mamba.out_proj.weight": sd[p + "mamba.out_proj.weight"] * cfg.ssm_out_multiplier}
+        _ssm_tensors(t, i, p + "mamba.", m, cfg.mamba_n_groups)
+        t[f"blk.{i}.ffn_norm.weight"] = sd[p + "pre_ff_layernorm.weight"]
+        t[f"blk.{i}.ffn_gate.weight"] = sd[p + "feed_forward.gate_proj.weight"] * cfg.mlp_multipliers[0]
+        t[f"blk.{i}.ffn_up.weight"] = sd[p + "feed_forward.up_proj.weight"]
+        t[f"blk.{i}.ffn_down.weight"] = sd[p + "feed_forward.down_proj.weight"] * cfg.mlp_multipliers[1]
+
+    def keys(w):
+        w.add_block_count(cfg.num_hidden_layers); w.add_context_length(cfg.max_position_embeddings)
+        w.add_embedding_length(cfg.hidden_size); w.add_feed_forward_length(cfg.intermediate_size)
+        w.add_head_count(cfg.num_attention_heads); w.add_head_count_kv(cfg.num_key_value_heads)
+        hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        w.add_key_length(hd); w.add_value_length(hd)
+        w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
+        w.add_layer_norm_rms_eps(cfg.rms_norm_eps); w.add_vocab_size(cfg.vocab_size)
+        _ssm_keys(w, cfg.mamba_n_heads, cfg.mamba_d_head, cfg.mamba_n_groups, cfg.mamba_d_state, cfg.mamba_d_conv)
+
+    return write_hybrid_gguf(path, "falcon-h1", tok, keys, t, quant)
+
+
+# llama.cpp's Mamba-2 layer normalises after the gate: test_hybrid_families' Falcon-H1 (norm before the gate)
+# has no GGUF form, so this copy of it normalises after
+HYBRID["falcon_h1_gguf"] = (lambda ids: HYBRID["falcon_h1"][0](ids).__class__(
+    **{**HYBRID["falcon_h1"][0](ids).to_dict(), "mamba_norm_before_gate": False}), HYBRID["falcon_h1"][1])
+
+WRITERS = {"mamba2": mamba2_gguf, "granitemoehybrid": granite_gguf, "falcon_h1_gguf": falcon_h1_gguf}
 
 
 @functools.lru_cache(maxsize=None)
