@@ -108,10 +108,11 @@ def write_hybrid_gguf(path: Any, arch: str, tok: Any, keys: Callable[[GGUFWriter
     fast BPE tokenizer) becomes a ``gpt2`` vocabulary, and ``tensors`` (llama.cpp names -> float32 arrays in
     the converter's layouts) are written as F32, or as ``quant`` (a ``GGMLQuantizationType``) for the 2-D
     matrices whose rows fit its blocks (llama.cpp keeps norms and SSM vectors in F32 too)."""
-    from gguf import GGML_QUANT_SIZES, quants
+    from gguf import GGML_QUANT_SIZES, LlamaFileType, quants
 
     w = GGUFWriter(str(path), arch)
     w.add_name("tiny")
+    w.add_file_type(LlamaFileType.ALL_F32 if quant is None else LlamaFileType[f"MOSTLY_{quant.name}"])
     keys(w)
     tj = json.loads(tok.backend_tokenizer.to_str())
     w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre("default")

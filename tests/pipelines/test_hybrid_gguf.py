@@ -199,3 +199,35 @@ def test_gguf_copy_logits_and_greedy_match_transformers(family):
     texts = ["def forward(self, x): return x + 1; ", "import os"]
     assert scheduled_greedy(llm, texts, 6) == [hf_greedy(model, tok(p)["input_ids"], 6) for p in texts]
     _free(llm.pipeline.kv_managers[0])
+
+
+@pytest.mark.parametrize("family", ["mamba2", "granitemoehybrid"])
+def test_q8_0_copy_runs_the_quantised_path(family):
+    """The same checkpoint with its matrices as Q8_0 (norms, conv and SSM vectors F32, as llama.cpp keeps
+    them): the weights stay quantised, and prefill + decode logits stay within 3% of the range of
+    transformers' on the float weights."""
+    _, model, tok = tiny(family)
+    llm = gguf_llm(family, gguf.GGMLQuantizationType.Q8_0)
+    assert llm.pipeline_config.model_config.quantization_encoding.name.lower() == "q8_0"
+    pm = llm.pipeline.pipeline_model
+    consts = [c for c in pm.model._consts if isinstance(c, torch.Tensor)]
+    packed = sum(c.numel() for c in consts if not c.is_floating_point())
+    floats = sum(c.numel() * c.element_size() for c in consts if c.is_floating_point())
+    assert packed > 0 and floats < 0.5 * sum(p.numel() for p in model.parameters()) * 4  # resident, no float copy
+    mgr = pm.kv_manager
+    p = np.random.default_rng(3).integers(0, len(tok), 17).tolist()
+    c = FakeContext("a", p)
+    mgr.claim("a")
+    try:
+        for step in range(3):
+            lg = pm.execute(pm.prepare_initial_token_inputs([c], mgr.fetch([c]))).logits.numpy()[0]
+            ref = hf_next_logits(model, p)
+            err = np.abs(lg - ref).max() / (ref.max() - ref.min())
+            assert err <= 3e-2, f"step {step}: {err:.4f} of the range"
+            t = int(np.argmax(ref))
+            p.append(t)
+            c.tokens[c.end_idx] = t
+            c.bump_token_indices(start_idx=c.active_idx - c.start_idx, active_idx=1, end_idx=1)
+    finally:
+        mgr.release("a")
+    _free(mgr)
