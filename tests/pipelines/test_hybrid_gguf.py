@@ -163,12 +163,102 @@ def falcon_h1_gguf(path, d, model, tok, quant=None) -> str:
     return write_hybrid_gguf(path, "falcon-h1", tok, keys, t, quant)
 
 
+def _tile(a: np.ndarray, axis: int, k_heads: int, per_k: int, size: int) -> np.ndarray:
+    """Value heads from Hugging Face's grouped order to llama.cpp's tiled order (its Qwen3.5 converter)."""
+    shape = list(a.shape)
+    a = a.reshape(*shape[:axis], k_heads, per_k, size, *shape[axis + 1:])
+    return np.swapaxes(a, axis, axis + 1).reshape(shape)
+
+
+def qwen_hybrid_gguf(path, d, model, tok, quant=None) -> str:
+    """As llama.cpp's converter writes Qwen3-Next (``qwen3next``: q|k|v|z split into ``attn_qkv`` +
+    ``attn_gate``, ``in_proj_ba`` as is) and Qwen3.5 (``qwen35``: value heads in tiled order): norms but the
+    DeltaNet's gated one stored ``w + 1``, ``A = -exp(A_log)``, conv weights squeezed, experts stacked."""
+    cfg, sd = model.config, {k.replace("model.language_model.", "model."): v for k, v in _sd(d).items()}
+    nxt = cfg.model_type == "qwen3_next"
+    Hk, Hv, dk, dv = (cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
+                      cfg.linear_value_head_dim)
+    r = Hv // Hk
+    tile = (lambda a, axis, size: a) if nxt else (lambda a, axis, size: _tile(a, axis, Hk, r, size))
+    step = getattr(cfg, "full_attention_interval", None) or cfg.layer_types.index("full_attention") + 1
+    assert cfg.layer_types == ["linear_attention" if (i + 1) % step else "full_attention"
+                               for i in range(cfg.num_hidden_layers)]
+    t = {"token_embd.weight": sd["model.embed_tokens.weight"], "output_norm.weight": sd["model.norm.weight"] + 1}
+    if not cfg.tie_word_embeddings:
+        t["output.weight"] = sd["lm_head.weight"]
+    for i in range(cfg.num_hidden_layers):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        t[b + "attn_norm.weight"] = sd[p + "input_layernorm.weight"] + 1
+        t[b + "post_attention_norm.weight"] = sd[p + "post_attention_layernorm.weight"] + 1
+        if cfg.layer_types[i] == "full_attention":
+            for a, h in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("output", "o_proj")):
+                t[b + f"attn_{a}.weight"] = sd[p + f"self_attn.{h}.weight"]
+            t[b + "attn_q_norm.weight"] = sd[p + "self_attn.q_norm.weight"] + 1
+            t[b + "attn_k_norm.weight"] = sd[p + "self_attn.k_norm.weight"] + 1
+        else:
+            la = p + "linear_attn."
+            if nxt:
+                w = sd[la + "in_proj_qkvz.weight"].reshape(Hk, 2 * dk + 2 * r * dv, -1)
+                q, k, v, z = np.split(w, [dk, 2 * dk, 2 * dk + r * dv], axis=1)
+                t[b + "attn_qkv.weight"] = np.concatenate([x.reshape(-1, w.shape[-1]) for x in (q, k, v)])
+                t[b + "attn_gate.weight"] = z.reshape(-1, w.shape[-1])
+                t[b + "ssm_ba.weight"] = sd[la + "in_proj_ba.weight"]
+            else:
+                qkv = sd[la + "in_proj_qkv.weight"]
+                t[b + "attn_qkv.weight"] = np.concatenate([qkv[:2 * Hk * dk], tile(qkv[2 * Hk * dk:], 0, dv)])
+                t[b + "attn_gate.weight"] = tile(sd[la + "in_proj_z.weight"], 0, dv)
+                t[b + "ssm_beta.weight"] = tile(sd[la + "in_proj_b.weight"], 0, 1)
+                t[b + "ssm_alpha.weight"] = tile(sd[la + "in_proj_a.weight"], 0, 1)
+            conv = sd[la + "conv1d.weight"].squeeze(1)
+            t[b + "ssm_conv1d.weight"] = np.concatenate([conv[:2 * Hk * dk], tile(conv[2 * Hk * dk:], 0, dv)])
+            t[b + "ssm_dt.bias"] = tile(sd[la + "dt_bias"], 0, 1)
+            t[b + "ssm_a"] = tile(-np.exp(sd[la + "A_log"].astype(np.float64)).astype(np.float32), 0, 1)
+            t[b + "ssm_norm.weight"] = sd[la + "norm.weight"]
+            t[b + "ssm_out.weight"] = tile(sd[la + "out_proj.weight"], 1, dv)
+        if p + "mlp.gate.weight" in sd:
+            t[b + "ffn_gate_inp.weight"] = sd[p + "mlp.gate.weight"]
+            for h in ("gate", "up", "down"):
+                t[b + f"ffn_{h}_exps.weight"] = np.stack([sd[p + f"mlp.experts.{e}.{h}_proj.weight"]
+                                                         for e in range(cfg.num_experts)])
+                t[b + f"ffn_{h}_shexp.weight"] = sd[p + f"mlp.shared_expert.{h}_proj.weight"]
+            t[b + "ffn_gate_inp_shexp.weight"] = sd[p + "mlp.shared_expert_gate.weight"]
+        else:
+            for h in ("gate", "up", "down"):
+                t[b + f"ffn_{h}.weight"] = sd[p + f"mlp.{h}_proj.weight"]
+
+    def keys(w):
+        w.add_block_count(cfg.num_hidden_layers); w.add_context_length(cfg.max_position_embeddings)
+        w.add_embedding_length(cfg.hidden_size); w.add_feed_forward_length(cfg.intermediate_size)
+        w.add_head_count(cfg.num_attention_heads); w.add_head_count_kv(cfg.num_key_value_heads)
+        w.add_key_length(cfg.head_dim); w.add_value_length(cfg.head_dim)
+        w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
+        w.add_layer_norm_rms_eps(cfg.rms_norm_eps); w.add_vocab_size(cfg.vocab_size)
+        if nxt:
+            w.add_expert_count(cfg.num_experts); w.add_expert_used_count(cfg.num_experts_per_tok)
+            w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+            w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
+        w.add_ssm_conv_kernel(cfg.linear_conv_kernel_dim); w.add_ssm_state_size(dk); w.add_ssm_group_count(Hk)
+        w.add_ssm_time_step_rank(Hv); w.add_ssm_inner_size(dv * Hv); w.add_full_attention_interval(step)
+        w.add_rope_dimension_count(int(cfg.head_dim * cfg.rope_parameters.get("partial_rotary_factor", 0.25)))
+
+    return write_hybrid_gguf(path, "qwen3next" if nxt else "qwen35", tok, keys, t, quant)
+
+
 # llama.cpp's Mamba-2 layer normalises after the gate: test_hybrid_families' Falcon-H1 (norm before the gate)
 # has no GGUF form, so this copy of it normalises after
 HYBRID["falcon_h1_gguf"] = (lambda ids: HYBRID["falcon_h1"][0](ids).__class__(
     **{**HYBRID["falcon_h1"][0](ids).to_dict(), "mamba_norm_before_gate": False}), HYBRID["falcon_h1"][1])
 
-WRITERS = {"mamba2": mamba2_gguf, "granitemoehybrid": granite_gguf, "falcon_h1_gguf": falcon_h1_gguf}
+# llama.cpp's qwen3next places attention every full_attention_interval-th layer and experts in every layer:
+# test_hybrid_families' Qwen3-Next (attention first, a dense layer 0) has no GGUF form, so this one has
+# DeltaNet, attention, DeltaNet, attention (interval 2), experts throughout
+HYBRID["qwen3_next_gguf"] = (lambda ids: HYBRID["qwen3_next"][0](ids).__class__(
+    **{**HYBRID["qwen3_next"][0](ids).to_dict(), "num_hidden_layers": 4, "mlp_only_layers": [],
+       "full_attention_interval": 2, "layer_types": ["linear_attention", "full_attention"] * 2}),
+    HYBRID["qwen3_next"][1])
+
+WRITERS = {"mamba2": mamba2_gguf, "granitemoehybrid": granite_gguf, "falcon_h1_gguf": falcon_h1_gguf,
+           "qwen3_next_gguf": qwen_hybrid_gguf, "qwen3_5": qwen_hybrid_gguf}
 
 
 @functools.lru_cache(maxsize=None)
