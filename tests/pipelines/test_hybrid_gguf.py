@@ -287,7 +287,7 @@ def test_gguf_copy_logits_and_greedy_match_transformers(family):
     prompts = {"a": rng.integers(0, len(tok), 19).tolist(), "b": rng.integers(0, len(tok), 5).tolist()}
     _free(steps_against_hf(llm, model, prompts, n_decode=2))
     texts = ["def forward(self, x): return x + 1; ", "import os"]
-    assert scheduled_greedy(llm, texts, 6) == [hf_greedy(model, tok(p)["input_ids"], 6) for p in texts]
+    assert scheduled_greedy(llm, texts, 4) == [hf_greedy(model, tok(p)["input_ids"], 4) for p in texts]
     _free(llm.pipeline.kv_managers[0])
 
 
