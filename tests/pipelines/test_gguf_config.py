@@ -45,8 +45,14 @@ FAMILY_GGUF = {
         "attention.scale": 0.2, "logit_scale": 3.0}),
     "falcon-h1": ("FalconH1ForCausalLM", {"ssm.conv_kernel": 3, "ssm.inner_size": 96, "ssm.state_size": 8,
                                           "ssm.time_step_rank": 4, "ssm.group_count": 2}),
+    "qwen3next": ("Qwen3NextForCausalLM", {
+        "ssm.conv_kernel": 4, "ssm.inner_size": 48, "ssm.state_size": 8, "ssm.time_step_rank": 4,
+        "ssm.group_count": 2, "full_attention_interval": 2, "expert_count": 4, "expert_used_count": 2,
+        "expert_feed_forward_length": 32, "expert_shared_feed_forward_length": 48}),
+    "qwen35": ("Qwen3_5ForCausalLM", {"ssm.conv_kernel": 3, "ssm.inner_size": 48, "ssm.state_size": 8,
+                                      "ssm.time_step_rank": 4, "ssm.group_count": 2, "full_attention_interval": 3}),
 }
-HYBRIDS = {"lfm2", "mamba2", "granitehybrid", "falcon-h1"}
+HYBRIDS = {"lfm2", "mamba2", "granitehybrid", "falcon-h1", "qwen3next", "qwen35"}
 
 # what a file may also say (each variant adds some)
 OPTIONAL = {
