@@ -279,7 +279,7 @@ def _untile(t: Any, dim: int, k_heads: int, per_k: int, size: int) -> Any:
 def qwen_hybrid_gguf_weights(state_dict: Any, hf: Any, fused: bool, tiled_v: bool) -> dict:
     """Module names and Hugging Face layouts from a ``qwen3next`` (``fused``: q|k|v|z and b|a interleaved per
     key head, as ``in_proj_qkvz`` / ``in_proj_ba``) or ``qwen35`` (``tiled_v``: the converter put value heads
-    in tiled order) GGUF file: norms stored ``w + 1`` (all but the DeltaNet's gated norm) back to ``w``,
+    in tiled order) GGUF file (an MTP head's extra blocks left out): norms stored ``w + 1`` (all but the DeltaNet's gated norm) back to ``w``,
     ``A = -exp(A_log)`` -> ``A_log``, the conv weight ``[C, K]`` -> ``[C, 1, K]``, ``dt.bias`` -> ``dt_bias``."""
     import torch
 
@@ -290,7 +290,10 @@ def qwen_hybrid_gguf_weights(state_dict: Any, hf: Any, fused: bool, tiled_v: boo
     dk, dv = int(get("linear_key_head_dim")), int(get("linear_value_head_dim"))
     r = Hv // Hk
     untile = tiled_v and Hk != Hv
+    n = get("num_hidden_layers")
     out = rename_gguf(state_dict, QWEN_HYBRID_GGUF_LAYERS)
+    if n is not None:  # an MTP head's blocks follow the decoder's (left out, as from safetensors)
+        out = {k: v for k, v in out.items() if not (k.startswith("layers.") and int(k.split(".")[1]) >= int(n))}
     res: dict[str, Any] = {}
     for k, v in out.items():
         p, _, leaf = k.rpartition(".linear_attn.")
