@@ -66,8 +66,8 @@ HF_DEFAULTS: dict[str, Any] = dict(
     embedding_multiplier=1.0, logits_scaling=1.0, residual_multiplier=1.0, attention_multiplier=1.0,
     num_local_experts=8, num_experts_per_tok=2, shared_intermediate_size=1024, position_embedding_type=None,
     layer_types=lambda d: ["linear_attention"] * d["num_hidden_layers"], mamba_n_heads=128, mamba_n_groups=1,
-    mamba_d_state=256, mamba_d_head=64, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=256, mamba_conv_bias=True, mamba_proj_bias=False,
-    time_step_limit=(0.0, float("inf")))
+    mamba_d_state=256, mamba_d_head=64, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=256, mamba_conv_bias=True,
+    mamba_proj_bias=False, time_step_limit=(0.0, float("inf")))
 """``transformers.GraniteMoeHybridConfig``'s defaults (what a GGUF file lacks); RoPE base 10000."""
 
 
