@@ -280,7 +280,8 @@ def qwen_hybrid_gguf_weights(state_dict: Any, hf: Any, fused: bool, tiled_v: boo
     """Module names and Hugging Face layouts from a ``qwen3next`` (``fused``: q|k|v|z and b|a interleaved per
     key head, as ``in_proj_qkvz`` / ``in_proj_ba``) or ``qwen35`` (``tiled_v``: the converter put value heads
     in tiled order) GGUF file (an MTP head's extra blocks left out): norms stored ``w + 1`` (all but the
-    DeltaNet's gated norm) back to ``w``, ``A = -exp(A_log)`` -> ``A_log``, the conv weight ``[C, K]`` -> ``[C, 1, K]``, ``dt.bias`` -> ``dt_bias``."""
+    DeltaNet's gated norm) back to ``w``, ``A = -exp(A_log)`` -> ``A_log``, the conv weight ``[C, K]`` ->
+    ``[C, 1, K]``, ``dt.bias`` -> ``dt_bias``."""
     import torch
 
     from max.pipelines.architectures.common.weights import Derived, rename_gguf
