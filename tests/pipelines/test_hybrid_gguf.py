@@ -97,15 +97,20 @@ def granite_gguf(path, d, model, tok, quant=None) -> str:
         else:
             _ssm_tensors(t, i, p + "mamba.", sd, cfg.mamba_n_groups)
         t[f"blk.{i}.ffn_norm.weight"] = sd[p + "post_attention_layernorm.weight"]
-        inp = sd[p + "block_sparse_moe.input_linear.weight"]  # [E, 2F, H]: gate then up
-        t[f"blk.{i}.ffn_gate_inp.weight"] = sd[p + "block_sparse_moe.router.layer.weight"]
-        t[f"blk.{i}.ffn_gate_exps.weight"] = inp[:, :F]
-        t[f"blk.{i}.ffn_up_exps.weight"] = inp[:, F:]
-        t[f"blk.{i}.ffn_down_exps.weight"] = sd[p + "block_sparse_moe.output_linear.weight"]
-        sh = sd[p + "shared_mlp.input_linear.weight"]
-        t[f"blk.{i}.ffn_gate_shexp.weight"] = sh[:S]
-        t[f"blk.{i}.ffn_up_shexp.weight"] = sh[S:]
-        t[f"blk.{i}.ffn_down_shexp.weight"] = sd[p + "shared_mlp.output_linear.weight"]
+        sh = sd[p + "shared_mlp.input_linear.weight"]  # [2S, H]: gate then up
+        if cfg.num_local_experts:
+            inp = sd[p + "block_sparse_moe.input_linear.weight"]  # [E, 2F, H]: gate then up
+            t[f"blk.{i}.ffn_gate_inp.weight"] = sd[p + "block_sparse_moe.router.layer.weight"]
+            t[f"blk.{i}.ffn_gate_exps.weight"] = inp[:, :F]
+            t[f"blk.{i}.ffn_up_exps.weight"] = inp[:, F:]
+            t[f"blk.{i}.ffn_down_exps.weight"] = sd[p + "block_sparse_moe.output_linear.weight"]
+            t[f"blk.{i}.ffn_gate_shexp.weight"] = sh[:S]
+            t[f"blk.{i}.ffn_up_shexp.weight"] = sh[S:]
+            t[f"blk.{i}.ffn_down_shexp.weight"] = sd[p + "shared_mlp.output_linear.weight"]
+        else:  # dense: the shared MLP as a plain feed-forward
+            t[f"blk.{i}.ffn_gate.weight"] = sh[:S]
+            t[f"blk.{i}.ffn_up.weight"] = sh[S:]
+            t[f"blk.{i}.ffn_down.weight"] = sd[p + "shared_mlp.output_linear.weight"]
 
     def keys(w):
         w.add_block_count(cfg.num_hidden_layers); w.add_context_length(cfg.max_position_embeddings)
@@ -115,7 +120,9 @@ def granite_gguf(path, d, model, tok, quant=None) -> str:
         w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
         w.add_rope_scaling_finetuned(cfg.position_embedding_type == "rope")
         w.add_layer_norm_rms_eps(cfg.rms_norm_eps); w.add_vocab_size(cfg.vocab_size)
-        w.add_expert_count(cfg.num_local_experts); w.add_expert_used_count(cfg.num_experts_per_tok)
+        w.add_expert_count(cfg.num_local_experts)
+        if cfg.num_local_experts:
+            w.add_expert_used_count(cfg.num_experts_per_tok)
         w.add_expert_shared_feed_forward_length(S)
         w.add_attention_scale(cfg.attention_multiplier); w.add_embedding_scale(cfg.embedding_multiplier)
         w.add_residual_scale(cfg.residual_multiplier); w.add_logit_scale(cfg.logits_scaling)
@@ -257,7 +264,11 @@ HYBRID["qwen3_next_gguf"] = (lambda ids: HYBRID["qwen3_next"][0](ids).__class__(
        "full_attention_interval": 2, "layer_types": ["linear_attention", "full_attention"] * 2}),
     HYBRID["qwen3_next"][1])
 
-WRITERS = {"mamba2": mamba2_gguf, "granitemoehybrid": granite_gguf, "falcon_h1_gguf": falcon_h1_gguf,
+# Granite 4 without experts (the shared MLP alone, written as ffn_gate / ffn_up / ffn_down)
+HYBRID["granite_dense_gguf"] = (lambda ids: HYBRID["granitemoehybrid"][0](ids).__class__(
+    **{**HYBRID["granitemoehybrid"][0](ids).to_dict(), "num_local_experts": 0}), HYBRID["granitemoehybrid"][1])
+
+WRITERS = {"mamba2": mamba2_gguf, "granitemoehybrid": granite_gguf, "granite_dense_gguf": granite_gguf, "falcon_h1_gguf": falcon_h1_gguf,
            "qwen3_next_gguf": qwen_hybrid_gguf, "qwen3_5": qwen_hybrid_gguf}
 
 
