@@ -100,3 +100,33 @@ def write_sentencepiece_gguf(path: Any, arch: str = "llama", add_bos: bool | Non
     w.add_tensor("token_embd.weight", np.zeros((len(names), 64), np.float32))
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
     return str(path)
+
+
+def write_hybrid_gguf(path: Any, arch: str, tok: Any, keys: Callable[[GGUFWriter], None],
+                      tensors: dict[str, np.ndarray], quant: Any = None) -> str:
+    """A GGUF file of general.architecture ``arch``: ``keys(writer)`` adds the model's metadata, ``tok`` (a
+    fast BPE tokenizer) becomes a ``gpt2`` vocabulary, and ``tensors`` (llama.cpp names -> float32 arrays in
+    the converter's layouts) are written as F32, or as ``quant`` (a ``GGMLQuantizationType``) for the 2-D
+    matrices whose rows fit its blocks (llama.cpp keeps norms and SSM vectors in F32 too)."""
+    from gguf import GGML_QUANT_SIZES, LlamaFileType, quants
+
+    w = GGUFWriter(str(path), arch)
+    w.add_name("tiny")
+    w.add_file_type(LlamaFileType.ALL_F32 if quant is None else LlamaFileType[f"MOSTLY_{quant.name}"])
+    keys(w)
+    tj = json.loads(tok.backend_tokenizer.to_str())
+    w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre("default")
+    w.add_token_list([t for t, _ in sorted(tj["model"]["vocab"].items(), key=lambda kv: kv[1])])
+    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]])
+    w.add_bos_token_id(tok.bos_token_id); w.add_eos_token_id(tok.eos_token_id)
+    if tok.pad_token_id is not None:
+        w.add_pad_token_id(tok.pad_token_id)
+    for name, a in tensors.items():
+        a = np.ascontiguousarray(a, np.float32)
+        if quant is not None and a.ndim >= 2 and a.shape[-1] % GGML_QUANT_SIZES[quant][0] == 0 \
+                and "norm" not in name and "ssm_conv1d" not in name:
+            w.add_tensor(name, quants.quantize(a, quant), raw_dtype=quant)
+        else:
+            w.add_tensor(name, a)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    return str(path)

@@ -37,7 +37,26 @@ FAMILY_GGUF = {
     "deepseek2": ("DeepseekV2ForCausalLM", {"expert_count": 4, "expert_used_count": 2, "attention.key_length": 24,
                                             "attention.value_length": 12, "rope.dimension_count": 8,
                                             "attention.kv_lora_rank": 32, "expert_feed_forward_length": 32}),
+    # the hybrids (recurrent-state layers; llama.cpp's ssm.* keys, per-layer KV heads: 0 = no attention)
+    "lfm2": ("Lfm2ForCausalLM", {"attention.head_count_kv": [0, 2, 0, 2], "shortconv.l_cache": 3}),
+    "mamba2": ("Mamba2ForCausalLM", {"ssm.conv_kernel": 3, "ssm.inner_size": 128, "ssm.state_size": 8,
+                                     "ssm.time_step_rank": 8, "ssm.group_count": 2, "feed_forward_length": 0,
+                                     "attention.head_count": 0}),
+    "granitehybrid": ("GraniteMoeHybridForCausalLM", {
+        "attention.head_count_kv": [0, 2, 0, 2], "expert_count": 4, "expert_used_count": 2,
+        "expert_shared_feed_forward_length": 48, "ssm.conv_kernel": 3, "ssm.inner_size": 128, "ssm.state_size": 8,
+        "ssm.time_step_rank": 4, "ssm.group_count": 2, "embedding_scale": 2.0, "residual_scale": 0.5,
+        "attention.scale": 0.2, "logit_scale": 3.0}),
+    "falcon-h1": ("FalconH1ForCausalLM", {"ssm.conv_kernel": 3, "ssm.inner_size": 96, "ssm.state_size": 8,
+                                          "ssm.time_step_rank": 4, "ssm.group_count": 2}),
+    "qwen3next": ("Qwen3NextForCausalLM", {
+        "ssm.conv_kernel": 4, "ssm.inner_size": 48, "ssm.state_size": 8, "ssm.time_step_rank": 4,
+        "ssm.group_count": 2, "full_attention_interval": 2, "expert_count": 4, "expert_used_count": 2,
+        "expert_feed_forward_length": 32, "expert_shared_feed_forward_length": 48}),
+    "qwen35": ("Qwen3_5ForCausalLM", {"ssm.conv_kernel": 3, "ssm.inner_size": 48, "ssm.state_size": 8,
+                                      "ssm.time_step_rank": 4, "ssm.group_count": 2, "full_attention_interval": 3}),
 }
+HYBRIDS = {"lfm2", "mamba2", "granitehybrid", "falcon-h1", "qwen3next", "qwen35"}
 
 # what a file may also say (each variant adds some)
 OPTIONAL = {
@@ -90,6 +109,8 @@ def _cases():
                 continue
             if arch == "phi3" and "rope.scaling.type" in extra:
                 continue  # Phi-3 scales RoPE only with LongRoPE factors (an error, tested below)
+            if arch in HYBRIDS and "rope.scaling.type" in extra:
+                continue  # llama.cpp writes no RoPE scaling for these
             yield pytest.param(arch, extra, id=f"{arch}-{name}")
 
 

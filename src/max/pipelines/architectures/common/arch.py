@@ -11,9 +11,12 @@ from max.nn.kv_cache import KVCacheStrategy
 from max.pipelines.lib.registry import SupportedArchitecture
 from max.pipelines.lib.tokenizer import TextTokenizer
 
-__all__ = ["DECODER_ENCODINGS", "decoder_architecture"]
+__all__ = ["DECODER_ENCODINGS", "GGML_ENCODINGS", "decoder_architecture"]
 
-DECODER_ENCODINGS = formats.encoding_names(ggml_only=True) + ["gptq"]
+GGML_ENCODINGS = formats.encoding_names(ggml_only=True)
+"""The float encodings and the GGML block encodings of GGUF files (the hybrid families: no GPTQ)."""
+
+DECODER_ENCODINGS = GGML_ENCODINGS + ["gptq"]
 """Weight encodings every decoder family loads (GGML block encodings from GGUF files; ``gptq``: GPTQ / AWQ
 int4 safetensors checkpoints, run as Q4_0 / Q4_1 blocks)."""
 

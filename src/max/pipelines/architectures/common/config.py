@@ -15,7 +15,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-__all__ = ["DecoderConfig", "NormPlan", "eos_ids", "gguf_hf_config", "hf_common", "kv_heads", "rope_defaults",
+__all__ = ["DecoderConfig", "NormPlan", "eos_ids", "gguf_hf_config", "gguf_kv_heads", "gguf_layer_kv_heads",
+           "gguf_ssm_keys", "hf_common", "kv_heads", "rope_defaults",
            "whole_head_dim", "with_defaults"]
 
 
@@ -178,7 +179,7 @@ def gguf_hf_config(meta: Any, model_type: str, architecture: str, rope_dim_is_he
         intermediate_size=g("feed_forward_length"),
         num_hidden_layers=g("block_count"),
         num_attention_heads=g("attention.head_count"),
-        num_key_value_heads=g("attention.head_count_kv"),
+        num_key_value_heads=gguf_kv_heads(meta),
         head_dim=g("attention.key_length") or (g("rope.dimension_count") if rope_dim_is_head_dim else None),
         max_position_embeddings=g("context_length"),
         rms_norm_eps=g("attention.layer_norm_rms_epsilon"),
@@ -195,6 +196,43 @@ def gguf_hf_config(meta: Any, model_type: str, architecture: str, rope_dim_is_he
     if "rope_theta" in rope or rope["rope_type"] != "default":
         d["rope_parameters"] = rope
     return {k: _plain(v) for k, v in d.items() if v is not None}
+
+
+def gguf_layer_kv_heads(meta: Any) -> list[int] | None:
+    """``attention.head_count_kv`` per layer where the file gives a list (llama.cpp's hybrids: 0 for the
+    layers without attention), else None."""
+    kv = meta.arch_get("attention.head_count_kv")
+    return [int(v) for v in kv] if kv is not None and hasattr(kv, "__len__") and not isinstance(kv, str) else None
+
+
+def gguf_kv_heads(meta: Any) -> int | None:
+    """The KV head count of a GGUF file (the largest of a per-layer list)."""
+    per_layer = gguf_layer_kv_heads(meta)
+    if per_layer is not None:
+        return max(per_layer)
+    kv = meta.arch_get("attention.head_count_kv")
+    return None if kv is None else int(kv)
+
+
+def gguf_ssm_keys(meta: Any) -> dict[str, Any]:
+    """The Mamba-2 mixer sizes of a GGUF file from llama.cpp's ``{arch}.ssm.*`` keys: ``heads``
+    (``ssm.time_step_rank``), ``head_dim`` (``ssm.inner_size`` / heads), ``inner``, ``groups``, ``state``,
+    ``kernel``; ``conv_bias`` / ``proj_bias`` from the tensors of the first layer that has a mixer.  Keys
+    the file lacks are left out."""
+    g = meta.arch_get
+    d: dict[str, Any] = {}
+    for key, name in (("ssm.time_step_rank", "heads"), ("ssm.inner_size", "inner"), ("ssm.group_count", "groups"),
+                      ("ssm.state_size", "state"), ("ssm.conv_kernel", "kernel")):
+        if g(key) is not None:
+            d[name] = int(g(key))
+    if d.get("heads") and d.get("inner"):
+        d["head_dim"] = d["inner"] // d["heads"]
+    names = {t.name for t in meta.tensors}
+    layers = sorted(int(n.split(".")[1]) for n in names if n.startswith("blk.") and n.endswith(".ssm_in.weight"))
+    if layers:
+        d["conv_bias"] = f"blk.{layers[0]}.ssm_conv1d.bias" in names
+        d["proj_bias"] = f"blk.{layers[0]}.ssm_in.bias" in names
+    return d
 
 
 def _plain(v: Any) -> Any:

@@ -213,3 +213,130 @@ def build_qwen_hybrid(cfg: DecoderConfig, factory: WeightFactory, kv_params: KVC
                                   rms_norm(cfg, cfg.hidden_size, factory.dtype), mixer,
                                   rms_norm(cfg, cfg.hidden_size, factory.dtype), make_mlp(cfg, i, factory)))
     return build_hybrid(cfg, factory, kv_params, layers, len(attn), qwen_hybrid_state_specs(cfg))
+
+
+# --------------------------------------------------------------------------- GGUF (llama.cpp's qwen3next / qwen35)
+QWEN_HYBRID_GGUF_LAYERS = {
+    "attn_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+    "ssm_conv1d": "linear_attn.conv1d", "ssm_dt": "linear_attn.dt", "ssm_a": "linear_attn.A",
+    "ssm_norm": "linear_attn.norm", "ssm_out": "linear_attn.out_proj", "attn_qkv": "linear_attn.in_proj_qkv",
+    "attn_gate": "linear_attn.in_proj_z", "ssm_ba": "linear_attn.in_proj_ba", "ssm_beta": "linear_attn.in_proj_b",
+    "ssm_alpha": "linear_attn.in_proj_a",
+    "ffn_gate_inp": "mlp.gate", "ffn_gate_exps": "mlp.experts.gate_proj", "ffn_up_exps": "mlp.experts.up_proj",
+    "ffn_down_exps": "mlp.experts.down_proj", "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+    "ffn_up_shexp": "mlp.shared_expert.up_proj", "ffn_down_shexp": "mlp.shared_expert.down_proj",
+    "ffn_gate_inp_shexp": "mlp.shared_expert_gate", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj"}
+"""llama.cpp's Qwen3-Next / Qwen3.5 tensor names -> module names (``attn_qkv`` / ``attn_gate`` are the
+DeltaNet's q|k|v and z projections)."""
+
+
+def qwen_hybrid_gguf_config(meta: Any, model_type: str, architecture: str) -> dict:
+    """The keys of a ``qwen3next`` / ``qwen35`` GGUF file as a Qwen3-Next / Qwen3.5 text config dict (only the
+    keys the file has).  llama.cpp writes the DeltaNet sizes as ``ssm.*`` (``conv_kernel``, ``state_size`` =
+    key head size, ``group_count`` = key heads, ``time_step_rank`` = value heads, ``inner_size`` = value
+    heads x value head size), the attention layers as every ``full_attention_interval``-th (default 4),
+    the rotated part of a head as ``rope.dimension_count``, experts as Qwen2-MoE's keys; an MTP head adds
+    ``nextn_predict_layers`` layers to ``block_count``."""
+    from max.pipelines.architectures.common.config import gguf_hf_config
+
+    g = meta.arch_get
+    d = gguf_hf_config(meta, model_type, architecture, rope_dim_is_head_dim=False)
+    d.pop("sliding_window", None)
+    if g("nextn_predict_layers") and "num_hidden_layers" in d:
+        d["num_hidden_layers"] = int(d["num_hidden_layers"]) - int(g("nextn_predict_layers"))
+    for key, name in (("ssm.conv_kernel", "linear_conv_kernel_dim"), ("ssm.state_size", "linear_key_head_dim"),
+                      ("ssm.group_count", "linear_num_key_heads"), ("ssm.time_step_rank", "linear_num_value_heads"),
+                      ("expert_count", "num_experts"), ("expert_used_count", "num_experts_per_tok"),
+                      ("expert_feed_forward_length", "moe_intermediate_size"),
+                      ("expert_shared_feed_forward_length", "shared_expert_intermediate_size")):
+        if g(key) is not None:
+            d[name] = int(g(key))
+    if g("ssm.inner_size") and g("ssm.time_step_rank"):
+        d["linear_value_head_dim"] = int(g("ssm.inner_size")) // int(g("ssm.time_step_rank"))
+    if "num_hidden_layers" in d and (g("full_attention_interval") is not None or g("ssm.conv_kernel") is not None):
+        step = int(g("full_attention_interval") or 4)
+        d["layer_types"] = ["linear_attention" if (i + 1) % step else "full_attention"
+                            for i in range(int(d["num_hidden_layers"]))]
+    head = d.get("head_dim") or (int(d["hidden_size"]) // int(d["num_attention_heads"])
+                                 if d.get("hidden_size") and d.get("num_attention_heads") else None)
+    if g("rope.dimension_count") and head:
+        rope = dict(d.get("rope_parameters") or {"rope_type": "default"})
+        rope["partial_rotary_factor"] = int(g("rope.dimension_count")) / int(head)
+        d["rope_parameters"] = rope
+    return d
+
+
+def _untile(t: Any, dim: int, k_heads: int, per_k: int, size: int) -> Any:
+    """llama.cpp's tiled value-head order (``[per_k, k_heads, size]`` along ``dim``) back to Hugging Face's
+    grouped order (``[k_heads, per_k, size]``)."""
+    shape = list(t.shape)
+    t = t.reshape(*shape[:dim], per_k, k_heads, size, *shape[dim + 1:])
+    return t.transpose(dim, dim + 1).reshape(shape)
+
+
+def qwen_hybrid_gguf_weights(state_dict: Any, hf: Any, fused: bool, tiled_v: bool) -> dict:
+    """Module names and Hugging Face layouts from a ``qwen3next`` (``fused``: q|k|v|z and b|a interleaved per
+    key head, as ``in_proj_qkvz`` / ``in_proj_ba``) or ``qwen35`` (``tiled_v``: the converter put value heads
+    in tiled order) GGUF file (an MTP head's extra blocks left out): norms stored ``w + 1`` (all but the
+    DeltaNet's gated norm) back to ``w``, ``A = -exp(A_log)`` -> ``A_log``, the conv weight ``[C, K]`` ->
+    ``[C, 1, K]``, ``dt.bias`` -> ``dt_bias``."""
+    import torch
+
+    from max.pipelines.architectures.common.weights import Derived, rename_gguf
+
+    get = (lambda k: hf.get(k)) if isinstance(hf, dict) else (lambda k: getattr(hf, k, None))
+    Hk, Hv = int(get("linear_num_key_heads")), int(get("linear_num_value_heads"))
+    dk, dv = int(get("linear_key_head_dim")), int(get("linear_value_head_dim"))
+    r = Hv // Hk
+    untile = tiled_v and Hk != Hv
+    n = get("num_hidden_layers")
+    out = rename_gguf(state_dict, QWEN_HYBRID_GGUF_LAYERS)
+    if n is not None:  # an MTP head's blocks follow the decoder's (left out, as from safetensors)
+        out = {k: v for k, v in out.items() if not (k.startswith("layers.") and int(k.split(".")[1]) >= int(n))}
+    res: dict[str, Any] = {}
+    for k, v in out.items():
+        p, _, leaf = k.rpartition(".linear_attn.")
+        p += ".linear_attn."
+        if not _:
+            if k.endswith(("layernorm.weight", "q_norm.weight", "k_norm.weight")) or k == "norm.weight":
+                res[k] = Derived(lambda w: w - 1.0, v)
+            else:
+                res[k] = v
+        elif leaf == "A.weight":
+            res[p + "A_log"] = Derived(lambda a, u=untile: torch.log(-(_untile(a.reshape(-1), 0, Hk, r, 1) if u
+                                                                        else a.reshape(-1)).double()).float(), v)
+        elif leaf == "dt.bias":
+            res[p + "dt_bias"] = Derived(lambda b, u=untile: _untile(b.reshape(-1), 0, Hk, r, 1) if u
+                                         else b.reshape(-1), v)
+        elif leaf == "conv1d.weight":
+            def conv(w: torch.Tensor, u: bool = untile) -> torch.Tensor:
+                w = w.reshape(w.shape[0], -1)
+                if u:
+                    w = torch.cat([w[:2 * Hk * dk], _untile(w[2 * Hk * dk:], 0, Hk, r, dv)])
+                return w.unsqueeze(1)
+            res[k] = Derived(conv, v)
+        elif leaf == "in_proj_qkv.weight" and untile:
+            res[k] = Derived(lambda w: torch.cat([w[:2 * Hk * dk], _untile(w[2 * Hk * dk:], 0, Hk, r, dv)]), v)
+        elif leaf == "in_proj_z.weight" and untile:
+            res[k] = Derived(lambda w: _untile(w, 0, Hk, r, dv), v)
+        elif leaf in ("in_proj_a.weight", "in_proj_b.weight") and untile:
+            res[k] = Derived(lambda w: _untile(w, 0, Hk, r, 1), v)
+        elif leaf == "out_proj.weight" and untile:
+            res[k] = Derived(lambda w: _untile(w, 1, Hk, r, dv), v)
+        else:
+            res[k] = v
+    if fused:
+        for k in [k for k in res if k.endswith(".linear_attn.in_proj_qkv.weight")]:
+            p = k[: -len("in_proj_qkv.weight")]
+
+            def qkvz(qkv: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+                H = qkv.shape[-1]
+                q = qkv[:Hk * dk].reshape(Hk, dk, H)
+                kk = qkv[Hk * dk:2 * Hk * dk].reshape(Hk, dk, H)
+                vv = qkv[2 * Hk * dk:].reshape(Hk, r * dv, H)
+                return torch.cat([q, kk, vv, z.reshape(Hk, r * dv, H)], 1).reshape(-1, H)
+            res[p + "in_proj_qkvz.weight"] = Derived(qkvz, res.pop(k), res.pop(p + "in_proj_z.weight"))
+    return res

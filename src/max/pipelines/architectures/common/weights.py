@@ -51,6 +51,8 @@ __all__ = [
     "load_weights_into",
     "rename_gguf",
     "rename_hf",
+    "GGUF_SSM_NAMES",
+    "gguf_ssm_layout",
     "standard_adapters",
 ]
 
@@ -569,6 +571,8 @@ def rename_gguf(state_dict: Mapping[str, Any], layer_names: Mapping[str, str] | 
     out: dict[str, Any] = {}
     skipped = []
     for name, w in state_dict.items():
+        if name.endswith((".ssm_a", ".ssm_d")):  # llama.cpp names Mamba's A and D without a suffix
+            name += ".weight"
         m = _BLK.match(name)
         if m and m.group(2) in layer_names:
             out[f"layers.{m.group(1)}.{layer_names[m.group(2)]}.{m.group(3)}"] = w
@@ -581,6 +585,38 @@ def rename_gguf(state_dict: Mapping[str, Any], layer_names: Mapping[str, str] | 
     if skipped:
         logger.debug("GGUF tensors not used by the model: %s", skipped)
     return out
+
+
+GGUF_SSM_NAMES = {"ssm_in": "in_proj", "ssm_conv1d": "conv1d", "ssm_dt": "dt", "ssm_a": "A", "ssm_d": "D",
+                  "ssm_norm": "norm", "ssm_out": "out_proj"}
+"""llama.cpp's Mamba-2 mixer tensors -> the mixer's module names (``ssm_dt.bias`` is ``dt_bias``, ``ssm_a``
+holds ``A`` itself: see :func:`gguf_ssm_layout`)."""
+
+
+def gguf_ssm_layout(out: dict[str, Any], mixer: str) -> dict[str, Any]:
+    """Undo llama.cpp's converter layouts in the mixer tensors renamed to ``layers.N.<mixer>.*``: the conv
+    weight ``[C, K]`` -> ``[C, 1, K]``, ``A = -exp(A_log)`` ``[H, 1]`` -> ``A_log``, ``D`` ``[H, 1]`` -> ``[H]``,
+    ``dt.bias`` -> ``dt_bias``, the group norm ``[G, I/G]`` -> ``[I]``."""
+    res: dict[str, Any] = {}
+    for k, v in out.items():
+        head, _, leaf = k.rpartition(f".{mixer}.")
+        if not _:
+            res[k] = v
+            continue
+        p = f"{head}.{mixer}."
+        if leaf == "conv1d.weight":
+            res[k] = Derived(lambda w: w.reshape(w.shape[0], 1, -1), v)
+        elif leaf == "A.weight":
+            res[p + "A_log"] = Derived(lambda a: torch.log(-a.double()).float().reshape(-1), v)
+        elif leaf == "D.weight":
+            res[p + "D"] = Derived(lambda d: d.reshape(-1), v)
+        elif leaf == "dt.bias":
+            res[p + "dt_bias"] = Derived(lambda b: b.reshape(-1), v)
+        elif leaf == "norm.weight":
+            res[k] = Derived(lambda w: w.reshape(-1), v)
+        else:
+            res[k] = v
+    return res
 
 
 def standard_adapters(gguf_layer_names: Mapping[str, str] | None = None,

@@ -2,7 +2,9 @@
 multipliers folded into the projections they scale (all linear, so the model computes the same):
 ``ssm_in_multiplier`` and the per-section ``ssm_multipliers`` into ``mamba.in_proj``, ``ssm_out_multiplier``
 into ``mamba.out_proj``, ``attention_in_multiplier`` into q/k/v (and ``key_multiplier`` into k),
-``attention_out_multiplier`` into ``o_proj``, ``mlp_multipliers`` into ``gate_proj`` / ``down_proj``."""
+``attention_out_multiplier`` into ``o_proj``, ``mlp_multipliers`` into ``gate_proj`` / ``down_proj``.
+llama.cpp's GGUF names (``ssm_*`` with its layouts undone, ``attn_*`` in Hugging Face's row order,
+``ffn_*``): its converter has folded the same multipliers already."""
 
 from __future__ import annotations
 
@@ -11,7 +13,14 @@ from typing import Any, Mapping
 import torch
 
 from max.graph.weights import WeightsFormat
-from max.pipelines.architectures.common.weights import Derived, rename_hf
+from max.pipelines.architectures.common.weights import (
+    GGUF_LAYER_NAMES,
+    GGUF_SSM_NAMES,
+    Derived,
+    gguf_ssm_layout,
+    rename_gguf,
+    rename_hf,
+)
 
 
 def _get(hf: Any, key: str, default: Any) -> Any:
@@ -71,4 +80,16 @@ def safetensors(state_dict: Mapping[str, Any], huggingface_config: Any = None, *
     return out
 
 
-WEIGHT_ADAPTERS = {WeightsFormat.safetensors: safetensors, WeightsFormat.pytorch: safetensors}
+GGUF_LAYERS = {**GGUF_LAYER_NAMES, **{a: f"mamba.{b}" for a, b in GGUF_SSM_NAMES.items()},
+               "ffn_norm": "pre_ff_layernorm", "ffn_gate": "feed_forward.gate_proj", "ffn_up": "feed_forward.up_proj",
+               "ffn_down": "feed_forward.down_proj"}
+
+
+def gguf(state_dict: Mapping[str, Any], **_: Any) -> dict[str, Any]:
+    out = rename_gguf(state_dict, GGUF_LAYERS, {"token_embd": "embed_tokens", "output_norm": "final_layernorm",
+                                                "output": "lm_head"})
+    return gguf_ssm_layout(out, "mamba")
+
+
+WEIGHT_ADAPTERS = {WeightsFormat.safetensors: safetensors, WeightsFormat.pytorch: safetensors,
+                   WeightsFormat.gguf: gguf}

@@ -27,6 +27,7 @@ from max.pipelines.architectures.granitemoehybrid.weight_adapters import WEIGHT_
 class GraniteMoeHybridModel(HybridPipelineModel):
     config_from_hf = staticmethod(config_from_hf)
     weight_adapters = WEIGHT_ADAPTERS
+    gguf_interleaved_rope = True
 
     @classmethod
     def attention_layers(cls, cfg: DecoderConfig) -> list[int]:

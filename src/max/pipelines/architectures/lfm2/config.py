@@ -7,6 +7,7 @@ from typing import Any
 from max.pipelines.architectures.common.config import (
     DecoderConfig,
     gguf_hf_config,
+    gguf_layer_kv_heads,
     hf_common,
     rope_defaults,
     with_defaults,
@@ -16,8 +17,14 @@ HF_DEFAULTS: dict[str, Any] = dict(
     vocab_size=65536, hidden_size=2560, intermediate_size=12288, num_hidden_layers=32, num_attention_heads=32,
     num_key_value_heads=8, max_position_embeddings=128000, norm_eps=1e-5, pad_token_id=0, bos_token_id=1,
     eos_token_id=2, tie_word_embeddings=True, conv_bias=False, conv_L_cache=3, block_multiple_of=256,
-    block_ffn_dim_multiplier=1.0, block_auto_adjust_ff_dim=True)
-"""``transformers.Lfm2Config``'s defaults (what a GGUF file lacks); RoPE base 10000."""
+    block_ffn_dim_multiplier=1.0, block_auto_adjust_ff_dim=True,
+    full_attn_idxs=lambda d: list(range(d["num_hidden_layers"])),
+    layer_types=lambda d: ["full_attention" if i in d["full_attn_idxs"] else "conv"
+                           for i in range(d["num_hidden_layers"])])
+"""``transformers.Lfm2Config``'s defaults (what a GGUF file lacks; every layer attention when the file
+gives one KV head count for all); RoPE base 1e6."""
+
+ROPE_THETA = 1e6
 
 
 def ffn_size(hf: dict) -> int:
@@ -58,15 +65,8 @@ def config_from_gguf(meta: Any, *, defaults: bool = True) -> dict:
     llama.cpp stores ``attention.head_count_kv`` per layer (0 for the convolution layers): the attention
     layers are those with KV heads; ``feed_forward_length`` is the feed-forward width itself."""
     g = meta.arch_get
-    kv = g("attention.head_count_kv")
-    per_layer = [int(v) for v in kv] if kv is not None and hasattr(kv, "__len__") else None
-    if per_layer is not None:
-        meta.fields[f"{meta.architecture}.attention.head_count_kv"] = max(per_layer)
-    try:
-        d = gguf_hf_config(meta, "lfm2", "Lfm2ForCausalLM")
-    finally:
-        if per_layer is not None:
-            meta.fields[f"{meta.architecture}.attention.head_count_kv"] = kv
+    per_layer = gguf_layer_kv_heads(meta)
+    d = gguf_hf_config(meta, "lfm2", "Lfm2ForCausalLM")
     if "rms_norm_eps" in d:
         d["norm_eps"] = d.pop("rms_norm_eps")
     d["block_auto_adjust_ff_dim"] = False
@@ -76,4 +76,4 @@ def config_from_gguf(meta: Any, *, defaults: bool = True) -> dict:
         d["layer_types"] = ["full_attention" if n > 0 else "conv" for n in per_layer]
     if g("shortconv.l_cache") is not None:
         d["conv_L_cache"] = int(g("shortconv.l_cache"))
-    return rope_defaults(with_defaults(d, HF_DEFAULTS)) if defaults else d
+    return rope_defaults(with_defaults(d, HF_DEFAULTS), ROPE_THETA) if defaults else d

@@ -1,18 +1,26 @@
-"""Mamba-2 configuration from a Hugging Face ``config.json`` (``transformers.Mamba2Config``) or the metadata of
-a llama.cpp ``mamba2`` GGUF file."""
+"""Mamba-2 configuration from a Hugging Face ``config.json`` (``transformers.Mamba2Config``) or the
+metadata of a ``mamba2`` GGUF file."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
 
-from max.pipelines.architectures.common.config import DecoderConfig, eos_ids
+from max.pipelines.architectures.common.config import (
+    DecoderConfig,
+    eos_ids,
+    gguf_hf_config,
+    gguf_ssm_keys,
+    with_defaults,
+)
 
 HF_DEFAULTS = dict(num_heads=128, head_dim=64, vocab_size=32768, hidden_size=4096, state_size=128,
                    num_hidden_layers=64, layer_norm_epsilon=1e-5, expand=2, conv_kernel=4, n_groups=8, use_bias=False,
                    use_conv_bias=True, hidden_act="silu", time_step_limit=(0.0, float("inf")), chunk_size=256,
-                   tie_word_embeddings=False, bos_token_id=0, eos_token_id=2)
-"""``transformers.Mamba2Config``'s defaults."""
+                   tie_word_embeddings=False, bos_token_id=0, eos_token_id=2, pad_token_id=1, residual_in_fp32=True,
+                   time_step_rank=lambda d: -(-d["hidden_size"] // 16), time_step_min=0.001, time_step_max=0.1,
+                   time_step_floor=1e-4, rescale_prenorm_residual=False)
+"""``transformers.Mamba2Config``'s defaults (``time_step_rank``'s ``"auto"`` is ``ceil(hidden / 16)``)."""
 
 MAX_POSITIONS = 1 << 20
 """A recurrent model has no position limit; this bounds ``max_length`` when none is given."""
@@ -50,26 +58,26 @@ def config_from_hf(hf: dict) -> DecoderConfig:
 def config_from_gguf(meta: Any, *, defaults: bool = True) -> dict:
     """The ``Mamba2Config`` dict of a ``mamba2`` GGUF file (``defaults=False``: only the keys it has).
 
-    llama.cpp's converter writes the SSM sizes under ``ssm.*``: ``inner_size`` (expand * hidden),
-    ``state_size``, ``time_step_rank`` (the number of heads), ``group_count``, ``conv_kernel``; the head
-    width is inner / heads.  Its ``context_length`` is a placeholder (2**20) and ``head_count`` is 0."""
-    g = meta.arch_get
-    names = {t.name for t in meta.tensors}
-    tokens = meta.get("tokenizer.ggml.tokens")
-    d: dict[str, Any] = dict(model_type="mamba2", architectures=["Mamba2ForCausalLM"],
-                             vocab_size=g("vocab_size") or (len(tokens) if tokens is not None else None),
-                             hidden_size=g("embedding_length"), num_hidden_layers=g("block_count"),
-                             layer_norm_epsilon=g("attention.layer_norm_rms_epsilon"), state_size=g("ssm.state_size"),
-                             num_heads=g("ssm.time_step_rank"), n_groups=g("ssm.group_count"),
-                             conv_kernel=g("ssm.conv_kernel"), tie_word_embeddings="output.weight" not in names,
-                             use_conv_bias="blk.0.ssm_conv1d.bias" in names, use_bias="blk.0.ssm_in.bias" in names,
-                             bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
-                             eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),
-                             pad_token_id=meta.get("tokenizer.ggml.padding_token_id"))
-    inner, heads, hidden = g("ssm.inner_size"), d["num_heads"], d["hidden_size"]
-    if inner is not None and heads:
-        d["head_dim"] = int(inner) // int(heads)
-    if inner is not None and hidden:
-        d["expand"] = int(inner) // int(hidden)
-    d = {k: v for k, v in d.items() if v is not None}
-    return {**HF_DEFAULTS, **d} if defaults else d
+    llama.cpp's converter writes ``head_count`` and ``feed_forward_length`` as 0 (unused); the inner size
+    is ``ssm.inner_size`` (``expand = inner / hidden``) and the vocabulary the embedding's rows."""
+    base = gguf_hf_config(meta, "mamba2", "Mamba2ForCausalLM")
+    d = {k: base[k] for k in ("model_type", "architectures", "vocab_size", "hidden_size", "num_hidden_layers",
+                              "tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id") if k in base}
+    emb = next((t for t in meta.tensors if t.name == "token_embd.weight"), None)
+    if emb is not None:
+        d["vocab_size"] = int(emb.shape[0])  # [vocab, hidden]
+    if "rms_norm_eps" in base:
+        d["layer_norm_epsilon"] = base["rms_norm_eps"]
+    ssm = gguf_ssm_keys(meta)
+    for key, name in (("heads", "num_heads"), ("head_dim", "head_dim"), ("groups", "n_groups"),
+                      ("state", "state_size"), ("kernel", "conv_kernel"), ("conv_bias", "use_conv_bias"),
+                      ("proj_bias", "use_bias")):
+        if key in ssm:
+            d[name] = ssm[key]
+    inner = ssm.get("inner")
+    if inner is not None and "hidden_size" in d:
+        if int(inner) % int(d["hidden_size"]):
+            raise NotImplementedError(f"Mamba2ForCausalLM: ssm.inner_size {inner} is not a multiple of the hidden "
+                                      f"size {d['hidden_size']}")
+        d["expand"] = int(inner) // int(d["hidden_size"])
+    return with_defaults(d, HF_DEFAULTS) if defaults else d

@@ -1,9 +1,12 @@
-"""Qwen3-Next configuration from a Hugging Face ``config.json`` (``transformers.Qwen3NextConfig``)."""
+"""Qwen3-Next configuration from a Hugging Face ``config.json`` (``transformers.Qwen3NextConfig``) or the
+metadata of a ``qwen3next`` GGUF file."""
 
 from __future__ import annotations
 
-from max.pipelines.architectures.common.config import DecoderConfig
-from max.pipelines.architectures.common.deltanet import qwen_hybrid_config
+from typing import Any
+
+from max.pipelines.architectures.common.config import DecoderConfig, rope_defaults, with_defaults
+from max.pipelines.architectures.common.deltanet import qwen_hybrid_config, qwen_hybrid_gguf_config
 from max.pipelines.architectures.common.moe import MoESpec
 
 
@@ -21,3 +24,27 @@ def config_from_hf(hf: dict) -> DecoderConfig:
     cfg = qwen_hybrid_config(hf, "Qwen3NextForCausalLM", moe=moe)
     cfg.extra["shared_expert_dim"] = int(hf.get("shared_expert_intermediate_size") or 0)
     return cfg
+
+
+HF_DEFAULTS: dict[str, Any] = dict(
+    vocab_size=151936, hidden_size=2048, intermediate_size=5632, num_hidden_layers=48, num_attention_heads=16,
+    num_key_value_heads=2, hidden_act="silu", max_position_embeddings=32768, rms_norm_eps=1e-6,
+    tie_word_embeddings=False, attention_bias=False, head_dim=256, linear_conv_kernel_dim=4, linear_key_head_dim=128,
+    linear_value_head_dim=128, linear_num_key_heads=16, linear_num_value_heads=32, decoder_sparse_step=1,
+    moe_intermediate_size=512, shared_expert_intermediate_size=512, num_experts_per_tok=10, num_experts=512,
+    norm_topk_prob=True, mlp_only_layers=[], pad_token_id=None, bos_token_id=None, eos_token_id=None,
+    layer_types=lambda d: ["linear_attention" if (i + 1) % 4 else "full_attention"
+                           for i in range(d["num_hidden_layers"])])
+"""``transformers.Qwen3NextConfig``'s defaults (what a GGUF file lacks); RoPE base 10000, a quarter of each
+head rotated."""
+
+
+def config_from_gguf(meta: Any, *, defaults: bool = True) -> dict:
+    """The ``Qwen3NextConfig`` dict of a ``qwen3next`` GGUF file (``defaults=False``: only the keys it has);
+    llama.cpp runs every layer's feed-forward as experts (no ``mlp_only_layers``)."""
+    d = qwen_hybrid_gguf_config(meta, "qwen3_next", "Qwen3NextForCausalLM")
+    if not defaults:
+        return d
+    d = rope_defaults(with_defaults(d, HF_DEFAULTS))
+    d["rope_parameters"].setdefault("partial_rotary_factor", 0.25)
+    return d

@@ -1,11 +1,13 @@
 """Qwen3-Next checkpoints: Hugging Face names minus ``model.``, per-expert projections stacked (the
-multi-token-prediction head is left out)."""
+multi-token-prediction head is left out); llama.cpp's ``qwen3next`` GGUF names and layouts
+(``common.deltanet.qwen_hybrid_gguf_weights``)."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from max.graph.weights import WeightsFormat
+from max.pipelines.architectures.common.deltanet import qwen_hybrid_gguf_weights
 from max.pipelines.architectures.common.moe import stack_experts
 from max.pipelines.architectures.common.weights import rename_hf
 
@@ -17,4 +19,9 @@ def safetensors(state_dict: Mapping[str, Any], **_: Any) -> dict[str, Any]:
     return stack_experts(rename_hf(text), EXPERTS, {p: p for p in ("gate_proj", "up_proj", "down_proj")})
 
 
-WEIGHT_ADAPTERS = {WeightsFormat.safetensors: safetensors, WeightsFormat.pytorch: safetensors}
+def gguf(state_dict: Mapping[str, Any], huggingface_config: Any = None, **_: Any) -> dict[str, Any]:
+    return qwen_hybrid_gguf_weights(state_dict, huggingface_config, fused=True, tiled_v=False)
+
+
+WEIGHT_ADAPTERS = {WeightsFormat.safetensors: safetensors, WeightsFormat.pytorch: safetensors,
+                   WeightsFormat.gguf: gguf}
