@@ -267,6 +267,17 @@ GGUF_FAMILIES: dict[str, tuple] = {
               "mlp.gate_up_proj": "ffn_up"}, {"rope.dimension_count": 8}),
     "olmo2": ("olmo2", lambda d: transformers.Olmo2Config(**d), False, False,
               {"post_attention_layernorm": "post_attention_norm", "post_feedforward_layernorm": "post_ffw_norm"}, {}),
+    # sliding layer with RoPE, global NoPE layer (per-layer pattern in the metadata), post-norms, no permutation
+    "exaone4": ("exaone4", lambda d: transformers.Exaone4Config(
+        **d, sliding_window=8, layer_types=["sliding_attention", "full_attention"]), False, False,
+        {"post_attention_layernorm": "post_attention_norm", "post_feedforward_layernorm": "post_ffw_norm"},
+        {"attention.sliding_window": 8, "attention.sliding_window_pattern": [True, False]}),
+    # EXAONE 4 without a sliding window (every layer global with RoPE), Llama 3-style scaling as rope_freqs
+    "exaone4-rope-freqs": ("exaone4", lambda d: transformers.Exaone4Config(
+        **d, sliding_window=None, layer_types=["full_attention"] * d["num_hidden_layers"], rope_parameters={
+            "rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64}), False, False,
+        {"post_attention_layernorm": "post_attention_norm", "post_feedforward_layernorm": "post_ffw_norm"}, {}),
     # Llama 3.1-style scaling (original context 64) as llama.cpp stores it: a rope_freqs tensor, no metadata
     "llama-rope-freqs": ("llama", lambda d: transformers.LlamaConfig(**d, tie_word_embeddings=False, rope_parameters={
         "rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -348,7 +359,10 @@ def tiny_gguf(name: str) -> tuple[str, Any, Any]:
     rope_tensors, rope_meta = rope_scaling_gguf_parts(cfg)  # RoPE scaling llama.cpp stores as tensors
     for k, v in {**meta, **rope_meta}.items():
         key = f"{arch}.{k}"
-        w.add_uint32(key, v) if isinstance(v, int) else w.add_float32(key, v)
+        if isinstance(v, list):
+            w.add_array(key, v)
+        else:
+            w.add_uint32(key, v) if isinstance(v, int) else w.add_float32(key, v)
     tj = json.loads(tok.backend_tokenizer.to_str())
     tokens = [t for t, _ in sorted(tj["model"]["vocab"].items(), key=lambda kv: kv[1])]
     special = {a["content"] for a in tj["added_tokens"]}

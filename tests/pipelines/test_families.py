@@ -92,6 +92,7 @@ def _unscaled_copy(model):
 
 # family -> (RoPE kind the file must read as, prompt lengths (both sides of the original context))
 ROPE_TENSOR_GGUF = {"llama-rope-freqs": ("llama3", {"long": 70, "short": 9}),
+                    "exaone4-rope-freqs": ("llama3", {"long": 70, "short": 9}),
                     "phi3-longrope": ("longrope", {"long": 23, "short": 5, "cross": 14})}
 
 

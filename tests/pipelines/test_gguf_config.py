@@ -31,6 +31,7 @@ FAMILY_GGUF = {
     "olmo2": ("Olmo2ForCausalLM", {}),
     "glm4": ("Glm4ForCausalLM", {}),
     "smollm3": ("SmolLM3ForCausalLM", {}),
+    "exaone4": ("Exaone4ForCausalLM", {}),
     "granitemoe": ("GraniteMoeForCausalLM", {"expert_count": 4, "expert_used_count": 2}),
     "mixtral": ("MixtralForCausalLM", {"expert_count": 4, "expert_used_count": 2}),
     "qwen3moe": ("Qwen3MoeForCausalLM", {"expert_count": 4, "expert_used_count": 2}),
@@ -56,6 +57,7 @@ VARIANTS = {
     "special-ids": {"@tokenizer.ggml.bos_token_id": 3, "@tokenizer.ggml.eos_token_id": 4,
                     "@tokenizer.ggml.eot_token_id": 5, "@tokenizer.ggml.padding_token_id": 0},
     "gemma-local-base": {"rope.freq_base": 1e6, "rope.freq_base_swa": 2e4},
+    "swa-pattern": {"attention.sliding_window": 8, "attention.sliding_window_pattern": [True, False, True, False]},
     "deepseek-extra": {"attention.q_lora_rank": 48, "expert_shared_count": 1, "leading_dense_block_count": 1,
                        "expert_weights_scale": 1.5},
 }
@@ -86,7 +88,8 @@ def fake_meta(arch: str, extra: dict, tied: bool = True) -> GGUFMetadata:
 def _cases():
     for arch in FAMILY_GGUF:
         for name, extra in VARIANTS.items():
-            if name == "gemma-local-base" and arch != "gemma3" or name == "deepseek-extra" and arch != "deepseek2":
+            if name == "gemma-local-base" and arch != "gemma3" or name == "deepseek-extra" and arch != "deepseek2" \
+                    or name == "swa-pattern" and arch != "exaone4":
                 continue
             if arch == "phi3" and "rope.scaling.type" in extra:
                 continue  # Phi-3 scales RoPE only with LongRoPE factors (an error, tested below)
