@@ -190,6 +190,10 @@ def test_rope_freqs_otherwise_kept_as_factors():
         rope_from_freq_factors(np.array([1.0, 0.0]), rope)
     with pytest.raises(NotImplementedError, match="linear"):
         rope_from_freq_factors(f, {"rope_type": "linear", "factor": 2.0})
+    from max.nn.rotary_embedding import rope_from_hf
+
+    with pytest.raises(ValueError, match="8 factors for 32 rotated dims"):  # the file's head size disagrees
+        rope_from_hf(got, max_position_embeddings=64, dim=128, n_heads=4, theta=1e4, max_seq_len=8, device=None)
 
 
 def test_rope_freqs_translation_gives_the_stored_frequencies():
