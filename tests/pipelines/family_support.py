@@ -267,6 +267,27 @@ GGUF_FAMILIES: dict[str, tuple] = {
               "mlp.gate_up_proj": "ffn_up"}, {"rope.dimension_count": 8}),
     "olmo2": ("olmo2", lambda d: transformers.Olmo2Config(**d), False, False,
               {"post_attention_layernorm": "post_attention_norm", "post_feedforward_layernorm": "post_ffw_norm"}, {}),
+    # sliding layer with RoPE, global NoPE layer (per-layer pattern in the metadata), post-norms, no permutation
+    "exaone4": ("exaone4", lambda d: transformers.Exaone4Config(
+        **d, sliding_window=8, layer_types=["sliding_attention", "full_attention"]), False, False,
+        {"post_attention_layernorm": "post_attention_norm", "post_feedforward_layernorm": "post_ffw_norm"},
+        {"attention.sliding_window": 8, "attention.sliding_window_pattern": [True, False]}),
+    # EXAONE 4 without a sliding window (every layer global with RoPE), Llama 3-style scaling as rope_freqs
+    "exaone4-rope-freqs": ("exaone4", lambda d: transformers.Exaone4Config(
+        **d, sliding_window=None, layer_types=["full_attention"] * d["num_hidden_layers"], rope_parameters={
+            "rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64}), False, False,
+        {"post_attention_layernorm": "post_attention_norm", "post_feedforward_layernorm": "post_ffw_norm"}, {}),
+    # Llama 3.1-style scaling (original context 64) as llama.cpp stores it: a rope_freqs tensor, no metadata
+    "llama-rope-freqs": ("llama", lambda d: transformers.LlamaConfig(**d, tie_word_embeddings=False, rope_parameters={
+        "rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64}), True, False, {}, {}),
+    # Phi-3 128k-style LongRoPE (original context 16, half of each head rotated) as rope_factors_* tensors
+    "phi3-longrope": ("phi3", lambda d: transformers.Phi3Config(
+        **d, tie_word_embeddings=False, original_max_position_embeddings=16, rope_parameters=dict(
+            rope_type="longrope", rope_theta=1e4, partial_rotary_factor=0.5, original_max_position_embeddings=16,
+            short_factor=[1.0, 1.5, 2.0, 4.0], long_factor=[2.0, 3.0, 5.0, 9.0])), False, False,
+        {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}, {"rope.dimension_count": 8}),
 }
 
 _LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
@@ -307,6 +328,7 @@ def tiny_gguf(name: str) -> tuple[str, Any, Any]:
     import json
 
     import gguf
+    from gguf_support import rope_scaling_gguf_parts
 
     arch, make_config, permuted, plus_one, extra, meta = GGUF_FAMILIES[name]
     tok = transformers.AutoTokenizer.from_pretrained(make_bpe_tokenizer())
@@ -334,9 +356,13 @@ def tiny_gguf(name: str) -> tuple[str, Any, Any]:
     if getattr(cfg, "rms_norm_eps", None) is not None:  # OLMo's LayerNorms store their epsilon in the metadata
         w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_vocab_size(cfg.vocab_size)
-    for k, v in meta.items():
+    rope_tensors, rope_meta = rope_scaling_gguf_parts(cfg)  # RoPE scaling llama.cpp stores as tensors
+    for k, v in {**meta, **rope_meta}.items():
         key = f"{arch}.{k}"
-        w.add_uint32(key, v) if isinstance(v, int) else w.add_float32(key, v)
+        if isinstance(v, list):
+            w.add_array(key, v)
+        else:
+            w.add_uint32(key, v) if isinstance(v, int) else w.add_float32(key, v)
     tj = json.loads(tok.backend_tokenizer.to_str())
     tokens = [t for t, _ in sorted(tj["model"]["vocab"].items(), key=lambda kv: kv[1])]
     special = {a["content"] for a in tj["added_tokens"]}
@@ -362,6 +388,8 @@ def tiny_gguf(name: str) -> tuple[str, Any, Any]:
             a = a + 1.0
         for name, part in _stacked_experts(k, a, extra):
             w.add_tensor(name, part.astype(np.float32))
+    for name, a in rope_tensors.items():
+        w.add_tensor(name, a)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -4,18 +4,65 @@ in llama.cpp's rotary layout), for the tests that load GGUF files through the pi
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Callable
 
 import numpy as np
 from gguf import GGUFWriter
 
 
+def llama3_rope_freqs(cfg: Any) -> np.ndarray:
+    """The ``rope_freqs.weight`` llama.cpp's converter writes for a config with ``llama3`` RoPE scaling: base
+    frequencies in float32, then per pair 1 (wavelength below ``original / high_freq_factor``), ``factor``
+    (above ``original / low_freq_factor``) or ``1 / ((1 - s) / factor + s)`` with
+    ``s = (original / wavelength - low) / (high - low)``.  (The converter reads ``original`` from the
+    config's top level, 8192 when absent there; here it is the RoPE parameters' value, which the
+    tests' configs also hold.)"""
+    rp = cfg.rope_parameters
+    base = float(rp["rope_theta"])
+    dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    freqs = (1.0 / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))).astype(np.float32)
+    factor, low, high = float(rp["factor"]), float(rp["low_freq_factor"]), float(rp["high_freq_factor"])
+    old = float(rp["original_max_position_embeddings"])
+    out = []
+    for f in freqs:
+        wavelen = 2 * math.pi / float(f)
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.asarray(out, np.float32)
+
+
+def rope_scaling_gguf_parts(cfg: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """``(tensors, {arch}.* metadata)`` llama.cpp's converter writes for ``cfg``'s RoPE scaling: ``llama3``:
+    ``rope_freqs.weight``; ``longrope`` (Phi-3): ``rope_factors_long/short.weight``, the original context
+    and the attention factor ``sqrt(1 + ln(s) / ln(original))`` (``s`` = context / original); else nothing."""
+    rp = cfg.rope_parameters
+    kind = rp.get("rope_type", "default")
+    if kind == "llama3":
+        return {"rope_freqs.weight": llama3_rope_freqs(cfg)}, {}
+    if kind == "longrope":
+        orig = int(rp["original_max_position_embeddings"])
+        scale = cfg.max_position_embeddings / orig
+        attn = math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0
+        tensors = {"rope_factors_long.weight": np.asarray(rp["long_factor"], np.float32),
+                   "rope_factors_short.weight": np.asarray(rp["short_factor"], np.float32)}
+        return tensors, {"rope.scaling.original_context_length": orig, "rope.scaling.attn_factor": attn}
+    return {}, {}
+
+
 def write_llama_gguf(path: Any, model: Any, tok: Any, put: Callable[[GGUFWriter, str, np.ndarray, bool], None],
-                     file_type: int | None = None, with_output: bool = True) -> None:
+                     file_type: int | None = None, with_output: bool = True,
+                     extra_tensors: dict[str, np.ndarray] | None = None) -> None:
     """Write ``model`` (a transformers Llama) and ``tok`` (its fast tokenizer) to ``path``.
 
     ``put(writer, gguf_name, float32 array, is_norm)`` adds each tensor (the caller picks its GGML
-    kind); ``with_output=False`` leaves out ``output.weight`` (tied embeddings)."""
+    kind); ``with_output=False`` leaves out ``output.weight`` (tied embeddings); ``extra_tensors`` are
+    written as float32 (``rope_freqs.weight`` ...)."""
     cfg = model.config
     sd = {k: v.float().numpy() for k, v in model.state_dict().items()}
     nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
@@ -55,6 +102,8 @@ def write_llama_gguf(path: Any, model: Any, tok: Any, put: Callable[[GGUFWriter,
     put(w, "output_norm.weight", sd["model.norm.weight"], True)
     if with_output:
         put(w, "output.weight", sd["lm_head.weight"], False)
+    for name, a in (extra_tensors or {}).items():
+        w.add_tensor(name, np.asarray(a, np.float32))
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 
 

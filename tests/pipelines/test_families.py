@@ -75,6 +75,80 @@ def test_gguf_copy_matches_transformers(family):
            n_decode=2)
 
 
+def _unscaled_copy(model):
+    """``model``'s weights with plain RoPE (what a loader that ignored the file's factor tensors would run)."""
+    import copy
+
+    import transformers
+
+    cfg = copy.deepcopy(model.config)
+    rp = cfg.rope_parameters
+    cfg.rope_parameters = {"rope_type": "default", "rope_theta": rp["rope_theta"],
+                           "partial_rotary_factor": rp.get("partial_rotary_factor", 1.0)}
+    plain = transformers.AutoModelForCausalLM.from_config(cfg).eval().float()
+    plain.load_state_dict(model.state_dict())
+    return plain
+
+
+# family -> (RoPE kind the file must read as, prompt lengths (both sides of the original context))
+ROPE_TENSOR_GGUF = {"llama-rope-freqs": ("llama3", {"long": 70, "short": 9}),
+                    "exaone4-rope-freqs": ("llama3", {"long": 70, "short": 9}),
+                    "phi3-longrope": ("longrope", {"long": 23, "short": 5, "cross": 14})}
+
+
+@pytest.mark.parametrize("family", sorted(ROPE_TENSOR_GGUF))
+def test_gguf_rope_scaling_tensors_match_transformers(family):
+    """RoPE scaling stored as tensors (Llama 3.1's rope_freqs, Phi-3 128k's rope_factors_long/short) applies:
+    every step's logits equal transformers' on the original checkpoint, for prompts on both sides of the
+    original context, and greedy tokens are identical; the same weights with plain RoPE differ (the file's
+    factors matter)."""
+    from family_support import hf_next_logits
+
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    kind, lengths = ROPE_TENSOR_GGUF[family]
+    path, model, tok = tiny_gguf(family)
+    llm = LLM(PipelineConfig(model_path=path, max_length=128, max_batch_size=4, kv_cache_page_size=16))
+    rng = np.random.default_rng(7)
+    prompts = {k: rng.integers(0, len(tok), n).tolist() for k, n in lengths.items()}
+    _steps(llm, model, prompts, n_decode=3)
+    assert llm.pipeline.pipeline_model.config.rope_scaling["rope_type"] == kind
+    seq = prompts["long"]
+    ref, plain = hf_next_logits(model, seq), hf_next_logits(_unscaled_copy(model), seq)
+    assert np.abs(ref - plain).max() > 1e-2 * (ref.max() - ref.min())
+    texts = ["def forward(self, x): return x " * 6, "import os"]
+    ids = [tok(t)["input_ids"] for t in texts]
+    assert len(ids[0]) > model.config.rope_parameters["original_max_position_embeddings"]
+    assert scheduled_greedy(llm, texts, 8) == [hf_greedy(model, i, 8) for i in ids]
+
+
+def test_gguf_rope_freqs_without_a_llama3_match_apply_as_stored(tmp_path):
+    """A rope_freqs tensor that is no llama3 scaling divides each pair's frequency by its factor, as llama.cpp
+    does: logits equal transformers' Llama whose inverse frequencies are divided by the same factors."""
+    import copy
+
+    import torch
+    from gguf_support import write_llama_gguf
+
+    from max.entrypoints.llm import LLM
+    from max.pipelines import PipelineConfig
+
+    _, model, tok = tiny_family("llama")
+    factors = np.random.default_rng(2).uniform(1.0, 6.0, 8).astype(np.float32)
+    path = tmp_path / "tiny-freq-factors.gguf"
+    write_llama_gguf(path, model, tok, lambda w, n, a, is_norm: w.add_tensor(n, a.astype(np.float32)),
+                     extra_tensors={"rope_freqs.weight": factors})
+    ref = copy.deepcopy(model)
+    rot = ref.model.rotary_emb
+    rot.inv_freq = rot.inv_freq / torch.from_numpy(factors)
+    llm = LLM(PipelineConfig(model_path=str(path), max_length=128, max_batch_size=4, kv_cache_page_size=16))
+    rng = np.random.default_rng(4)
+    _steps(llm, ref, {"a": rng.integers(0, len(tok), 40).tolist(), "b": rng.integers(0, len(tok), 6).tolist()},
+           n_decode=2)
+    assert llm.pipeline.pipeline_model.config.rope_scaling["rope_type"] == "freq_factors"
+
+
 def test_phi3_longrope_factors_follow_each_sequence_length():
     """``max_length`` (128) above ``original_max_position_embeddings`` (16): in one batch a short request
     (short factors throughout), a long one (long factors from its prefill) and one that crosses 16 while

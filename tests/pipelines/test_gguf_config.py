@@ -31,6 +31,7 @@ FAMILY_GGUF = {
     "olmo2": ("Olmo2ForCausalLM", {}),
     "glm4": ("Glm4ForCausalLM", {}),
     "smollm3": ("SmolLM3ForCausalLM", {}),
+    "exaone4": ("Exaone4ForCausalLM", {}),
     "granitemoe": ("GraniteMoeForCausalLM", {"expert_count": 4, "expert_used_count": 2}),
     "mixtral": ("MixtralForCausalLM", {"expert_count": 4, "expert_used_count": 2}),
     "qwen3moe": ("Qwen3MoeForCausalLM", {"expert_count": 4, "expert_used_count": 2}),
@@ -75,6 +76,7 @@ VARIANTS = {
     "special-ids": {"@tokenizer.ggml.bos_token_id": 3, "@tokenizer.ggml.eos_token_id": 4,
                     "@tokenizer.ggml.eot_token_id": 5, "@tokenizer.ggml.padding_token_id": 0},
     "gemma-local-base": {"rope.freq_base": 1e6, "rope.freq_base_swa": 2e4},
+    "swa-pattern": {"attention.sliding_window": 8, "attention.sliding_window_pattern": [True, False, True, False]},
     "deepseek-extra": {"attention.q_lora_rank": 48, "expert_shared_count": 1, "leading_dense_block_count": 1,
                        "expert_weights_scale": 1.5},
 }
@@ -105,7 +107,8 @@ def fake_meta(arch: str, extra: dict, tied: bool = True) -> GGUFMetadata:
 def _cases():
     for arch in FAMILY_GGUF:
         for name, extra in VARIANTS.items():
-            if name == "gemma-local-base" and arch != "gemma3" or name == "deepseek-extra" and arch != "deepseek2":
+            if name == "gemma-local-base" and arch != "gemma3" or name == "deepseek-extra" and arch != "deepseek2" \
+                    or name == "swa-pattern" and arch != "exaone4":
                 continue
             if arch == "phi3" and "rope.scaling.type" in extra:
                 continue  # Phi-3 scales RoPE only with LongRoPE factors (an error, tested below)
@@ -154,6 +157,129 @@ def test_gguf_config_defaults_match_transformers(arch, extra, tied):
 def test_phi3_gguf_rope_scaling_is_an_error():
     with pytest.raises(NotImplementedError, match="LongRoPE"):
         _translate("phi3", fake_meta("phi3", VARIANTS["linear-rope"]), defaults=True)
+
+
+def _rope_gguf(path, arch: str, tensors: dict, extra: dict | None = None) -> GGUFMetadata:
+    """A metadata-only GGUF file of ``arch`` (sizes of :func:`fake_meta`) holding the float32 ``tensors``."""
+    import gguf
+    import numpy as np
+
+    from max.graph.weights.gguf_meta import read_gguf_metadata
+
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(4); w.add_context_length(256); w.add_embedding_length(64); w.add_feed_forward_length(96)
+    w.add_head_count(4); w.add_rope_freq_base(5e5)
+    for k, v in (extra or {}).items():
+        w.add_uint32(f"{arch}.{k}", v) if isinstance(v, int) else w.add_float32(f"{arch}.{k}", v)
+    w.add_token_list([f"t{i}" for i in range(40)])
+    w.add_tensor("token_embd.weight", np.zeros((40, 64), np.float32))
+    for name, a in tensors.items():
+        w.add_tensor(name, np.asarray(a, np.float32))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    return read_gguf_metadata(path)
+
+
+LLAMA31 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)
+LLAMA32 = dict(factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)
+
+
+@pytest.mark.parametrize("theta,dim,params", [(5e5, 128, LLAMA31), (5e5, 64, LLAMA32), (1e4, 16, dict(
+    factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64))])
+def test_rope_freqs_of_a_llama3_scaling_read_as_it(theta, dim, params):
+    """The factors llama.cpp stores for Llama 3.1/3.2 (and a small original context) become their llama3
+    entry, exactly; from a float32 copy too."""
+    import numpy as np
+
+    from max.pipelines.architectures.common.gguf_rope import llama3_factors, rope_from_freq_factors
+
+    f = llama3_factors(theta, dim, **params).astype(np.float32)
+    got = rope_from_freq_factors(f, {"rope_type": "default", "rope_theta": theta})
+    assert got == {"rope_type": "llama3", "rope_theta": theta, **params}
+
+
+def test_rope_freqs_otherwise_kept_as_factors():
+    import numpy as np
+
+    from max.pipelines.architectures.common.gguf_rope import rope_from_freq_factors
+
+    rope = {"rope_type": "default", "rope_theta": 1e4}
+    assert rope_from_freq_factors(np.ones(8, np.float32), rope) == rope  # all 1: no scaling
+    f = np.random.default_rng(0).uniform(1.0, 6.0, 8)
+    got = rope_from_freq_factors(f, rope)
+    assert got["rope_type"] == "freq_factors" and np.allclose(got["freq_factors"], f)
+    with pytest.raises(ValueError, match="positive"):
+        rope_from_freq_factors(np.array([1.0, 0.0]), rope)
+    with pytest.raises(NotImplementedError, match="linear"):
+        rope_from_freq_factors(f, {"rope_type": "linear", "factor": 2.0})
+    from max.nn.rotary_embedding import rope_from_hf
+
+    with pytest.raises(ValueError, match="8 factors for 32 rotated dims"):  # the file's head size disagrees
+        rope_from_hf(got, max_position_embeddings=64, dim=128, n_heads=4, theta=1e4, max_seq_len=8, device=None)
+
+
+def test_rope_freqs_translation_gives_the_stored_frequencies():
+    """Property: whatever llama3 parameters made the factors (and any float32 rounding), the RoPE the
+    translation describes divides each frequency by the stored factor (1e-6 relative)."""
+    import numpy as np
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from max.nn.rotary_embedding import Llama3RopeScalingParams, Llama3RotaryEmbedding, RotaryEmbedding
+    from max.nn.rotary_embedding import FreqFactorsRotaryEmbedding
+    from max.pipelines.architectures.common.gguf_rope import llama3_factors, rope_from_freq_factors
+
+    @settings(max_examples=60, deadline=None)
+    @given(theta=st.sampled_from([1e4, 5e5, 1e6]), half=st.integers(4, 64), factor=st.floats(1.5, 64),
+           low=st.floats(0.5, 2.0), span=st.floats(0.5, 8.0), old=st.integers(16, 65536))
+    def check(theta, half, factor, low, span, old):
+        dim = 2 * half
+        f = llama3_factors(theta, dim, factor, low, low + span, old).astype(np.float32)
+        rp = rope_from_freq_factors(f, {"rope_type": "default", "rope_theta": theta})
+        common = dict(dim=dim, n_heads=1, theta=theta, max_seq_len=4, device=None)
+        if rp["rope_type"] == "llama3":
+            layer = Llama3RotaryEmbedding(**common, scaling_params=Llama3RopeScalingParams(
+                factor=rp["factor"], low_freq_factor=rp["low_freq_factor"], high_freq_factor=rp["high_freq_factor"],
+                orig_max_position=rp["original_max_position_embeddings"]))
+        elif rp["rope_type"] == "freq_factors":
+            layer = FreqFactorsRotaryEmbedding(**common, freq_factors=rp["freq_factors"])
+        else:
+            assert np.allclose(f, 1.0)
+            return
+        base = RotaryEmbedding(**common)._inv_freq()
+        np.testing.assert_allclose(layer._inv_freq(), base / f.astype(np.float64), rtol=1e-5)
+
+    check()
+
+
+def test_gguf_files_with_rope_factor_tensors(tmp_path):
+    """A llama file's rope_freqs tensor becomes its llama3 scaling; a phi3 file's rope_factors_* the
+    LongRoPE entry with the file's original context (and the config's); incomplete files are errors."""
+    import numpy as np
+
+    from max.pipelines.architectures.common.gguf_rope import llama3_factors
+
+    f = llama3_factors(5e5, 16, **LLAMA31)
+    d = _translate("llama", _rope_gguf(tmp_path / "l.gguf", "llama", {"rope_freqs.weight": f}), defaults=True)
+    assert d["rope_parameters"] == {"rope_type": "llama3", "rope_theta": 5e5, **LLAMA31}
+    long_f, short_f = [1.0, 2.0, 4.0, 8.0], [1.0, 1.0, 1.5, 2.0]
+    tensors = {"rope_factors_long.weight": long_f, "rope_factors_short.weight": short_f}
+    meta = _rope_gguf(tmp_path / "p.gguf", "phi3", tensors, {"rope.dimension_count": 8,
+                                                            "rope.scaling.original_context_length": 16,
+                                                            "rope.scaling.attn_factor": 1.25})
+    d = _translate("phi3", meta, defaults=True)
+    assert d["rope_parameters"] == dict(rope_type="longrope", rope_theta=5e5, long_factor=long_f, short_factor=short_f,
+                                        original_max_position_embeddings=16, partial_rotary_factor=0.5,
+                                        attention_factor=1.25)
+    assert d["original_max_position_embeddings"] == 16 and d["max_position_embeddings"] == 256
+    with pytest.raises(ValueError, match="original_context_length"):
+        _translate("phi3", _rope_gguf(tmp_path / "p2.gguf", "phi3", tensors, {"rope.dimension_count": 8}), True)
+    with pytest.raises(ValueError, match="needs both"):
+        _translate("phi3", _rope_gguf(tmp_path / "p3.gguf", "phi3", {"rope_factors_long.weight": long_f},
+                                      {"rope.scaling.original_context_length": 16}), True)
+    meta = _rope_gguf(tmp_path / "none.gguf", "llama", {})
+    assert _translate("llama", meta, defaults=True)["rope_parameters"]["rope_type"] == "default"
+    with pytest.raises(KeyError):
+        meta.small_tensor("rope_freqs.weight")
 
 
 def test_plain_config_reads_like_a_transformers_config():

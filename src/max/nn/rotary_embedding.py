@@ -31,6 +31,7 @@ __all__ = [
     "DeepseekYarnRopeScalingParams",
     "DeepseekYarnRotaryEmbedding",
     "DynamicRotaryEmbedding",
+    "FreqFactorsRotaryEmbedding",
     "LinearScalingParams",
     "Llama3RopeScalingParams",
     "Llama3RotaryEmbedding",
@@ -500,7 +501,25 @@ class ProportionalRotaryEmbedding(RotaryEmbedding):
         return inv / self.factor
 
 
-ROPE_SCALINGS = ("default", "linear", "llama3", "longrope", "proportional", "yarn")
+class FreqFactorsRotaryEmbedding(RotaryEmbedding):
+    """RoPE whose pair ``i`` frequency is divided by ``freq_factors[i]`` (llama.cpp's ``rope_freqs`` tensor of
+    GGUF files whose factors are no ``llama3`` scaling; libremax's ``freq_factors`` kind)."""
+
+    def __init__(self, dim: int, n_heads: int, theta: float, max_seq_len: int, device: DeviceRef,
+                 freq_factors: Any, **kw: Any) -> None:
+        super().__init__(dim, n_heads, theta, max_seq_len, device, **kw)
+        self.freq_factors = np.asarray(freq_factors, np.float64).reshape(-1)
+        if self.freq_factors.size != self._rope_dim() // 2:
+            raise ValueError(f"RoPE freq_factors: {self.freq_factors.size} factors for {self._rope_dim()} rotated "
+                             f"dims (expected {self._rope_dim() // 2})")
+        if not np.all(np.isfinite(self.freq_factors)) or np.any(self.freq_factors <= 0):
+            raise ValueError("RoPE freq_factors must be positive and finite")
+
+    def _inv_freq(self) -> np.ndarray:
+        return super()._inv_freq() / self.freq_factors
+
+
+ROPE_SCALINGS = ("default", "freq_factors", "linear", "llama3", "longrope", "proportional", "yarn")
 """The ``rope_scaling`` kinds of Hugging Face configs :func:`rope_from_hf` builds."""
 
 
@@ -519,6 +538,8 @@ def rope_from_hf(rope_scaling: Optional[dict], *, max_position_embeddings: int, 
             factor=float(sc["factor"]), low_freq_factor=float(sc.get("low_freq_factor", 1.0)),
             high_freq_factor=float(sc.get("high_freq_factor", 4.0)),
             orig_max_position=int(sc.get("original_max_position_embeddings", 8192))))
+    if kind == "freq_factors":
+        return FreqFactorsRotaryEmbedding(**common, freq_factors=sc["freq_factors"])
     if kind == "proportional":
         return ProportionalRotaryEmbedding(**common, partial_rotary_factor=float(sc.get("partial_rotary_factor", 1.0)),
                                            factor=float(sc.get("factor", 1.0)))

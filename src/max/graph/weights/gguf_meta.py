@@ -79,6 +79,23 @@ class GGUFMetadata:
         """``{architecture}.{key}``, e.g. ``arch_get("context_length")``."""
         return self.fields.get(f"{self.architecture}.{key}", default)
 
+    def small_tensor(self, name: str) -> np.ndarray:
+        """The values of the F32/F16 tensor ``name`` (small per-model tables such as ``rope_freqs``) as
+        float64, numpy-shaped, read from this file.  KeyError if the file has no such tensor; GGUFFormatError
+        for another element type or data beyond the end of the file."""
+        info = next((t for t in self.tensors if t.name == name), None)
+        if info is None:
+            raise KeyError(f"{self.path}: no tensor {name!r}")
+        dtype = {0: np.float32, 1: np.float16}.get(info.ggml_type)
+        if dtype is None:
+            raise GGUFFormatError(f"{self.path}: tensor {name!r} is {info.type_name}, expected F32 or F16")
+        count = int(np.prod(info.shape, dtype=np.int64))
+        start = self.data_offset + int(info.offset)
+        if start + count * np.dtype(dtype).itemsize > os.path.getsize(self.path):
+            raise GGUFFormatError(f"{self.path}: tensor {name!r} runs past the end of the file")
+        data = np.fromfile(self.path, dtype=np.dtype(dtype).newbyteorder("<"), count=count, offset=start)
+        return data.astype(np.float64).reshape(info.shape)
+
     @property
     def tensor_type_counts(self) -> Counter:
         return Counter(t.type_name for t in self.tensors)

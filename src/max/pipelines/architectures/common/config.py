@@ -15,6 +15,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from max.pipelines.architectures.common.gguf_rope import rope_from_gguf_tensors
+
 __all__ = ["DecoderConfig", "NormPlan", "eos_ids", "gguf_hf_config", "gguf_kv_heads", "gguf_layer_kv_heads",
            "gguf_ssm_keys", "hf_common", "kv_heads", "rope_defaults",
            "whole_head_dim", "with_defaults"]
@@ -171,6 +173,7 @@ def gguf_hf_config(meta: Any, model_type: str, architecture: str, rope_dim_is_he
         rope.update(rope_type=stype, factor=float(g("rope.scaling.factor")))
         if g("rope.scaling.original_context_length"):
             rope["original_max_position_embeddings"] = int(g("rope.scaling.original_context_length"))
+    rope = rope_from_gguf_tensors(meta, rope, g("context_length"))  # rope_freqs / rope_factors_* tensors
     d: dict[str, Any] = dict(
         model_type=model_type,
         architectures=[architecture],

@@ -24,21 +24,21 @@ def config_from_gguf(meta: Any, *, defaults: bool = True) -> dict:
     """``phi3`` GGUF metadata -> ``Phi3Config`` dict (``rope.dimension_count`` < head size: partial rotary;
     ``defaults=False``: only the keys the file has).
 
-    Long-context files store their LongRoPE factors as tensors (``rope_factors_long/short``): not
-    supported yet (clear error), nor is other RoPE scaling (Phi-3 has only LongRoPE)."""
-    if any(t.name.startswith("rope_factors") for t in meta.tensors):
-        raise NotImplementedError("Phi3ForCausalLM: GGUF files with LongRoPE factor tensors (rope_factors_long/"
-                                  "short, the 128k-context models) are not supported yet; use the safetensors "
-                                  "checkpoint")
+    Long-context files store their LongRoPE factors as tensors (``rope_factors_long/short``, read by
+    ``gguf_hf_config``): a ``longrope`` entry whose original context also becomes the config's
+    ``original_max_position_embeddings``.  Other RoPE scaling is an error (Phi-3 has only LongRoPE)."""
     g = meta.arch_get
     d = gguf_hf_config(meta, "phi3", "Phi3ForCausalLM", rope_dim_is_head_dim=False)
     head = int(g("embedding_length")) // int(g("attention.head_count"))
     rot = g("rope.dimension_count")
     if rot and int(rot) != head:
         d.setdefault("rope_parameters", {"rope_type": "default"})["partial_rotary_factor"] = int(rot) / head
-    if d.get("rope_parameters", {}).get("rope_type", "default") != "default":
-        raise NotImplementedError(f"Phi3ForCausalLM: GGUF RoPE scaling {d['rope_parameters']['rope_type']!r} is not "
-                                  "supported (Phi-3 scales RoPE only with LongRoPE factors)")
+    kind = d.get("rope_parameters", {}).get("rope_type", "default")
+    if kind == "longrope":
+        d["original_max_position_embeddings"] = d["rope_parameters"]["original_max_position_embeddings"]
+    elif kind != "default":
+        raise NotImplementedError(f"Phi3ForCausalLM: GGUF RoPE scaling {kind!r} is not supported (Phi-3 scales "
+                                  "RoPE only with LongRoPE factors)")
     if not defaults:
         return d
     d = with_defaults(d, HF_DEFAULTS)
