@@ -138,6 +138,22 @@ FAMILIES: dict[str, FamilySpec] = {
         final_logit_softcapping=3.0),
                lambda m: (_randomize(m, "norm.weight", "layernorm.weight"),
                           _randomize_buffers(m, "layer_scalar", std=0.5))),
+    # Gemma 4 E2B/E4B-style per-layer input embeddings (a smaller per-layer vocabulary table than the main one)
+    "gemma4-ple": (lambda d: transformers.Gemma4TextConfig(
+        **d, head_dim=16, global_head_dim=32, num_global_key_value_heads=1, attention_k_eq_v=True,
+        hidden_size_per_layer_input=8, vocab_size_per_layer_input=d["vocab_size"], sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"], final_logit_softcapping=3.0),
+                   lambda m: (_randomize(m, "norm.weight", "layernorm.weight"),
+                              _randomize_buffers(m, "layer_scalar", std=0.5))),
+    # E2B's layout: per-layer inputs, the last two layers reuse the keys/values of the first two (one per
+    # attention type) and have double-width MLPs
+    "gemma4-kvshare": (lambda d: transformers.Gemma4TextConfig(
+        **{**d, "num_hidden_layers": 4}, head_dim=16, global_head_dim=32, hidden_size_per_layer_input=8,
+        vocab_size_per_layer_input=d["vocab_size"], sliding_window=8, num_kv_shared_layers=2,
+        use_double_wide_mlp=True, final_logit_softcapping=3.0,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"]),
+                       lambda m: (_randomize(m, "norm.weight", "layernorm.weight"),
+                                  _randomize_buffers(m, "layer_scalar", std=0.5))),
     "granitemoe": (lambda d: transformers.GraniteMoeConfig(**d, num_local_experts=4, num_experts_per_tok=2,
                                                            embedding_multiplier=3.0, residual_multiplier=0.5,
                                                            attention_multiplier=0.1, logits_scaling=4.0), None),

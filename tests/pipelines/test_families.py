@@ -240,7 +240,7 @@ def test_llama4_default_max_length_is_capped():
 
 
 def test_gemma4_variants_not_run_natively_fall_back_or_are_refused(tmp_path):
-    """A Gemma 4 with per-layer input embeddings (E2B/E4B) runs through the transformers fallback (with its
+    """A Gemma 4 with the mixture-of-experts block (26B-A4B) runs through the transformers fallback (with its
     reason logged), and with ``hf_fallback=False`` is refused naming the feature."""
     import transformers
 
@@ -250,7 +250,8 @@ def test_gemma4_variants_not_run_natively_fall_back_or_are_refused(tmp_path):
 
     _, _, tok = tiny_family("gemma4")
     cfg = transformers.Gemma4TextConfig(**DIMS, vocab_size=len(tok), head_dim=16, global_head_dim=32,
-                                        hidden_size_per_layer_input=8, vocab_size_per_layer_input=len(tok),
+                                        hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=4,
+                                        top_k_experts=2, moe_intermediate_size=32,
                                         layer_types=["sliding_attention", "full_attention"], sliding_window=8)
     transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
@@ -258,5 +259,32 @@ def test_gemma4_variants_not_run_natively_fall_back_or_are_refused(tmp_path):
 
     arch = PIPELINE_REGISTRY._require(PipelineConfig(model_path=str(tmp_path), max_length=64, max_batch_size=2))
     assert arch.pipeline_model.__name__ == "HFFallbackModel"
-    with pytest.raises(NotImplementedError, match="per-layer input embeddings"):
+    with pytest.raises(NotImplementedError, match="mixture-of-experts"):
         LLM(PipelineConfig(model_path=str(tmp_path), max_length=64, max_batch_size=2, hf_fallback=False))
+
+
+def test_gemma4_kv_sharing_needs_a_source_layer_of_each_type():
+    """KV sharing reads the last earlier non-shared layer of the same attention type; a config where a
+    shared layer's type has no such layer (or every layer is shared) is a clear error at load."""
+    from max.pipelines.architectures.gemma4.config import config_from_hf, kv_sources
+
+    base = dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                global_head_dim=32, vocab_size=100, intermediate_size=96, rms_norm_eps=1e-6, max_position_embeddings=64,
+                layer_types=["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"])
+    assert kv_sources({**base, "num_kv_shared_layers": 2, "layer_types": ["sliding_attention", "full_attention"] * 2}) \
+        == [0, 1, 0, 1]
+    assert kv_sources({**base, "num_kv_shared_layers": 0}) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="none of the first 3 layers is full_attention"):
+        config_from_hf({**base, "num_kv_shared_layers": 1})
+    with pytest.raises(ValueError, match="must be below num_hidden_layers"):
+        config_from_hf({**base, "num_kv_shared_layers": 4})
+
+
+def test_gemma4_kv_shared_layers_hold_no_cache_pages():
+    """The layers that reuse an earlier layer's keys and values (E2B's last ones) get no cache entries: the
+    paged cache of the 4-layer ``gemma4-kvshare`` checkpoint (2 shared) holds 2 layers."""
+    llm = family_llm("gemma4-kvshare")
+    pm = llm.pipeline.pipeline_model
+    assert tiny_family("gemma4-kvshare")[1].config.num_kv_shared_layers == 2
+    assert pm.kv_manager.num_layers == 2
+    assert int(pm.kv_manager.input_symbols()[0][0].shape[2]) == 2

@@ -499,8 +499,8 @@ def default_mlp(cfg: DecoderConfig, layer: int, factory: WeightFactory) -> Modul
 def build_decoder(cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams, max_seq_len: int,
                   make_mlp: MlpBuilder | None = None, make_attention: AttentionBuilder | None = None,
                   return_logits: ReturnLogits = ReturnLogits.LAST_TOKEN, head: Module | None = None,
-                  devices: list[DeviceRef] | None = None, make_layer: LayerBuilder | None = None
-                  ) -> Transformer | DistributedTransformer:
+                  devices: list[DeviceRef] | None = None, make_layer: LayerBuilder | None = None,
+                  transformer_cls: type[Transformer] = Transformer) -> Transformer | DistributedTransformer:
     """The whole decoder: embedding (scaled by ``embedding_multiplier``), layers, final norm, lm_head
     (tied to the embedding when ``tie_word_embeddings``), logits divided by ``logits_scaling`` and
     soft-capped by ``final_logit_softcapping``.
@@ -508,7 +508,8 @@ def build_decoder(cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCache
     Layers use ``cfg.layer_window(i)``; sliding-window layers use an unscaled RoPE of base
     ``cfg.local_rope_theta`` when it is set.  ``make_mlp`` / ``make_attention`` replace the gated MLP
     or the attention of each layer (MoE, MLA ...), ``make_layer(cfg, i, attention, mlp, dtype)`` the
-    :class:`DecoderLayer` around them (Gemma 4's scaled layers).  ``head`` replaces ``lm_head`` (an embedding model's
+    :class:`DecoderLayer` around them (Gemma 4's scaled layers), ``transformer_cls`` the
+    :class:`~max.nn.transformer.Transformer` subclass holding them (one device).  ``head`` replaces ``lm_head`` (an embedding model's
     pooling head: no vocabulary projection).
 
     With several ``devices`` (tensor parallelism; ``kv_params.n_devices`` of them) the same modules
@@ -546,7 +547,7 @@ def build_decoder(cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCache
         rope=rope.table, return_logits=return_logits, embedding_multiplier=cfg.embedding_multiplier,
         logits_scaling=cfg.logits_scaling,
         logits_postprocessor=_softcap(cfg.final_logit_softcapping) if cfg.final_logit_softcapping else None)
-    model = DistributedTransformer(devices=devices, **common) if tp else Transformer(**common)
+    model = DistributedTransformer(devices=devices, **common) if tp else transformer_cls(**common)
     factory.check_paths(model)
     return model
 

@@ -3,11 +3,14 @@ attention and MLP, GeGLU, sliding-window and global layers, final soft-capping) 
 attention -- per-head RMSNorm of q and k (plain weight) and a weightless one of v, softmax scale 1,
 global layers with their own head size and KV heads (``per_layer_config`` / ``global_head_dim``),
 proportional RoPE (a fraction of each head rotated), keys doubling as values (``attention_k_eq_v``) --
-and a learned scalar on each layer's output (``layer_scalar``).
+and a learned scalar on each layer's output (``layer_scalar``); E2B/E4B's per-layer input embeddings
+(``hidden_size_per_layer_input``: a second table gathered per token, mixed with a projection of the
+token embedding, gated into each layer's output) and KV sharing (the last ``num_kv_shared_layers``
+layers attend over the cache entries of the last earlier layer of their attention type, writing none;
+``use_double_wide_mlp`` doubles their MLPs).
 
-Not supported yet (a clear error at load): per-layer input embeddings (``hidden_size_per_layer_input``,
-Gemma 4 E2B/E4B), KV sharing across layers (``num_kv_shared_layers``), the MoE block
-(``enable_moe_block``, 26B-A4B) and bidirectional attention."""
+Not supported yet (a clear error at load): the MoE block (``enable_moe_block``, 26B-A4B) and
+bidirectional attention."""
 
 from max.pipelines.architectures.gemma4.arch import gemma4_arch
 

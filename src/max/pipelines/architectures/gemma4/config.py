@@ -12,9 +12,7 @@ NAME = "Gemma4ForCausalLM"
 
 
 def _unsupported(hf: dict) -> None:
-    checks = (("hidden_size_per_layer_input", "per-layer input embeddings (Gemma 4 E2B/E4B)"),
-              ("num_kv_shared_layers", "KV sharing across layers"),
-              ("enable_moe_block", "the mixture-of-experts block (Gemma 4 26B-A4B)"),
+    checks = (("enable_moe_block", "the mixture-of-experts block (Gemma 4 26B-A4B)"),
               ("use_bidirectional_attention", "bidirectional attention"))
     for key, what in checks:
         if hf.get(key):
@@ -39,6 +37,25 @@ def layer_shapes(hf: dict) -> tuple[list[int], list[int]]:
     return dims, heads
 
 
+def kv_sources(hf: dict) -> list[int]:
+    """Per layer, the layer whose cache entries it attends over: itself, or for the last
+    ``num_kv_shared_layers`` layers (KV sharing) the last earlier non-shared layer of the same type."""
+    n, types = int(hf["num_hidden_layers"]), list(hf["layer_types"])
+    shared = int(hf.get("num_kv_shared_layers") or 0)
+    if not 0 <= shared < n:
+        raise ValueError(f"{NAME}: num_kv_shared_layers {shared} must be below num_hidden_layers {n} (some layer "
+                         "must compute the keys and values the others share)")
+    first = n - shared
+    out = list(range(n))
+    for i in range(first, n):
+        own = [j for j in range(first) if types[j] == types[i]]
+        if not own:
+            raise ValueError(f"{NAME}: layer {i} ({types[i]}) shares the keys/values of an earlier layer of its type, "
+                             f"but none of the first {first} layers is {types[i]}")
+        out[i] = own[-1]
+    return out
+
+
 def config_from_hf(hf: dict) -> DecoderConfig:
     hf = dict(hf.get("text_config") or hf)
     _unsupported(hf)
@@ -53,7 +70,10 @@ def config_from_hf(hf: dict) -> DecoderConfig:
     if any(H % h or max(heads) % h for h in heads):
         raise ValueError(f"{NAME}: num_attention_heads {H} and the most KV heads {max(heads)} must be multiples of "
                          f"every layer's KV heads {heads}")
+    sources = kv_sources(hf)
     c = hf_common({**hf, "rope_parameters": rp["sliding_attention"]}, NAME)
+    wide = 2 if hf.get("use_double_wide_mlp") else 1  # layers that share KV: a double-width MLP
+    inter = [int(c["intermediate_size"]) * (wide if sources[i] != i else 1) for i in range(n)]
     c.update(
         o_proj_bias=c["attention_bias"], norms=NORMS, norm_weight_offset=0.0, norm_multiply_before_cast=True,
         attention_scale=1.0, embedding_multiplier=float(c["hidden_size"]) ** 0.5,
@@ -61,5 +81,8 @@ def config_from_hf(hf: dict) -> DecoderConfig:
         tie_word_embeddings=bool(hf.get("tie_word_embeddings", True)),
         rope_scaling=None, partial_rotary_factor=1.0,
         extra=dict(head_dims=dims, kv_heads=heads, k_eq_v=bool(hf.get("attention_k_eq_v")),
-                   rope_parameters={k: dict(v) for k, v in rp.items()}))
+                   rope_parameters={k: dict(v) for k, v in rp.items()}, kv_sources=sources, kv_layers=n - int(hf.get("num_kv_shared_layers") or 0),
+                   intermediate=inter,
+                   ple_dim=int(hf.get("hidden_size_per_layer_input") or 0),
+                   ple_vocab=int(hf.get("vocab_size_per_layer_input") or c["vocab_size"])))
     return DecoderConfig(**c)
