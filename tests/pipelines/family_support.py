@@ -154,6 +154,15 @@ FAMILIES: dict[str, FamilySpec] = {
         layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"]),
                        lambda m: (_randomize(m, "norm.weight", "layernorm.weight"),
                                   _randomize_buffers(m, "layer_scalar", std=0.5))),
+    # 26B-A4B's layout: routed experts (top 2 of 4, per-expert scales) beside each layer's dense MLP
+    "gemma4-moe": (lambda d: transformers.Gemma4TextConfig(
+        **d, head_dim=16, global_head_dim=32, num_global_key_value_heads=1, attention_k_eq_v=True,
+        hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=4, top_k_experts=2,
+        moe_intermediate_size=32, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+        final_logit_softcapping=3.0),
+                   lambda m: (_randomize(m, "norm.weight", "layernorm.weight", "layernorm_1.weight",
+                                         "layernorm_2.weight", "router.scale", "per_expert_scale"),
+                              _randomize_buffers(m, "layer_scalar", std=0.5))),
     "granitemoe": (lambda d: transformers.GraniteMoeConfig(**d, num_local_experts=4, num_experts_per_tok=2,
                                                            embedding_multiplier=3.0, residual_multiplier=0.5,
                                                            attention_multiplier=0.1, logits_scaling=4.0), None),

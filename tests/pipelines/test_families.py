@@ -240,8 +240,9 @@ def test_llama4_default_max_length_is_capped():
 
 
 def test_gemma4_variants_not_run_natively_fall_back_or_are_refused(tmp_path):
-    """A Gemma 4 with the mixture-of-experts block (26B-A4B) runs through the transformers fallback (with its
-    reason logged), and with ``hf_fallback=False`` is refused naming the feature."""
+    """A Gemma 4 with bidirectional attention (``use_bidirectional_attention="all"``) runs through the
+    transformers fallback (with its reason logged), and with ``hf_fallback=False`` is refused naming the
+    feature."""
     import transformers
 
     from family_support import DIMS
@@ -250,8 +251,7 @@ def test_gemma4_variants_not_run_natively_fall_back_or_are_refused(tmp_path):
 
     _, _, tok = tiny_family("gemma4")
     cfg = transformers.Gemma4TextConfig(**DIMS, vocab_size=len(tok), head_dim=16, global_head_dim=32,
-                                        hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=4,
-                                        top_k_experts=2, moe_intermediate_size=32,
+                                        hidden_size_per_layer_input=0, use_bidirectional_attention="all",
                                         layer_types=["sliding_attention", "full_attention"], sliding_window=8)
     transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
@@ -259,7 +259,7 @@ def test_gemma4_variants_not_run_natively_fall_back_or_are_refused(tmp_path):
 
     arch = PIPELINE_REGISTRY._require(PipelineConfig(model_path=str(tmp_path), max_length=64, max_batch_size=2))
     assert arch.pipeline_model.__name__ == "HFFallbackModel"
-    with pytest.raises(NotImplementedError, match="mixture-of-experts"):
+    with pytest.raises(NotImplementedError, match="bidirectional attention"):
         LLM(PipelineConfig(model_path=str(tmp_path), max_length=64, max_batch_size=2, hf_fallback=False))
 
 
@@ -288,3 +288,17 @@ def test_gemma4_kv_shared_layers_hold_no_cache_pages():
     assert tiny_family("gemma4-kvshare")[1].config.num_kv_shared_layers == 2
     assert pm.kv_manager.num_layers == 2
     assert int(pm.kv_manager.input_symbols()[0][0].shape[2]) == 2
+
+
+def test_gemma4_moe_block_needs_its_sizes():
+    """``enable_moe_block`` without usable expert counts / sizes is a clear error at load."""
+    from max.pipelines.architectures.gemma4.config import config_from_hf
+
+    base = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                global_head_dim=32, vocab_size=100, intermediate_size=96, rms_norm_eps=1e-6, max_position_embeddings=64,
+                layer_types=["sliding_attention", "full_attention"], enable_moe_block=True, num_experts=4,
+                top_k_experts=2, moe_intermediate_size=32)
+    assert config_from_hf(base).extra["num_experts"] == 4
+    for bad in (dict(top_k_experts=5), dict(num_experts=None), dict(moe_intermediate_size=0)):
+        with pytest.raises(ValueError, match="enable_moe_block needs"):
+            config_from_hf({**base, **bad})

@@ -509,8 +509,8 @@ def build_decoder(cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCache
     ``cfg.local_rope_theta`` when it is set.  ``make_mlp`` / ``make_attention`` replace the gated MLP
     or the attention of each layer (MoE, MLA ...), ``make_layer(cfg, i, attention, mlp, dtype)`` the
     :class:`DecoderLayer` around them (Gemma 4's scaled layers), ``transformer_cls`` the
-    :class:`~max.nn.transformer.Transformer` subclass holding them (one device).  ``head`` replaces ``lm_head`` (an embedding model's
-    pooling head: no vocabulary projection).
+    :class:`~max.nn.transformer.Transformer` subclass holding them (one device).  ``head`` replaces
+    ``lm_head`` (an embedding model's pooling head: no vocabulary projection).
 
     With several ``devices`` (tensor parallelism; ``kv_params.n_devices`` of them) the same modules
     and weights are built on the first device and the graph splits them: a

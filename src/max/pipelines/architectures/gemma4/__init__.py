@@ -7,10 +7,10 @@ and a learned scalar on each layer's output (``layer_scalar``); E2B/E4B's per-la
 (``hidden_size_per_layer_input``: a second table gathered per token, mixed with a projection of the
 token embedding, gated into each layer's output) and KV sharing (the last ``num_kv_shared_layers``
 layers attend over the cache entries of the last earlier layer of their attention type, writing none;
-``use_double_wide_mlp`` doubles their MLPs).
+``use_double_wide_mlp`` doubles their MLPs); 26B-A4B's MoE block (``enable_moe_block``: routed
+experts beside each layer's dense MLP, see ``moe.py``).
 
-Not supported yet (a clear error at load): the MoE block (``enable_moe_block``, 26B-A4B) and
-bidirectional attention."""
+Not supported yet (a clear error at load): bidirectional attention (``use_bidirectional_attention``)."""
 
 from max.pipelines.architectures.gemma4.arch import gemma4_arch
 

@@ -12,8 +12,7 @@ NAME = "Gemma4ForCausalLM"
 
 
 def _unsupported(hf: dict) -> None:
-    checks = (("enable_moe_block", "the mixture-of-experts block (Gemma 4 26B-A4B)"),
-              ("use_bidirectional_attention", "bidirectional attention"))
+    checks = (("use_bidirectional_attention", "bidirectional attention"),)
     for key, what in checks:
         if hf.get(key):
             raise NotImplementedError(f"{NAME}: {what} ({key}={hf[key]!r}) is not supported yet")
@@ -56,6 +55,17 @@ def kv_sources(hf: dict) -> list[int]:
     return out
 
 
+def _moe(hf: dict) -> dict:
+    """The MoE block's sizes (``enable_moe_block``: routed experts beside every layer's dense MLP)."""
+    if not hf.get("enable_moe_block"):
+        return dict(num_experts=0, top_k=0, moe_dim=0)
+    E, k, inter = (int(hf.get(key) or 0) for key in ("num_experts", "top_k_experts", "moe_intermediate_size"))
+    if E < 1 or not 1 <= k <= E or inter < 1:
+        raise ValueError(f"{NAME}: enable_moe_block needs num_experts >= 1, 1 <= top_k_experts <= num_experts and "
+                         f"moe_intermediate_size >= 1, got {E}, {k}, {inter}")
+    return dict(num_experts=E, top_k=k, moe_dim=inter)
+
+
 def config_from_hf(hf: dict) -> DecoderConfig:
     hf = dict(hf.get("text_config") or hf)
     _unsupported(hf)
@@ -81,8 +91,8 @@ def config_from_hf(hf: dict) -> DecoderConfig:
         tie_word_embeddings=bool(hf.get("tie_word_embeddings", True)),
         rope_scaling=None, partial_rotary_factor=1.0,
         extra=dict(head_dims=dims, kv_heads=heads, k_eq_v=bool(hf.get("attention_k_eq_v")),
-                   rope_parameters={k: dict(v) for k, v in rp.items()}, kv_sources=sources, kv_layers=n - int(hf.get("num_kv_shared_layers") or 0),
-                   intermediate=inter,
-                   ple_dim=int(hf.get("hidden_size_per_layer_input") or 0),
+                   rope_parameters={k: dict(v) for k, v in rp.items()}, kv_sources=sources,
+                   kv_layers=n - int(hf.get("num_kv_shared_layers") or 0), intermediate=inter,
+                   ple_dim=int(hf.get("hidden_size_per_layer_input") or 0), **_moe(hf),
                    ple_vocab=int(hf.get("vocab_size_per_layer_input") or c["vocab_size"])))
     return DecoderConfig(**c)

@@ -27,6 +27,7 @@ from max.pipelines.architectures.common.model import DecoderPipelineModel
 from max.graph.weights import WeightsFormat
 from max.pipelines.architectures.common.weights import WeightFactory, rename_hf, standard_adapters
 from max.pipelines.architectures.gemma4.config import config_from_hf
+from max.pipelines.architectures.gemma4.moe import Gemma4Experts, split_experts
 
 
 class Gemma4Attention(Module):
@@ -125,10 +126,29 @@ class Gemma4Layer(DecoderLayer):
             self.per_layer_projection = factory.linear(f"{p}.per_layer_projection", ple, hidden, False)
             self.post_per_layer_input_norm = rms_norm(cfg, hidden, dtype)
             object.__setattr__(self, "_act", activation(cfg.hidden_act, cfg.architecture))
+        self.moe: Gemma4Experts | None = None
+        if cfg.extra["num_experts"]:  # routed experts beside the dense MLP (their weights: layers.N.router/experts)
+            moe = Gemma4Experts(cfg, layer, factory)
+            self.router, self.experts = moe.router, moe.experts
+            object.__setattr__(self, "moe", moe)
+            for name in ("post_feedforward_layernorm_1", "post_feedforward_layernorm_2", "pre_feedforward_layernorm_2"):
+                setattr(self, name, rms_norm(cfg, hidden, dtype))
+
+    def _with_experts(self, layer_idx: Any, x: TensorValue, kv_collection: Any, freqs_cis: Any,
+                      input_row_offsets: TensorValue) -> TensorValue:
+        """The layer with the MoE block: ``h + norm(norm_1(mlp(h')) + norm_2(experts(h)))``."""
+        a = self.self_attn(layer_idx, self._norm(0, x), kv_collection, freqs_cis, input_row_offsets)
+        h = x + self._norm(1, a)
+        m = self.post_feedforward_layernorm_1(self.mlp(self._norm(2, h)))
+        m = m + self.post_feedforward_layernorm_2(self.moe(h, self.pre_feedforward_layernorm_2(h)))
+        return h + self._norm(3, m)
 
     def __call__(self, layer_idx: Any, x: TensorValue, kv_collection: Any, freqs_cis: Any,
                  input_row_offsets: TensorValue) -> TensorValue:
-        h = super().__call__(layer_idx, x, kv_collection, freqs_cis, input_row_offsets)
+        if self.moe is not None:
+            h = self._with_experts(layer_idx, x, kv_collection, freqs_cis, input_row_offsets)
+        else:
+            h = super().__call__(layer_idx, x, kv_collection, freqs_cis, input_row_offsets)
         if self.ple:
             if self.per_layer_input is None:
                 raise RuntimeError("Gemma4Layer: per_layer_input is set by Gemma4Transformer while the graph is built")
@@ -174,14 +194,17 @@ _SHARED_LAYER_KV = ("self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_
 
 
 def _rename(state_dict: dict, huggingface_config: Any = None, **kw: Any) -> dict:
-    """Hugging Face names minus ``model.``, without the
+    """Hugging Face names minus ``model.``, the MoE block's fused expert tensors split, without the
     unused K/V projections some checkpoints keep for the layers that share an earlier layer's keys and values."""
     hf = huggingface_config.to_dict() if hasattr(huggingface_config, "to_dict") else dict(huggingface_config or {})
     out = rename_hf(state_dict)
     if not hf:
         return out
     cfg = config_from_hf(hf)
-    shared = {f"layers.{i}.{leaf}" for i, s in enumerate(cfg.extra["kv_sources"]) if s != i for leaf in _SHARED_LAYER_KV}
+    if cfg.extra["num_experts"]:
+        out = split_experts(out, int(cfg.extra["moe_dim"]))
+    shared = {f"layers.{i}.{leaf}" for i, src in enumerate(cfg.extra["kv_sources"]) if src != i
+              for leaf in _SHARED_LAYER_KV}
     return {k: v for k, v in out.items() if k not in shared}
 
 
