@@ -756,13 +756,89 @@ LMX_INLINE void ws_groupk(const int five, const uint8_t *g, int64_t K, const pac
     }
 }
 
+/* Q6_K: per 32 values, two 16-value halves (k-groups 0..3, 4..7) with their own scales d*sc; the value is
+ * s * (code - 32).  Codes < 64: 16-bit runs of 2 k-groups without VNNI.  The float operations per (row,
+ * half) are group_avx2's, in its order. */
+LMX_INLINE void ws_group6(const uint8_t *g, int64_t K, const pact_t *a, int64_t m0, int mb, float *acc) {
+    wsbuf_t w __attribute__((aligned(32)));
+    const int64_t ub = unit_bytes(LMX_Q6_K), nu = K / 256;
+    const int8_t *xq = a->xq + m0 * a->KP;
+    const float *dxb = a->dxb + m0 * a->BP, *sx16 = a->sx16 + m0 * 2 * a->BP;
+    const int64_t KP = a->KP, BP = a->BP;
+    for (int i = 0; i < mb * GR; i++) acc[i] = 0.0f;
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *o = g + u * ub;
+        const __m256 d[2] = {cvt8_h(o), cvt8_h(o + 16)};
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *so = o + 288 + s * 384;
+            _mm_prefetch((const char *)(so + 384), _MM_HINT_T0);
+            _mm_prefetch((const char *)(so + 448), _MM_HINT_T0);
+            for (int h = 0; h < 2; h++) {
+                __m256i c[8];
+                unpack_nib(so + 32 * h, NULL, so + 256 + 32 * h, c);
+                for (int j = 0; j < 8; j++) _mm256_store_si256(&w.c[j][h], c[j]);
+            }
+            __m256 s0[2], s1[2];
+            for (int h = 0; h < 2; h++) {
+                s0[h] = _mm256_mul_ps(d[h], cvt8_i8(o + 32 + 16 * (2 * s) + 8 * h));
+                s1[h] = _mm256_mul_ps(d[h], cvt8_i8(o + 32 + 16 * (2 * s + 1) + 8 * h));
+            }
+            for (int i = 0; i < mb; i++) {
+                const int8_t *x = xq + i * KP + u * 256 + s * 32;
+                const __m256 dx = _mm256_set1_ps(dxb[i * BP + u * 8 + s]);
+                const float *x16 = sx16 + i * 2 * BP + u * 16 + 2 * s;
+                const __m256 n0 = _mm256_set1_ps(-32.0f * x16[0]), n1 = _mm256_set1_ps(-32.0f * x16[1]);
+                for (int h = 0; h < 2; h++) {
+                    __m256i t0, t1;
+#ifdef LMX_AVXVNNI
+                    __m256i e0 = _mm256_setzero_si256(), e1 = _mm256_setzero_si256();
+                    __m256i f0 = _mm256_setzero_si256(), f1 = _mm256_setzero_si256();
+                    for (int j = 0; j < 4; j += 2) {
+                        e0 = _mm256_dpbusd_avx_epi32(e0, _mm256_load_si256(&w.c[j][h]), bcast4(x + 4 * j));
+                        e1 = _mm256_dpbusd_avx_epi32(e1, _mm256_load_si256(&w.c[j + 1][h]), bcast4(x + 4 * j + 4));
+                        f0 = _mm256_dpbusd_avx_epi32(f0, _mm256_load_si256(&w.c[j + 4][h]), bcast4(x + 4 * j + 16));
+                        f1 = _mm256_dpbusd_avx_epi32(f1, _mm256_load_si256(&w.c[j + 5][h]), bcast4(x + 4 * j + 20));
+                    }
+                    t0 = _mm256_add_epi32(e0, e1);
+                    t1 = _mm256_add_epi32(f0, f1);
+#else
+                    const __m256i ones = _mm256_set1_epi16(1);
+                    __m256i q[4];
+                    for (int j2 = 0; j2 < 4; j2++)
+                        q[j2] = _mm256_madd_epi16(
+                            _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_load_si256(&w.c[2 * j2][h]), bcast4(x + 8 * j2)),
+                                             _mm256_maddubs_epi16(_mm256_load_si256(&w.c[2 * j2 + 1][h]),
+                                                                  bcast4(x + 8 * j2 + 4))),
+                            ones);
+                    t0 = _mm256_add_epi32(q[0], q[1]);
+                    t1 = _mm256_add_epi32(q[2], q[3]);
+#endif
+                    float *ar = acc + i * GR + 8 * h;
+                    __m256 v = _mm256_load_ps(ar);
+                    v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t0), _mm256_mul_ps(s0[h], dx), v);
+                    v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t1), _mm256_mul_ps(s1[h], dx), v);
+                    v = _mm256_fmadd_ps(s0[h], n0, v);
+                    v = _mm256_fmadd_ps(s1[h], n1, v);
+                    _mm256_store_ps(ar, v);
+                }
+            }
+        }
+    }
+}
+
 /* Whether the weight-stationary order beats group_avx2's register tiles for M activation rows
  * (bench/qmatmul.py, 1 thread): it wins from M = 2 wherever unpacking costs (nibbles without VNNI, Q5
- * high bits; from M = 3 with VNNI); with VNNI's cheaper sums the plain 4-bit kinds gain from M = 8, and Q8
- * (no unpacking) only from M = 12. */
+ * high bits; from M = 3 with VNNI); with VNNI's cheaper sums the plain 4-bit kinds gain from M = 8, Q6_K
+ * (whose register tiles already share each unpacked half) from M = 5 (6 with VNNI), and Q8 (no unpacking)
+ * only from M = 12. */
 static int ws_wins(int kind, int64_t M) {
     switch (kind) {
     case LMX_Q8_0: return M >= 12;
+#ifdef LMX_AVXVNNI
+    case LMX_Q6_K: return M >= 6;
+#else
+    case LMX_Q6_K: return M >= 5;
+#endif
 #ifdef LMX_AVXVNNI
     case LMX_Q5_0: case LMX_Q5_1: case LMX_Q5_K: return M >= 3;
     case LMX_Q4_0: case LMX_Q4_1: case LMX_Q4_K: return M >= 8;
@@ -780,6 +856,7 @@ static void group_avx2_ws(int kind, const uint8_t *g, int64_t K, const pact_t *a
     case LMX_Q5_0: case LMX_Q5_1: ws_group32(kind, 0, 1, g, K, a, m0, mb, acc); break;
     case LMX_Q4_K: ws_groupk(0, g, K, a, m0, mb, acc); break;
     case LMX_Q5_K: ws_groupk(1, g, K, a, m0, mb, acc); break;
+    case LMX_Q6_K: ws_group6(g, K, a, m0, mb, acc); break;
     default: ws_group32(kind, 0, 0, g, K, a, m0, mb, acc); break;
     }
 }
