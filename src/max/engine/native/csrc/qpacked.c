@@ -598,7 +598,7 @@ LMX_INLINE void block_sums(const uint8_t *o, const uint8_t *hb, const int q8, co
     }
 }
 
-/* Weight-stationary order for M >= 2 (batch decode): the code vectors of one 32-value block of the group
+/* Weight-stationary order for batch decode (from the M ws_wins gives): the code vectors of one 32-value block of the group
  * (both halves) are unpacked once into an L1 buffer and then serve every activation row of the tile, whose
  * accumulators live in memory (acc [mb][16]); each code vector is a memory operand of vpmaddubsw /
  * vpdpbusd, so nothing spills and the unpacking is amortised over all mb rows instead of PMB.  The float
@@ -607,34 +607,20 @@ LMX_INLINE void block_sums(const uint8_t *o, const uint8_t *hb, const int q8, co
 #define WS_MT 16 /* activation rows per tile */
 
 typedef struct {
-    __m256i c[8][2]; /* codes (Q8 without VNNI: their magnitudes) per k-group and half */
-#ifndef LMX_AVXVNNI
-    __m256i s[8][2]; /* Q8 without VNNI: the signed codes (their signs go to the activations) */
-#endif
+    __m256i c[8][2]; /* codes per k-group and half */
 } wsbuf_t;
 
-/* Unpack one 32-value block (nibbles at o, + Q5 high bits hb, or Q8 codes) into w. */
-LMX_INLINE void ws_unpack(const uint8_t *o, const uint8_t *hb, const int q8, wsbuf_t *w) {
+/* Unpack one 32-value block (nibbles at o, + Q5 high bits hb) into w. */
+LMX_INLINE void ws_unpack(const uint8_t *o, const uint8_t *hb, wsbuf_t *w) {
     for (int j = 0; j < 8; j++)
-        for (int h = 0; h < 2; h++) {
-            const __m256i c = code_at(o, hb, q8, j, h);
-#ifndef LMX_AVXVNNI
-            if (q8) {
-                const __m256i sg = _mm256_xor_si256(c, _mm256_set1_epi8((char)0x80));
-                _mm256_store_si256(&w->s[j][h], sg);
-                _mm256_store_si256(&w->c[j][h], _mm256_sign_epi8(sg, sg));
-                continue;
-            }
-#endif
-            _mm256_store_si256(&w->c[j][h], c);
-        }
+        for (int h = 0; h < 2; h++) _mm256_store_si256(&w->c[j][h], code_at(o, hb, 0, j, h));
 }
 
 /* Exact sums of one unpacked block against the 32 activation codes at x: lane r of s[h] = row 8h + r. The
  * 16-bit runs are those of block_sums. */
-LMX_INLINE void ws_sums(const wsbuf_t *w, const int q8, const int run, const int8_t *x, __m256i s[2]) {
+LMX_INLINE void ws_sums(const wsbuf_t *w, const int run, const int8_t *x, __m256i s[2]) {
 #ifdef LMX_AVXVNNI
-    (void)q8; (void)run;
+    (void)run;
     __m256i e0 = _mm256_setzero_si256(), e1 = _mm256_setzero_si256();
     __m256i o0 = _mm256_setzero_si256(), o1 = _mm256_setzero_si256();
     for (int j = 0; j < 8; j += 2) {
@@ -648,19 +634,13 @@ LMX_INLINE void ws_sums(const wsbuf_t *w, const int q8, const int run, const int
     s[1] = _mm256_add_epi32(e1, o1);
 #else
     const __m256i ones = _mm256_set1_epi16(1);
-    const int r = q8 ? 1 : run;
+    const int r = run;
     __m256i p0 = _mm256_setzero_si256(), p1 = _mm256_setzero_si256();
     s[0] = s[1] = _mm256_setzero_si256();
     for (int j = 0; j < 8; j++) {
         const __m256i bx = bcast4(x + 4 * j);
-        __m256i q0, q1;
-        if (q8) {
-            q0 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[j][0]), _mm256_sign_epi8(bx, _mm256_load_si256(&w->s[j][0])));
-            q1 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[j][1]), _mm256_sign_epi8(bx, _mm256_load_si256(&w->s[j][1])));
-        } else {
-            q0 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[j][0]), bx);
-            q1 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[j][1]), bx);
-        }
+        const __m256i q0 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[j][0]), bx);
+        const __m256i q1 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[j][1]), bx);
         if (j % r == 0) {
             p0 = q0;
             p1 = q1;
@@ -676,44 +656,37 @@ LMX_INLINE void ws_sums(const wsbuf_t *w, const int q8, const int run, const int
 #endif
 }
 
-/* acc[i][0..15] = rows of the tile m0 .. m0 + mb - 1 against the group (32-value kinds); q8 and five are
- * constants at each call site, so the inner loops have no branches. */
-LMX_INLINE void ws_group32(int kind, const int q8, const int five, const uint8_t *g, int64_t K, const pact_t *a,
+/* acc[i][0..15] = rows of the tile m0 .. m0 + mb - 1 against the group (Q4_0/1, Q5_0/1); five is a
+ * constant at each call site, so the inner loops have no branches. */
+LMX_INLINE void ws_group32(int kind, const int five, const uint8_t *g, int64_t K, const pact_t *a,
                            int64_t m0, int mb, float *acc) {
     wsbuf_t w __attribute__((aligned(32)));
     const int64_t ub = unit_bytes(kind), nu = K / 32;
     const int8_t *xq = a->xq + m0 * a->KP;
     const float *dxb = a->dxb + m0 * a->BP, *sxb = a->sxb + m0 * a->BP;
     const int64_t KP = a->KP, BP = a->BP;
-    const int64_t doff = q8 ? 512 : five ? 320 : 256;
+    const int64_t doff = five ? 320 : 256;
     const int has_m = kind == LMX_Q4_1 || kind == LMX_Q5_1;
-    const float cneg = kind == LMX_Q4_0 ? -8.0f : kind == LMX_Q5_0 ? -16.0f : -128.0f;
-#ifdef LMX_AVXVNNI
-    const int with_off = 1; /* vpdpbusd summed the unsigned codes */
-#else
-    const int with_off = !q8;
-#endif
+    const float cneg = kind == LMX_Q4_0 ? -8.0f : -16.0f;
     const int run = five ? 4 : 8;
     for (int i = 0; i < mb * GR; i++) acc[i] = 0.0f;
     for (int64_t b = 0; b < nu; b++) {
         const uint8_t *o = g + b * ub;
         if (b + 1 < nu) _mm_prefetch((const char *)(o + ub), _MM_HINT_T0);
-        ws_unpack(o, five ? o + 256 : NULL, q8, &w);
+        ws_unpack(o, five ? o + 256 : NULL, &w);
         const __m256 d0 = cvt8_h(o + doff), d1 = cvt8_h(o + doff + 16);
         const __m256 f0 = has_m ? cvt8_h(o + doff + 32) : _mm256_mul_ps(d0, _mm256_set1_ps(cneg));
         const __m256 f1 = has_m ? cvt8_h(o + doff + 48) : _mm256_mul_ps(d1, _mm256_set1_ps(cneg));
         for (int i = 0; i < mb; i++) {
             __m256i s[2];
-            ws_sums(&w, q8, run, xq + i * KP + b * 32, s);
+            ws_sums(&w, run, xq + i * KP + b * 32, s);
             const __m256 dx = _mm256_set1_ps(dxb[i * BP + b]);
             __m256 a0 = _mm256_loadu_ps(acc + i * GR), a1 = _mm256_loadu_ps(acc + i * GR + 8);
             a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(d0, dx), a0);
             a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), _mm256_mul_ps(d1, dx), a1);
-            if (with_off) {
-                const __m256 sx = _mm256_set1_ps(sxb[i * BP + b]);
-                a0 = _mm256_fmadd_ps(f0, sx, a0);
-                a1 = _mm256_fmadd_ps(f1, sx, a1);
-            }
+            const __m256 sx = _mm256_set1_ps(sxb[i * BP + b]);
+            a0 = _mm256_fmadd_ps(f0, sx, a0);
+            a1 = _mm256_fmadd_ps(f1, sx, a1);
             _mm256_storeu_ps(acc + i * GR, a0);
             _mm256_storeu_ps(acc + i * GR + 8, a1);
         }
@@ -734,14 +707,14 @@ LMX_INLINE void ws_groupk(const int five, const uint8_t *g, int64_t K, const pac
         for (int s = 0; s < 8; s++) {
             const uint8_t *so = o + 320 + s * sub;
             _mm_prefetch((const char *)(so + sub), _MM_HINT_T0);
-            ws_unpack(so, five ? so + 256 : NULL, 0, &w);
+            ws_unpack(so, five ? so + 256 : NULL, &w);
             const __m256 dd0 = _mm256_mul_ps(cvt8_h(o), cvt8_u8(o + 64 + 16 * s));
             const __m256 dd1 = _mm256_mul_ps(cvt8_h(o + 16), cvt8_u8(o + 64 + 16 * s + 8));
             const __m256 dm0 = _mm256_mul_ps(cvt8_h(o + 32), cvt8_u8(o + 192 + 16 * s));
             const __m256 dm1 = _mm256_mul_ps(cvt8_h(o + 48), cvt8_u8(o + 192 + 16 * s + 8));
             for (int i = 0; i < mb; i++) {
                 __m256i t[2];
-                ws_sums(&w, 0, five ? 4 : 8, xq + i * KP + u * 256 + s * 32, t);
+                ws_sums(&w, five ? 4 : 8, xq + i * KP + u * 256 + s * 32, t);
                 const __m256 dx = _mm256_set1_ps(dxb[i * BP + u * 8 + s]);
                 const __m256 sx = _mm256_set1_ps(sxb[i * BP + u * 8 + s]);
                 __m256 a0 = _mm256_loadu_ps(acc + i * GR), a1 = _mm256_loadu_ps(acc + i * GR + 8);
@@ -829,11 +802,10 @@ LMX_INLINE void ws_group6(const uint8_t *g, int64_t K, const pact_t *a, int64_t 
 /* Whether the weight-stationary order beats group_avx2's register tiles for M activation rows
  * (bench/qmatmul.py, 1 thread): it wins from M = 2 wherever unpacking costs (nibbles without VNNI, Q5
  * high bits; from M = 3 with VNNI); with VNNI's cheaper sums the plain 4-bit kinds gain from M = 8, Q6_K
- * (whose register tiles already share each unpacked half) from M = 5 (6 with VNNI), and Q8 (no unpacking)
- * only from M = 12. */
+ * (whose register tiles already share each unpacked half) from M = 5 (6 with VNNI).  Q8_0 has nothing to
+ * unpack: its register tiles stay (the copy through the buffer lost 20% at M = 64). */
 static int ws_wins(int kind, int64_t M) {
     switch (kind) {
-    case LMX_Q8_0: return M >= 12;
 #ifdef LMX_AVXVNNI
     case LMX_Q6_K: return M >= 6;
 #else
@@ -852,12 +824,11 @@ static int ws_wins(int kind, int64_t M) {
 
 static void group_avx2_ws(int kind, const uint8_t *g, int64_t K, const pact_t *a, int64_t m0, int mb, float *acc) {
     switch (kind) {
-    case LMX_Q8_0: ws_group32(kind, 1, 0, g, K, a, m0, mb, acc); break;
-    case LMX_Q5_0: case LMX_Q5_1: ws_group32(kind, 0, 1, g, K, a, m0, mb, acc); break;
+    case LMX_Q5_0: case LMX_Q5_1: ws_group32(kind, 1, g, K, a, m0, mb, acc); break;
     case LMX_Q4_K: ws_groupk(0, g, K, a, m0, mb, acc); break;
     case LMX_Q5_K: ws_groupk(1, g, K, a, m0, mb, acc); break;
     case LMX_Q6_K: ws_group6(g, K, a, m0, mb, acc); break;
-    default: ws_group32(kind, 0, 0, g, K, a, m0, mb, acc); break;
+    default: ws_group32(kind, 0, g, K, a, m0, mb, acc); break;
     }
 }
 
