@@ -822,7 +822,7 @@ static int ws_wins(int kind, int64_t M) {
     }
 }
 
-static void group_avx2_ws(int kind, const uint8_t *g, int64_t K, const pact_t *a, int64_t m0, int mb, float *acc) {
+__attribute__((noinline)) static void group_avx2_ws(int kind, const uint8_t *g, int64_t K, const pact_t *a, int64_t m0, int mb, float *acc) {
     switch (kind) {
     case LMX_Q5_0: case LMX_Q5_1: ws_group32(kind, 1, g, K, a, m0, mb, acc); break;
     case LMX_Q4_K: ws_groupk(0, g, K, a, m0, mb, acc); break;
@@ -1062,6 +1062,9 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
                         int64_t M, float *y, int64_t ys, int force_scalar) {
     const int64_t gbytes = K / unit_elems(kind) * unit_bytes(kind);
     float out16[GR * 8];
+#if defined(LMX_AVX2) && !defined(LMX_AVX512VNNI)
+    const int ws = !force_scalar && ws_wins(kind, M);
+#endif
     for (int64_t gi = g0; gi < g1; gi++) {
         const uint8_t *g = p + gi * gbytes;
         const int64_t rows = N - gi * GR < GR ? N - gi * GR : GR;
@@ -1074,7 +1077,7 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
 #define GROUP_SIMD group_neon
 #endif
 #if defined(LMX_AVX2) && !defined(LMX_AVX512VNNI)
-        if (!force_scalar && ws_wins(kind, M)) {
+        if (ws) {
             float acc[WS_MT * GR] __attribute__((aligned(32)));
             for (int64_t m0 = 0; m0 < M; m0 += WS_MT) {
                 const int mb = (int)(M - m0 < WS_MT ? M - m0 : WS_MT);
