@@ -800,23 +800,19 @@ LMX_INLINE void ws_group6(const uint8_t *g, int64_t K, const pact_t *a, int64_t 
 }
 
 /* Whether the weight-stationary order beats group_avx2's register tiles for M activation rows
- * (bench/qmatmul.py, 1 thread): it wins from M = 2 wherever unpacking costs (nibbles without VNNI, Q5
- * high bits; from M = 3 with VNNI); with VNNI's cheaper sums the plain 4-bit kinds gain from M = 8, Q6_K
- * (whose register tiles already share each unpacked half) from M = 5 (6 with VNNI).  Q8_0 has nothing to
- * unpack: its register tiles stay (the copy through the buffer lost 20% at M = 64). */
+ * (bench/qmatmul.py --baseline, 1 thread): it wins from M = 2 wherever unpacking costs (nibbles without
+ * VNNI, Q5 high bits; from M = 3 with VNNI), and for Q6_K (whose register tiles already share each
+ * unpacked half) from M = 5 (6 with VNNI).  With VNNI the plain 4-bit kinds stay on the register tiles
+ * (within +-5% of them at M = 8-64, the prefill of 128 tokens a little slower), and Q8_0, which has
+ * nothing to unpack, does everywhere (the copy through the buffer lost 20% at M = 64). */
 static int ws_wins(int kind, int64_t M) {
     switch (kind) {
 #ifdef LMX_AVXVNNI
+    case LMX_Q5_0: case LMX_Q5_1: case LMX_Q5_K: return M >= 3;
     case LMX_Q6_K: return M >= 6;
 #else
+    case LMX_Q4_0: case LMX_Q4_1: case LMX_Q4_K: case LMX_Q5_0: case LMX_Q5_1: case LMX_Q5_K: return M >= 2;
     case LMX_Q6_K: return M >= 5;
-#endif
-#ifdef LMX_AVXVNNI
-    case LMX_Q5_0: case LMX_Q5_1: case LMX_Q5_K: return M >= 3;
-    case LMX_Q4_0: case LMX_Q4_1: case LMX_Q4_K: return M >= 8;
-#else
-    case LMX_Q5_0: case LMX_Q5_1: case LMX_Q5_K: return M >= 2;
-    case LMX_Q4_0: case LMX_Q4_1: case LMX_Q4_K: return M >= 2;
 #endif
     default: return 0;
     }
