@@ -598,9 +598,9 @@ LMX_INLINE void block_sums(const uint8_t *o, const uint8_t *hb, const int q8, co
     }
 }
 
-/* Weight-stationary order for batch decode (from the M ws_wins gives): the code vectors of one 32-value block of the group
- * (both halves) are unpacked once into an L1 buffer and then serve every activation row of the tile, whose
- * accumulators live in memory (acc [mb][16]); each code vector is a memory operand of vpmaddubsw /
+/* Weight-stationary order for batch decode (from the M that ws_wins gives): the code vectors of one 32-value
+ * block of the group (both halves) are unpacked once into an L1 buffer and serve every activation row of
+ * the tile, whose accumulators live in memory (acc [mb][16]); each code vector is a memory operand of vpmaddubsw /
  * vpdpbusd, so nothing spills and the unpacking is amortised over all mb rows instead of PMB.  The float
  * operations per (block, row, half) are those of group_avx2, in the same order: the results are the same
  * bits. */
@@ -634,21 +634,20 @@ LMX_INLINE void ws_sums(const wsbuf_t *w, const int run, const int8_t *x, __m256
     s[1] = _mm256_add_epi32(e1, o1);
 #else
     const __m256i ones = _mm256_set1_epi16(1);
-    const int r = run;
     __m256i p0 = _mm256_setzero_si256(), p1 = _mm256_setzero_si256();
     s[0] = s[1] = _mm256_setzero_si256();
     for (int j = 0; j < 8; j++) {
         const __m256i bx = bcast4(x + 4 * j);
         const __m256i q0 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[j][0]), bx);
         const __m256i q1 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[j][1]), bx);
-        if (j % r == 0) {
+        if (j % run == 0) {
             p0 = q0;
             p1 = q1;
         } else {
             p0 = _mm256_add_epi16(p0, q0);
             p1 = _mm256_add_epi16(p1, q1);
         }
-        if ((j + 1) % r == 0) {
+        if ((j + 1) % run == 0) {
             s[0] = _mm256_add_epi32(s[0], _mm256_madd_epi16(p0, ones));
             s[1] = _mm256_add_epi32(s[1], _mm256_madd_epi16(p1, ones));
         }
@@ -777,12 +776,12 @@ LMX_INLINE void ws_group6(const uint8_t *g, int64_t K, const pact_t *a, int64_t 
 #else
                     const __m256i ones = _mm256_set1_epi16(1);
                     __m256i q[4];
-                    for (int j2 = 0; j2 < 4; j2++)
-                        q[j2] = _mm256_madd_epi16(
-                            _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_load_si256(&w.c[2 * j2][h]), bcast4(x + 8 * j2)),
-                                             _mm256_maddubs_epi16(_mm256_load_si256(&w.c[2 * j2 + 1][h]),
-                                                                  bcast4(x + 8 * j2 + 4))),
-                            ones);
+                    for (int j2 = 0; j2 < 4; j2++) { /* 16-bit runs of 2 k-groups (codes < 64) */
+                        const __m256i q0 = _mm256_maddubs_epi16(_mm256_load_si256(&w.c[2 * j2][h]), bcast4(x + 8 * j2));
+                        const __m256i q1 = _mm256_maddubs_epi16(_mm256_load_si256(&w.c[2 * j2 + 1][h]),
+                                                                bcast4(x + 8 * j2 + 4));
+                        q[j2] = _mm256_madd_epi16(_mm256_add_epi16(q0, q1), ones);
+                    }
                     t0 = _mm256_add_epi32(q[0], q[1]);
                     t1 = _mm256_add_epi32(q[2], q[3]);
 #endif
@@ -818,7 +817,8 @@ static int ws_wins(int kind, int64_t M) {
     }
 }
 
-__attribute__((noinline)) static void group_avx2_ws(int kind, const uint8_t *g, int64_t K, const pact_t *a, int64_t m0, int mb, float *acc) {
+__attribute__((noinline)) static void group_avx2_ws(int kind, const uint8_t *g, int64_t K, const pact_t *a,
+                                                    int64_t m0, int mb, float *acc) {
     switch (kind) {
     case LMX_Q5_0: case LMX_Q5_1: ws_group32(kind, 1, g, K, a, m0, mb, acc); break;
     case LMX_Q4_K: ws_groupk(0, g, K, a, m0, mb, acc); break;
