@@ -21,6 +21,11 @@ Dense float32/bfloat16/float16 weights (``--kinds F32,BF16``) run the small-M fl
 the same torch fallback.  ``--isa all`` times every kernel variant this CPU can execute; the
 ``cost model`` column says which of native and torch runs that row in the engine.
 
+``--baseline LIB`` also times a previously built kernel library (e.g. a copy of
+``~/.cache/libremax/native/libremax_kernels_avx2_*.so`` from before a change, same variant as
+``--isa``) on the same packed weights, alternating with the current build, and says whether the
+two give the same bits.
+
 Ratios are time(peer) / time(native): > 1 means the native kernel is faster.
 """
 
@@ -84,6 +89,8 @@ def main() -> None:
                     help="native kernel variant(s): 'native', 'all' (every variant this CPU runs) or a list")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--skip-deq", action="store_true", help="leave out dequantise-then-matmul (slow)")
+    ap.add_argument("--baseline", default=None,
+                    help="a kernel library built before a change (same variant as --isa): timed beside it")
     a = ap.parse_args()
     from max.engine import threads
     from max.engine.kernels.fused import _blockwise_linear
@@ -91,6 +98,11 @@ def main() -> None:
 
     threads.apply(a.threads or threads.default_num_threads())
     isas = build.runnable() if a.isa == "all" else [build.choose(v) for v in a.isa.split(",")]
+    base_so = None
+    if a.baseline:
+        import ctypes
+        base_so = ctypes.CDLL(os.path.abspath(a.baseline), mode=ctypes.RTLD_LOCAL)
+        native._declare(base_so)
     rng = np.random.default_rng(0)
     rows = []
     for kind in a.kinds.split(","):
@@ -111,10 +123,17 @@ def main() -> None:
                 prep = prepare_qweight(blocks, kind)
             for isa in isas:
                 plan = native.MatmulPlan([w], [code], [mode], [n], k, so=native.lib(isa))
+                bplan = None if base_so is None else native.MatmulPlan([w], [code], [mode], [n], k, so=base_so)
                 for m in (int(v) for v in a.m.split(",")):
                     x = torch.randn(m, k)
                     out = torch.empty(m, n)
                     t_nat = timeit(lambda: plan(x, out))
+                    base_cols = ()
+                    if bplan is not None:  # alternate, so both see the same machine load
+                        t_b = min(timeit(lambda: bplan(x, out)), timeit(lambda: bplan(x, out)))
+                        t_nat = min(t_nat, timeit(lambda: plan(x, out)))
+                        same = "yes" if torch.equal(bplan(x), plan(x)) else "NO"
+                        base_cols = (f"{t_b * 1e6:.1f}", f"{t_b / t_nat:.2f}x", same)
                     t_f32 = timeit(lambda: torch.nn.functional.linear(x, w32))
                     if dense and w.dtype == torch.float32:
                         t_blk = t_f32
@@ -133,11 +152,11 @@ def main() -> None:
                     pick = "native" if m < lim else "torch"
                     rows.append((kind, f"{n}x{k}", isa, m, f"{t_nat * 1e6:.1f}", f"{gbs:.1f}", f"{t_blk / t_nat:.2f}x",
                                  pick, f"{t_i4 / t_nat:.2f}x" if t_i4 else "-", f"{t_f32 / t_nat:.2f}x",
-                                 f"{t_deq / t_nat:.1f}x" if t_deq else "-", f"{err:.1e}"))
+                                 f"{t_deq / t_nat:.1f}x" if t_deq else "-", f"{err:.1e}", *base_cols))
     table(f"native matmul, {torch.get_num_threads()} threads (ratios: peer time / native time; 'torch' = the "
           "fallback the cost model picks at large M: GEMM over blocks of rows widened to float32)", rows,
           ("kind", "N x K", "kernels", "M", "native us", "GB/s", "torch", "cost model", "int4pack", "f32", "deq+mm",
-           "rel err"))
+           "rel err", *(("baseline us", "vs baseline", "same bits") if base_so is not None else ())))
 
 
 if __name__ == "__main__":

@@ -163,7 +163,8 @@ def test_quantized_matmul_matches_q8_reference(kind, isa, m, n, kmult, packed, s
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("kind,mode", [("Q4_1", "packed"), ("Q8_0", "packed"), ("Q4_K", "packed"), ("Q5_K", "packed"),
-                                       ("Q6_K", "packed"), ("Q5_0", "packed"), ("Q3_K", "ggml"), ("Q8_0", "ggml"),
+                                       ("Q6_K", "packed"), ("Q5_0", "packed"), ("Q4_0", "packed"), ("Q5_1", "packed"),
+                                       ("Q3_K", "ggml"), ("Q8_0", "ggml"),
                                        ("F32", "dense"), ("BF16", "dense")])
 def test_matmul_rows_do_not_depend_on_the_batch(isa, kind, mode):
     """A row's result is bit-identical whether it is computed alone or among M others, at any position
@@ -185,7 +186,10 @@ def test_matmul_rows_do_not_depend_on_the_batch(isa, kind, mode):
     full = plan(x).numpy()
     for i in (0, 7, 8, 13, 20):
         np.testing.assert_array_equal(plan(x[i:i + 1]).numpy()[0].view(np.uint32), full[i].view(np.uint32))
-    np.testing.assert_array_equal(plan(x[3:12]).numpy().view(np.uint32), full[3:12].view(np.uint32))
+    # batch sizes on both sides of every switch between the AVX2 kernels' register tiles and their
+    # weight-stationary order (M = 2, 3, 5, 6), and across its 16-row tiles (21)
+    for a, b in ((3, 12), (0, 2), (5, 8), (8, 12), (10, 15), (12, 18), (1, 8), (2, 9), (4, 15), (6, 18)):
+        np.testing.assert_array_equal(plan(x[a:b]).numpy().view(np.uint32), full[a:b].view(np.uint32))
 
 
 @pytest.mark.parametrize("isa", ISAS)

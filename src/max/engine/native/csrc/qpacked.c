@@ -598,6 +598,236 @@ LMX_INLINE void block_sums(const uint8_t *o, const uint8_t *hb, const int q8, co
     }
 }
 
+/* Weight-stationary order for batch decode (from the M that ws_wins gives): the code vectors of one 32-value
+ * block of the group (both halves) are unpacked once into an L1 buffer and serve every activation row of
+ * the tile, whose accumulators live in memory (acc [mb][16]); each code vector is a memory operand of vpmaddubsw /
+ * vpdpbusd, so nothing spills and the unpacking is amortised over all mb rows instead of PMB.  The float
+ * operations per (block, row, half) are those of group_avx2, in the same order: the results are the same
+ * bits. */
+#define WS_MT 16 /* activation rows per tile */
+
+typedef struct {
+    __m256i c[8][2]; /* codes per k-group and half */
+} wsbuf_t;
+
+/* Unpack one 32-value block (nibbles at o, + Q5 high bits hb) into w. */
+LMX_INLINE void ws_unpack(const uint8_t *o, const uint8_t *hb, wsbuf_t *w) {
+    for (int j = 0; j < 8; j++)
+        for (int h = 0; h < 2; h++) _mm256_store_si256(&w->c[j][h], code_at(o, hb, 0, j, h));
+}
+
+/* Exact sums of one unpacked block against the 32 activation codes at x: lane r of s[h] = row 8h + r. The
+ * 16-bit runs are those of block_sums. */
+LMX_INLINE void ws_sums(const wsbuf_t *w, const int run, const int8_t *x, __m256i s[2]) {
+#ifdef LMX_AVXVNNI
+    (void)run;
+    __m256i e0 = _mm256_setzero_si256(), e1 = _mm256_setzero_si256();
+    __m256i o0 = _mm256_setzero_si256(), o1 = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j += 2) {
+        const __m256i b0 = bcast4(x + 4 * j), b1 = bcast4(x + 4 * j + 4);
+        e0 = _mm256_dpbusd_avx_epi32(e0, _mm256_load_si256(&w->c[j][0]), b0);
+        e1 = _mm256_dpbusd_avx_epi32(e1, _mm256_load_si256(&w->c[j][1]), b0);
+        o0 = _mm256_dpbusd_avx_epi32(o0, _mm256_load_si256(&w->c[j + 1][0]), b1);
+        o1 = _mm256_dpbusd_avx_epi32(o1, _mm256_load_si256(&w->c[j + 1][1]), b1);
+    }
+    s[0] = _mm256_add_epi32(e0, o0);
+    s[1] = _mm256_add_epi32(e1, o1);
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i p0 = _mm256_setzero_si256(), p1 = _mm256_setzero_si256();
+    s[0] = s[1] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) {
+        const __m256i bx = bcast4(x + 4 * j);
+        const __m256i q0 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[j][0]), bx);
+        const __m256i q1 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[j][1]), bx);
+        if (j % run == 0) {
+            p0 = q0;
+            p1 = q1;
+        } else {
+            p0 = _mm256_add_epi16(p0, q0);
+            p1 = _mm256_add_epi16(p1, q1);
+        }
+        if ((j + 1) % run == 0) {
+            s[0] = _mm256_add_epi32(s[0], _mm256_madd_epi16(p0, ones));
+            s[1] = _mm256_add_epi32(s[1], _mm256_madd_epi16(p1, ones));
+        }
+    }
+#endif
+}
+
+/* acc[i][0..15] = rows of the tile m0 .. m0 + mb - 1 against the group (Q4_0/1, Q5_0/1); five is a
+ * constant at each call site, so the inner loops have no branches. */
+LMX_INLINE void ws_group32(int kind, const int five, const uint8_t *g, int64_t K, const pact_t *a,
+                           int64_t m0, int mb, float *acc) {
+    wsbuf_t w __attribute__((aligned(32)));
+    const int64_t ub = unit_bytes(kind), nu = K / 32;
+    const int8_t *xq = a->xq + m0 * a->KP;
+    const float *dxb = a->dxb + m0 * a->BP, *sxb = a->sxb + m0 * a->BP;
+    const int64_t KP = a->KP, BP = a->BP;
+    const int64_t doff = five ? 320 : 256;
+    const int has_m = kind == LMX_Q4_1 || kind == LMX_Q5_1;
+    const float cneg = kind == LMX_Q4_0 ? -8.0f : -16.0f;
+    const int run = five ? 4 : 8;
+    for (int i = 0; i < mb * GR; i++) acc[i] = 0.0f;
+    for (int64_t b = 0; b < nu; b++) {
+        const uint8_t *o = g + b * ub;
+        if (b + 1 < nu) _mm_prefetch((const char *)(o + ub), _MM_HINT_T0);
+        ws_unpack(o, five ? o + 256 : NULL, &w);
+        const __m256 d0 = cvt8_h(o + doff), d1 = cvt8_h(o + doff + 16);
+        const __m256 f0 = has_m ? cvt8_h(o + doff + 32) : _mm256_mul_ps(d0, _mm256_set1_ps(cneg));
+        const __m256 f1 = has_m ? cvt8_h(o + doff + 48) : _mm256_mul_ps(d1, _mm256_set1_ps(cneg));
+        for (int i = 0; i < mb; i++) {
+            __m256i s[2];
+            ws_sums(&w, run, xq + i * KP + b * 32, s);
+            const __m256 dx = _mm256_set1_ps(dxb[i * BP + b]);
+            __m256 a0 = _mm256_loadu_ps(acc + i * GR), a1 = _mm256_loadu_ps(acc + i * GR + 8);
+            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(d0, dx), a0);
+            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), _mm256_mul_ps(d1, dx), a1);
+            const __m256 sx = _mm256_set1_ps(sxb[i * BP + b]);
+            a0 = _mm256_fmadd_ps(f0, sx, a0);
+            a1 = _mm256_fmadd_ps(f1, sx, a1);
+            _mm256_storeu_ps(acc + i * GR, a0);
+            _mm256_storeu_ps(acc + i * GR + 8, a1);
+        }
+    }
+}
+
+/* The same for Q4_K / Q5_K (per 32 values: scale d*sc, offset -dmin*mn, as in group_avx2). */
+LMX_INLINE void ws_groupk(const int five, const uint8_t *g, int64_t K, const pact_t *a, int64_t m0, int mb,
+                          float *acc) {
+    wsbuf_t w __attribute__((aligned(32)));
+    const int64_t ub = unit_bytes(five ? LMX_Q5_K : LMX_Q4_K), nu = K / 256, sub = five ? 320 : 256;
+    const int8_t *xq = a->xq + m0 * a->KP;
+    const float *dxb = a->dxb + m0 * a->BP, *sxb = a->sxb + m0 * a->BP;
+    const int64_t KP = a->KP, BP = a->BP;
+    for (int i = 0; i < mb * GR; i++) acc[i] = 0.0f;
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *o = g + u * ub;
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *so = o + 320 + s * sub;
+            _mm_prefetch((const char *)(so + sub), _MM_HINT_T0);
+            ws_unpack(so, five ? so + 256 : NULL, &w);
+            const __m256 dd0 = _mm256_mul_ps(cvt8_h(o), cvt8_u8(o + 64 + 16 * s));
+            const __m256 dd1 = _mm256_mul_ps(cvt8_h(o + 16), cvt8_u8(o + 64 + 16 * s + 8));
+            const __m256 dm0 = _mm256_mul_ps(cvt8_h(o + 32), cvt8_u8(o + 192 + 16 * s));
+            const __m256 dm1 = _mm256_mul_ps(cvt8_h(o + 48), cvt8_u8(o + 192 + 16 * s + 8));
+            for (int i = 0; i < mb; i++) {
+                __m256i t[2];
+                ws_sums(&w, five ? 4 : 8, xq + i * KP + u * 256 + s * 32, t);
+                const __m256 dx = _mm256_set1_ps(dxb[i * BP + u * 8 + s]);
+                const __m256 sx = _mm256_set1_ps(sxb[i * BP + u * 8 + s]);
+                __m256 a0 = _mm256_loadu_ps(acc + i * GR), a1 = _mm256_loadu_ps(acc + i * GR + 8);
+                a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[0]), _mm256_mul_ps(dd0, dx), a0);
+                a0 = _mm256_fnmadd_ps(dm0, sx, a0);
+                a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[1]), _mm256_mul_ps(dd1, dx), a1);
+                a1 = _mm256_fnmadd_ps(dm1, sx, a1);
+                _mm256_storeu_ps(acc + i * GR, a0);
+                _mm256_storeu_ps(acc + i * GR + 8, a1);
+            }
+        }
+    }
+}
+
+/* Q6_K: per 32 values, two 16-value halves (k-groups 0..3, 4..7) with their own scales d*sc; the value is
+ * s * (code - 32).  Codes < 64: 16-bit runs of 2 k-groups without VNNI.  The float operations per (row,
+ * half) are group_avx2's, in its order. */
+LMX_INLINE void ws_group6(const uint8_t *g, int64_t K, const pact_t *a, int64_t m0, int mb, float *acc) {
+    wsbuf_t w __attribute__((aligned(32)));
+    const int64_t ub = unit_bytes(LMX_Q6_K), nu = K / 256;
+    const int8_t *xq = a->xq + m0 * a->KP;
+    const float *dxb = a->dxb + m0 * a->BP, *sx16 = a->sx16 + m0 * 2 * a->BP;
+    const int64_t KP = a->KP, BP = a->BP;
+    for (int i = 0; i < mb * GR; i++) acc[i] = 0.0f;
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *o = g + u * ub;
+        const __m256 d[2] = {cvt8_h(o), cvt8_h(o + 16)};
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *so = o + 288 + s * 384;
+            _mm_prefetch((const char *)(so + 384), _MM_HINT_T0);
+            _mm_prefetch((const char *)(so + 448), _MM_HINT_T0);
+            for (int h = 0; h < 2; h++) {
+                __m256i c[8];
+                unpack_nib(so + 32 * h, NULL, so + 256 + 32 * h, c);
+                for (int j = 0; j < 8; j++) _mm256_store_si256(&w.c[j][h], c[j]);
+            }
+            __m256 s0[2], s1[2];
+            for (int h = 0; h < 2; h++) {
+                s0[h] = _mm256_mul_ps(d[h], cvt8_i8(o + 32 + 16 * (2 * s) + 8 * h));
+                s1[h] = _mm256_mul_ps(d[h], cvt8_i8(o + 32 + 16 * (2 * s + 1) + 8 * h));
+            }
+            for (int i = 0; i < mb; i++) {
+                const int8_t *x = xq + i * KP + u * 256 + s * 32;
+                const __m256 dx = _mm256_set1_ps(dxb[i * BP + u * 8 + s]);
+                const float *x16 = sx16 + i * 2 * BP + u * 16 + 2 * s;
+                const __m256 n0 = _mm256_set1_ps(-32.0f * x16[0]), n1 = _mm256_set1_ps(-32.0f * x16[1]);
+                for (int h = 0; h < 2; h++) {
+                    __m256i t0, t1;
+#ifdef LMX_AVXVNNI
+                    __m256i e0 = _mm256_setzero_si256(), e1 = _mm256_setzero_si256();
+                    __m256i f0 = _mm256_setzero_si256(), f1 = _mm256_setzero_si256();
+                    for (int j = 0; j < 4; j += 2) {
+                        e0 = _mm256_dpbusd_avx_epi32(e0, _mm256_load_si256(&w.c[j][h]), bcast4(x + 4 * j));
+                        e1 = _mm256_dpbusd_avx_epi32(e1, _mm256_load_si256(&w.c[j + 1][h]), bcast4(x + 4 * j + 4));
+                        f0 = _mm256_dpbusd_avx_epi32(f0, _mm256_load_si256(&w.c[j + 4][h]), bcast4(x + 4 * j + 16));
+                        f1 = _mm256_dpbusd_avx_epi32(f1, _mm256_load_si256(&w.c[j + 5][h]), bcast4(x + 4 * j + 20));
+                    }
+                    t0 = _mm256_add_epi32(e0, e1);
+                    t1 = _mm256_add_epi32(f0, f1);
+#else
+                    const __m256i ones = _mm256_set1_epi16(1);
+                    __m256i q[4];
+                    for (int j2 = 0; j2 < 4; j2++) { /* 16-bit runs of 2 k-groups (codes < 64) */
+                        const __m256i q0 = _mm256_maddubs_epi16(_mm256_load_si256(&w.c[2 * j2][h]), bcast4(x + 8 * j2));
+                        const __m256i q1 = _mm256_maddubs_epi16(_mm256_load_si256(&w.c[2 * j2 + 1][h]),
+                                                                bcast4(x + 8 * j2 + 4));
+                        q[j2] = _mm256_madd_epi16(_mm256_add_epi16(q0, q1), ones);
+                    }
+                    t0 = _mm256_add_epi32(q[0], q[1]);
+                    t1 = _mm256_add_epi32(q[2], q[3]);
+#endif
+                    float *ar = acc + i * GR + 8 * h;
+                    __m256 v = _mm256_load_ps(ar);
+                    v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t0), _mm256_mul_ps(s0[h], dx), v);
+                    v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t1), _mm256_mul_ps(s1[h], dx), v);
+                    v = _mm256_fmadd_ps(s0[h], n0, v);
+                    v = _mm256_fmadd_ps(s1[h], n1, v);
+                    _mm256_store_ps(ar, v);
+                }
+            }
+        }
+    }
+}
+
+/* Whether the weight-stationary order beats group_avx2's register tiles for M activation rows
+ * (bench/qmatmul.py --baseline, 1 thread): it wins from M = 2 wherever unpacking costs (nibbles without
+ * VNNI, Q5 high bits; from M = 3 with VNNI), and for Q6_K (whose register tiles already share each
+ * unpacked half) from M = 5 (6 with VNNI).  With VNNI the plain 4-bit kinds stay on the register tiles
+ * (within +-5% of them at M = 8-64, the prefill of 128 tokens a little slower), and Q8_0, which has
+ * nothing to unpack, does everywhere (the copy through the buffer lost 20% at M = 64). */
+static int ws_wins(int kind, int64_t M) {
+    switch (kind) {
+#ifdef LMX_AVXVNNI
+    case LMX_Q5_0: case LMX_Q5_1: case LMX_Q5_K: return M >= 3;
+    case LMX_Q6_K: return M >= 6;
+#else
+    case LMX_Q4_0: case LMX_Q4_1: case LMX_Q4_K: case LMX_Q5_0: case LMX_Q5_1: case LMX_Q5_K: return M >= 2;
+    case LMX_Q6_K: return M >= 5;
+#endif
+    default: return 0;
+    }
+}
+
+__attribute__((noinline)) static void group_avx2_ws(int kind, const uint8_t *g, int64_t K, const pact_t *a,
+                                                    int64_t m0, int mb, float *acc) {
+    switch (kind) {
+    case LMX_Q5_0: case LMX_Q5_1: ws_group32(kind, 1, g, K, a, m0, mb, acc); break;
+    case LMX_Q4_K: ws_groupk(0, g, K, a, m0, mb, acc); break;
+    case LMX_Q5_K: ws_groupk(1, g, K, a, m0, mb, acc); break;
+    case LMX_Q6_K: ws_group6(g, K, a, m0, mb, acc); break;
+    default: ws_group32(kind, 0, g, K, a, m0, mb, acc); break;
+    }
+}
+
 /* One group of 16 rows against activation rows m0 .. m0 + mb - 1; results to y[m * ys + 0..15]. */
 LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *a, int64_t m0, const int mb,
                            float *y, int64_t ys) {
@@ -828,6 +1058,9 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
                         int64_t M, float *y, int64_t ys, int force_scalar) {
     const int64_t gbytes = K / unit_elems(kind) * unit_bytes(kind);
     float out16[GR * 8];
+#if defined(LMX_AVX2) && !defined(LMX_AVX512VNNI)
+    const int ws = !force_scalar && ws_wins(kind, M);
+#endif
     for (int64_t gi = g0; gi < g1; gi++) {
         const uint8_t *g = p + gi * gbytes;
         const int64_t rows = N - gi * GR < GR ? N - gi * GR : GR;
@@ -838,6 +1071,17 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
 #define GROUP_SIMD group_avx2
 #else
 #define GROUP_SIMD group_neon
+#endif
+#if defined(LMX_AVX2) && !defined(LMX_AVX512VNNI)
+        if (ws) {
+            float acc[WS_MT * GR] __attribute__((aligned(32)));
+            for (int64_t m0 = 0; m0 < M; m0 += WS_MT) {
+                const int mb = (int)(M - m0 < WS_MT ? M - m0 : WS_MT);
+                group_avx2_ws(kind, g, K, a, m0, mb, acc);
+                for (int i = 0; i < mb; i++) memcpy(y + (m0 + i) * ys + gi * GR, acc + i * GR, (size_t)rows * 4);
+            }
+            continue;
+        }
 #endif
         if (!force_scalar) {
             for (int64_t m0 = 0; m0 < M; m0 += PMB) {
