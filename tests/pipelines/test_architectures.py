@@ -26,9 +26,10 @@ def test_every_folder_registers_its_architectures():
     register_all_models()
     folders = [m.name for m in pkgutil.iter_modules(pkg.__path__) if m.ispkg and m.name != "common"]
     assert {"llama3", "mistral", "qwen2", "qwen3", "bert"} <= set(folders)
+    components = {"mimi"}  # a folder other architectures use (CSM's audio codec): no architecture of its own
     for name in folders:
         archs = importlib.import_module(f"{pkg.__name__}.{name}").ARCHITECTURES
-        assert archs, name
+        assert archs or name in components, name
         for a in archs:
             assert PIPELINE_REGISTRY.architectures[a.name] is a
 

@@ -12,4 +12,7 @@ the CPU.  It is a component, not a pipeline architecture (no ``ARCHITECTURES`` e
 
 from max.pipelines.architectures.mimi.codec import MimiCodec, MimiDecodeState
 
-__all__ = ["MimiCodec", "MimiDecodeState"]
+__all__ = ["ARCHITECTURES", "MimiCodec", "MimiDecodeState"]
+
+ARCHITECTURES: tuple = ()
+"""None: the codec is a component of speech-token architectures (CSM), not a pipeline of its own."""
