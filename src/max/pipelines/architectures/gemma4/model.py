@@ -197,12 +197,10 @@ def _rename(state_dict: dict, huggingface_config: Any = None, **kw: Any) -> dict
     """Hugging Face names minus ``model.``, the MoE block's fused expert tensors split, without the
     unused K/V projections some checkpoints keep for the layers that share an earlier layer's keys and values."""
     hf = huggingface_config.to_dict() if hasattr(huggingface_config, "to_dict") else dict(huggingface_config or {})
-    out = rename_hf(state_dict)
+    out = split_experts(rename_hf(state_dict))
     if not hf:
         return out
     cfg = config_from_hf(hf)
-    if cfg.extra["num_experts"]:
-        out = split_experts(out, int(cfg.extra["moe_dim"]))
     shared = {f"layers.{i}.{leaf}" for i, src in enumerate(cfg.extra["kv_sources"]) if src != i
               for leaf in _SHARED_LAYER_KV}
     return {k: v for k, v in out.items() if k not in shared}

@@ -80,9 +80,9 @@ class Gemma4Experts(Module):
 _FUSED = re.compile(r"(layers\.\d+\.experts)\.(gate_up_proj|down_proj)")
 
 
-def split_experts(state: dict[str, Any], moe_dim: int) -> dict[str, Any]:
-    """``layers.N.experts.gate_up_proj`` -> ``...gate_proj.weight`` and ``...up_proj.weight`` (its first and
-    last ``moe_dim`` rows of each expert), ``layers.N.experts.down_proj`` -> ``...down_proj.weight``."""
+def split_experts(state: dict[str, Any]) -> dict[str, Any]:
+    """``layers.N.experts.gate_up_proj`` -> ``...gate_proj.weight`` and ``...up_proj.weight`` (the first and
+    second half of each expert's rows), ``layers.N.experts.down_proj`` -> ``...down_proj.weight``."""
     out: dict[str, Any] = {}
     for name, w in state.items():
         m = _FUSED.fullmatch(name)
@@ -91,6 +91,6 @@ def split_experts(state: dict[str, Any], moe_dim: int) -> dict[str, Any]:
         elif m.group(2) == "down_proj":
             out[f"{m.group(1)}.down_proj.weight"] = w
         else:
-            out[f"{m.group(1)}.gate_proj.weight"] = Derived(lambda t: t[:, :moe_dim].contiguous(), w)
-            out[f"{m.group(1)}.up_proj.weight"] = Derived(lambda t: t[:, moe_dim:].contiguous(), w)
+            out[f"{m.group(1)}.gate_proj.weight"] = Derived(lambda t: t[:, : t.shape[1] // 2].contiguous(), w)
+            out[f"{m.group(1)}.up_proj.weight"] = Derived(lambda t: t[:, t.shape[1] // 2:].contiguous(), w)
     return out
