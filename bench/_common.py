@@ -83,3 +83,19 @@ def stop_process(proc, timeout: float = 30.0) -> int:
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait()
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set (MiB): ``VmHWM``, which starts afresh at ``exec`` -- unlike
+    ``ru_maxrss``, which a worker started with ``subprocess`` inherits from its parent (a bench parent that
+    built a checkpoint would otherwise set every worker's floor)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+from _common import peak_rss_mib  # noqa: E402
 
 TEXT = ("Speech recognition turns spoken words into text. The model listens to thirty seconds of audio at a "
         "time, writes what it heard, and moves on to the next window until the recording ends.")
@@ -76,7 +76,7 @@ def _child(side: str, model_dir: str, wav: str, repeat: int, tokens: int, thread
             times.append(time.perf_counter() - t)
         res[name] = statistics.median(times)
     res["audio_s"] = audio.size / 16000
-    res["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    res["peak_rss_mib"] = peak_rss_mib()
     return res
 
 
@@ -141,7 +141,7 @@ def _tts_child(side: str, model_dir: str, repeat: int, frames: int, threads: int
             times.append(time.perf_counter() - t)
         res[name] = statistics.median(times)
         res[name + "_audio_s"] = n / sr
-    res["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    res["peak_rss_mib"] = peak_rss_mib()
     _ = np
     return res
 
@@ -179,7 +179,7 @@ def tts_main(args: argparse.Namespace) -> None:
                      f"{(hf[name] / hf[name + '_audio_s']) / (ours[name] / a):.2f}x"))
     table(f"CSM text to speech (4-layer 512 backbone, 2-layer depth decoder, 32 codebooks, random weights, float32 "
           f"CPU, ISA {_isa()}, {args.threads or torch.get_num_threads()} threads, {args.frames} frames, greedy, "
-          f"median of {args.repeat}; both decode with transformers' Mimi)", rows,
+          f"median of {args.repeat}; libremax decodes with its own Mimi, transformers with MimiModel)", rows,
           ("audio", "libremax RTF", "transformers RTF", "speed-up"))
     print(f"\nframes equal: {ours['frames'] == hf['frames']} ({len(ours['frames'])} frames)")
     print(f"peak RSS: libremax {ours['peak_rss_mib']:.0f} MiB, transformers {hf['peak_rss_mib']:.0f} MiB; "

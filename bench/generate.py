@@ -31,12 +31,13 @@ import argparse
 import importlib.util
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from _common import peak_rss_mib  # noqa: E402
 TEXT = os.path.join(HERE, "..", "tests", "fixtures", "text", "teacher_forcing.txt")
 SHORT_PROMPT = "The capital of France is"
 BATCH_PROMPTS = [f"Write one sentence about the number {i}:" for i in range(16)]
@@ -55,7 +56,7 @@ def cpu_isa() -> str:
 
 
 def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return peak_rss_mib()
 
 
 def fixed_text() -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "pipelines"))  # the test suite's tiny BPE tokenizer
+sys.path.insert(0, HERE)
+from _common import peak_rss_mib  # noqa: E402
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -156,7 +157,7 @@ def _measure(gen, prompts: list, n: int) -> dict:
     b1 = step(gen(prompts[:1], n + 1))
     b16 = step(gen(prompts, n + 1))
     return {"tpot_ms": 1e3 * b1, "b16_tok_s": BATCH / b16,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mb": peak_rss_mib()}
 
 
 def child(args: argparse.Namespace) -> None:

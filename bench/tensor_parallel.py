@@ -30,7 +30,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "nn"))
 
-from _common import table  # noqa: E402
+from _common import peak_rss_mib, table  # noqa: E402
 
 
 def make_model(out: str, layers: int, hidden: int) -> str:
@@ -43,8 +43,7 @@ def make_model(out: str, layers: int, hidden: int) -> str:
 
 def child(path: str, n_dev: int, steps: int, threads: int) -> dict:
     """Load the model over ``n_dev`` devices; median decode-step seconds at batch 1 and 8."""
-    import resource
-
+    
     import numpy as np
 
     from max.entrypoints.llm import LLM
@@ -87,7 +86,7 @@ def child(path: str, n_dev: int, steps: int, threads: int) -> dict:
         out[f"prefill_b{batch}"] = min(r[0] for r in rounds)
         out[f"decode_b{batch}"] = min(r[1] for r in rounds)
         out[f"cpu_b{batch}"] = min(r[2] for r in rounds)
-    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["peak_rss_mib"] = peak_rss_mib()
     return out
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from _common import table  # noqa: E402
+from _common import peak_rss_mib, table  # noqa: E402
 
 PROMPT = "Describe the picture in detail."
 TEXT = (("hidden_size", 512), ("intermediate_size", 1024), ("num_hidden_layers", 4), ("num_attention_heads", 8),
@@ -112,7 +111,7 @@ def image() -> bytes:
 
 
 def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return peak_rss_mib()
 
 
 # ------------------------------------------------------------------------------------------- workers
