@@ -21,7 +21,7 @@ import torch
 
 from max.interfaces.errors import InvalidRequest
 from max.pipelines.architectures.whisper.config import N_FRAMES, SAMPLING_RATE, TIME_PRECISION
-from max.pipelines.architectures.whisper.decoding import Segment, apply_rules, prompt_tokens, split_segments
+from max.pipelines.architectures.whisper.decoding import Segment, TokenRules, prompt_tokens, split_segments
 from max.pipelines.architectures.whisper.features import log_mel_spectrogram
 
 __all__ = ["Transcription", "TranscriptionRequest", "WhisperPipeline"]
@@ -109,6 +109,7 @@ class WhisperPipeline:
         self.tokenizer = tokenizer
         self.settings = self.model.settings
         self._lock = threading.Lock()
+        self._token_rules: Optional[TokenRules] = None
         self.load_seconds = time.perf_counter() - t0
 
     # ------------------------------------------------------------------ API
@@ -233,10 +234,9 @@ class WhisperPipeline:
             sub = cross
             while active:
                 logits = self.model.decode_step([seqs[i] for i in active], sub)
+                x = self._rules(logits.shape[-1]).apply(logits.numpy(), [gen[i] for i in active], [ts[i] for i in active])
                 still = []
-                for k, i in enumerate(active):
-                    x = apply_rules(s, logits[k], gen[i], ts[i])
-                    tok = self._pick(x, jobs[i])
+                for i, tok in zip(active, self._pick(x, [jobs[i] for i in active])):
                     cap = jobs[i].req.max_new_tokens
                     if tok == s.eos_token_id:
                         continue
@@ -255,13 +255,22 @@ class WhisperPipeline:
         self._with_cache(seqs, run)
         return gen
 
+    def _rules(self, vocab: int) -> TokenRules:
+        if self._token_rules is None or self._token_rules.vocab != vocab:
+            self._token_rules = TokenRules(self.settings, vocab)
+        return self._token_rules
+
     @staticmethod
-    def _pick(x: torch.Tensor, job: _Job) -> int:
-        t = float(job.req.temperature)
-        if t <= 0:
-            return int(torch.argmax(x))
-        p = torch.softmax(x / t, dim=-1)
-        return int(torch.multinomial(p, 1, generator=job.generator))
+    def _pick(x: np.ndarray, jobs: list[_Job]) -> list[int]:
+        """Row ``i``'s next token for ``jobs[i]``: the argmax, or a sample at the job's temperature from its own
+        generator."""
+        out = np.argmax(x, axis=-1).tolist()
+        for i, job in enumerate(jobs):
+            t = float(job.req.temperature)
+            if t > 0:
+                p = torch.softmax(torch.from_numpy(x[i]) / t, dim=-1)
+                out[i] = int(torch.multinomial(p, 1, generator=job.generator))
+        return out
 
     # ------------------------------------------------------------------ results
     def _text(self, toks: list[int]) -> str:
