@@ -55,8 +55,8 @@ def test_log_mel_equals_feature_extractor(tiny, audio):
 def test_encoder_cross_keys_values_equal_transformers(tiny, audio):
     _, pipe, hf, fe = tiny
     feats = fe(audio, sampling_rate=16000, return_tensors="np").input_features
-    k, v = pipe.model.encode(feats)  # [1, layers, heads, head_dim, 1500], [1, layers, heads, 1500, head_dim]
-    ours = (k.double().permute(0, 1, 4, 2, 3), v.double().permute(0, 1, 3, 2, 4))  # [1, layers, 1500, heads, hd]
+    k, v = pipe.model.encode(feats)  # each [1, layers, 1500, heads, head_dim]
+    ours = (k.double(), v.double())
     with torch.no_grad():
         enc = hf.model.encoder(torch.from_numpy(feats)).last_hidden_state
         for i, layer in enumerate(hf.model.decoder.layers):

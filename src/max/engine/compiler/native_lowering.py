@@ -17,6 +17,8 @@
 - ``flash_attention_ragged`` on the CPU reads the paged cache directly
   (``flash_attention_ragged_native``): the padded per-step index tensors the
   torch kernel needs (``ragged_read_plan``) become dead and are removed.
+- ``cross_attention_ragged`` without a mask on the CPU reads the pages in place
+  too (``cross_attention_ragged_native``, the same native kernel).
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ def lower(prog: Program, policy: Optional[BackendPolicy] = None) -> dict[str, in
     policy = policy or current()
     producer = prog.producer_map()
     out: list[PNode] = []
-    counts = {"pack_qweight": 0, "flash_attention_ragged_native": 0, "native_matmul": 0}
+    counts = {"pack_qweight": 0, "flash_attention_ragged_native": 0, "cross_attention_ragged_native": 0,
+              "native_matmul": 0}
     next_id = _fresh_id(prog)
     for n in prog.nodes:
         dev = n.types[0].device if n.types and isinstance(n.types[0], TensorType) else None
@@ -108,6 +111,12 @@ def lower(prog: Program, policy: Optional[BackendPolicy] = None) -> dict[str, in
                 n = PNode("flash_attention_ragged_native", (q, blocks, *rest), attrs, n.types, n.outs, n.loc,
                           n.side_effects, n.regions)
                 counts["flash_attention_ragged_native"] += 1
+        elif (n.op == "cross_attention_ragged" and on_cpu and not n.attrs["causal"] and n.attrs["window"] <= 0
+              and prog.types[n.inputs[0]].dtype == DType.float32
+              and prog.types[n.inputs[1]].dtype in _NATIVE_CACHE_DTYPES):
+            n = PNode("cross_attention_ragged_native", n.inputs, n.attrs, n.types, n.outs, n.loc, n.side_effects,
+                      n.regions)
+            counts["cross_attention_ragged_native"] += 1
         out.append(n)
     prog.nodes = out
     return {k: v for k, v in counts.items() if v}

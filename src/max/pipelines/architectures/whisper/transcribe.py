@@ -14,7 +14,7 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -23,6 +23,9 @@ from max.interfaces.errors import InvalidRequest
 from max.pipelines.architectures.whisper.config import N_FRAMES, SAMPLING_RATE, TIME_PRECISION
 from max.pipelines.architectures.whisper.decoding import Segment, TokenRules, prompt_tokens, split_segments
 from max.pipelines.architectures.whisper.features import log_mel_spectrogram
+
+if TYPE_CHECKING:
+    from max.pipelines.architectures.whisper.pipeline_model import CrossCache
 
 __all__ = ["Transcription", "TranscriptionRequest", "WhisperPipeline"]
 
@@ -167,7 +170,13 @@ class WhisperPipeline:
             if w.shape[1] < N_FRAMES:
                 w = np.pad(w, ((0, 0), (0, N_FRAMES - w.shape[1])))
             windows.append(w)
-        cross = self.model.encode(np.stack(windows))
+        cross = self.model.encode_cross(np.stack(windows), [f"whisper-window-{next(_ids)}" for _ in jobs])
+        try:
+            self._decode_round(jobs, cross)
+        finally:
+            self.model.release_cross(cross)
+
+    def _decode_round(self, jobs: list[_Job], cross: "CrossCache") -> None:
         self._detect_languages(jobs, cross)
         ts = [j.req.timestamps or j.frames > N_FRAMES for j in jobs]
         prompts = []
@@ -196,14 +205,13 @@ class WhisperPipeline:
             j.tokens += [t for seg in segs for t in seg.tokens]
             j.seek += max(int(advance), 1)
 
-    def _detect_languages(self, jobs: list[_Job], cross: tuple) -> None:
+    def _detect_languages(self, jobs: list[_Job], cross: "CrossCache") -> None:
         s = self.settings
         need = [i for i, j in enumerate(jobs) if j.language_id is None and s.is_multilingual and s.lang_to_id]
         if not need:
             return
         seqs = [_Seq(f"whisper-lang-{next(_ids)}", [s.decoder_start_token_id], 0, 1) for _ in need]
-        idx = torch.as_tensor(need)
-        logits = self._with_cache(seqs, lambda: self.model.decode_step(seqs, (cross[0][idx], cross[1][idx])))
+        logits = self._with_cache(seqs, lambda: self.model.decode_step(seqs, cross.rows(need)))
         lang_ids = torch.as_tensor(sorted(s.lang_to_id.values()))
         for i, row in zip(need, logits):
             jobs[i].language_id = int(lang_ids[int(torch.argmax(row[lang_ids]))])
@@ -218,7 +226,7 @@ class WhisperPipeline:
             for q in seqs:
                 mgr.release(q.request_id)
 
-    def _decode(self, jobs: list[_Job], cross: tuple, prompts: list[list[int]], ts: list[bool]
+    def _decode(self, jobs: list[_Job], cross: "CrossCache", prompts: list[list[int]], ts: list[bool]
                 ) -> list[list[int]]:
         """Each job's generated tokens for its window (end token removed)."""
         s = self.settings
@@ -247,9 +255,8 @@ class WhisperPipeline:
                     if (cap is not None and len(gen[i]) >= cap) or q.active_idx >= limit:
                         continue
                     still.append(i)
-                if len(still) != len(active):  # requests finished: the others' keys/values, copied once
-                    keep = torch.as_tensor([active.index(i) for i in still], dtype=torch.long)
-                    sub = (sub[0][keep], sub[1][keep])
+                if len(still) != len(active):  # requests finished: the others' windows
+                    sub = sub.rows([active.index(i) for i in still])
                 active = still
 
         self._with_cache(seqs, run)
