@@ -146,6 +146,7 @@ class WhisperPipelineModel(PipelineModel):
                                     weights_registry=registry)
         self.compile_seconds = time.perf_counter() - t1
         self.encodes = 0
+        self._cross_inputs: dict[int, tuple] = {}
 
     @classmethod
     def calculate_max_seq_len(cls, pipeline_config: Any, huggingface_config: Any) -> int:
@@ -213,12 +214,16 @@ class WhisperPipelineModel(PipelineModel):
         n = len(seqs)
         offsets = np.zeros(n + 1, np.uint32)
         np.cumsum([len(t) for t in toks], out=offsets[1:])
-        S = self.config.max_source_positions
-        cross_offsets = np.arange(n + 1, dtype=np.uint32) * S
-        cross_in = [self.cross_manager.device_buffers[0], self._buffer(np.full(n, S, np.uint32)),
-                    Buffer.from_dlpack(cross.lookup), Buffer.from_numpy(np.array([[1, S]], np.uint32))]
-        (logits,) = self.decoder.execute(self._buffer(np.concatenate(toks)), self._buffer(offsets),
-                                         self._buffer(cross_offsets), *kv, *cross_in)
+        fixed = self._cross_inputs.get(n)
+        if fixed is None:  # per batch size: each window's positions and lengths in the cross cache
+            S = self.config.max_source_positions
+            fixed = self._cross_inputs[n] = (self._buffer(np.arange(n + 1, dtype=np.uint32) * S),
+                                             self._buffer(np.full(n, S, np.uint32)),
+                                             Buffer.from_numpy(np.array([[1, S]], np.uint32)))
+        cross_offsets, cross_lengths, cross_max = fixed
+        cross_in = [self.cross_manager.device_buffers[0], cross_lengths, Buffer.from_dlpack(cross.lookup), cross_max]
+        (logits,) = self.decoder.execute(self._buffer(np.concatenate(toks)), self._buffer(offsets), cross_offsets,
+                                         *kv, *cross_in)
         for s in seqs:
             s.start_idx = s.active_idx
         self.kv_manager.step(list(seqs))

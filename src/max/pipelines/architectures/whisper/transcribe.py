@@ -1,9 +1,9 @@
 """``WhisperPipeline``: speech recognition over the compiled Whisper model.
 
 A batch of requests runs in rounds: each round encodes the current 30 s window of every unfinished request
-(one encoder call), then decodes those windows together (one decoder step per token for the whole batch,
-each request's self-attention on its own pages of the paged KV cache, its cross-attention over its own
-window).  Short audio is one window; longer audio advances window by window to the end of the last complete
+(one encoder call, its keys/values stored in the cross cache for the round), then decodes those windows
+together (one decoder step per token for the whole batch, each request's self-attention on its own pages of
+the paged KV cache, its cross-attention over its own window's pages).  Short audio is one window; longer audio advances window by window to the end of the last complete
 timestamped segment (timestamps are predicted for long audio even when the caller does not ask for them).
 A request's language is detected from its first window when not given.
 """
