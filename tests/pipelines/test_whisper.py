@@ -65,6 +65,32 @@ def test_encoder_cross_keys_values_equal_transformers(tiny, audio):
                 assert torch.allclose(ours[j][:, i], ref, atol=2e-4 * max(1.0, float(ref.abs().max())))
 
 
+def test_cross_attention_reads_the_cross_cache(tiny, audio):
+    """A window's encoder keys/values sit in the cross cache's pages (what cross_attention_ragged reads, natively
+    on the CPU when the native kernels exist), and are released with the window."""
+    from max.engine import native
+
+    _, pipe, _, fe = tiny
+    m = pipe.model
+    feats = fe(audio, sampling_rate=16000, return_tensors="np").input_features
+    k, v = m.encode(feats)  # [1, layers, 1500, heads, head_dim]
+    free = m.cross_manager.slots_remaining
+    cross = m.encode_cross(feats, ["cross-test"])
+    try:
+        assert m.cross_manager.slots_remaining == free - 1
+        blocks = m.cross_manager.device_buffers[0]._torch()  # [pages, 2, layers, page_size, heads, head_dim]
+        pages = cross.lookup[0].long()
+        _, L, S, H, D = k.shape
+        for plane, ref in ((0, k[0]), (1, v[0])):
+            got = blocks[pages, plane].transpose(0, 1).reshape(L, -1, H, D)[:, :S]
+            assert torch.equal(got, ref)
+    finally:
+        m.release_cross(cross)
+    assert m.cross_manager.slots_remaining == free
+    ops = {n.op for n in m.decoder._prog.nodes}
+    assert ("cross_attention_ragged_native" if native.lib() is not None else "cross_attention_ragged") in ops
+
+
 CASES = {
     "transcribe-en": dict(language="en"),
     "translate-de": dict(language="de", task="translate"),
