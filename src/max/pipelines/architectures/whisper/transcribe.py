@@ -3,9 +3,10 @@
 A batch of requests runs in rounds: each round encodes the current 30 s window of every unfinished request
 (one encoder call, its keys/values stored in the cross cache for the round), then decodes those windows
 together (one decoder step per token for the whole batch, each request's self-attention on its own pages of
-the paged KV cache, its cross-attention over its own window's pages).  Short audio is one window; longer audio advances window by window to the end of the last complete
-timestamped segment (timestamps are predicted for long audio even when the caller does not ask for them).
-A request's language is detected from its first window when not given.
+the paged KV cache, its cross-attention over its own window's pages).  Short audio is one window; longer
+audio advances window by window to the end of the last complete timestamped segment (timestamps are
+predicted for long audio even when the caller does not ask for them).  A request's language is detected from
+its first window when not given.
 """
 
 from __future__ import annotations
@@ -242,7 +243,8 @@ class WhisperPipeline:
             sub = cross
             while active:
                 logits = self.model.decode_step([seqs[i] for i in active], sub)
-                x = self._rules(logits.shape[-1]).apply(logits.numpy(), [gen[i] for i in active], [ts[i] for i in active])
+                x = self._rules(logits.shape[-1]).apply(logits.numpy(), [gen[i] for i in active],
+                                                        [ts[i] for i in active])
                 still = []
                 for i, tok in zip(active, self._pick(x, [jobs[i] for i in active])):
                     cap = jobs[i].req.max_new_tokens
