@@ -5,9 +5,11 @@ nothing is downloaded), greedy, the same number of tokens per 30 s window; and e
 
 Each side runs in its own process (so each peak RSS is its own): load, one warm-up, then the median of
 ``--repeat`` runs over one ~20 s clip of espeak-ng speech (a synthetic voice when espeak-ng is missing), and
-over a batch of 4 clips at once.  Both sides compute the features (log-mel) inside the timing.
+over a batch of 4 clips at once.  Both sides compute the features (log-mel) inside the timing.  With
+``--rounds N`` the two sides alternate N times (libremax, transformers, libremax, ...) and each figure is the
+median over the rounds, so that a busy machine's load weighs on both sides alike.
 
-Run: .venv/bin/python bench/audio.py [--threads N] [--repeat R] [--tokens T]
+Run: .venv/bin/python bench/audio.py [--threads N] [--repeat R] [--tokens T] [--rounds N]
      .venv/bin/python bench/audio.py --tts [--frames F]   (text to speech: CSM, see ``tts_main``)
 """
 
@@ -200,6 +202,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=48, help="tokens decoded per window (both sides)")
+    ap.add_argument("--rounds", type=int, default=1, help="alternate the two sides this many times (medians)")
     ap.add_argument("--side", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--wav", default=None, help=argparse.SUPPRESS)
@@ -227,16 +230,21 @@ def main() -> None:
     clip = np.concatenate([clip, clip])[: 16000 * 28] if clip.size < 16000 * 20 else clip[: 16000 * 28]
     wav = os.path.join(tempfile.mkdtemp(), "speech.wav")
     soundfile.write(wav, clip, 16000, subtype="FLOAT")
+    runs: dict = {"libremax": [], "transformers": []}
+    for _ in range(max(1, args.rounds)):
+        for side in runs:
+            cmd = [sys.executable, __file__, "--side", side, "--model-dir", model_dir, "--wav", wav,
+                   "--repeat", str(args.repeat), "--tokens", str(args.tokens)]
+            if args.threads:
+                cmd += ["--threads", str(args.threads)]
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(HERE, "..", "src"),
+                                                               os.environ.get("PYTHONPATH", "")]))
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+            runs[side].append(json.loads(out.strip().splitlines()[-1]))
     results = {}
-    for side in ("libremax", "transformers"):
-        cmd = [sys.executable, __file__, "--side", side, "--model-dir", model_dir, "--wav", wav,
-               "--repeat", str(args.repeat), "--tokens", str(args.tokens)]
-        if args.threads:
-            cmd += ["--threads", str(args.threads)]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(HERE, "..", "src"),
-                                                           os.environ.get("PYTHONPATH", "")]))
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
-        results[side] = json.loads(out.strip().splitlines()[-1])
+    for side, rs in runs.items():
+        results[side] = dict(rs[0], **{k: statistics.median(r[k] for r in rs)
+                                       for k in ("one", "batch4", "load_s", "peak_rss_mib")})
     ours, hf = results["libremax"], results["transformers"]
     a = ours["audio_s"]
     rows = []
@@ -246,7 +254,8 @@ def main() -> None:
     import torch
 
     table(f"Whisper (whisper-tiny sizes, random weights, float32 CPU, ISA {_isa()}, {args.threads or torch.get_num_threads()} "
-          f"threads, {args.tokens} tokens/window, median of {args.repeat}; audio: {how})", rows,
+          f"threads, {args.tokens} tokens/window, median of {args.repeat} x {max(1, args.rounds)} "
+          f"rounds; audio: {how})", rows,
           ("audio", "libremax RTF", "transformers RTF", "speed-up"))
     print(f"\ntokens equal: {ours['tokens'] == hf['tokens']} ({len(ours['tokens'])} tokens)")
     print(f"peak RSS: libremax {ours['peak_rss_mib']:.0f} MiB, transformers {hf['peak_rss_mib']:.0f} MiB; "

@@ -102,11 +102,18 @@ def _slots(kv_in, lengths):
     return [[(lut[b, i // PAGE], i % PAGE) for i in range(n)] for b, n in enumerate(lengths)]
 
 
+@pytest.mark.parametrize("native", [False, True])
 @pytest.mark.parametrize("variant", [MV.NULL_MASK, MV.CAUSAL_MASK])
-def test_kv_projection_then_cross_attention(variant):
-    """matmul_kv_cache_ragged writes an encoder's K/V; cross_attention_ragged reads kv_len of them per request."""
+def test_kv_projection_then_cross_attention(variant, native):
+    """matmul_kv_cache_ragged writes an encoder's K/V; cross_attention_ragged reads kv_len of them per request
+    (with the native kernels and a null mask: read in place by cross_attention_ragged_native; one request has
+    fewer keys than queries)."""
+    from max.engine import backend, native as native_lib
+
+    if native and native_lib.lib() is None:
+        pytest.skip("no native kernels (no C compiler)")
     rng = np.random.default_rng(2)
-    kv_lengths, q_lengths, hidden = [5, 7], [2, 3], 16
+    kv_lengths, q_lengths, hidden = [5, 2], [2, 3], 16
     Tk, Tq = sum(kv_lengths), sum(q_lengths)
     enc = rng.standard_normal((Tk, hidden)).astype(np.float32)
     w = rng.standard_normal((2 * HKV * D, hidden)).astype(np.float32) / 4
@@ -121,7 +128,14 @@ def test_kv_projection_then_cross_attention(variant):
         g.output(kernels.cross_attention_ragged(kvp, qv.tensor, qo.tensor, coll, 0, variant, kvo.tensor,
                                                 max(q_lengths), 0.35))
     kvo_np, qo_np = (np.cumsum([0] + x).astype(np.uint32) for x in (kv_lengths, q_lengths))
-    (out,) = InferenceSession().load(g).execute(*[Buffer.from_numpy(a) for a in (enc, w, q, kvo_np, qo_np)], *kv_in)
+    try:
+        backend.use(backend.BackendPolicy(native=native, isa=backend.current().isa if native else None))
+        model = InferenceSession().load(g)
+    finally:
+        backend.use(None)
+    ops_run = {n.op for n in model._prog.nodes}
+    assert ("cross_attention_ragged_native" in ops_run) == (native and variant is MV.NULL_MASK)
+    (out,) = model.execute(*[Buffer.from_numpy(a) for a in (enc, w, q, kvo_np, qo_np)], *kv_in)
     proj = enc.astype(np.float64) @ w.astype(np.float64).T
     assert out.to_numpy().shape == (Tq, H * D)
     for b in range(2):

@@ -55,14 +55,40 @@ def test_log_mel_equals_feature_extractor(tiny, audio):
 def test_encoder_cross_keys_values_equal_transformers(tiny, audio):
     _, pipe, hf, fe = tiny
     feats = fe(audio, sampling_rate=16000, return_tensors="np").input_features
-    k, v = pipe.model.encode(feats)  # [1, layers, heads, head_dim, 1500], [1, layers, heads, 1500, head_dim]
-    ours = (k.double().permute(0, 1, 4, 2, 3), v.double().permute(0, 1, 3, 2, 4))  # [1, layers, 1500, heads, hd]
+    k, v = pipe.model.encode(feats)  # each [1, layers, 1500, heads, head_dim]
+    ours = (k.double(), v.double())
     with torch.no_grad():
         enc = hf.model.encoder(torch.from_numpy(feats)).last_hidden_state
         for i, layer in enumerate(hf.model.decoder.layers):
             for j, proj in enumerate((layer.encoder_attn.k_proj, layer.encoder_attn.v_proj)):
                 ref = proj(enc).double().reshape(ours[j][:, i].shape)
                 assert torch.allclose(ours[j][:, i], ref, atol=2e-4 * max(1.0, float(ref.abs().max())))
+
+
+def test_cross_attention_reads_the_cross_cache(tiny, audio):
+    """A window's encoder keys/values sit in the cross cache's pages (what cross_attention_ragged reads, natively
+    on the CPU when the native kernels exist), and are released with the window."""
+    from max.engine import native
+
+    _, pipe, _, fe = tiny
+    m = pipe.model
+    feats = fe(audio, sampling_rate=16000, return_tensors="np").input_features
+    k, v = m.encode(feats)  # [1, layers, 1500, heads, head_dim]
+    free = m.cross_manager.slots_remaining
+    cross = m.encode_cross(feats, ["cross-test"])
+    try:
+        assert m.cross_manager.slots_remaining == free - 1
+        blocks = m.cross_manager.device_buffers[0]._torch()  # [pages, 2, layers, page_size, heads, head_dim]
+        pages = cross.lookup[0].long()
+        _, L, S, H, D = k.shape
+        for plane, ref in ((0, k[0]), (1, v[0])):
+            got = blocks[pages, plane].transpose(0, 1).reshape(L, -1, H, D)[:, :S]
+            assert torch.equal(got, ref)
+    finally:
+        m.release_cross(cross)
+    assert m.cross_manager.slots_remaining == free
+    ops = {n.op for n in m.decoder._prog.nodes}
+    assert ("cross_attention_ragged_native" if native.lib() is not None else "cross_attention_ragged") in ops
 
 
 CASES = {

@@ -17,6 +17,8 @@
 - ``flash_attention_ragged`` on the CPU reads the paged cache directly
   (``flash_attention_ragged_native``): the padded per-step index tensors the
   torch kernel needs (``ragged_read_plan``) become dead and are removed.
+- ``cross_attention_ragged`` without a mask on the CPU reads the pages in place
+  too (``cross_attention_ragged_native``, the same native kernel).
 - An embedding lookup (``gather`` of GGML rows, [``reshape``], ``dequantize``) on a table that is also
   packed for a projection (tied input/output embeddings) reads its rows from the packed copy
   (``packed_gather_f32``): the GGML table is then unused after load, so the model keeps one copy of it
@@ -68,7 +70,8 @@ def lower(prog: Program, policy: Optional[BackendPolicy] = None) -> dict[str, in
     policy = policy or current()
     producer = prog.producer_map()
     out: list[PNode] = []
-    counts = {"pack_qweight": 0, "flash_attention_ragged_native": 0, "native_matmul": 0, "int64_index_cast": 0}
+    counts = {"pack_qweight": 0, "flash_attention_ragged_native": 0, "cross_attention_ragged_native": 0,
+              "native_matmul": 0, "int64_index_cast": 0}
     next_id = _fresh_id(prog)
     as_i64: dict[int, int] = {}
 
@@ -139,6 +142,12 @@ def lower(prog: Program, policy: Optional[BackendPolicy] = None) -> dict[str, in
             new = (*head, *(int64_of(v, n.loc) for v in tail))
             if new != n.inputs:
                 n = PNode(n.op, new, n.attrs, n.types, n.outs, n.loc, n.side_effects, n.regions)
+        elif (n.op == "cross_attention_ragged" and on_cpu and not n.attrs["causal"] and n.attrs["window"] <= 0
+              and prog.types[n.inputs[0]].dtype == DType.float32
+              and prog.types[n.inputs[1]].dtype in _NATIVE_CACHE_DTYPES):
+            n = PNode("cross_attention_ragged_native", n.inputs, n.attrs, n.types, n.outs, n.loc, n.side_effects,
+                      n.regions)
+            counts["cross_attention_ragged_native"] += 1
         out.append(n)
     prog.nodes = out
     counts["packed_embedding"] = _embeddings_from_packed(prog)

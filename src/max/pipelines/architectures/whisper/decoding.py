@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
+import numpy as np
 
 from max.interfaces.errors import InvalidRequest
 from max.pipelines.architectures.whisper.config import HOP_LENGTH, SAMPLING_RATE, TIME_PRECISION, GenerationSettings
 
-__all__ = ["Segment", "apply_rules", "prompt_tokens", "split_segments"]
+__all__ = ["Segment", "TokenRules", "prompt_tokens", "split_segments"]
 
 INPUT_STRIDE = 2  # mel frames per encoder position (= per timestamp step)
 HOP_SECONDS = HOP_LENGTH / SAMPLING_RATE  # seconds per mel frame
@@ -42,20 +42,57 @@ def prompt_tokens(s: GenerationSettings, language_id: int | None, task: str | No
     return out
 
 
-def apply_rules(s: GenerationSettings, logits: torch.Tensor, generated: list[int], timestamps: bool) -> torch.Tensor:
-    """``logits`` ``[vocab]`` (float32; changed in place) with the forbidden tokens at -inf, for a request that has
-    generated
-    ``generated`` after its prompt: ``begin_suppress_tokens`` at the first step, ``suppress_tokens`` always,
-    and with ``timestamps`` the pairing / monotonic / initial-timestamp rules, and a timestamp forced when
-    the timestamps' total probability beats every text token."""
-    x = logits
-    ninf = float("-inf")
-    if not generated and s.begin_suppress_tokens:
-        x[torch.as_tensor(s.begin_suppress_tokens)] = ninf
-    if s.suppress_tokens:
-        x[torch.as_tensor(s.suppress_tokens)] = ninf
-    if not timestamps or s.timestamp_begin is None:
+class TokenRules:
+    """The token rules of one model's settings over a batch of logits, in numpy: the suppressed tokens' indices
+    are built once (for a vocabulary of ``vocab`` tokens).  These are a few small operations per step, run on
+    the calling thread: as torch operations over a large vocabulary each would be a parallel region, whose
+    synchronisation costs more than the work itself on a busy machine."""
+
+    def __init__(self, s: GenerationSettings, vocab: int) -> None:
+        self.s, self.vocab = s, vocab
+        self.suppress = np.asarray(sorted({t for t in s.suppress_tokens if 0 <= t < vocab}), np.int64)
+        self.first = np.asarray(sorted({t for t in [*s.suppress_tokens, *s.begin_suppress_tokens]
+                                        if 0 <= t < vocab}), np.int64)
+
+    def apply(self, logits: np.ndarray, generated: list[list[int]], timestamps: list[bool]) -> np.ndarray:
+        """``logits`` ``[batch, vocab]`` (float32; changed in place) with the forbidden tokens at -inf, row ``i``
+        for a request that has generated ``generated[i]`` after its prompt: ``begin_suppress_tokens`` at the
+        first step, ``suppress_tokens`` always, and with ``timestamps[i]`` the pairing / monotonic /
+        initial-timestamp rules, and a timestamp forced when the timestamps' total probability (of the
+        log-softmax) beats every text token's."""
+        s, x = self.s, logits
+        firsts = [not g for g in generated]
+        if all(firsts) or not any(firsts):  # the usual case: one fill for the whole batch
+            x[:, self.first if firsts[0] else self.suppress] = -np.inf
+        else:
+            for i, f in enumerate(firsts):
+                x[i, self.first if f else self.suppress] = -np.inf
+        tb = s.timestamp_begin
+        if tb is None:
+            return x
+        for i, t in enumerate(timestamps):
+            if t:
+                _timestamp_rules(s, x[i], generated[i])
+                lp = _log_softmax(x[i])
+                if _logsumexp(lp[tb:]) > lp[:tb].max():
+                    x[i, :tb] = -np.inf
         return x
+
+
+def _logsumexp(x: np.ndarray) -> float:
+    m = x.max()
+    if not np.isfinite(m):
+        return float(m)
+    return float(m + np.log(np.exp(x - m).sum(dtype=np.float32)))
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    return x - np.float32(_logsumexp(x))
+
+
+def _timestamp_rules(s: GenerationSettings, x: np.ndarray, generated: list[int]) -> None:
+    """The pairing / monotonic / initial-timestamp rules on one row ``x`` ``[vocab]`` (in place)."""
+    ninf = -np.inf
     tb = s.timestamp_begin
     x[s.no_timestamps_token_id] = ninf
     last_ts = len(generated) >= 1 and generated[-1] >= tb
@@ -74,10 +111,6 @@ def apply_rules(s: GenerationSettings, logits: torch.Tensor, generated: list[int
         x[:tb] = ninf
         if s.max_initial_timestamp_index is not None:
             x[tb + s.max_initial_timestamp_index + 1:] = ninf
-    lp = torch.log_softmax(x.float(), dim=-1)
-    if lp[tb:].logsumexp(dim=-1) > lp[:tb].max():
-        x[:tb] = ninf
-    return x
 
 
 @dataclass

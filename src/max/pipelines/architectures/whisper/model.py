@@ -4,17 +4,17 @@ Module names are the checkpoint's minus ``model.`` (``encoder.conv1``, ``decoder
 ...); ``proj_out`` is the token embedding (tied).
 
 - **Encoder graph** (once per 30 s window): ``input_features`` float32 ``[n, n_mels, 3000]`` ->
-  the decoder's cross-attention keys, transposed, ``[n, decoder_layers, heads, head_dim, 1500]`` and values
-  ``[n, decoder_layers, heads, 1500, head_dim]`` (compute dtype):
-  two convolutions (kernel 3, GELU; the second stride 2) as matmuls over shifted frames, plus the
+  the decoder's cross-attention keys and values, each ``[n, decoder_layers, 1500, heads, head_dim]`` (compute
+  dtype): two convolutions (kernel 3, GELU; the second stride 2) as matmuls over shifted frames, plus the
   position table, pre-LayerNorm layers, final LayerNorm, then every decoder layer's ``encoder_attn``
-  key/value projections.
+  key/value projections.  The pipeline model stores them in the cross cache's pages (one request per
+  window).
 - **Decoder step graph**: ``tokens`` int64 ``[total_seq_len]`` (ragged), ``input_row_offsets`` uint32
-  ``[batch + 1]``, ``cross_k`` / ``cross_v`` (as the encoder gives them, one row per request; a decode step
-  has one token per request, a prompt step adds ``token_rows``, each token's request), then the paged KV
-  cache's inputs; output float32 logits
-  ``[batch, vocab]`` of each request's last token.  Self-attention runs on the paged cache (K/V written by
-  ``ragged_qkv_store``, causal ``flash_attention_ragged``), positions are the cache's (``ragged_write_plan``).
+  ``[batch + 1]``, ``cross_row_offsets`` uint32 ``[batch + 1]`` (each request's encoder positions in the cross
+  cache), the self-attention cache's inputs, then the cross cache's; output float32 logits ``[batch, vocab]``
+  of each request's last token.  Self-attention runs on the paged cache (K/V written by ``ragged_qkv_store``,
+  causal ``flash_attention_ragged``), positions are the cache's (``ragged_write_plan``); cross-attention is
+  ``cross_attention_ragged`` (no mask) over the cross cache, so one graph serves prompts and decode steps.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from max.nn.kv_cache import FetchPagedKVCacheCollection, KVCacheParams
 from max.pipelines.architectures.common.layers import activation
 from max.pipelines.architectures.common.weights import WeightFactory
 from max.pipelines.architectures.whisper.config import N_FRAMES, WhisperConfig
-from max.pipelines.architectures.whisper.cross_attention import cross_attention
 
 __all__ = ["Whisper", "build_decoder_graph", "build_encoder_graph"]
 
@@ -118,13 +117,14 @@ class Encoder(Module):
 
 
 class DecoderLayer(Module):
-    def __init__(self, c: WhisperConfig, f: WeightFactory, i: int, kv_params: KVCacheParams) -> None:
+    def __init__(self, c: WhisperConfig, f: WeightFactory, i: int, kv_params: KVCacheParams,
+                 cross_params: KVCacheParams) -> None:
         super().__init__()
         p = f"decoder.layers.{i}"
         d = c.d_model
         self.layer = i
         self.n_heads, self.head_dim = c.decoder_attention_heads, c.head_dim
-        self.kv_params = kv_params
+        self.kv_params, self.cross_params = kv_params, cross_params
         self.self_attn = _Attention(f, f"{p}.self_attn", d)
         self.self_attn_layer_norm = LayerNorm(d, f.device, f.dtype, eps=_EPS)
         self.encoder_attn = _Attention(f, f"{p}.encoder_attn", d)
@@ -133,19 +133,17 @@ class DecoderLayer(Module):
         self.final_layer_norm = LayerNorm(d, f.device, f.dtype, eps=_EPS)
 
     def cross_kv(self, enc: TensorValue) -> tuple[TensorValue, TensorValue]:
-        """This layer's cross-attention keys ``[n, heads, head_dim, source_len]`` and values
-        ``[n, heads, source_len, head_dim]`` of encoder output ``enc`` ``[n, source_len, d]``."""
+        """This layer's cross-attention keys and values, each ``[n, source_len, heads, head_dim]``, of encoder
+        output ``enc`` ``[n, source_len, d]``."""
         n, s = enc.shape[0], enc.shape[1]
 
         def heads(x: TensorValue) -> TensorValue:
             return ops.reshape(x, [n, s, self.n_heads, self.head_dim])
 
-        k = ops.permute(heads(self.encoder_attn.k_proj(enc)), [0, 2, 3, 1])
-        v = ops.permute(heads(self.encoder_attn.v_proj(enc)), [0, 2, 1, 3])
-        return k, v
+        return heads(self.encoder_attn.k_proj(enc)), heads(self.encoder_attn.v_proj(enc))
 
-    def __call__(self, x: TensorValue, kv: object, offsets: TensorValue, cross_k: TensorValue,
-                 cross_v: TensorValue) -> TensorValue:
+    def __call__(self, x: TensorValue, kv: object, offsets: TensorValue, cross: object,
+                 cross_offsets: TensorValue) -> TensorValue:
         scale = float(self.head_dim) ** -0.5
         a = self.self_attn
         h = self.self_attn_layer_norm(x)
@@ -158,47 +156,49 @@ class DecoderLayer(Module):
         x = x + a.out_proj(ops.reshape(o, [x.shape[0], self.n_heads * self.head_dim]))
         e = self.encoder_attn
         q = e.q_proj(self.encoder_attn_layer_norm(x))
-        x = x + e.out_proj(cross_attention(q, cross_k, cross_v, self.n_heads, scale))
+        o = kernels.cross_attention_ragged(self.cross_params, q, offsets, cross, layer_idx, MHAMaskVariant.NULL_MASK,
+                                           cross_offsets, None, scale)
+        x = x + e.out_proj(o)
         return x + self.fc2(self._act(self.fc1(self.final_layer_norm(x))))
 
 
 class Decoder(Module):
-    def __init__(self, c: WhisperConfig, f: WeightFactory, kv_params: KVCacheParams) -> None:
+    def __init__(self, c: WhisperConfig, f: WeightFactory, kv_params: KVCacheParams,
+                 cross_params: KVCacheParams) -> None:
         super().__init__()
         self.c = c
-        self.kv_params = kv_params
+        self.kv_params, self.cross_params = kv_params, cross_params
         self.embed_tokens = f.embedding("decoder.embed_tokens", c.vocab_size, c.d_model)
         self.embed_positions = f.embedding("decoder.embed_positions", c.max_target_positions, c.d_model)
-        self.layers = LayerList([DecoderLayer(c, f, i, kv_params) for i in range(c.decoder_layers)])
+        self.layers = LayerList([DecoderLayer(c, f, i, kv_params, cross_params) for i in range(c.decoder_layers)])
         self.layer_norm = LayerNorm(c.d_model, f.device, f.dtype, eps=_EPS)
 
-    def __call__(self, tokens: TensorValue, offsets: TensorValue, cross_k: TensorValue, cross_v: TensorValue,
-                 kv_inputs: list, token_rows: TensorValue | None = None) -> TensorValue:
+    def __call__(self, tokens: TensorValue, offsets: TensorValue, cross_offsets: TensorValue, kv_inputs: list,
+                 cross_inputs: list) -> TensorValue:
         c = self.c
         kv = FetchPagedKVCacheCollection(self.kv_params, c.decoder_layers)(*kv_inputs)
+        cross = FetchPagedKVCacheCollection(self.cross_params, c.decoder_layers)(*cross_inputs)
         positions, _, _ = ragged_write_plan(offsets, kv)
         x = self.embed_tokens(tokens)
         if c.scale_embedding:
             x = x * float(c.d_model) ** 0.5
         pos = ops.gather(self.embed_positions.weight, positions, axis=0)
         x = x + ops.rebind(pos, [x.shape[0], c.d_model], "one position per token")
-        for i, layer in enumerate(self.layers):
-            k, v = cross_k[:, i], cross_v[:, i]
-            if token_rows is not None:  # one row per request: each token takes its request's (one layer at a time)
-                k, v = ops.gather(k, token_rows, axis=0), ops.gather(v, token_rows, axis=0)
-            x = layer(x, kv, offsets, k, v)
+        for layer in self.layers:
+            x = layer(x, kv, offsets, cross, cross_offsets)
         last = offsets.cast(DType.int64)[1:] - 1
         h = self.layer_norm(ops.gather(x, last, axis=0))
         return ops.cast(h @ ops.transpose(self.embed_tokens.weight, 0, 1), DType.float32)  # proj_out: tied
 
 
 class Whisper(Module):
-    def __init__(self, c: WhisperConfig, f: WeightFactory, kv_params: KVCacheParams) -> None:
+    def __init__(self, c: WhisperConfig, f: WeightFactory, kv_params: KVCacheParams,
+                 cross_params: KVCacheParams) -> None:
         super().__init__()
         self.config = c
         self.dtype = f.dtype
         self.encoder = Encoder(c, f)
-        self.decoder = Decoder(c, f, kv_params)
+        self.decoder = Decoder(c, f, kv_params, cross_params)
         f.check_paths(self)
 
     def encode(self, features: TensorValue) -> tuple[TensorValue, TensorValue]:
@@ -215,22 +215,15 @@ def build_encoder_graph(model: Whisper, device: DeviceRef) -> Graph:
     return g
 
 
-def build_decoder_graph(model: Whisper, kv_symbols: list, device: DeviceRef, prompt: bool = False) -> Graph:
-    """The decode graph (one token per request: ``cross_k``/``cross_v`` rows are the requests'), or with
-    ``prompt`` the graph for steps with several tokens per request: ``cross_k``/``cross_v`` have one row per
-    request and a further input, ``token_rows`` int64 ``[total_seq_len]``, gives each token's request."""
+def build_decoder_graph(model: Whisper, kv_symbols: list, cross_symbols: list, device: DeviceRef) -> Graph:
+    """The decoder step graph (prompt steps and decode steps alike) over the self-attention cache's inputs
+    ``kv_symbols`` and the cross cache's ``cross_symbols``."""
     c = model.config
-    L, H, D, S = c.decoder_layers, c.decoder_attention_heads, c.head_dim, c.max_source_positions
-    rows = "batch" if prompt else "total_seq_len"
     types = [TensorType(DType.int64, ["total_seq_len"], device),
              TensorType(DType.uint32, ["input_row_offsets_len"], device),
-             TensorType(model.dtype, [rows, L, H, D, S], device),
-             TensorType(model.dtype, [rows, L, H, S, D], device)]
-    if prompt:
-        types.append(TensorType(DType.int64, ["total_seq_len"], device))
-    name = f"{c.architecture}.decoder" + (".prompt" if prompt else "")
-    with Graph(name, input_types=[*types, *kv_symbols]) as g:
-        tokens, offsets, ck, cv, *rest = g.inputs
-        token_rows = rest.pop(0).tensor if prompt else None
-        g.output(model.decoder(tokens.tensor, offsets.tensor, ck.tensor, cv.tensor, rest, token_rows))
+             TensorType(DType.uint32, ["input_row_offsets_len"], device)]
+    n_kv = len(kv_symbols)
+    with Graph(f"{c.architecture}.decoder", input_types=[*types, *kv_symbols, *cross_symbols]) as g:
+        tokens, offsets, cross_offsets, *rest = g.inputs
+        g.output(model.decoder(tokens.tensor, offsets.tensor, cross_offsets.tensor, rest[:n_kv], rest[n_kv:]))
     return g

@@ -1,18 +1,22 @@
 """The compiled Whisper model: weights loaded once into one module, the encoder graph and the decoder step
-graph compiled from it, and the decoder's paged KV cache (prefix caching off: a decoder's keys depend on its
-audio through cross-attention, so equal token prefixes of two requests do not share pages)."""
+graph compiled from it, the decoder's paged KV cache (prefix caching off: a decoder's keys depend on its
+audio through cross-attention, so equal token prefixes of two requests do not share pages), and the cross
+cache: a second paged cache (same layout) holding each window's encoder keys/values for every decoder
+layer, which ``cross_attention_ragged`` reads in place."""
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from max.driver import Buffer
-from max.graph import DeviceRef
+from max.dtype import DType
+from max.graph import BufferType, DeviceRef, TensorType
 from max.graph.weights import WeightsFormat
 from max.nn.kv_cache import KVCacheParams, PagedKVCacheManager, kv_cache_budget
 from max.pipelines.architectures.common.weights import WeightFactory, compute_dtype, load_weights_into
@@ -26,7 +30,7 @@ from max.pipelines.architectures.whisper.config import (
 from max.pipelines.architectures.whisper.model import Whisper, build_decoder_graph, build_encoder_graph
 from max.pipelines.lib.pipeline import ModelOutputs, PipelineModel, upper_bounded_default
 
-__all__ = ["WEIGHT_ADAPTERS", "WhisperPipelineModel"]
+__all__ = ["CrossCache", "WEIGHT_ADAPTERS", "WhisperPipelineModel"]
 
 
 def _adapt(state_dict: Mapping[str, Any], **_: Any) -> dict[str, Any]:
@@ -40,6 +44,39 @@ def _adapt(state_dict: Mapping[str, Any], **_: Any) -> dict[str, Any]:
 
 
 WEIGHT_ADAPTERS = {WeightsFormat.safetensors: _adapt, WeightsFormat.pytorch: _adapt}
+
+
+@dataclass
+class _CrossSeq:
+    """One window's encoder positions in the cross cache (what ``PagedKVCacheManager`` reads)."""
+
+    request_id: str
+    tokens: Any
+    start_idx: int = 0
+    active_idx: int = 0
+
+    def set_token_indices(self, start_idx: Any = None, active_idx: Any = None) -> None:
+        if start_idx is not None:
+            self.start_idx = start_idx
+        if active_idx is not None:
+            self.active_idx = active_idx
+
+    def bump_token_indices(self, start_idx: int = 0, active_idx: int = 0) -> None:
+        self.start_idx += start_idx
+        self.active_idx += active_idx
+
+
+@dataclass
+class CrossCache:
+    """The cross-attention keys/values of a batch of windows, in the cross cache: one claimed request per window
+    (``ids``) and its page table rows (``lookup`` uint32 ``[windows, pages]``).  :meth:`rows` selects windows (in
+    the decoder batch's order); :meth:`WhisperPipelineModel.release_cross` frees them."""
+
+    ids: list[str]
+    lookup: torch.Tensor
+
+    def rows(self, idx: Sequence[int]) -> "CrossCache":
+        return CrossCache([self.ids[i] for i in idx], self.lookup[torch.as_tensor(list(idx), dtype=torch.long)])
 
 
 def _hf_dict(pipeline_config: Any) -> dict:
@@ -79,23 +116,37 @@ class WhisperPipelineModel(PipelineModel):
             available_cache_memory=kv_cache_budget(kv_params, cfg.decoder_layers, self.max_batch, self.max_seq_len,
                                                    devices, kv_cache_memory=kvc.kv_cache_memory,
                                                    device_memory_utilization=kvc.device_memory_utilization))
+        # the cross cache: pages for exactly max_batch windows of max_source_positions encoder positions
+        self.cross_params = cp = KVCacheParams(
+            dtype=dt, n_kv_heads=cfg.decoder_attention_heads, head_dim=cfg.head_dim,
+            page_size=kvc.kv_cache_page_size, enable_prefix_caching=False)
+        S = cfg.max_source_positions
+        self.cross_pages = math.ceil(S / cp.page_size)
+        self.cross_manager = PagedKVCacheManager(
+            cp, max_batch_size=self.max_batch, max_seq_len=S, num_layers=cfg.decoder_layers,
+            devices=devices, session=session, total_num_pages=self.max_batch * self.cross_pages)
         adapt = adapter or WEIGHT_ADAPTERS.get(pipeline_config.model_config.weights_format)
         if adapt is None:
             raise ValueError(f"{ARCHITECTURE}: no weight adapter for "
                              f"{pipeline_config.model_config.weights_format.value} checkpoints")
         checkpoint = adapt(dict(weights.items()))
-        module = Whisper(cfg, WeightFactory(dt, dev, checkpoint), kv_params)
+        module = Whisper(cfg, WeightFactory(dt, dev, checkpoint), kv_params, self.cross_params)
         load_weights_into(module, checkpoint, ARCHITECTURE)
         self.weights_seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
         registry = module.state_dict()
         self.encoder = session.load(build_encoder_graph(module, dev), weights_registry=registry)
         symbols = list(self.kv_manager.input_symbols()[0])
-        self.decoder = session.load(build_decoder_graph(module, symbols, dev), weights_registry=registry)
-        self.prompt_decoder = session.load(build_decoder_graph(module, symbols, dev, prompt=True),
-                                           weights_registry=registry)
+        blocks = self.cross_manager.input_symbols()[0].kv_blocks
+        cross_symbols = [BufferType(blocks.dtype, list(blocks.shape), dev),
+                         TensorType(DType.uint32, ["batch_size"], dev),
+                         TensorType(DType.uint32, ["batch_size", self.cross_pages], dev),
+                         TensorType(DType.uint32, ["cross_steps", 2], DeviceRef.CPU())]
+        self.decoder = session.load(build_decoder_graph(module, symbols, cross_symbols, dev),
+                                    weights_registry=registry)
         self.compile_seconds = time.perf_counter() - t1
         self.encodes = 0
+        self._cross_inputs: dict[int, tuple] = {}
 
     @classmethod
     def calculate_max_seq_len(cls, pipeline_config: Any, huggingface_config: Any) -> int:
@@ -109,8 +160,8 @@ class WhisperPipelineModel(PipelineModel):
         return Buffer.from_dlpack(t.contiguous().to(self._torch_device))
 
     def encode(self, features: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cross-attention keys ``[n, layers, heads, head_dim, 1500]`` and values ``[n, layers, heads, 1500,
-        head_dim]`` of ``n`` windows of features ``[n, n_mels, 3000]`` (one encoder call)."""
+        """Cross-attention keys and values, each ``[n, layers, 1500, heads, head_dim]``, of ``n`` windows of
+        features ``[n, n_mels, 3000]`` (one encoder call)."""
         f = np.asarray(features, np.float32)
         want = (self.config.num_mel_bins, N_FRAMES)
         if f.ndim != 3 or f.shape[1:] != want:
@@ -119,23 +170,60 @@ class WhisperPipelineModel(PipelineModel):
         self.encodes += 1
         return k._torch(), v._torch()
 
-    def decode_step(self, seqs: Sequence[Any], cross: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def encode_cross(self, features: np.ndarray, request_ids: Sequence[str]) -> CrossCache:
+        """Encode ``n`` windows (:meth:`encode`) and store each one's keys/values in the cross cache under its
+        request id (claimed here; :meth:`release_cross` frees them)."""
+        k, v = self.encode(features)
+        S = self.config.max_source_positions
+        seqs = [_CrossSeq(rid, np.zeros(S, np.int64), 0, S) for rid in request_ids]
+        mgr = self.cross_manager
+        claimed = []
+        try:
+            for q in seqs:
+                mgr.external_claim(q.request_id)
+                claimed.append(q.request_id)
+            inputs = mgr.fetch(seqs)[0]
+        except Exception:
+            for rid in claimed:
+                mgr.release(rid)
+            raise
+        lookup = inputs.lookup_table._torch()
+        blocks = inputs.blocks._torch()  # [pages, 2 (K | V), layers, page_size, heads, head_dim]
+        n, L, _, H, D = k.shape
+        P, ps = self.cross_pages, self.cross_params.page_size
+        pages = lookup.to(torch.long).reshape(-1)
+        for plane, x in ((0, k), (1, v)):
+            if P * ps != S:  # the last page's tail is never read (each window has S positions)
+                x = torch.nn.functional.pad(x, (0, 0, 0, 0, 0, P * ps - S))
+            blocks[pages, plane] = x.reshape(n, L, P, ps, H, D).transpose(1, 2).reshape(n * P, L, ps, H, D)
+        for q in seqs:
+            q.start_idx = S
+        mgr.step(seqs)
+        return CrossCache(list(request_ids), lookup)
+
+    def release_cross(self, cross: CrossCache) -> None:
+        for rid in cross.ids:
+            self.cross_manager.release(rid)
+
+    def decode_step(self, seqs: Sequence[Any], cross: CrossCache) -> torch.Tensor:
         """One decoder step over ``seqs`` (each with ``request_id``, ``tokens``, ``start_idx``, ``active_idx``;
-        already claimed in the KV cache) whose cross keys/values are the rows of ``cross`` (as :meth:`encode`
-        returns them) in the same order: float32 logits ``[len(seqs), vocab]`` of each one's last token.  The
-        KV cache is advanced."""
+        already claimed in the KV cache) whose windows are ``cross``'s rows in the same order: float32 logits
+        ``[len(seqs), vocab]`` of each one's last token.  The KV cache is advanced."""
         kv = self.kv_manager.fetch(list(seqs), 1)[0]
         toks = [np.asarray(s.tokens[s.start_idx:s.active_idx], np.int64) for s in seqs]
-        lens = [len(t) for t in toks]
-        offsets = np.zeros(len(seqs) + 1, np.uint32)
-        np.cumsum(lens, out=offsets[1:])
-        k, v = (Buffer.from_dlpack(t.contiguous()) for t in cross)
-        head = [self._buffer(np.concatenate(toks)), self._buffer(offsets), k, v]
-        if any(n != 1 for n in lens):  # a prompt: its tokens read their request's keys/values in the graph
-            rows = np.repeat(np.arange(len(seqs), dtype=np.int64), lens)
-            (logits,) = self.prompt_decoder.execute(*head, self._buffer(rows), *kv)
-        else:
-            (logits,) = self.decoder.execute(*head, *kv)
+        n = len(seqs)
+        offsets = np.zeros(n + 1, np.uint32)
+        np.cumsum([len(t) for t in toks], out=offsets[1:])
+        fixed = self._cross_inputs.get(n)
+        if fixed is None:  # per batch size: each window's positions and lengths in the cross cache
+            S = self.config.max_source_positions
+            fixed = self._cross_inputs[n] = (self._buffer(np.arange(n + 1, dtype=np.uint32) * S),
+                                             self._buffer(np.full(n, S, np.uint32)),
+                                             Buffer.from_numpy(np.array([[1, S]], np.uint32)))
+        cross_offsets, cross_lengths, cross_max = fixed
+        cross_in = [self.cross_manager.device_buffers[0], cross_lengths, Buffer.from_dlpack(cross.lookup), cross_max]
+        (logits,) = self.decoder.execute(self._buffer(np.concatenate(toks)), self._buffer(offsets), cross_offsets,
+                                         *kv, *cross_in)
         for s in seqs:
             s.start_idx = s.active_idx
         self.kv_manager.step(list(seqs))
@@ -150,5 +238,3 @@ class WhisperPipelineModel(PipelineModel):
     def execute(self, model_inputs: Any) -> ModelOutputs:
         raise NotImplementedError(f"{ARCHITECTURE}: use WhisperPipeline.transcribe")
 
-
-_ = replace

@@ -1,11 +1,12 @@
 """``WhisperPipeline``: speech recognition over the compiled Whisper model.
 
 A batch of requests runs in rounds: each round encodes the current 30 s window of every unfinished request
-(one encoder call), then decodes those windows together (one decoder step per token for the whole batch,
-each request's self-attention on its own pages of the paged KV cache, its cross-attention over its own
-window).  Short audio is one window; longer audio advances window by window to the end of the last complete
-timestamped segment (timestamps are predicted for long audio even when the caller does not ask for them).
-A request's language is detected from its first window when not given.
+(one encoder call, its keys/values stored in the cross cache for the round), then decodes those windows
+together (one decoder step per token for the whole batch, each request's self-attention on its own pages of
+the paged KV cache, its cross-attention over its own window's pages).  Short audio is one window; longer
+audio advances window by window to the end of the last complete timestamped segment (timestamps are
+predicted for long audio even when the caller does not ask for them).  A request's language is detected from
+its first window when not given.
 """
 
 from __future__ import annotations
@@ -14,15 +15,18 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 import torch
 
 from max.interfaces.errors import InvalidRequest
 from max.pipelines.architectures.whisper.config import N_FRAMES, SAMPLING_RATE, TIME_PRECISION
-from max.pipelines.architectures.whisper.decoding import Segment, apply_rules, prompt_tokens, split_segments
+from max.pipelines.architectures.whisper.decoding import Segment, TokenRules, prompt_tokens, split_segments
 from max.pipelines.architectures.whisper.features import log_mel_spectrogram
+
+if TYPE_CHECKING:
+    from max.pipelines.architectures.whisper.pipeline_model import CrossCache
 
 __all__ = ["Transcription", "TranscriptionRequest", "WhisperPipeline"]
 
@@ -109,6 +113,7 @@ class WhisperPipeline:
         self.tokenizer = tokenizer
         self.settings = self.model.settings
         self._lock = threading.Lock()
+        self._token_rules: Optional[TokenRules] = None
         self.load_seconds = time.perf_counter() - t0
 
     # ------------------------------------------------------------------ API
@@ -166,7 +171,13 @@ class WhisperPipeline:
             if w.shape[1] < N_FRAMES:
                 w = np.pad(w, ((0, 0), (0, N_FRAMES - w.shape[1])))
             windows.append(w)
-        cross = self.model.encode(np.stack(windows))
+        cross = self.model.encode_cross(np.stack(windows), [f"whisper-window-{next(_ids)}" for _ in jobs])
+        try:
+            self._decode_round(jobs, cross)
+        finally:
+            self.model.release_cross(cross)
+
+    def _decode_round(self, jobs: list[_Job], cross: "CrossCache") -> None:
         self._detect_languages(jobs, cross)
         ts = [j.req.timestamps or j.frames > N_FRAMES for j in jobs]
         prompts = []
@@ -195,14 +206,13 @@ class WhisperPipeline:
             j.tokens += [t for seg in segs for t in seg.tokens]
             j.seek += max(int(advance), 1)
 
-    def _detect_languages(self, jobs: list[_Job], cross: tuple) -> None:
+    def _detect_languages(self, jobs: list[_Job], cross: "CrossCache") -> None:
         s = self.settings
         need = [i for i, j in enumerate(jobs) if j.language_id is None and s.is_multilingual and s.lang_to_id]
         if not need:
             return
         seqs = [_Seq(f"whisper-lang-{next(_ids)}", [s.decoder_start_token_id], 0, 1) for _ in need]
-        idx = torch.as_tensor(need)
-        logits = self._with_cache(seqs, lambda: self.model.decode_step(seqs, (cross[0][idx], cross[1][idx])))
+        logits = self._with_cache(seqs, lambda: self.model.decode_step(seqs, cross.rows(need)))
         lang_ids = torch.as_tensor(sorted(s.lang_to_id.values()))
         for i, row in zip(need, logits):
             jobs[i].language_id = int(lang_ids[int(torch.argmax(row[lang_ids]))])
@@ -217,7 +227,7 @@ class WhisperPipeline:
             for q in seqs:
                 mgr.release(q.request_id)
 
-    def _decode(self, jobs: list[_Job], cross: tuple, prompts: list[list[int]], ts: list[bool]
+    def _decode(self, jobs: list[_Job], cross: "CrossCache", prompts: list[list[int]], ts: list[bool]
                 ) -> list[list[int]]:
         """Each job's generated tokens for its window (end token removed)."""
         s = self.settings
@@ -233,10 +243,10 @@ class WhisperPipeline:
             sub = cross
             while active:
                 logits = self.model.decode_step([seqs[i] for i in active], sub)
+                x = self._rules(logits.shape[-1]).apply(logits.numpy(), [gen[i] for i in active],
+                                                        [ts[i] for i in active])
                 still = []
-                for k, i in enumerate(active):
-                    x = apply_rules(s, logits[k], gen[i], ts[i])
-                    tok = self._pick(x, jobs[i])
+                for i, tok in zip(active, self._pick(x, [jobs[i] for i in active])):
                     cap = jobs[i].req.max_new_tokens
                     if tok == s.eos_token_id:
                         continue
@@ -247,21 +257,29 @@ class WhisperPipeline:
                     if (cap is not None and len(gen[i]) >= cap) or q.active_idx >= limit:
                         continue
                     still.append(i)
-                if len(still) != len(active):  # requests finished: the others' keys/values, copied once
-                    keep = torch.as_tensor([active.index(i) for i in still], dtype=torch.long)
-                    sub = (sub[0][keep], sub[1][keep])
+                if len(still) != len(active):  # requests finished: the others' windows
+                    sub = sub.rows([active.index(i) for i in still])
                 active = still
 
         self._with_cache(seqs, run)
         return gen
 
+    def _rules(self, vocab: int) -> TokenRules:
+        if self._token_rules is None or self._token_rules.vocab != vocab:
+            self._token_rules = TokenRules(self.settings, vocab)
+        return self._token_rules
+
     @staticmethod
-    def _pick(x: torch.Tensor, job: _Job) -> int:
-        t = float(job.req.temperature)
-        if t <= 0:
-            return int(torch.argmax(x))
-        p = torch.softmax(x / t, dim=-1)
-        return int(torch.multinomial(p, 1, generator=job.generator))
+    def _pick(x: np.ndarray, jobs: list[_Job]) -> list[int]:
+        """Row ``i``'s next token for ``jobs[i]``: the argmax, or a sample at the job's temperature from its own
+        generator."""
+        out = np.argmax(x, axis=-1).tolist()
+        for i, job in enumerate(jobs):
+            t = float(job.req.temperature)
+            if t > 0:
+                p = torch.softmax(torch.from_numpy(x[i]) / t, dim=-1)
+                out[i] = int(torch.multinomial(p, 1, generator=job.generator))
+        return out
 
     # ------------------------------------------------------------------ results
     def _text(self, toks: list[int]) -> str:
