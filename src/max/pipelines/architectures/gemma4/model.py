@@ -193,7 +193,7 @@ _SHARED_LAYER_KV = ("self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_
                     "self_attn.v_norm.weight")
 
 
-def _rename(state_dict: dict, huggingface_config: Any = None, **kw: Any) -> dict:
+def rename_gemma4(state_dict: dict, huggingface_config: Any = None, **kw: Any) -> dict:
     """Hugging Face names minus ``model.``, the MoE block's fused expert tensors split, without the
     unused K/V projections some checkpoints keep for the layers that share an earlier layer's keys and values."""
     hf = huggingface_config.to_dict() if hasattr(huggingface_config, "to_dict") else dict(huggingface_config or {})
@@ -208,14 +208,15 @@ def _rename(state_dict: dict, huggingface_config: Any = None, **kw: Any) -> dict
 
 class Gemma4Model(DecoderPipelineModel):
     config_from_hf = staticmethod(config_from_hf)
-    weight_adapters = {**standard_adapters(), WeightsFormat.safetensors: _rename, WeightsFormat.pytorch: _rename}
+    weight_adapters = {**standard_adapters(), WeightsFormat.safetensors: rename_gemma4,
+                       WeightsFormat.pytorch: rename_gemma4}
 
     @classmethod
     def unsupported_reason(cls, hf: dict) -> str | None:
         """Why this config is not run natively (see the package docstring; the registry then uses the
         transformers fallback when allowed), else None."""
         try:
-            config_from_hf(hf)
+            cls.config_from_hf(hf)
         except NotImplementedError as e:
             return str(e)
         return None
