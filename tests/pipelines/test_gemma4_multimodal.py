@@ -173,3 +173,41 @@ def test_text_config_translation():
     assert Gemma4TextOnlyModel.unsupported_reason({"text_config": base}) is None
     with pytest.raises(ValueError, match="no text_config"):
         config_from_hf(base)
+
+
+def test_server_answers_an_image_or_audio_request_with_a_400_naming_it():
+    """Through the OpenAI-compatible app: a chat request with an image or audio part gets an OpenAI-shaped 400
+    whose message names the input; a text request on the same app is served."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from max.pipelines import PipelineConfig
+    from max.serve.server import build_app
+
+    d = tiny_gemma4mm("e2b")[0]
+    app = build_app(PipelineConfig(model_path=d, max_length=64, max_batch_size=2), served_model_name="g4")
+    with TestClient(app) as client:
+        for part in ({"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
+                     {"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}):
+            body = {"model": "g4", "max_tokens": 2,
+                    "messages": [{"role": "user", "content": [{"type": "text", "text": "what?"}, part]}]}
+            r = client.post("/v1/chat/completions", json=body)
+            assert r.status_code == 400, r.text
+            assert "runs Gemma 4's text; images/audio are not supported yet" in r.json()["error"]["message"]
+        r = client.post("/v1/chat/completions", json={"model": "g4", "max_tokens": 2,
+                                                      "messages": [{"role": "user", "content": "hello"}]})
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["message"]["content"] is not None
+
+
+def test_weight_adapter_leaves_out_only_the_towers():
+    """Tower/embedder tensors are dropped by name; text tensors lose ``model.language_model.``; any other name
+    is kept (so the load reports it as unused rather than silently ignoring it)."""
+    from max.pipelines.architectures.gemma4multimodal.weight_adapters import rename
+
+    sd = {"model.language_model.embed_tokens.weight": 1, "model.language_model.layers.0.mlp.up_proj.weight": 2,
+          "model.vision_tower.encoder.layers.0.x.weight": 3, "model.embed_vision.embedding_projection.weight": 4,
+          "model.audio_tower.layers.0.y.weight": 5, "model.embed_audio.embedding_projection.weight": 6,
+          "lm_head.weight": 7, "model.something_new.weight": 8}
+    assert rename(sd) == {"embed_tokens.weight": 1, "layers.0.mlp.up_proj.weight": 2, "lm_head.weight": 7,
+                          "something_new.weight": 8}
