@@ -44,8 +44,8 @@ void lmx_glu(const float *gu, int64_t M, int64_t I, int64_t gs, int act, float *
 int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hkv, int64_t D, int64_t B,
                         const int64_t *offsets, const int64_t *cache_len, const int64_t *lookup, int64_t lookup_stride,
                         int64_t page_size, const void *cache, int kv_kind, int64_t s_page, int64_t s_kv,
-                        int64_t s_layer, int64_t s_off, int64_t layer, float scale, int64_t window, int causal,
-                        float *out);
+                        int64_t s_layer, int64_t s_off, int64_t layer, float scale, int64_t window, int64_t chunk,
+                        int causal, float *out);
 int lmx_act_prepare(int64_t M, int64_t K, const float *x, int64_t xs, const int8_t **xq, const float **dxb,
                     const float **sxb, const float **sx16, int64_t *KP, int64_t *BP, int nt);
 int64_t lmx_block_bytes(int kind);
@@ -165,8 +165,8 @@ int main(int argc, char **argv) {
             nout = 1;
             rc = lmx_paged_attention((const float *)b[0].p, T, H, iv[2], D, iv[4], (const int64_t *)b[1].p,
                                      (const int64_t *)b[2].p, (const int64_t *)b[3].p, iv[5], iv[6], b[4].p, (int)iv[7],
-                                     iv[8], iv[9], iv[10], iv[11], iv[12], (float)fv[0], iv[13], (int)iv[14],
-                                     (float *)o[0].p);
+                                     iv[8], iv[9], iv[10], iv[11], iv[12], (float)fv[0], iv[13], iv[14],
+                                     (int)iv[15], (float *)o[0].p);
             break;
         }
         case 7: {

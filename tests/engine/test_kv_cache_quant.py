@@ -122,10 +122,11 @@ def _quant_cache(rng, pages, layers, page, hkv, d, dtype):
 @settings(max_examples=12, deadline=None)
 @given(lens=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 9)), min_size=1, max_size=3),
        hkv=st.sampled_from([1, 2]), group=st.sampled_from([1, 3]), window=st.sampled_from([-1, 5]),
-       causal=st.booleans(), d=st.sampled_from([16, 24]), seed=st.integers(0, 2**31 - 1))
-def test_native_attention_reads_quantised_pages(isa, dtype, lens, hkv, group, window, causal, d, seed):
+       chunk=st.sampled_from([-1, -1, 4]), causal=st.booleans(), d=st.sampled_from([16, 24]),
+       seed=st.integers(0, 2**31 - 1))
+def test_native_attention_reads_quantised_pages(isa, dtype, lens, hkv, group, window, chunk, causal, d, seed):
     """Ragged batch over randomly placed quantised pages vs a float64 softmax(q k^T * scale) v over the
-    decoded cache, with the causal / sliding-window mask; the torch path agrees too."""
+    decoded cache, with the causal / sliding-window / chunked mask; the torch path agrees too."""
     so = native.lib(isa)
     rng = np.random.default_rng(seed)
     page, layers, layer = 8, 2, 1
@@ -141,14 +142,14 @@ def test_native_attention_reads_quantised_pages(isa, dtype, lens, hkv, group, wi
     out = torch.empty_like(q)
     rc = so.lmx_paged_attention(q.data_ptr(), t, h, hkv, d, len(lens), offs.data_ptr(), cl.data_ptr(),
                                 lookup.data_ptr(), maxp, page, blocks.data_ptr(), KV_KINDS[dtype],
-                                *blocks.stride()[:4], layer, ctypes.c_float(0.25), window, int(causal),
+                                *blocks.stride()[:4], layer, ctypes.c_float(0.25), window, chunk, int(causal),
                                 out.data_ptr())
     assert rc == 0
     kv = kv_decode(blocks.view(torch.uint8), dtype).double()
-    assert_paged_attention(out, q, kv, lens, lookup, offs, page, layer, group, causal, window)
+    assert_paged_attention(out, q, kv, lens, lookup, offs, page, layer, group, causal, window, chunk=chunk)
     plan = ragged_read_plan(offs, cl, lookup, page)
     torch_out = flash_attention_ragged(q, blocks, *plan, layer=layer, scale=0.25, causal=causal, window=window,
-                                       head_dim=d)
+                                       head_dim=d, chunk=chunk)
     assert torch.allclose(torch_out, out, rtol=1e-4, atol=1e-5)
 
 
@@ -160,7 +161,7 @@ def test_unknown_cache_kind_is_refused():
     one = torch.zeros(1, dtype=torch.int64)
     offs = torch.tensor([0, 1])
     assert so.lmx_paged_attention(q.data_ptr(), 1, 1, 1, 16, 1, offs.data_ptr(), one.data_ptr(), one.data_ptr(), 1,
-                                  4, blocks.data_ptr(), 99, *blocks.stride()[:4], 0, ctypes.c_float(1.0), -1, 1,
+                                  4, blocks.data_ptr(), 99, *blocks.stride()[:4], 0, ctypes.c_float(1.0), -1, -1, 1,
                                   q.data_ptr()) == -1
 
 

@@ -276,9 +276,11 @@ def test_rmsnorm_and_glu(isa):
         assert torch.allclose(o.double(), fn(gd[:, :99]) * gd[:, 99:], rtol=1e-5, atol=1e-5)
 
 
-def assert_paged_attention(out, q, kv, lens, lookup, offs, page, layer, group, causal, window, scale=0.25):
+def assert_paged_attention(out, q, kv, lens, lookup, offs, page, layer, group, causal, window, scale=0.25,
+                           chunk=-1):
     """``out`` of a paged attention over the float64 cache ``kv`` ``[pages, 2, layers, page, hkv, d]`` equals
-    a dense float64 softmax(q k^T * scale) v per query, with the causal / sliding-window mask."""
+    a dense float64 softmax(q k^T * scale) v per query, with the causal / sliding-window / chunked mask
+    (``chunk > 0``: keys of the query's own chunk of ``chunk`` positions only)."""
     h = q.shape[1]
     for b, (c, n) in enumerate(lens):
         total = c + n
@@ -292,6 +294,8 @@ def assert_paged_attention(out, q, kv, lens, lookup, offs, page, layer, group, c
                 keep &= pos <= qpos
                 if window > 0:
                     keep &= pos > qpos - window
+                if chunk > 0:
+                    keep &= pos // chunk == qpos // chunk
             for hh in range(h):
                 s = (k_[keep, hh // group] @ q[offs[b] + i, hh].double()) * scale
                 ref = torch.softmax(s, 0) @ v_[keep, hh // group]
@@ -308,10 +312,11 @@ def _paged_cache(rng, pages, layers, page, hkv, d, dtype):
 @given(lens=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 9)), min_size=1,
                                                 max_size=4),
        hkv=st.sampled_from([1, 2]), group=st.sampled_from([1, 3]), window=st.sampled_from([-1, 5]),
-       causal=st.booleans(), bf16=st.booleans(), seed=st.integers(0, 2**31 - 1))
-def test_paged_attention_matches_dense_reference(isa, lens, hkv, group, window, causal, bf16, seed):
+       chunk=st.sampled_from([-1, -1, 4, 16]), causal=st.booleans(), bf16=st.booleans(),
+       seed=st.integers(0, 2**31 - 1))
+def test_paged_attention_matches_dense_reference(isa, lens, hkv, group, window, chunk, causal, bf16, seed):
     """Ragged batch (prefix in the cache + new tokens) over randomly placed pages vs a dense float64
-    softmax(q k^T * scale) v with the causal / sliding-window mask."""
+    softmax(q k^T * scale) v with the causal / sliding-window / chunked (Llama 4) mask."""
     so = native.lib(isa)
     rng = np.random.default_rng(seed)
     d, page, layers, layer = 16, 8, 2, 1
@@ -329,9 +334,10 @@ def test_paged_attention_matches_dense_reference(isa, lens, hkv, group, window, 
     sp, skv, sl, sof = blocks.stride(0), blocks.stride(1), blocks.stride(2), blocks.stride(3)
     rc = so.lmx_paged_attention(q.data_ptr(), t, h, hkv, d, len(lens), offs.data_ptr(), cl.data_ptr(),
                                 lookup.data_ptr(), maxp, page, blocks.data_ptr(), 30 if bf16 else 0, sp, skv, sl, sof,
-                                layer, ctypes.c_float(0.25), window, int(causal), out.data_ptr())
+                                layer, ctypes.c_float(0.25), window, chunk, int(causal), out.data_ptr())
     assert rc == 0
-    assert_paged_attention(out, q, blocks.double(), lens, lookup, offs, page, layer, group, causal, window)
+    assert_paged_attention(out, q, blocks.double(), lens, lookup, offs, page, layer, group, causal, window,
+                           chunk=chunk)
 
 
 @pytest.mark.parametrize("isa", ISAS)

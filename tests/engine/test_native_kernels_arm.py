@@ -220,7 +220,7 @@ GLU_CASES = {act: case(OP_GLU, (3, 99, act), (), (GU.numpy(),)) for act in (0, 1
 
 
 # paged attention: ragged batch, GQA (2 kv heads x 3), a sliding window, float32 and bfloat16 caches
-def _attn_case(seed: int, bf16: bool, window: int, causal: bool):
+def _attn_case(seed: int, bf16: bool, window: int, causal: bool, chunk: int = -1):
     rng = np.random.default_rng(seed)
     lens, hkv, group, d, page, layers, layer = [(5, 3), (12, 1), (0, 4)], 2, 3, 16, 8, 2, 1
     h = hkv * group
@@ -235,13 +235,15 @@ def _attn_case(seed: int, bf16: bool, window: int, causal: bool):
     q = rng.standard_normal((t, h, d)).astype(np.float32)
     raw = cache.view(torch.int16).numpy() if bf16 else cache.numpy()
     c = case(OP_ATTN, (t, h, hkv, d, len(lens), maxp, page, 30 if bf16 else 0, *cache.stride()[:4], layer, window,
-                       int(causal)), (0.25,), (q, offs, cl, lookup, raw))
+                       chunk, int(causal)), (0.25,), (q, offs, cl, lookup, raw))
     return dict(case=c, lens=lens, cache=cache, lookup=torch.from_numpy(lookup), q=torch.from_numpy(q), offs=offs,
-                group=group, page=page, layer=layer, window=window, causal=causal, h=h)
+                group=group, page=page, layer=layer, window=window, chunk=chunk, causal=causal, h=h)
 
 
 ATTN = [_attn_case(700, False, 5, True), _attn_case(701, True, -1, True), _attn_case(702, True, 4, False),
-        _attn_case(703, False, -1, False)]
+        _attn_case(703, False, -1, False),
+        # chunked local attention (Llama 4): alone, and intersected with a sliding window
+        _attn_case(704, False, -1, True, chunk=4), _attn_case(705, True, 6, True, chunk=8)]
 
 
 # paged attention over int8 / fp8 e4m3 pages (codes + a float32 scale per row, --kv-cache-dtype), d = 24:
@@ -262,10 +264,10 @@ def _qattn_case(seed: int, dtype: torch.dtype, window: int, causal: bool):
     t = int(offs[-1])
     q = rng.standard_normal((t, h, d)).astype(np.float32)
     c = case(OP_ATTN, (t, h, hkv, d, len(lens), maxp, page, KV_KINDS[dtype], *raw.stride()[:4], layer, window,
-                       int(causal)), (0.25,), (q, offs, cl, lookup, raw.numpy()))
+                       -1, int(causal)), (0.25,), (q, offs, cl, lookup, raw.numpy()))
     return dict(case=c, lens=lens, cache=kv_decode(raw, dtype), lookup=torch.from_numpy(lookup),
-                q=torch.from_numpy(q), offs=offs, group=group, page=page, layer=layer, window=window, causal=causal,
-                h=h)
+                q=torch.from_numpy(q), offs=offs, group=group, page=page, layer=layer, window=window, chunk=-1,
+                causal=causal, h=h)
 
 
 ATTN += [_qattn_case(710, torch.int8, 5, True), _qattn_case(711, torch.int8, -1, False),
@@ -368,6 +370,8 @@ def test_paged_attention(results, variant, which):
                 keep &= pos <= qpos
                 if a["window"] > 0:
                     keep &= pos > qpos - a["window"]
+                if a["chunk"] > 0:
+                    keep &= pos // a["chunk"] == qpos // a["chunk"]
             for hh in range(a["h"]):
                 s = (k_[keep, hh // group] @ a["q"][t, hh].double()) * 0.25
                 ref = torch.softmax(s, 0) @ v_[keep, hh // group]

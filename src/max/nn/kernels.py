@@ -205,7 +205,11 @@ def rms_norm_key_cache(kv_params: KVCacheParams, kv_collection: Any, gamma: Any,
 def flash_attention_ragged(kv_params: KVCacheParams, input: Any, input_row_offsets: Any, kv_collection: Any,
                            layer_idx: Any, mask_variant: MHAMaskVariant | str, scale: float,
                            local_window_size: int = -1, sink_weights: Any = None) -> TensorValue:
-    """Self-attention of this step's queries over each request's cached keys/values (positions ``0..pos``)."""
+    """Self-attention of this step's queries over each request's cached keys/values (positions ``0..pos``).
+
+    ``SLIDING_WINDOW_CAUSAL_MASK``: the last ``local_window_size`` positions only.
+    ``CHUNKED_CAUSAL_MASK`` (Llama 4's local layers): ``local_window_size`` is the chunk size; a query at
+    position ``p`` attends to positions ``(p // local_window_size) * local_window_size .. p``."""
     op = "flash_attention_ragged"
     coll = _coll(op, kv_collection)
     q = as_tensor(input, op=op, arg="input")
@@ -218,16 +222,17 @@ def flash_attention_ragged(kv_params: KVCacheParams, input: Any, input_row_offse
     elif q.rank != 3 or q.shape[2] != D:
         fail(op, f"input must be [total_seq_len, n_heads, head_dim={D}] or [total_seq_len, hidden], got {q.shape}")
     mv = MHAMaskVariant(mask_variant)
-    if mv is MHAMaskVariant.CHUNKED_CAUSAL_MASK:
-        raise NotImplementedError(f"{op}: CHUNKED_CAUSAL_MASK is not supported yet")
     if sink_weights is not None:
         raise NotImplementedError(f"{op}: sink_weights are not supported yet")
     window = int(local_window_size) if mv is MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK else -1
+    chunk = int(local_window_size) if mv is MHAMaskVariant.CHUNKED_CAUSAL_MASK else -1
+    if mv is MHAMaskVariant.CHUNKED_CAUSAL_MASK and chunk <= 0:
+        fail(op, f"CHUNKED_CAUSAL_MASK needs local_window_size (the chunk size) > 0, got {local_window_size}")
     plan = _plan(op, offs, coll, "read")
     # the raw step inputs follow the padded plan: a kernel reading the pages directly needs only those
     (out,) = _chained(op, [q, coll.blocks] + plan + [offs, coll.cache_lengths, coll.lookup_table], [q.type],
                       {"layer": layer, "scale": float(scale), "causal": mv is not MHAMaskVariant.NULL_MASK,
-                       "window": window, "head_dim": D, "native_operands": True})
+                       "window": window, "chunk": chunk, "head_dim": D, "native_operands": True})
     return out
 
 

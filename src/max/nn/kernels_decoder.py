@@ -92,7 +92,8 @@ def ragged_attention(kv_params: KVCacheParams, q: Any, input_row_offsets: Any, k
     (``sinks`` ``[n_heads]``: one extra logit per head in the softmax's denominator, GPT-OSS) and
     logit soft-capping (``softcap * tanh(scores / softcap)``, Gemma 2).  ``window``: sliding window.
     ``chunk``: chunked local attention (Llama 4): a query at position ``p`` attends only to the keys of
-    its own chunk, positions ``chunk * (p // chunk) .. p``.
+    its own chunk, positions ``chunk * (p // chunk) .. p`` (alone, ``flash_attention_ragged``'s
+    ``CHUNKED_CAUSAL_MASK`` does the same; here it combines with the features above).
 
     ``groups`` (int64 ``[total_seq_len]``): a block id per token of this step (-1: none); a query also
     attends to the later keys of this step that carry its own block id (bidirectional attention within

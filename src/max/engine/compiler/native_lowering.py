@@ -14,8 +14,8 @@
   instead of the native kernels' 8-bit activation codes; nothing is packed).
 - ``qmatmul`` nodes get ``fast`` (``LIBREMAX_QMATMUL_FAST=1``: torch's int4
   GEMM with bfloat16 activations).
-- ``flash_attention_ragged`` on the CPU reads the paged cache directly
-  (``flash_attention_ragged_native``): the padded per-step index tensors the
+- ``flash_attention_ragged`` on the CPU (causal, sliding-window or chunked mask) reads the paged cache
+  directly (``flash_attention_ragged_native``): the padded per-step index tensors the
   torch kernel needs (``ragged_read_plan``) become dead and are removed.
 - ``cross_attention_ragged`` without a mask on the CPU reads the pages in place
   too (``cross_attention_ragged_native``, the same native kernel).

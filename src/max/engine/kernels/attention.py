@@ -154,7 +154,7 @@ def cross_attention_ragged_native(q: torch.Tensor, blocks: torch.Tensor, lookup:
     rc = native.lib().lmx_paged_attention(
         q3.data_ptr(), T, q3.shape[1], blocks.shape[4], head_dim, cl.shape[0], offs.data_ptr(), cl.data_ptr(),
         lk.data_ptr(), lk.stride(0), page_size, blocks.data_ptr(), KV_KINDS[blocks.dtype], sp, skv, sl, so, layer,
-        scale, -1, 0, out.data_ptr())
+        scale, -1, -1, 0, out.data_ptr())
     if rc != 0:
         raise RuntimeError(f"cross_attention_ragged: native kernel failed with code {rc}")
     return out.reshape(shape)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from max.engine.kernels import kernel
-from max.engine.kernels.ragged import KV_KINDS, kv_load, kv_store
+from max.engine.kernels.ragged import KV_KINDS, kv_load, kv_store, local_mask
 
 
 @kernel("ragged_rope")
@@ -56,16 +56,11 @@ def ragged_attention(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tenso
     mask = causal_mask
     if has_groups:
         groups, offsets, cache_lengths, lookup = extra[int(has_sinks):int(has_sinks) + 4]
-        if not has_sinks and softcap <= 0 and chunk <= 0 and not bool((groups >= 0).any()):  # no block: plain causal attention
+        if not has_sinks and softcap <= 0 and not bool((groups >= 0).any()):  # no block: plain causal attention
             return _causal(q, blocks, q_index, read_page, read_off, key_valid, q_pos, causal_mask, offsets,
-                           cache_lengths, lookup, layer, scale, window)
+                           cache_lengths, lookup, layer, scale, window, chunk)
         mask = mask | _same_block(groups, q_index, q_pos, key_valid)
-    if window > 0:
-        kj = torch.arange(k.shape[1], device=q.device)
-        mask = mask & ((kj[None, None, :] > q_pos[:, :, None] - window) | (q_pos[:, :, None] < 0))
-    if chunk > 0:  # chunked local attention: keys of the query's own chunk only
-        kj = torch.arange(k.shape[1], device=q.device)
-        mask = mask & ((kj[None, None, :] // chunk == q_pos[:, :, None] // chunk) | (q_pos[:, :, None] < 0))
+    mask = local_mask(mask, q_pos, k.shape[1], window, chunk)  # sliding window / chunked local attention
     scores = torch.einsum("bqhd,bkhd->bhqk", qp, k) * scale
     if softcap > 0:
         scores = torch.tanh(scores / softcap) * softcap
@@ -85,7 +80,7 @@ def ragged_attention(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tenso
 def _causal(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tensor, read_page: torch.Tensor,
             read_off: torch.Tensor, key_valid: torch.Tensor, q_pos: torch.Tensor, causal_mask: torch.Tensor,
             offsets: torch.Tensor, cache_lengths: torch.Tensor, lookup: torch.Tensor, layer: int, scale: float,
-            window: int) -> torch.Tensor:
+            window: int, chunk: int = -1) -> torch.Tensor:
     """Causal attention as ``flash_attention_ragged`` computes it: the native paged kernel where the native
     lowering would pick it (CPU, float32 queries, float32/bfloat16 cache), else its SDPA path."""
     from max.engine import native
@@ -94,9 +89,9 @@ def _causal(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tensor, read_p
     D = q.shape[-1]
     if q.device.type == "cpu" and q.dtype == torch.float32 and blocks.dtype in KV_KINDS and native.lib() is not None:
         return flash_attention_ragged_native(q, blocks, offsets, cache_lengths, lookup, layer=layer, scale=scale,
-                                             causal=True, window=window, head_dim=D)
+                                             causal=True, window=window, head_dim=D, chunk=chunk)
     return flash_attention_ragged(q, blocks, q_index, read_page, read_off, key_valid, q_pos, causal_mask,
-                                  layer=layer, scale=scale, causal=True, window=window, head_dim=D)
+                                  layer=layer, scale=scale, causal=True, window=window, head_dim=D, chunk=chunk)
 
 
 def _same_block(groups: torch.Tensor, q_index: torch.Tensor, q_pos: torch.Tensor, key_valid: torch.Tensor

@@ -170,11 +170,28 @@ def rms_norm_key_cache(gamma: torch.Tensor, blocks: torch.Tensor, wp: torch.Tens
     kv_store(blocks, (wp, 0, layer, wo), out.reshape(shape))
 
 
+def local_mask(mask: torch.Tensor, q_pos: torch.Tensor, L: int, window: int, chunk: int) -> torch.Tensor:
+    """``mask`` ``[B, qmax, L]`` narrowed to a query's sliding window (``window > 0``: the last ``window``
+    positions) and its own chunk (``chunk > 0``: positions ``chunk * (p // chunk) ..``); padding queries
+    (``q_pos < 0``) keep theirs."""
+    if window <= 0 and chunk <= 0:
+        return mask
+    kj = torch.arange(L, device=mask.device)[None, None, :]
+    qp = q_pos[:, :, None]
+    keep = torch.ones_like(mask)
+    if window > 0:
+        keep = keep & (kj > qp - window)
+    if chunk > 0:
+        keep = keep & (kj // chunk == qp // chunk)
+    return mask & (keep | (qp < 0))
+
+
 @kernel("flash_attention_ragged", pure=False)
 def flash_attention_ragged(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tensor, read_page: torch.Tensor,
                            read_off: torch.Tensor, key_valid: torch.Tensor, q_pos: torch.Tensor,
                            causal_mask: torch.Tensor, *step: torch.Tensor, layer: int, scale: float, causal: bool,
-                           window: int, head_dim: int, native_operands: bool = False) -> torch.Tensor:
+                           window: int, head_dim: int, native_operands: bool = False, chunk: int = -1
+                           ) -> torch.Tensor:
     # ``step`` (offsets, cache_lengths, lookup) is for flash_attention_ragged_native; unused here
     shape = q.shape
     T = shape[0]
@@ -190,9 +207,7 @@ def flash_attention_ragged(q: torch.Tensor, blocks: torch.Tensor, q_index: torch
     qp = q3[q_index.clamp(min=0)]  # [B, qmax, H, D]
     if causal:
         mask = causal_mask
-        if window > 0:
-            kj = torch.arange(k.shape[1], device=q.device)
-            mask = mask & ((kj[None, None, :] > q_pos[:, :, None] - window) | (q_pos[:, :, None] < 0))
+        mask = local_mask(mask, q_pos, k.shape[1], window, chunk)
     else:
         mask = key_valid[:, None, :].expand(B, qmax, -1) | (q_pos[:, :, None] < 0)
     dt = q.dtype
@@ -223,7 +238,7 @@ def _i64(t: torch.Tensor) -> torch.Tensor:
 @kernel("flash_attention_ragged_native", pure=False)
 def flash_attention_ragged_native(q: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor,
                                   cache_lengths: torch.Tensor, lookup: torch.Tensor, layer: int, scale: float,
-                                  causal: bool, window: int, head_dim: int) -> torch.Tensor:
+                                  causal: bool, window: int, head_dim: int, chunk: int = -1) -> torch.Tensor:
     """flash_attention_ragged reading the pages in place (native kernel; CPU, float32 q)."""
     from max.engine import native
 
@@ -238,7 +253,8 @@ def flash_attention_ragged_native(q: torch.Tensor, blocks: torch.Tensor, offsets
     kind = KV_KINDS[blocks.dtype]
     rc = native.lib().lmx_paged_attention(
         q3.data_ptr(), T, H, Hkv, head_dim, cl.shape[0], offs.data_ptr(), cl.data_ptr(), lk.data_ptr(), lk.stride(0),
-        blocks.shape[3], blocks.data_ptr(), kind, sp, skv, sl, so, layer, scale, window, int(causal), out.data_ptr())
+        blocks.shape[3], blocks.data_ptr(), kind, sp, skv, sl, so, layer, scale, window, chunk, int(causal),
+        out.data_ptr())
     if rc != 0:
         raise RuntimeError(f"flash_attention_ragged: native kernel failed with code {rc}")
     return out.reshape(shape)

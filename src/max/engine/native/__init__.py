@@ -55,7 +55,7 @@ def _declare(so: ctypes.CDLL) -> None:
                                       _P, _INT, _I64, _I64, _I64, _I64, _I64, _P, _P]
     so.lmx_qkv_rope_store.restype = _INT
     so.lmx_paged_attention.argtypes = [_P, _I64, _I64, _I64, _I64, _I64, _P, _P, _P, _I64, _I64, _P, _INT,
-                                       _I64, _I64, _I64, _I64, _I64, _F, _I64, _INT, _P]
+                                       _I64, _I64, _I64, _I64, _I64, _F, _I64, _I64, _INT, _P]
     so.lmx_paged_attention.restype = _INT
     so.lmx_quantize.argtypes = [_INT, _P, _I64, _I64, _I64, _P]
     so.lmx_quantize.restype = _INT

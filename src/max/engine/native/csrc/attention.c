@@ -355,14 +355,16 @@ static float *scratch(size_t n) {
 /* Self-attention of each request's new tokens over its cached positions.
  * q [T, H, D] float32; offsets [B + 1] (row offsets of the requests in q); cache_len [B] (positions
  * before this step); lookup [B, lookup_stride] page ids; window > 0: sliding window of that many
- * positions; causal = 0: every query sees every position of its request.
+ * positions; chunk > 0: chunked local attention, a query at position p sees keys from
+ * (p / chunk) * chunk on (both bounds intersect); causal = 0: every query sees every position of its
+ * request (window and chunk apply only to causal attention).
  * Returns 0, -1 for unsupported sizes, -3 without memory. */
 /* kv_kind: LMX_F32, LMX_BF16, LMX_KV_I8 or LMX_KV_F8E4M3 (rows of head_dim + 4 bytes). */
 LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hkv, int64_t D, int64_t B,
                                 const int64_t *offsets, const int64_t *cache_len, const int64_t *lookup,
                                 int64_t lookup_stride, int64_t page_size, const void *cache, int kv_kind,
                                 int64_t s_page, int64_t s_kv, int64_t s_layer, int64_t s_off, int64_t layer,
-                                float scale, int64_t window, int causal, float *out) {
+                                float scale, int64_t window, int64_t chunk, int causal, float *out) {
     if (D > 1024 || Hkv <= 0 || H % Hkv || H / Hkv > 256) return -1;
     const int64_t G = H / Hkv;
     const int64_t hs = kv_row_stride(kv_kind, D);
@@ -393,7 +395,8 @@ LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hk
             const int64_t g = rem / n, i = rem % n, t = offsets[b] + i;
             const int64_t qpos = cache_len[b] + i;
             const int64_t last = causal ? qpos : cache_len[b] + n - 1;
-            const int64_t first = (window > 0 && causal && qpos - window + 1 > 0) ? qpos - window + 1 : 0;
+            int64_t first = (window > 0 && causal && qpos - window + 1 > 0) ? qpos - window + 1 : 0;
+            if (chunk > 0 && causal && (qpos / chunk) * chunk > first) first = (qpos / chunk) * chunk;
             const int64_t L = last - first + 1;
             const int64_t LS = lmax + 16;
             float *kv = sc + G * LS, *acc = kv + 2 * D;

@@ -227,7 +227,8 @@ class DecoderAttention(Module):
         self.sinks = Weight("sinks", factory.dtype, [H], factory.device) if cfg.attention_sinks else None
         self.chunk: int | None = None
         """Chunked local attention (Llama 4's RoPE layers): keys of the query's own chunk of ``chunk``
-        positions only (``ragged_attention``)."""
+        positions only (``flash_attention_ragged``'s ``CHUNKED_CAUSAL_MASK``; ``ragged_attention`` when
+        combined with a sliding window, sinks, soft-capping or block groups)."""
         self.block_groups: TensorValue | None = None
         """Set while a graph is built: an int64 ``[total_seq_len]`` block id per token (-1: none); tokens of
         one block attend to each other both ways (Gemma 3's image tokens), see ``ragged_attention``."""
@@ -266,13 +267,19 @@ class DecoderAttention(Module):
                                      freqs_cis=freqs,
                                      interleaved=self.rope.interleaved if freqs is not None else False,
                                      q_norm=q_norm, k_norm=k_norm, norm_eps=eps)
-        if sinks is not None or self.softcap or self.block_groups is not None or self.chunk:
+        if (sinks is not None or self.softcap or self.block_groups is not None
+                or (self.chunk and self.window)):
             return ragged_attention(self.kv_params, q, input_row_offsets, kv_collection, layer_idx, self.scale,
                                     self.window, sinks=sinks, softcap=self.softcap, groups=self.block_groups,
                                     chunk=self.chunk)
-        variant = MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK if self.window else MHAMaskVariant.CAUSAL_MASK
+        if self.chunk:
+            variant, local = MHAMaskVariant.CHUNKED_CAUSAL_MASK, self.chunk
+        elif self.window:
+            variant, local = MHAMaskVariant.SLIDING_WINDOW_CAUSAL_MASK, self.window
+        else:
+            variant, local = MHAMaskVariant.CAUSAL_MASK, -1
         return kernels.flash_attention_ragged(self.kv_params, q, input_row_offsets, kv_collection, layer_idx,
-                                              variant, self.scale, local_window_size=self.window or -1)
+                                              variant, self.scale, local_window_size=local)
 
     def _tp_shards(self, devices: list[DeviceRef]) -> list[tuple]:
         """Per device: its q/k/v projections (rows of its heads), its slice of ``o_proj``'s columns and
