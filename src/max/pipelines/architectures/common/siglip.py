@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from max.graph import TensorValue, Weight, ops
 from max.nn import LayerList, LayerNorm, Module
 from max.pipelines.architectures.common.layers import activation
+from max.pipelines.architectures.common.vision_config import SquarePatchGrid
 from max.pipelines.architectures.common.weights import WeightFactory
 
 __all__ = ["PatchConv", "SiglipConfig", "SiglipVisionTransformer", "flatten_patches", "pixel_shuffle", "siglip_fields"]
 
 
 @dataclass(frozen=True)
-class SiglipConfig:
+class SiglipConfig(SquarePatchGrid):
     hidden_size: int
     intermediate_size: int
     num_hidden_layers: int
@@ -28,14 +29,6 @@ class SiglipConfig:
     num_channels: int
     layer_norm_eps: float
     hidden_act: str
-
-    @property
-    def patches_per_side(self) -> int:
-        return self.image_size // self.patch_size
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
 
 
 def siglip_fields(v: dict) -> dict:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from max.pipelines.architectures.common import DecoderConfig, hf_common
+from max.pipelines.architectures.common.vision_config import MergedPatchGrid, hf_part
 
 ARCHITECTURE = "Qwen2_5_VLForConditionalGeneration"
 
@@ -40,7 +41,7 @@ def mrope_section(hf: dict) -> list[int]:
 
 
 @dataclass(frozen=True)
-class VisionConfig:
+class VisionConfig(MergedPatchGrid):
     depth: int
     hidden_size: int
     intermediate_size: int
@@ -56,27 +57,13 @@ class VisionConfig:
     rope_theta: float
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    @property
-    def patch_dim(self) -> int:
-        return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
-
-    @property
-    def merge_unit(self) -> int:
-        return self.spatial_merge_size ** 2
-
-    @property
     def window_tokens(self) -> int:
         """A window's side in merged tokens."""
         return self.window_size // self.spatial_merge_size // self.patch_size
 
 
 def vision_config_from_hf(hf: dict) -> VisionConfig:
-    v = hf.get("vision_config")
-    if not isinstance(v, dict):
-        raise ValueError(f"{ARCHITECTURE}: the config has no vision_config")
+    v = hf_part(hf, "vision_config", ARCHITECTURE)
     rp = v.get("rope_parameters") or {}
     c = VisionConfig(depth=int(v["depth"]), hidden_size=int(v["hidden_size"]),
                      intermediate_size=int(v["intermediate_size"]), num_heads=int(v["num_heads"]),

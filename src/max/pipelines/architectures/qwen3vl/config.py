@@ -13,16 +13,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from max.pipelines.architectures.common import DecoderConfig, hf_common
+from max.pipelines.architectures.common.vision_config import MergedPatchGrid, hf_part
 from max.pipelines.architectures.qwen2_5vl.config import mrope_section
 
 ARCHITECTURE = "Qwen3VLForConditionalGeneration"
 
 
 def text_config(hf: dict) -> dict:
-    text = hf.get("text_config")
-    if not isinstance(text, dict):
-        raise ValueError(f"{ARCHITECTURE}: the config has no text_config")
-    return text
+    return hf_part(hf, "text_config", ARCHITECTURE)
 
 
 def config_fields(hf: dict, architecture: str) -> dict:
@@ -56,7 +54,7 @@ def interleaved_axes(section: list[int], half: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class VisionConfig:
+class VisionConfig(MergedPatchGrid):
     depth: int
     hidden_size: int
     intermediate_size: int
@@ -72,27 +70,13 @@ class VisionConfig:
     deepstack_visual_indexes: tuple[int, ...]
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    @property
-    def patch_dim(self) -> int:
-        return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
-
-    @property
-    def merge_unit(self) -> int:
-        return self.spatial_merge_size ** 2
-
-    @property
     def grid_side(self) -> int:
         """Side of the square table of learned position embeddings."""
         return int(round(self.num_position_embeddings ** 0.5))
 
 
 def vision_config_from_hf(hf: dict) -> VisionConfig:
-    v = hf.get("vision_config")
-    if not isinstance(v, dict):
-        raise ValueError(f"{ARCHITECTURE}: the config has no vision_config")
+    v = hf_part(hf, "vision_config", ARCHITECTURE)
     rp = v.get("rope_parameters") or {}
     c = VisionConfig(depth=int(v["depth"]), hidden_size=int(v["hidden_size"]),
                      intermediate_size=int(v["intermediate_size"]), num_heads=int(v["num_heads"]),
