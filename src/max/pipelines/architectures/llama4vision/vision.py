@@ -19,6 +19,7 @@ import numpy as np
 from max.dtype import DType
 from max.graph import DeviceRef, Graph, TensorType, TensorValue, Weight, ops
 from max.nn import LayerList, LayerNorm, Module
+from max.pipelines.architectures.common.multimodal import image_graph
 from max.pipelines.architectures.common.siglip import flatten_patches, pixel_shuffle
 from max.pipelines.architectures.common.weights import WeightFactory
 from max.pipelines.architectures.llama4vision.config import ARCHITECTURE, VisionConfig
@@ -167,6 +168,4 @@ class Llama4VisionEncoder(Module):
 def build_vision_graph(model: Llama4VisionEncoder, device: DeviceRef) -> Graph:
     c = model.config
     t = TensorType(DType.float32, ["n_tiles", c.num_channels, c.image_size, c.image_size], device)
-    with Graph(f"{ARCHITECTURE}.vision", input_types=[t]) as g:
-        g.output(model(g.inputs[0].tensor))
-    return g
+    return image_graph(model, f"{ARCHITECTURE}.vision", [t])
