@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 def hf_part(hf: dict, key: str, architecture: str) -> dict:
     """``hf[key]`` (a nested config such as ``text_config``); a clear error if it is not a dict."""
@@ -58,17 +60,23 @@ class PixelShuffleTokens(SquarePatchGrid):
         return self.patches_per_side ** 2 // self.scale_factor ** 2
 
 
+@dataclass(frozen=True)
 class MergedPatchGrid:
-    """A Qwen-VL ViT over ``temporal_patch_size`` x ``patch_size``² patches whose
-    ``spatial_merge_size``² neighbours merge into one token (fields ``hidden_size``, ``num_heads``,
-    ``in_channels``, ``temporal_patch_size``, ``patch_size``, ``spatial_merge_size``)."""
+    """A Qwen-VL ViT over ``temporal_patch_size`` x ``patch_size``² patches whose ``spatial_merge_size``²
+    neighbours merge into one token of width ``out_hidden_size`` (the fields Qwen2.5-VL and Qwen3-VL share;
+    each family's ``VisionConfig`` adds its own)."""
 
+    depth: int
     hidden_size: int
+    intermediate_size: int
     num_heads: int
-    in_channels: int
-    temporal_patch_size: int
+    out_hidden_size: int
     patch_size: int
     spatial_merge_size: int
+    temporal_patch_size: int
+    in_channels: int
+    hidden_act: str
+    rope_theta: float
 
     @property
     def head_dim(self) -> int:
@@ -81,3 +89,16 @@ class MergedPatchGrid:
     @property
     def merge_unit(self) -> int:
         return self.spatial_merge_size ** 2
+
+
+def merged_patch_fields(v: dict, hidden_act: str) -> dict:
+    """:class:`MergedPatchGrid`'s fields from a Hugging Face ``vision_config`` dict (``hidden_act``: the
+    family's default activation)."""
+    rp = v.get("rope_parameters") or {}
+    return dict(depth=int(v["depth"]), hidden_size=int(v["hidden_size"]),
+                intermediate_size=int(v["intermediate_size"]), num_heads=int(v["num_heads"]),
+                out_hidden_size=int(v["out_hidden_size"]), patch_size=int(v["patch_size"]),
+                spatial_merge_size=int(v["spatial_merge_size"]),
+                temporal_patch_size=int(v.get("temporal_patch_size", 2)),
+                in_channels=int(v.get("in_channels", 3)), hidden_act=str(v.get("hidden_act", hidden_act)),
+                rope_theta=float(rp.get("rope_theta", 10000.0)))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from max.pipelines.architectures.common import DecoderConfig, hf_common
-from max.pipelines.architectures.common.vision_config import MergedPatchGrid, hf_part
+from max.pipelines.architectures.common.vision_config import MergedPatchGrid, hf_part, merged_patch_fields
 from max.pipelines.architectures.qwen2_5vl.config import mrope_section
 
 ARCHITECTURE = "Qwen3VLForConditionalGeneration"
@@ -55,17 +55,6 @@ def interleaved_axes(section: list[int], half: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class VisionConfig(MergedPatchGrid):
-    depth: int
-    hidden_size: int
-    intermediate_size: int
-    num_heads: int
-    out_hidden_size: int
-    patch_size: int
-    spatial_merge_size: int
-    temporal_patch_size: int
-    in_channels: int
-    hidden_act: str
-    rope_theta: float
     num_position_embeddings: int
     deepstack_visual_indexes: tuple[int, ...]
 
@@ -77,14 +66,7 @@ class VisionConfig(MergedPatchGrid):
 
 def vision_config_from_hf(hf: dict) -> VisionConfig:
     v = hf_part(hf, "vision_config", ARCHITECTURE)
-    rp = v.get("rope_parameters") or {}
-    c = VisionConfig(depth=int(v["depth"]), hidden_size=int(v["hidden_size"]),
-                     intermediate_size=int(v["intermediate_size"]), num_heads=int(v["num_heads"]),
-                     out_hidden_size=int(v["out_hidden_size"]), patch_size=int(v["patch_size"]),
-                     spatial_merge_size=int(v["spatial_merge_size"]),
-                     temporal_patch_size=int(v.get("temporal_patch_size", 2)),
-                     in_channels=int(v.get("in_channels", 3)), hidden_act=str(v.get("hidden_act", "gelu_pytorch_tanh")),
-                     rope_theta=float(rp.get("rope_theta", 10000.0)),
+    c = VisionConfig(**merged_patch_fields(v, "gelu_pytorch_tanh"),
                      num_position_embeddings=int(v["num_position_embeddings"]),
                      deepstack_visual_indexes=tuple(int(i) for i in v.get("deepstack_visual_indexes", ())))
     if c.grid_side ** 2 != c.num_position_embeddings:
