@@ -1,6 +1,7 @@
 """What vision-language families' configurations share: reading a config's sub-dict (``text_config``,
 ``vision_config``), square sizes and integer downsampling ratios, and the derived sizes of a patch grid
-(mixins that a family's frozen ``VisionConfig`` dataclass inherits; they read the fields it declares)."""
+(bases of a family's frozen ``VisionConfig`` dataclass: ``SquarePatchGrid`` and ``PixelShuffleTokens`` read
+fields the family declares; ``MergedPatchGrid`` declares the Qwen-VL towers' shared fields itself)."""
 
 from __future__ import annotations
 
