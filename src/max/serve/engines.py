@@ -8,6 +8,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from max.serve.worker_thread import QueueWorker
+
 
 class GenerationEngine:
     """What the app needs to generate: a tokenizer (``new_context``, ``decode_sync``, ``max_length``)
@@ -89,22 +91,17 @@ class EmbeddingsEngine:
         return True
 
 
-class TranscriptionEngine:
+class TranscriptionEngine(QueueWorker):
     """Runs speech recognition (``pipeline.transcribe(requests) -> transcriptions``, a
     :class:`~max.pipelines.architectures.whisper.transcribe.WhisperPipeline`) on one worker thread; requests
     waiting when the worker is free run together as one batch (up to ``max_batch_size``).  Each request is
     checked (``pipeline.check``) before it joins a batch, so a bad one fails alone."""
 
     def __init__(self, pipeline: Any, max_batch_size: int = 8, max_audio_seconds: float = 1800.0) -> None:
-        import queue
-        import threading
-
+        super().__init__("max-transcribe")
         self.pipeline = pipeline
         self.max_batch_size = max(1, int(max_batch_size))
         self.max_audio_seconds = float(max_audio_seconds)
-        self._queue: "queue.Queue[Any]" = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="max-transcribe", daemon=True)
-        self._stopped = False
 
     async def transcribe(self, request: Any) -> Any:
         self.pipeline.check(request)  # ValueError before it can touch a batch
@@ -137,14 +134,6 @@ class TranscriptionEngine:
                 results = [e] * len(batch)
             for (_, loop, fut), res in zip(batch, results):
                 loop.call_soon_threadsafe(_settle, fut, res)
-
-    def start(self) -> None:
-        if not self._thread.is_alive() and not self._stopped:
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stopped = True
-        self._queue.put(None)
 
     @property
     def alive(self) -> bool:

@@ -11,18 +11,18 @@ import queue
 import threading
 from typing import Any, AsyncIterator
 
+from max.serve.worker_thread import QueueWorker
+
 __all__ = ["SpeechEngine"]
 
 
-class SpeechEngine:
+class SpeechEngine(QueueWorker):
     def __init__(self, pipeline: Any, max_batch_size: int = 8) -> None:
+        super().__init__("max-speech")
         self.pipeline = pipeline
         self.max_batch_size = max(1, int(max_batch_size))
-        self._queue: "queue.Queue[Any]" = queue.Queue()
         self._cancelled: set[str] = set()
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="max-speech", daemon=True)
-        self._stopped = False
 
     async def speak(self, ctx: Any) -> AsyncIterator[Any]:
         """The ``AudioGeneratorOutput`` chunks of ``ctx`` (a context the pipeline made), the last one final."""
@@ -83,14 +83,6 @@ class SpeechEngine:
                 loop.call_soon_threadsafe(q.put_nowait, out)
                 if out.is_done:
                     del active[rid]
-
-    def start(self) -> None:
-        if not self._thread.is_alive() and not self._stopped:
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stopped = True
-        self._queue.put(None)
 
     @property
     def alive(self) -> bool:

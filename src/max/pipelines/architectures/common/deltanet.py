@@ -5,13 +5,13 @@ hybrid cache's slots) and attention with a sigmoid output gate (:class:`GatedAtt
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
 from max.dtype import DType
 from max.graph import DeviceRef, TensorValue, Weight, ops
 from max.nn.kv_cache import KVCacheParams, StateSpec
 from max.nn.layer import Module
-from max.pipelines.architectures.common.config import DecoderConfig
+from max.pipelines.architectures.common.config import DecoderConfig, rope_defaults, with_defaults
 from max.pipelines.architectures.common.hybrid import HybridCollection, Params, softplus
 from max.pipelines.architectures.common.layers import DecoderAttention, GatedMLP, _Rope, rms_norm
 from max.pipelines.architectures.common.moe import DecoderMoE
@@ -233,9 +233,11 @@ QWEN_HYBRID_GGUF_LAYERS = {
 DeltaNet's q|k|v and z projections)."""
 
 
-def qwen_hybrid_gguf_config(meta: Any, model_type: str, architecture: str) -> dict:
+def qwen_hybrid_gguf_config(meta: Any, model_type: str, architecture: str,
+                            hf_defaults: Mapping[str, Any] | None = None) -> dict:
     """The keys of a ``qwen3next`` / ``qwen35`` GGUF file as a Qwen3-Next / Qwen3.5 text config dict (only the
-    keys the file has).  llama.cpp writes the DeltaNet sizes as ``ssm.*`` (``conv_kernel``, ``state_size`` =
+    keys the file has; with ``hf_defaults``, the config class's defaults fill the rest, with RoPE base 10000
+    and a quarter of each head rotated unless the file says otherwise).  llama.cpp writes the DeltaNet sizes as ``ssm.*`` (``conv_kernel``, ``state_size`` =
     key head size, ``group_count`` = key heads, ``time_step_rank`` = value heads, ``inner_size`` = value
     heads x value head size), the attention layers as every ``full_attention_interval``-th (default 4),
     the rotated part of a head as ``rope.dimension_count``, experts as Qwen2-MoE's keys; an MTP head adds
@@ -266,6 +268,10 @@ def qwen_hybrid_gguf_config(meta: Any, model_type: str, architecture: str) -> di
         rope = dict(d.get("rope_parameters") or {"rope_type": "default"})
         rope["partial_rotary_factor"] = int(g("rope.dimension_count")) / int(head)
         d["rope_parameters"] = rope
+    if hf_defaults is None:
+        return d
+    d = rope_defaults(with_defaults(d, hf_defaults))
+    d["rope_parameters"].setdefault("partial_rotary_factor", 0.25)
     return d
 
 

@@ -58,6 +58,14 @@ def split_adapters(route: Callable[[str], tuple[bool, str]]) -> tuple[dict, Call
     return {WeightsFormat.safetensors: text, WeightsFormat.pytorch: text}, vision
 
 
+def image_graph(model: Module, name: str, input_types: Sequence[TensorType]) -> Graph:
+    """The graph of a family's image encoder: ``model`` called on the graph's inputs (``input_types``, in
+    order), its output the graph's."""
+    with Graph(name, input_types=list(input_types)) as g:
+        g.output(model(*(v.tensor for v in g.inputs)))
+    return g
+
+
 def image_rows(c: Any) -> np.ndarray:
     """Positions of the image tokens among ``c``'s tokens of this step (``[start_idx, active_idx)``)."""
     idx = getattr(c, "image_token_indices", None)

@@ -12,13 +12,15 @@ from dataclasses import dataclass
 from max.graph import TensorValue, Weight, ops
 from max.nn import LayerList, LayerNorm, Module
 from max.pipelines.architectures.common.layers import activation
+from max.pipelines.architectures.common.vision_config import SquarePatchGrid
 from max.pipelines.architectures.common.weights import WeightFactory
 
-__all__ = ["PatchConv", "SiglipConfig", "SiglipVisionTransformer", "flatten_patches", "pixel_shuffle", "siglip_fields"]
+__all__ = ["PatchConv", "SiglipConfig", "SiglipMLP", "SiglipVisionTransformer", "flatten_patches", "full_attention",
+           "pixel_shuffle", "siglip_fields", "split_heads"]
 
 
 @dataclass(frozen=True)
-class SiglipConfig:
+class SiglipConfig(SquarePatchGrid):
     hidden_size: int
     intermediate_size: int
     num_hidden_layers: int
@@ -28,14 +30,6 @@ class SiglipConfig:
     num_channels: int
     layer_norm_eps: float
     hidden_act: str
-
-    @property
-    def patches_per_side(self) -> int:
-        return self.image_size // self.patch_size
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
 
 
 def siglip_fields(v: dict) -> dict:
@@ -92,6 +86,20 @@ class PatchConv(Module):
         return patches @ ops.transpose(w, 0, 1) + self.bias
 
 
+def split_heads(x: TensorValue, n_heads: int, head_dim: int) -> TensorValue:
+    """``[n, s, n_heads * head_dim]`` -> ``[n, n_heads, s, head_dim]``."""
+    return ops.transpose(ops.reshape(x, [x.shape[0], x.shape[1], n_heads, head_dim]), 1, 2)
+
+
+def full_attention(q: TensorValue, k: TensorValue, v: TensorValue) -> TensorValue:
+    """Bidirectional (unmasked) attention of ``[n, heads, s, head_dim]`` queries, keys and values, the heads
+    joined again: ``[n, s, heads * head_dim]``."""
+    head_dim = int(q.shape[-1])
+    scores = (q @ ops.transpose(k, -1, -2)) * (float(head_dim) ** -0.5)
+    ctx = ops.softmax(scores) @ v  # one SDPA call after the engine's fusion
+    return ops.reshape(ops.transpose(ctx, 1, 2), [q.shape[0], q.shape[2], int(q.shape[1]) * head_dim])
+
+
 class SiglipAttention(Module):
     def __init__(self, c: SiglipConfig, f: WeightFactory, p: str) -> None:
         super().__init__()
@@ -102,23 +110,19 @@ class SiglipAttention(Module):
         self.v_proj = f.linear(f"{p}.v_proj", h, h, has_bias=True)
         self.out_proj = f.linear(f"{p}.out_proj", h, h, has_bias=True)
 
-    def _heads(self, x: TensorValue) -> TensorValue:
-        return ops.transpose(ops.reshape(x, [x.shape[0], x.shape[1], self.n_heads, self.head_dim]), 1, 2)
-
     def __call__(self, x: TensorValue) -> TensorValue:
-        n, s = x.shape[0], x.shape[1]
-        q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
-        scores = (q @ ops.transpose(k, -1, -2)) * (float(self.head_dim) ** -0.5)
-        ctx = ops.softmax(scores) @ v  # one SDPA call after the engine's fusion
-        return self.out_proj(ops.reshape(ops.transpose(ctx, 1, 2), [n, s, self.n_heads * self.head_dim]))
+        q, k, v = (split_heads(p(x), self.n_heads, self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
+        return self.out_proj(full_attention(q, k, v))
 
 
 class SiglipMLP(Module):
-    def __init__(self, c: SiglipConfig, f: WeightFactory, p: str) -> None:
+    """``fc2(act(fc1(x)))`` with biases (``who`` names the model in an unsupported-activation error)."""
+
+    def __init__(self, c: SiglipConfig, f: WeightFactory, p: str, who: str = "SigLIP") -> None:
         super().__init__()
         self.fc1 = f.linear(f"{p}.fc1", c.hidden_size, c.intermediate_size, has_bias=True)
         self.fc2 = f.linear(f"{p}.fc2", c.intermediate_size, c.hidden_size, has_bias=True)
-        object.__setattr__(self, "_act", activation(c.hidden_act, "SigLIP"))
+        object.__setattr__(self, "_act", activation(c.hidden_act, who))
 
     def __call__(self, x: TensorValue) -> TensorValue:
         return self.fc2(self._act(self.fc1(x)))

@@ -9,6 +9,7 @@ from typing import Any
 
 from max.pipelines.architectures.common import DecoderConfig
 from max.pipelines.architectures.common.siglip import SiglipConfig, siglip_fields
+from max.pipelines.architectures.common.vision_config import hf_part
 from max.pipelines.architectures.gemma3.config import config_from_hf as gemma3_text_config
 
 ARCHITECTURE = "Gemma3ForConditionalGeneration"
@@ -28,10 +29,7 @@ class VisionConfig(SiglipConfig):
 
 
 def _text(hf: dict) -> dict:
-    text = hf.get("text_config")
-    if not isinstance(text, dict):
-        raise ValueError(f"{ARCHITECTURE}: the config has no text_config")
-    return text
+    return hf_part(hf, "text_config", ARCHITECTURE)
 
 
 def config_from_hf(hf: dict) -> DecoderConfig:
@@ -42,9 +40,7 @@ def config_from_hf(hf: dict) -> DecoderConfig:
 
 
 def vision_config_from_hf(hf: dict) -> VisionConfig:
-    v = hf.get("vision_config")
-    if not isinstance(v, dict):
-        raise ValueError(f"{ARCHITECTURE}: the config has no vision_config")
+    v = hf_part(hf, "vision_config", ARCHITECTURE)
     if v.get("vision_use_head"):
         raise NotImplementedError(f"{ARCHITECTURE}: a SigLIP pooling head (vision_use_head) is not supported")
     c = VisionConfig(**siglip_fields(v), mm_tokens_per_image=int(hf.get("mm_tokens_per_image", 256)),

@@ -8,31 +8,23 @@ from dataclasses import dataclass
 
 from max.pipelines.architectures.common import DecoderConfig, hf_common
 from max.pipelines.architectures.common.siglip import SiglipConfig, siglip_fields
+from max.pipelines.architectures.common.vision_config import PixelShuffleTokens, hf_part
 
 ARCHITECTURE = "Idefics3ForConditionalGeneration"
 
 
 def config_from_hf(hf: dict) -> DecoderConfig:
-    text = hf.get("text_config")
-    if not isinstance(text, dict):
-        raise ValueError(f"{ARCHITECTURE}: the config has no text_config")
-    return DecoderConfig(**hf_common(text, ARCHITECTURE))
+    return DecoderConfig(**hf_common(hf_part(hf, "text_config", ARCHITECTURE), ARCHITECTURE))
 
 
 @dataclass(frozen=True)
-class VisionConfig(SiglipConfig):
+class VisionConfig(PixelShuffleTokens, SiglipConfig):
     scale_factor: int = 2
     text_hidden_size: int = 0
 
-    @property
-    def tokens_per_tile(self) -> int:
-        return self.patches_per_side ** 2 // self.scale_factor ** 2
-
 
 def vision_config_from_hf(hf: dict) -> VisionConfig:
-    v = hf.get("vision_config")
-    if not isinstance(v, dict):
-        raise ValueError(f"{ARCHITECTURE}: the config has no vision_config")
+    v = hf_part(hf, "vision_config", ARCHITECTURE)
     c = VisionConfig(**siglip_fields(v), scale_factor=int(hf.get("scale_factor", 2)),
                      text_hidden_size=int(hf["text_config"]["hidden_size"]))
     if c.patches_per_side % c.scale_factor:

@@ -9,15 +9,13 @@ from dataclasses import dataclass
 
 from max.pipelines.architectures.common import DecoderConfig
 from max.pipelines.architectures.common.siglip import SiglipConfig
+from max.pipelines.architectures.common.vision_config import PixelShuffleTokens, hf_part, inverse_ratio, square_size
 
 ARCHITECTURE = "InternVLForConditionalGeneration"
 
 
 def _text(hf: dict) -> dict:
-    text = hf.get("text_config")
-    if not isinstance(text, dict):
-        raise ValueError(f"{ARCHITECTURE}: the config has no text_config")
-    return text
+    return hf_part(hf, "text_config", ARCHITECTURE)
 
 
 def config_from_hf(hf: dict) -> DecoderConfig:
@@ -38,17 +36,8 @@ def config_from_hf(hf: dict) -> DecoderConfig:
     return cfg
 
 
-def _pair(v: object) -> int:
-    """A square size from an int or ``[h, w]``."""
-    if isinstance(v, (list, tuple)):
-        if len(v) != 2 or v[0] != v[1]:
-            raise NotImplementedError(f"{ARCHITECTURE}: only square image and patch sizes are supported, got {v}")
-        return int(v[0])
-    return int(v)  # type: ignore[call-overload]
-
-
 @dataclass(frozen=True)
-class VisionConfig(SiglipConfig):
+class VisionConfig(PixelShuffleTokens, SiglipConfig):
     """InternViT and the projector."""
 
     norm_type: str = "layer_norm"
@@ -65,15 +54,9 @@ class VisionConfig(SiglipConfig):
     projector_hidden_act: str = "gelu"
     text_hidden_size: int = 0
 
-    @property
-    def tokens_per_tile(self) -> int:
-        return self.patches_per_side ** 2 // self.scale_factor ** 2
-
 
 def vision_config_from_hf(hf: dict) -> VisionConfig:
-    v = hf.get("vision_config")
-    if not isinstance(v, dict):
-        raise ValueError(f"{ARCHITECTURE}: the config has no vision_config")
+    v = hf_part(hf, "vision_config", ARCHITECTURE)
     if hf.get("vision_feature_select_strategy", "default") != "default":
         raise NotImplementedError(f"{ARCHITECTURE}: vision_feature_select_strategy "
                                   f"{hf.get('vision_feature_select_strategy')!r} is not supported (only 'default')")
@@ -81,17 +64,14 @@ def vision_config_from_hf(hf: dict) -> VisionConfig:
     layer = hf.get("vision_feature_layer", -1)
     if not isinstance(layer, int) or not -n_layers - 1 <= layer <= n_layers:
         raise NotImplementedError(f"{ARCHITECTURE}: vision_feature_layer {layer!r} is not supported (one layer index)")
-    ratio = float(hf.get("downsample_ratio", 0.5))
-    scale = int(round(1 / ratio))
-    if abs(scale * ratio - 1) > 1e-6:
-        raise NotImplementedError(f"{ARCHITECTURE}: downsample_ratio {ratio} must be 1 / an integer")
+    scale = inverse_ratio(float(hf.get("downsample_ratio", 0.5)), "downsample_ratio", ARCHITECTURE)
     norm = str(v.get("norm_type", "layer_norm"))
     if norm not in ("layer_norm", "rms_norm"):
         raise NotImplementedError(f"{ARCHITECTURE}: vision norm_type {norm!r} is not supported")
     c = VisionConfig(
         hidden_size=int(v["hidden_size"]), intermediate_size=int(v["intermediate_size"]), num_hidden_layers=n_layers,
-        num_attention_heads=int(v["num_attention_heads"]), image_size=_pair(v.get("image_size", 448)),
-        patch_size=_pair(v.get("patch_size", 14)), num_channels=int(v.get("num_channels", 3)),
+        num_attention_heads=int(v["num_attention_heads"]), image_size=square_size(v.get("image_size", 448), "image size", ARCHITECTURE),
+        patch_size=square_size(v.get("patch_size", 14), "patch", ARCHITECTURE), num_channels=int(v.get("num_channels", 3)),
         layer_norm_eps=float(v.get("layer_norm_eps", 1e-6)), hidden_act=str(v.get("hidden_act", "gelu")),
         norm_type=norm, use_qk_norm=bool(v.get("use_qk_norm", False)),
         attention_bias=bool(v.get("attention_bias", False)), use_mean_pooling=bool(v.get("use_mean_pooling", True)),

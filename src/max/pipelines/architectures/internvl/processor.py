@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from max.interfaces.errors import InvalidRequest
+from max.pipelines.architectures.common.processor import FolderProcessor, folder_chat_template, processor_load_error
 from max.pipelines.lib.tokenizer import TextAndVisionTokenizer, _runs
 
 __all__ = ["InternVLTokenizer"]
@@ -39,7 +40,7 @@ class InternVLTokenizer(TextAndVisionTokenizer):
         return np.split(pixels, np.cumsum(tiles)[:-1]), {}
 
 
-class _TileProcessor:
+class _TileProcessor(FolderProcessor):
     """The model folder's image processor and tokenizer without ``InternVLProcessor``: tiles as the image
     processor makes them (``crop_to_patches``), each image placeholder expanded to ``<img>`` +
     ``image_seq_length * tiles`` context tokens + ``</img>``, as InternVLProcessor does."""
@@ -61,16 +62,9 @@ class _TileProcessor:
         try:
             ip = AutoImageProcessor.from_pretrained(folder)
             seq = _image_seq_length(folder)
-            tpl = Path(folder, "chat_template.jinja")
-            return cls(ip, tokenizer, seq, tpl.read_text() if tpl.is_file() else None)
+            return cls(ip, tokenizer, seq, folder_chat_template(folder))
         except Exception as e:  # noqa: BLE001 - neither loader works: say both reasons
-            raise ValueError(f"{folder}: cannot load the model's processor ({why}) nor its image processor and "
-                             f"tokenizer ({e}); a vision-language model folder needs its processor files") from None
-
-    def apply_chat_template(self, messages: Any, tools: Any = None, tokenize: bool = False, **opts: Any) -> str:
-        if self.chat_template is not None:
-            opts["chat_template"] = self.chat_template
-        return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, **opts)
+            raise processor_load_error(folder, why, e, "image processor and tokenizer") from None
 
     def __call__(self, text: list[str], images: list[list[Any]], return_tensors: str = "np",
                  add_special_tokens: bool = True) -> dict[str, Any]:

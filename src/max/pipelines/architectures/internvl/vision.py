@@ -17,7 +17,15 @@ from max.graph import DeviceRef, Graph, TensorValue, Weight, ops
 from max.nn import LayerList, LayerNorm, Module
 from max.nn.norm import RMSNorm
 from max.pipelines.architectures.common.layers import activation
-from max.pipelines.architectures.common.siglip import PatchConv, build_pixels_graph, flatten_patches, pixel_shuffle
+from max.pipelines.architectures.common.siglip import (
+    PatchConv,
+    SiglipMLP,
+    build_pixels_graph,
+    flatten_patches,
+    full_attention,
+    pixel_shuffle,
+    split_heads,
+)
 from max.pipelines.architectures.common.weights import WeightFactory
 from max.pipelines.architectures.internvl.config import ARCHITECTURE, VisionConfig
 
@@ -67,29 +75,12 @@ class Attention(Module):
             self.q_norm = RMSNorm(h, f.dtype, 1e-6, multiply_before_cast=False)
             self.k_norm = RMSNorm(h, f.dtype, 1e-6, multiply_before_cast=False)
 
-    def _heads(self, x: TensorValue) -> TensorValue:
-        return ops.transpose(ops.reshape(x, [x.shape[0], x.shape[1], self.n_heads, self.head_dim]), 1, 2)
-
     def __call__(self, x: TensorValue) -> TensorValue:
-        n, s = x.shape[0], x.shape[1]
         q, k = self.q_proj(x), self.k_proj(x)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k, v = self._heads(q), self._heads(k), self._heads(self.v_proj(x))
-        scores = (q @ ops.transpose(k, -1, -2)) * (float(self.head_dim) ** -0.5)
-        ctx = ops.softmax(scores) @ v
-        return self.projection_layer(ops.reshape(ops.transpose(ctx, 1, 2), [n, s, self.n_heads * self.head_dim]))
-
-
-class MLP(Module):
-    def __init__(self, c: VisionConfig, f: WeightFactory, p: str) -> None:
-        super().__init__()
-        self.fc1 = f.linear(f"{p}.fc1", c.hidden_size, c.intermediate_size, has_bias=True)
-        self.fc2 = f.linear(f"{p}.fc2", c.intermediate_size, c.hidden_size, has_bias=True)
-        object.__setattr__(self, "_act", activation(c.hidden_act, "InternViT"))
-
-    def __call__(self, x: TensorValue) -> TensorValue:
-        return self.fc2(self._act(self.fc1(x)))
+        q, k, v = (split_heads(t, self.n_heads, self.head_dim) for t in (q, k, self.v_proj(x)))
+        return self.projection_layer(full_attention(q, k, v))
 
 
 class EncoderLayer(Module):
@@ -100,7 +91,7 @@ class EncoderLayer(Module):
         self.attention = Attention(c, f, f"{p}.attention")
         self.lambda_1 = Weight("lambda_1", f.dtype, [c.hidden_size], f.device)
         self.layernorm_after = _norm(c, f)
-        self.mlp = MLP(c, f, f"{p}.mlp")
+        self.mlp = SiglipMLP(c, f, f"{p}.mlp", "InternViT")
         self.lambda_2 = Weight("lambda_2", f.dtype, [c.hidden_size], f.device)
 
     def __call__(self, x: TensorValue) -> TensorValue:

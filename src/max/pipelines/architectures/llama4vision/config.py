@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from max.pipelines.architectures.common import DecoderConfig
+from max.pipelines.architectures.common.vision_config import PixelShuffleTokens, hf_part, inverse_ratio, square_size
 from max.pipelines.architectures.llama4.config import config_from_hf as llama4_text_config
 
 ARCHITECTURE = "Llama4ForConditionalGeneration"
@@ -23,7 +24,7 @@ def config_from_hf(hf: dict) -> DecoderConfig:
 
 
 @dataclass(frozen=True)
-class VisionConfig:
+class VisionConfig(PixelShuffleTokens):
     hidden_size: int
     intermediate_size: int
     num_hidden_layers: int
@@ -38,43 +39,18 @@ class VisionConfig:
     projector_output_dim: int
     text_hidden_size: int
 
-    @property
-    def patches_per_side(self) -> int:
-        return self.image_size // self.patch_size
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
-    def tokens_per_tile(self) -> int:
-        return self.patches_per_side ** 2 // self.scale_factor ** 2
-
-
-def _int(v: object, what: str) -> int:
-    if isinstance(v, (list, tuple)):
-        if len(v) != 2 or v[0] != v[1]:
-            raise NotImplementedError(f"{ARCHITECTURE}: only a square {what} is supported, got {v}")
-        v = v[0]
-    return int(v)  # type: ignore[call-overload]
-
 
 def vision_config_from_hf(hf: dict) -> VisionConfig:
-    v = hf.get("vision_config")
-    if not isinstance(v, dict):
-        raise ValueError(f"{ARCHITECTURE}: the config has no vision_config")
+    v = hf_part(hf, "vision_config", ARCHITECTURE)
     if v.get("vision_feature_select_strategy", "default") != "default":
         raise NotImplementedError(f"{ARCHITECTURE}: vision_feature_select_strategy "
                                   f"{v.get('vision_feature_select_strategy')!r} is not supported (only 'default')")
-    ratio = float(v.get("pixel_shuffle_ratio", 0.5))
-    scale = int(round(1 / ratio))
-    if abs(scale * ratio - 1) > 1e-6:
-        raise NotImplementedError(f"{ARCHITECTURE}: pixel_shuffle_ratio {ratio} must be 1 / an integer")
+    scale = inverse_ratio(float(v.get("pixel_shuffle_ratio", 0.5)), "pixel_shuffle_ratio", ARCHITECTURE)
     rope = v.get("rope_parameters") or {}
     c = VisionConfig(
         hidden_size=int(v["hidden_size"]), intermediate_size=int(v["intermediate_size"]),
         num_hidden_layers=int(v["num_hidden_layers"]), num_attention_heads=int(v["num_attention_heads"]),
-        image_size=_int(v.get("image_size", 448), "image size"), patch_size=_int(v.get("patch_size", 14), "patch"),
+        image_size=square_size(v.get("image_size", 448), "image size", ARCHITECTURE), patch_size=square_size(v.get("patch_size", 14), "patch", ARCHITECTURE),
         num_channels=int(v.get("num_channels", 3)), rope_theta=float(rope.get("rope_theta", v.get("rope_theta", 1e4))),
         scale_factor=scale, projector_input_dim=int(v["projector_input_dim"]),
         projector_output_dim=int(v["projector_output_dim"]), text_hidden_size=int(hf["text_config"]["hidden_size"]))

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from max.pipelines.architectures.common.processor import FolderProcessor, folder_chat_template, processor_load_error
 from max.pipelines.lib.tokenizer import TextAndVisionTokenizer
 
 __all__ = ["Llama4ImagePreprocessor", "Llama4VisionTokenizer", "best_canvas", "resize_target", "supported_canvases"]
@@ -114,7 +115,7 @@ class Llama4ImagePreprocessor:
         return tiles.numpy(), (rows, cols)
 
 
-class _TileProcessor:
+class _TileProcessor(FolderProcessor):
     """The model folder's tokenizer with :class:`Llama4ImagePreprocessor` and Llama 4's prompt layout."""
 
     def __init__(self, tokenizer: Any, image_processor: Llama4ImagePreprocessor, proc: dict, tokens_per_tile: int,
@@ -140,17 +141,10 @@ class _TileProcessor:
             cfg = json.loads(Path(folder, "config.json").read_text()).get("vision_config") or {}
             patch = int(proc.get("patch_size", cfg.get("patch_size", 14)))
             ratio = float(proc.get("pixel_shuffle_ratio", cfg.get("pixel_shuffle_ratio", 0.5)))
-            tpl = Path(folder, "chat_template.jinja")
             return cls(tokenizer, ip, proc, int(round((ip.tile // patch) ** 2 * ratio * ratio)),
-                       tpl.read_text() if tpl.is_file() else None)
+                       folder_chat_template(folder))
         except Exception as e:  # noqa: BLE001 - neither loader works: say both reasons
-            raise ValueError(f"{folder}: cannot load the model's processor ({why}) nor its preprocessor config and "
-                             f"tokenizer ({e}); a vision-language model folder needs its processor files") from None
-
-    def apply_chat_template(self, messages: Any, tools: Any = None, tokenize: bool = False, **opts: Any) -> str:
-        if self.chat_template is not None:
-            opts["chat_template"] = self.chat_template
-        return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, **opts)
+            raise processor_load_error(folder, why, e, "preprocessor config and tokenizer") from None
 
     def layout(self, rows: int, cols: int) -> str:
         """An image's placeholder text for a ``rows`` x ``cols`` canvas."""

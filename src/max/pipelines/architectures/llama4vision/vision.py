@@ -19,7 +19,8 @@ import numpy as np
 from max.dtype import DType
 from max.graph import DeviceRef, Graph, TensorType, TensorValue, Weight, ops
 from max.nn import LayerList, LayerNorm, Module
-from max.pipelines.architectures.common.siglip import flatten_patches, pixel_shuffle
+from max.pipelines.architectures.common.multimodal import image_graph
+from max.pipelines.architectures.common.siglip import flatten_patches, full_attention, pixel_shuffle
 from max.pipelines.architectures.common.weights import WeightFactory
 from max.pipelines.architectures.llama4vision.config import ARCHITECTURE, VisionConfig
 
@@ -70,9 +71,7 @@ class Attention(Module):
         q = _rotate_pairs(heads(self.q_proj(x)), cos, sin)
         k = _rotate_pairs(heads(self.k_proj(x)), cos, sin)
         q, k, v = (ops.transpose(t, 1, 2) for t in (q, k, heads(self.v_proj(x))))
-        scores = (q @ ops.transpose(k, -1, -2)) * (float(self.head_dim) ** -0.5)
-        ctx = ops.softmax(scores) @ v
-        return self.o_proj(ops.reshape(ops.transpose(ctx, 1, 2), [n, s, self.n_heads * self.head_dim]))
+        return self.o_proj(full_attention(q, k, v))
 
 
 class MLP(Module):
@@ -167,6 +166,4 @@ class Llama4VisionEncoder(Module):
 def build_vision_graph(model: Llama4VisionEncoder, device: DeviceRef) -> Graph:
     c = model.config
     t = TensorType(DType.float32, ["n_tiles", c.num_channels, c.image_size, c.image_size], device)
-    with Graph(f"{ARCHITECTURE}.vision", input_types=[t]) as g:
-        g.output(model(g.inputs[0].tensor))
-    return g
+    return image_graph(model, f"{ARCHITECTURE}.vision", [t])

@@ -8,19 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from max.pipelines.architectures.common import DecoderConfig, hf_common
+from max.pipelines.architectures.common.vision_config import hf_part
 
 ARCHITECTURE = "Mistral3ForConditionalGeneration"
 
 
-def _part(hf: dict, key: str) -> dict:
-    part = hf.get(key)
-    if not isinstance(part, dict):
-        raise ValueError(f"{ARCHITECTURE}: the config has no {key}")
-    return part
-
-
 def config_from_hf(hf: dict) -> DecoderConfig:
-    text = _part(hf, "text_config")
+    text = hf_part(hf, "text_config", ARCHITECTURE)
     rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
     if isinstance(rope, dict) and rope.get("llama_4_scaling_beta"):
         raise NotImplementedError(f"{ARCHITECTURE}: the text decoder's position-dependent query scaling "
@@ -70,7 +64,7 @@ class VisionConfig:
 
 
 def vision_config_from_hf(hf: dict) -> VisionConfig:
-    v, text = _part(hf, "vision_config"), _part(hf, "text_config")
+    v, text = hf_part(hf, "vision_config", ARCHITECTURE), hf_part(hf, "text_config", ARCHITECTURE)
     layers = int(v["num_hidden_layers"])
     fl = hf.get("vision_feature_layer", -1)
     if isinstance(fl, (list, tuple)):  # the projector's norm and merger are sized for one layer's features

@@ -18,6 +18,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from max.interfaces.errors import InvalidRequest
+from max.pipelines.architectures.common.processor import FolderProcessor, folder_chat_template, processor_load_error
 from max.pipelines.lib.tokenizer import TextAndVisionTokenizer
 
 __all__ = ["Mistral3Tokenizer", "image_layout_tokens"]
@@ -73,7 +74,7 @@ class Mistral3Tokenizer(TextAndVisionTokenizer):
         return int(tid)
 
 
-class _PixtralProcessor:
+class _PixtralProcessor(FolderProcessor):
     """The folder's image processor and tokenizer laid out as ``PixtralProcessor`` does (see the module
     docstring), its sizes and token names from ``processor_config.json``."""
 
@@ -99,16 +100,9 @@ class _PixtralProcessor:
             ip = AutoImageProcessor.from_pretrained(folder)
             cfg = Path(folder, "processor_config.json")
             opts = json.loads(cfg.read_text()) if cfg.is_file() else {}
-            tpl = Path(folder, "chat_template.jinja")
-            return cls(ip, tokenizer, tpl.read_text() if tpl.is_file() else None, opts)
+            return cls(ip, tokenizer, folder_chat_template(folder), opts)
         except Exception as e:  # noqa: BLE001 - neither loader works: say both reasons
-            raise ValueError(f"{folder}: cannot load the model's processor ({why}) nor its image processor ({e}); a "
-                             "vision-language model folder needs its processor files") from None
-
-    def apply_chat_template(self, messages: Any, tools: Any = None, tokenize: bool = False, **opts: Any) -> str:
-        if self.chat_template is not None:
-            opts["chat_template"] = self.chat_template
-        return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, **opts)
+            raise processor_load_error(folder, why, e, "image processor") from None
 
     def __call__(self, text: list[str], images: list[list[Any]], return_tensors: str = "np",
                  add_special_tokens: bool = True) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from max.nn.kernels_attention import flash_attention_ragged_gpu
 from max.nn.kernels_decoder import ragged_rope
 from max.nn.norm import RMSNorm
 from max.pipelines.architectures.common.layers import GatedMLP, activation
+from max.pipelines.architectures.common.multimodal import image_graph
 from max.pipelines.architectures.common.weights import WeightFactory
 from max.pipelines.architectures.mistral3.config import ARCHITECTURE, VisionConfig
 from max.pipelines.architectures.qwen2_5vl.config import inv_freq
@@ -148,9 +149,7 @@ def build_vision_graph(model: Mistral3VisionModel, device: DeviceRef) -> Graph:
     rot = TensorType(f32, ["n_tokens", c.merge_unit * c.head_dim // 2], device)
     types = [TensorType(f32, ["n_tokens", c.merge_unit * c.patch_dim], device), rot, rot,
              TensorType(DType.uint32, ["n_images_plus_1"], device)]
-    with Graph(f"{ARCHITECTURE}.vision", input_types=types) as g:
-        g.output(model(*(v.tensor for v in g.inputs)))
-    return g
+    return image_graph(model, f"{ARCHITECTURE}.vision", types)
 
 
 @dataclass

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from max.pipelines.architectures.common import DecoderConfig, hf_common
+from max.pipelines.architectures.common.vision_config import MergedPatchGrid, hf_part, merged_patch_fields
 
 ARCHITECTURE = "Qwen2_5_VLForConditionalGeneration"
 
@@ -40,32 +41,9 @@ def mrope_section(hf: dict) -> list[int]:
 
 
 @dataclass(frozen=True)
-class VisionConfig:
-    depth: int
-    hidden_size: int
-    intermediate_size: int
-    num_heads: int
-    out_hidden_size: int
-    patch_size: int
-    spatial_merge_size: int
-    temporal_patch_size: int
+class VisionConfig(MergedPatchGrid):
     window_size: int
     fullatt_block_indexes: tuple[int, ...]
-    in_channels: int
-    hidden_act: str
-    rope_theta: float
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    @property
-    def patch_dim(self) -> int:
-        return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
-
-    @property
-    def merge_unit(self) -> int:
-        return self.spatial_merge_size ** 2
 
     @property
     def window_tokens(self) -> int:
@@ -74,18 +52,12 @@ class VisionConfig:
 
 
 def vision_config_from_hf(hf: dict) -> VisionConfig:
-    v = hf.get("vision_config")
-    if not isinstance(v, dict):
-        raise ValueError(f"{ARCHITECTURE}: the config has no vision_config")
-    rp = v.get("rope_parameters") or {}
-    c = VisionConfig(depth=int(v["depth"]), hidden_size=int(v["hidden_size"]),
-                     intermediate_size=int(v["intermediate_size"]), num_heads=int(v["num_heads"]),
-                     out_hidden_size=int(v["out_hidden_size"]), patch_size=int(v["patch_size"]),
-                     spatial_merge_size=int(v["spatial_merge_size"]),
-                     temporal_patch_size=int(v.get("temporal_patch_size", 2)), window_size=int(v["window_size"]),
-                     fullatt_block_indexes=tuple(int(i) for i in v.get("fullatt_block_indexes", ())),
-                     in_channels=int(v.get("in_channels", v.get("in_chans", 3))),
-                     hidden_act=str(v.get("hidden_act", "silu")), rope_theta=float(rp.get("rope_theta", 10000.0)))
+    v = hf_part(hf, "vision_config", ARCHITECTURE)
+    fields = merged_patch_fields(v, "silu")
+    fields["in_channels"] = int(v.get("in_channels", v.get("in_chans", 3)))  # older configs name it in_chans
+    c = VisionConfig(**fields,
+                     window_size=int(v["window_size"]),
+                     fullatt_block_indexes=tuple(int(i) for i in v.get("fullatt_block_indexes", ())))
     if c.window_tokens < 1:
         raise ValueError(f"{ARCHITECTURE}: window_size {c.window_size} is smaller than one merged patch")
     return c

@@ -123,15 +123,19 @@ class Qwen2_5VLModel(VisionDecoderPipelineModel):
                                 for x in contexts])
         patches = np.concatenate([p for x in contexts for p in x.pixel_values]).astype(np.float32, copy=False)
         if patches.shape[1] != c.patch_dim or len(patches) != int(grids.prod(axis=1).sum()):
-            raise ValueError(f"{ARCHITECTURE}: the images' patches {list(patches.shape)} do not match their grids "
-                             f"{grids.tolist()} and patch size {c.patch_dim}")
-        lay = vision_layout(c, grids)
-        (out,) = self.vision_model.execute(*(self.to_device(a) for a in (
-            layout_patches(c, patches, lay), lay.cos, lay.sin, lay.full_mask, lay.window_mask, lay.restore)))
+            raise ValueError(f"{self.config.architecture}: the images' patches {list(patches.shape)} do not match "
+                             f"their grids {grids.tolist()} and patch size {c.patch_dim}")
+        (out,) = self.vision_model.execute(*(self.to_device(a) for a in self.vision_inputs(patches, grids)))
         emb = out._torch()
         sizes = [int(np.asarray(x.extra_model_args["image_grid_thw"]).reshape(-1, 3).prod(axis=1).sum())
                  // c.merge_unit for x in contexts]
         return list(torch.split(emb, sizes))
+
+    def vision_inputs(self, patches: np.ndarray, grids: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The image graph's inputs for the step's patches ``[n, patch_dim]`` and grids ``[images, 3]``."""
+        c = self.vision_config
+        lay = vision_layout(c, grids)
+        return layout_patches(c, patches, lay), lay.cos, lay.sin, lay.full_mask, lay.window_mask, lay.restore
 
     def step_input_types(self, device: DeviceRef) -> list[TensorType]:
         t = TensorType(DType.float32, ["total_seq_len", 1, self.config.head_dim // 2], device)

@@ -4,12 +4,12 @@ and keeps the grids for the vision encoder."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from max.interfaces.errors import InvalidRequest
+from max.pipelines.architectures.common.processor import FolderProcessor, folder_chat_template, processor_load_error
 from max.pipelines.lib.tokenizer import TextAndVisionTokenizer
 
 __all__ = ["Qwen2VLTokenizer", "expand_placeholders"]
@@ -40,7 +40,7 @@ def expand_placeholders(text: str, placeholder: str, replacements: Sequence[str]
     return pieces[0] + "".join(r + p for r, p in zip(replacements, pieces[1:]))
 
 
-class _GridImageProcessor:
+class _GridImageProcessor(FolderProcessor):
     """The model folder's image processor and tokenizer without its ``AutoProcessor`` (which may need more,
     e.g. torchvision for a video processor), for image processors that report each image's patch grid
     (``image_grid_thw``, Qwen2-VL family): each image placeholder token is repeated once per merged patch
@@ -60,16 +60,9 @@ class _GridImageProcessor:
 
         try:
             ip = AutoImageProcessor.from_pretrained(folder)
-            tpl = Path(folder, "chat_template.jinja")
-            return cls(ip, tokenizer, tpl.read_text() if tpl.is_file() else None)
+            return cls(ip, tokenizer, folder_chat_template(folder))
         except Exception as e:  # noqa: BLE001 - neither loader works: say both reasons
-            raise ValueError(f"{folder}: cannot load the model's processor ({why}) nor its image processor ({e}); a "
-                             "vision-language model folder needs its processor files") from None
-
-    def apply_chat_template(self, messages: Any, tools: Any = None, tokenize: bool = False, **opts: Any) -> str:
-        if self.chat_template is not None:
-            opts["chat_template"] = self.chat_template
-        return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, **opts)
+            raise processor_load_error(folder, why, e, "image processor") from None
 
     def __call__(self, text: list[str], images: list[list[Any]], return_tensors: str = "np",
                  add_special_tokens: bool = True) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from max.graph import DeviceRef, Graph, TensorType, TensorValue, Weight, ops
 from max.nn import LayerList, Module
 from max.nn.norm import RMSNorm
 from max.pipelines.architectures.common.layers import GatedMLP
+from max.pipelines.architectures.common.multimodal import image_graph
 from max.pipelines.architectures.common.weights import WeightFactory
 from max.pipelines.architectures.qwen2_5vl.config import ARCHITECTURE, VisionConfig, inv_freq
 
@@ -153,9 +154,7 @@ def build_vision_graph(model: Qwen2_5VisionModel, device: DeviceRef) -> Graph:
              TensorType(f32, ["n_tokens", c.merge_unit * c.head_dim], device),
              TensorType(f32, ["n_tokens", "n_tokens"], device), TensorType(f32, ["n_tokens", "n_tokens"], device),
              TensorType(DType.int64, ["n_tokens"], device)]
-    with Graph(f"{ARCHITECTURE}.vision", input_types=types) as g:
-        g.output(model(*(v.tensor for v in g.inputs)))
-    return g
+    return image_graph(model, f"{ARCHITECTURE}.vision", types)
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from max.pipelines.architectures.common.config import DecoderConfig, rope_defaults, with_defaults
+from max.pipelines.architectures.common.config import DecoderConfig
 from max.pipelines.architectures.common.deltanet import qwen_hybrid_config, qwen_hybrid_gguf_config
 
 
@@ -31,9 +31,4 @@ head rotated."""
 def config_from_gguf(meta: Any, *, defaults: bool = True) -> dict:
     """The ``Qwen3_5TextConfig`` dict of a ``qwen35`` GGUF file (``defaults=False``: only the keys it has).
     Text positions are the same on MRoPE's three axes, so ``rope.dimension_sections`` changes nothing here."""
-    d = qwen_hybrid_gguf_config(meta, "qwen3_5_text", "Qwen3_5ForCausalLM")
-    if not defaults:
-        return d
-    d = rope_defaults(with_defaults(d, HF_DEFAULTS))
-    d["rope_parameters"].setdefault("partial_rotary_factor", 0.25)
-    return d
+    return qwen_hybrid_gguf_config(meta, "qwen3_5_text", "Qwen3_5ForCausalLM", HF_DEFAULTS if defaults else None)

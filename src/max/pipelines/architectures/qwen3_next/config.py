@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from max.pipelines.architectures.common.config import DecoderConfig, rope_defaults, with_defaults
+from max.pipelines.architectures.common.config import DecoderConfig
 from max.pipelines.architectures.common.deltanet import qwen_hybrid_config, qwen_hybrid_gguf_config
 from max.pipelines.architectures.common.moe import MoESpec
 
@@ -42,9 +42,4 @@ head rotated."""
 def config_from_gguf(meta: Any, *, defaults: bool = True) -> dict:
     """The ``Qwen3NextConfig`` dict of a ``qwen3next`` GGUF file (``defaults=False``: only the keys it has);
     llama.cpp runs every layer's feed-forward as experts (no ``mlp_only_layers``)."""
-    d = qwen_hybrid_gguf_config(meta, "qwen3_next", "Qwen3NextForCausalLM")
-    if not defaults:
-        return d
-    d = rope_defaults(with_defaults(d, HF_DEFAULTS))
-    d["rope_parameters"].setdefault("partial_rotary_factor", 0.25)
-    return d
+    return qwen_hybrid_gguf_config(meta, "qwen3_next", "Qwen3NextForCausalLM", HF_DEFAULTS if defaults else None)

@@ -13,16 +13,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from max.pipelines.architectures.common import DecoderConfig, hf_common
+from max.pipelines.architectures.common.vision_config import MergedPatchGrid, hf_part, merged_patch_fields
 from max.pipelines.architectures.qwen2_5vl.config import mrope_section
 
 ARCHITECTURE = "Qwen3VLForConditionalGeneration"
 
 
 def text_config(hf: dict) -> dict:
-    text = hf.get("text_config")
-    if not isinstance(text, dict):
-        raise ValueError(f"{ARCHITECTURE}: the config has no text_config")
-    return text
+    return hf_part(hf, "text_config", ARCHITECTURE)
 
 
 def config_fields(hf: dict, architecture: str) -> dict:
@@ -56,32 +54,9 @@ def interleaved_axes(section: list[int], half: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class VisionConfig:
-    depth: int
-    hidden_size: int
-    intermediate_size: int
-    num_heads: int
-    out_hidden_size: int
-    patch_size: int
-    spatial_merge_size: int
-    temporal_patch_size: int
-    in_channels: int
-    hidden_act: str
-    rope_theta: float
+class VisionConfig(MergedPatchGrid):
     num_position_embeddings: int
     deepstack_visual_indexes: tuple[int, ...]
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    @property
-    def patch_dim(self) -> int:
-        return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
-
-    @property
-    def merge_unit(self) -> int:
-        return self.spatial_merge_size ** 2
 
     @property
     def grid_side(self) -> int:
@@ -90,17 +65,8 @@ class VisionConfig:
 
 
 def vision_config_from_hf(hf: dict) -> VisionConfig:
-    v = hf.get("vision_config")
-    if not isinstance(v, dict):
-        raise ValueError(f"{ARCHITECTURE}: the config has no vision_config")
-    rp = v.get("rope_parameters") or {}
-    c = VisionConfig(depth=int(v["depth"]), hidden_size=int(v["hidden_size"]),
-                     intermediate_size=int(v["intermediate_size"]), num_heads=int(v["num_heads"]),
-                     out_hidden_size=int(v["out_hidden_size"]), patch_size=int(v["patch_size"]),
-                     spatial_merge_size=int(v["spatial_merge_size"]),
-                     temporal_patch_size=int(v.get("temporal_patch_size", 2)),
-                     in_channels=int(v.get("in_channels", 3)), hidden_act=str(v.get("hidden_act", "gelu_pytorch_tanh")),
-                     rope_theta=float(rp.get("rope_theta", 10000.0)),
+    v = hf_part(hf, "vision_config", ARCHITECTURE)
+    c = VisionConfig(**merged_patch_fields(v, "gelu_pytorch_tanh"),
                      num_position_embeddings=int(v["num_position_embeddings"]),
                      deepstack_visual_indexes=tuple(int(i) for i in v.get("deepstack_visual_indexes", ())))
     if c.grid_side ** 2 != c.num_position_embeddings:

@@ -14,16 +14,12 @@ images separated by their timestamps (see ``processor``).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
-
 import numpy as np
-import torch
 
 from max.graph import TensorValue, ops
 from max.nn.layer import Module
 from max.pipelines.architectures.qwen2_5vl.model import Qwen2_5VLModel
 from max.pipelines.architectures.qwen3vl.config import (
-    ARCHITECTURE,
     config_from_hf,
     interleaved_axes,
     vision_config_from_hf,
@@ -68,19 +64,8 @@ class Qwen3VLModel(Qwen2_5VLModel):
             for layer in module.layers:
                 object.__setattr__(layer, "post_layer", None)
 
-    def encode(self, contexts: Sequence[Any]) -> list[torch.Tensor]:
+    def vision_inputs(self, patches: np.ndarray, grids: np.ndarray) -> tuple[np.ndarray, ...]:
         c = self.vision_config
-        grids = np.concatenate([np.asarray(x.extra_model_args["image_grid_thw"], np.int64).reshape(-1, 3)
-                                for x in contexts])
-        patches = np.concatenate([p for x in contexts for p in x.pixel_values]).astype(np.float32, copy=False)
-        if patches.shape[1] != c.patch_dim or len(patches) != int(grids.prod(axis=1).sum()):
-            raise ValueError(f"{ARCHITECTURE}: the images' patches {list(patches.shape)} do not match their grids "
-                             f"{grids.tolist()} and patch size {c.patch_dim}")
         lay = vision_layout(c, grids)
-        (out,) = self.vision_model.execute(*(self.to_device(a) for a in (
-            np.ascontiguousarray(patches.reshape(-1, c.merge_unit * c.patch_dim)), lay.pos_index, lay.pos_weight,
-            lay.cos, lay.sin, lay.mask)))
-        emb = out._torch()
-        sizes = [int(np.asarray(x.extra_model_args["image_grid_thw"]).reshape(-1, 3).prod(axis=1).sum())
-                 // c.merge_unit for x in contexts]
-        return list(torch.split(emb, sizes))
+        return (np.ascontiguousarray(patches.reshape(-1, c.merge_unit * c.patch_dim)), lay.pos_index, lay.pos_weight,
+                lay.cos, lay.sin, lay.mask)

@@ -21,6 +21,7 @@ from max.graph import DeviceRef, Graph, TensorType, TensorValue, Weight, ops
 from max.nn import LayerList, Module
 from max.nn.norm import LayerNorm
 from max.pipelines.architectures.common.layers import activation
+from max.pipelines.architectures.common.multimodal import image_graph
 from max.pipelines.architectures.common.weights import WeightFactory
 from max.pipelines.architectures.qwen2_5vl.vision import (
     PatchEmbed,
@@ -132,9 +133,7 @@ def build_vision_graph(model: Qwen3VisionModel, device: DeviceRef) -> Graph:
              TensorType(f32, ["n_tokens", c.merge_unit * c.head_dim], device),
              TensorType(f32, ["n_tokens", c.merge_unit * c.head_dim], device),
              TensorType(f32, ["n_tokens", "n_tokens"], device)]
-    with Graph(f"{ARCHITECTURE}.vision", input_types=types) as g:
-        g.output(model(*(v.tensor for v in g.inputs)))
-    return g
+    return image_graph(model, f"{ARCHITECTURE}.vision", types)
 
 
 @dataclass

@@ -20,6 +20,7 @@ from max.graph import BufferType, DeviceRef, TensorType
 from max.graph.weights import WeightsFormat
 from max.nn.kv_cache import KVCacheParams, PagedKVCacheManager, kv_cache_budget
 from max.pipelines.architectures.common.weights import WeightFactory, compute_dtype, load_weights_into
+from max.pipelines.architectures.whisper.cache_seq import CacheSeq
 from max.pipelines.architectures.whisper.config import (
     ARCHITECTURE,
     N_FRAMES,
@@ -44,26 +45,6 @@ def _adapt(state_dict: Mapping[str, Any], **_: Any) -> dict[str, Any]:
 
 
 WEIGHT_ADAPTERS = {WeightsFormat.safetensors: _adapt, WeightsFormat.pytorch: _adapt}
-
-
-@dataclass
-class _CrossSeq:
-    """One window's encoder positions in the cross cache (what ``PagedKVCacheManager`` reads)."""
-
-    request_id: str
-    tokens: Any
-    start_idx: int = 0
-    active_idx: int = 0
-
-    def set_token_indices(self, start_idx: Any = None, active_idx: Any = None) -> None:
-        if start_idx is not None:
-            self.start_idx = start_idx
-        if active_idx is not None:
-            self.active_idx = active_idx
-
-    def bump_token_indices(self, start_idx: int = 0, active_idx: int = 0) -> None:
-        self.start_idx += start_idx
-        self.active_idx += active_idx
 
 
 @dataclass
@@ -175,7 +156,7 @@ class WhisperPipelineModel(PipelineModel):
         request id (claimed here; :meth:`release_cross` frees them)."""
         k, v = self.encode(features)
         S = self.config.max_source_positions
-        seqs = [_CrossSeq(rid, np.zeros(S, np.int64), 0, S) for rid in request_ids]
+        seqs = [CacheSeq(rid, np.zeros(S, np.int64), 0, S) for rid in request_ids]
         mgr = self.cross_manager
         claimed = []
         try:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from max.interfaces.errors import InvalidRequest
+from max.pipelines.architectures.whisper.cache_seq import CacheSeq as _Seq  # a request's decoder sequence
 from max.pipelines.architectures.whisper.config import N_FRAMES, SAMPLING_RATE, TIME_PRECISION
 from max.pipelines.architectures.whisper.decoding import Segment, TokenRules, prompt_tokens, split_segments
 from max.pipelines.architectures.whisper.features import log_mel_spectrogram
@@ -57,27 +58,6 @@ class Transcription:
     tokens: list[int]
     """Every generated token of every window (timestamps included, end tokens removed), in order."""
     segments: list[Segment] = field(default_factory=list)
-
-
-@dataclass
-class _Seq:
-    """One request's decoder sequence in the KV cache (what ``PagedKVCacheManager`` reads)."""
-
-    request_id: str
-    tokens: list[int]
-    start_idx: int = 0
-    active_idx: int = 0
-    max_length: Optional[int] = None
-
-    def set_token_indices(self, start_idx: Optional[int] = None, active_idx: Optional[int] = None) -> None:
-        if start_idx is not None:
-            self.start_idx = start_idx
-        if active_idx is not None:
-            self.active_idx = active_idx
-
-    def bump_token_indices(self, start_idx: int = 0, active_idx: int = 0) -> None:
-        self.start_idx += start_idx
-        self.active_idx += active_idx
 
 
 @dataclass
