@@ -1,5 +1,5 @@
 """``max transcribe FILE``: prints the pipeline's text for a WAV written by espeak-ng (or a synthetic voice),
-timed segments with ``--timestamps``, and a one-line error for a file that is not audio."""
+timed segments with ``--timestamps``, timed words with ``--word-timestamps``, and a one-line error for a file that is not audio."""
 
 from __future__ import annotations
 
@@ -35,6 +35,13 @@ def test_transcribe_prints_the_pipelines_text(tmp_path):
                                                     max_new_tokens=8)])[0]
     assert r.stdout.splitlines() == [f"[{s.start:7.2f} --> {s.end:7.2f}] {s.text.strip()}" for s in want.segments]
     assert "real-time factor" in r.stderr
+    r = CliRunner().invoke(main, ["transcribe", str(wav), "--model-path", d, "--language", "en", "--devices", "cpu",
+                                  "--word-timestamps", "--max-new-tokens", "8"])
+    assert r.exit_code == 0, r.output
+    want = pipe.transcribe([TranscriptionRequest(clip, language="en", task="transcribe", max_new_tokens=8,
+                                                 word_timestamps=True)])[0]
+    assert want.words
+    assert r.stdout.splitlines() == [f"[{w.start:7.2f} --> {w.end:7.2f}] {w.word.strip()}" for w in want.words]
 
 
 def test_transcribe_bad_file_is_one_line_error(tmp_path):

@@ -597,13 +597,16 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
 @click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe", show_default=True,
               help="translate: English text of speech in any language.")
 @click.option("--timestamps", is_flag=True, help="Print one line per timed segment.")
+@click.option("--word-timestamps", "word_timestamps", is_flag=True,
+              help="Print one line per word with its start and end (needs the model's alignment_heads).")
 @click.option("--prompt", default=None, help="Text the transcript continues (names, spelling, style).")
 @click.option("--temperature", type=click.FloatRange(0, 1), default=0.0, show_default=True)
 @click.option("--max-batch-size", type=click.IntRange(min=1), default=None, help="Files decoded together.")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=None,
               help="Most tokens decoded per 30 s window (default: up to the decoder's length).")
-def transcribe(files: tuple, model_path: str, devices: str, language: Any, task: str, timestamps: bool, prompt: Any,
-               temperature: float, max_batch_size: Any, max_new_tokens: Any) -> None:
+def transcribe(files: tuple, model_path: str, devices: str, language: Any, task: str, timestamps: bool,
+               word_timestamps: bool, prompt: Any, temperature: float, max_batch_size: Any,
+               max_new_tokens: Any) -> None:
     """Print the text of the speech in audio FILE(s) (any format libsndfile reads) with a Whisper model."""
     from max.pipelines.lib.audio import decode_audio
 
@@ -621,7 +624,8 @@ def transcribe(files: tuple, model_path: str, devices: str, language: Any, task:
         t1 = time.perf_counter()
         reqs = [TranscriptionRequest(a, language=language, task=task if (language or task == "translate") else None,
                                      timestamps=timestamps, temperature=temperature, prompt=prompt,
-                                     max_new_tokens=max_new_tokens) for a in audios]
+                                     max_new_tokens=max_new_tokens, word_timestamps=word_timestamps)
+                for a in audios]
         outs = pipe.transcribe(reqs)
         t2 = time.perf_counter()
     except (ValueError, FileNotFoundError, TypeError, NotImplementedError) as e:
@@ -629,7 +633,10 @@ def transcribe(files: tuple, model_path: str, devices: str, language: Any, task:
     for f, out in zip(files, outs):
         if len(files) > 1:
             click.echo(f"{f}:")
-        if timestamps:
+        if word_timestamps:
+            for w in out.words:
+                click.echo(f"[{w.start:7.2f} --> {w.end:7.2f}] {w.word.strip()}")
+        elif timestamps:
             for seg in out.segments:
                 click.echo(f"[{seg.start:7.2f} --> {seg.end:7.2f}] {seg.text.strip()}")
         else:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from max.interfaces.errors import InvalidRequest
+from max.pipelines.architectures.whisper.alignment import Word, alignment_weights, group_words, token_times
 from max.pipelines.architectures.whisper.config import N_FRAMES, SAMPLING_RATE, TIME_PRECISION
 from max.pipelines.architectures.whisper.decoding import Segment, TokenRules, prompt_tokens, split_segments
 from max.pipelines.architectures.whisper.features import log_mel_spectrogram
@@ -47,6 +48,8 @@ class TranscriptionRequest:
     prompt: Optional[str] = None
     max_new_tokens: Optional[int] = None
     seed: Optional[int] = None
+    word_timestamps: bool = False
+    """Also time each token and word (needs the model's ``alignment_heads``)."""
 
 
 @dataclass
@@ -57,6 +60,10 @@ class Transcription:
     tokens: list[int]
     """Every generated token of every window (timestamps included, end tokens removed), in order."""
     segments: list[Segment] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)
+    """With ``word_timestamps``: each of ``tokens``' start in seconds."""
+    words: list[Word] = field(default_factory=list)
+    """With ``word_timestamps``: the text's words with their start and end in seconds."""
 
 
 @dataclass
@@ -84,12 +91,14 @@ class _Seq:
 class _Job:
     req: TranscriptionRequest
     features: np.ndarray  # [n_mels, frames]
-    frames: int  # frames holding audio
+    frames: int  # frames the windows advance over
+    audio_frames: int = 0  # frames holding audio
     language_id: Optional[int] = None
     seek: int = 0
     tokens: list[int] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
     generator: Optional[torch.Generator] = None
+    times: list[float] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -144,6 +153,9 @@ class WhisperPipeline:
             raise InvalidRequest(f"temperature must be between 0 and 2, got {r.temperature}", param="temperature")
         if r.language is not None:
             self.settings.language_id(r.language)
+        if r.word_timestamps and not self.settings.alignment_heads:
+            raise InvalidRequest("word timestamps need the model's alignment_heads (generation_config.json), which "
+                                 "this model does not have", param="timestamp_granularities")
         if r.prompt:
             n = len(self.tokenizer.encode(" " + r.prompt.strip(), add_special_tokens=False))
             if n + 5 >= self.model.max_seq_len:
@@ -155,7 +167,7 @@ class WhisperPipeline:
         a = np.asarray(r.audio, np.float32).reshape(-1)
         feats = log_mel_spectrogram(a, self.model.config.num_mel_bins, pad_to_window=a.size <= N_FRAMES * 160)
         frames = N_FRAMES if a.size <= N_FRAMES * 160 else a.size // 160
-        j = _Job(r, feats, frames)
+        j = _Job(r, feats, frames, audio_frames=-(-a.size // 160))
         if r.language is not None:
             j.language_id = self.settings.language_id(r.language)
         if r.temperature > 0:
@@ -189,9 +201,9 @@ class WhisperPipeline:
             prompts.append(prompt_tokens(self.settings, j.language_id if multi else None,
                                          j.req.task if multi else None, t, prev,
                                          default_task=multi and j.req.language is not None))
-        outs = self._decode(jobs, cross, prompts, ts)
+        outs, ended = self._decode(jobs, cross, prompts, ts)
         tb = self.settings.timestamp_begin
-        for j, toks in zip(jobs, outs):
+        for row, (j, toks) in enumerate(zip(jobs, outs)):
             n = min(N_FRAMES, j.frames - j.seek)
             offset = j.seek * TIME_PRECISION / 2
             if tb is not None and toks:
@@ -203,8 +215,28 @@ class WhisperPipeline:
             for seg in segs:
                 seg.seek = j.seek
             j.segments += segs
-            j.tokens += [t for seg in segs for t in seg.tokens]
+            kept = [t for seg in segs for t in seg.tokens]
+            if j.req.word_timestamps:
+                times = self._token_times(j, cross, row, prompts[row], toks, ended[row])
+                j.times += [offset + float(t) for t in times[:len(kept)]]
+            j.tokens += kept
             j.seek += max(int(advance), 1)
+
+    def _token_times(self, j: _Job, cross: "CrossCache", row: int, prompt: list[int], toks: list[int],
+                     ended: bool) -> np.ndarray:
+        """Each of one window's generated ``toks``' start (seconds from the window's start): the alignment heads'
+        cross-attention when each token is read (the last one's is its predecessor's time when the window did
+        not end with the end token, which would have read it)."""
+        if not toks:
+            return np.zeros(0)
+        n = len(toks) if ended else len(toks) - 1
+        if n == 0:
+            return np.zeros(1)
+        s = self.settings
+        attn = alignment_weights(self.model.decoder_weights, self.model.config, [*prompt, *toks[:n]],
+                                 cross.keys[row], cross.values[row], s.alignment_heads)[:, len(prompt):]
+        t = token_times(attn, j.audio_frames - j.seek, s.median_filter_width)
+        return t if ended else np.concatenate([t, t[-1:]])
 
     def _detect_languages(self, jobs: list[_Job], cross: "CrossCache") -> None:
         s = self.settings
@@ -228,12 +260,13 @@ class WhisperPipeline:
                 mgr.release(q.request_id)
 
     def _decode(self, jobs: list[_Job], cross: "CrossCache", prompts: list[list[int]], ts: list[bool]
-                ) -> list[list[int]]:
-        """Each job's generated tokens for its window (end token removed)."""
+                ) -> tuple[list[list[int]], list[bool]]:
+        """Each job's generated tokens for its window (end token removed), and whether the end token ended it."""
         s = self.settings
         limit = self.model.max_seq_len
         seqs = [_Seq(f"whisper-{next(_ids)}", list(p), 0, len(p), limit) for p in prompts]
         gen: list[list[int]] = [[] for _ in jobs]
+        ended = [False] * len(jobs)
         for p in prompts:
             if len(p) >= limit:
                 raise InvalidRequest(f"the prompt takes {len(p)} of the decoder's {limit} positions", param="prompt")
@@ -249,6 +282,7 @@ class WhisperPipeline:
                 for i, tok in zip(active, self._pick(x, [jobs[i] for i in active])):
                     cap = jobs[i].req.max_new_tokens
                     if tok == s.eos_token_id:
+                        ended[i] = True
                         continue
                     gen[i].append(tok)
                     q = seqs[i]
@@ -262,7 +296,7 @@ class WhisperPipeline:
                 active = still
 
         self._with_cache(seqs, run)
-        return gen
+        return gen, ended
 
     def _rules(self, vocab: int) -> TokenRules:
         if self._token_rules is None or self._token_rules.vocab != vocab:
@@ -293,5 +327,10 @@ class WhisperPipeline:
             lang = next((k.strip("<|>") for k, v in self.settings.lang_to_id.items() if v == j.language_id), None)
         for seg in j.segments:
             seg.text = self._text(seg.tokens)
+        words: list[Word] = []
+        if j.req.word_timestamps:
+            limit = self.settings.eos_token_id
+            words = group_words(j.tokens, j.times, lambda t: self.tokenizer.decode(t, skip_special_tokens=True),
+                                limit)
         return Transcription(text=self._text(j.tokens), language=lang, duration=j.req.audio.size / SAMPLING_RATE,
-                             tokens=j.tokens, segments=j.segments)
+                             tokens=j.tokens, segments=j.segments, token_times=j.times, words=words)
