@@ -2,7 +2,7 @@
 ``compression_ratio_threshold``, ``logprob_threshold``, ``no_speech_threshold``) on the tiny random checkpoint of
 ``whisper_support``: thresholds that pass leave the greedy tokens equal to transformers'; a no-speech threshold
 that skips every window gives transformers' empty result; thresholds that fail every window retry each at every
-temperature (seeded, reproducible); the compression ratio equals transformers' measure."""
+temperature (seeded: the tokens equal transformers' under the same seed); the compression ratio equals transformers' measure."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def test_no_speech_skips_windows_like_generate(tiny, long_audio):
 
 
 def test_failing_thresholds_fall_back_through_every_temperature(tiny, long_audio):
-    pipe = tiny[0]
+    pipe, hf, fe = tiny
     greedy = _ours(pipe, long_audio)
     # no average log-probability is >= 0; a no-speech threshold no window reaches: no skip
     hot = _ours(pipe, long_audio, logprob_threshold=0.0, no_speech_threshold=1.0)
@@ -76,6 +76,10 @@ def test_failing_thresholds_fall_back_through_every_temperature(tiny, long_audio
     windows = len({s.seek for s in hot.segments})
     assert windows >= 2 and hot.fallbacks == windows * (len(TEMPS) - 1)
     assert hot.tokens != greedy.tokens  # the last temperature's (sampled) result stands
+    # transformers samples from the same generator state when seeded alike (its default top-k of 50 off: the
+    # whole distribution, as Whisper samples)
+    torch.manual_seed(5)
+    assert hot.tokens == _hf(hf, fe, long_audio, logprob_threshold=0.0, no_speech_threshold=1.0, top_k=0)
     assert _ours(pipe, long_audio, logprob_threshold=0.0).tokens == hot.tokens  # seeded
     assert _ours(pipe, long_audio, seed=6, logprob_threshold=0.0).tokens != hot.tokens
     # short audio: the thresholds are not used (transformers' short-form rule); the first temperature decodes
