@@ -108,6 +108,7 @@ def tiny_whisper_dir(seed: int = 0, sizes: tuple = tuple(TINY.items()), text_voc
     gc.suppress_tokens = [vocab["!"], vocab["#"], ids["<|startoflm|>"]]
     gc.begin_suppress_tokens = [vocab["Ġ"], ids["<|endoftext|>"]]
     gc.max_length = dict(sizes)["max_target_positions"]
+    gc.alignment_heads = [[1, 0], [1, 2], [0, 3]]  # word timestamps (any heads serve on random weights)
     gc._from_model_config = False
     model.save_pretrained(d)
     return d

@@ -1,5 +1,5 @@
 """``max transcribe FILE``: prints the pipeline's text for a WAV written by espeak-ng (or a synthetic voice),
-timed segments with ``--timestamps``, and a one-line error for a file that is not audio."""
+timed segments with ``--timestamps``, timed words with ``--word-timestamps``, and a one-line error for a file that is not audio."""
 
 from __future__ import annotations
 
@@ -35,6 +35,32 @@ def test_transcribe_prints_the_pipelines_text(tmp_path):
                                                     max_new_tokens=8)])[0]
     assert r.stdout.splitlines() == [f"[{s.start:7.2f} --> {s.end:7.2f}] {s.text.strip()}" for s in want.segments]
     assert "real-time factor" in r.stderr
+    r = CliRunner().invoke(main, ["transcribe", str(wav), "--model-path", d, "--language", "en", "--devices", "cpu",
+                                  "--word-timestamps", "--max-new-tokens", "8"])
+    assert r.exit_code == 0, r.output
+    want = pipe.transcribe([TranscriptionRequest(clip, language="en", task="transcribe", max_new_tokens=8,
+                                                 word_timestamps=True)])[0]
+    assert want.words
+    assert r.stdout.splitlines() == [f"[{w.start:7.2f} --> {w.end:7.2f}] {w.word.strip()}" for w in want.words]
+
+
+def test_transcribe_fallback_thresholds_reach_the_pipeline(tmp_path):
+    from whisper_support import synthetic_voice
+
+    d = tiny_whisper_dir()
+    clip = np.concatenate([speech()[0], synthetic_voice(32.0)]).astype(np.float32)  # long audio: two windows
+    wav = tmp_path / "long.wav"
+    soundfile.write(str(wav), clip, 16000, subtype="FLOAT")
+    base = ["transcribe", str(wav), "--model-path", d, "--language", "en", "--devices", "cpu", "--max-new-tokens", "6"]
+    r = CliRunner().invoke(main, base)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip()
+    # every window "silent" (its average log-probability is below 0, its no-speech probability above -1)
+    r = CliRunner().invoke(main, [*base, "--temperature-increment", "0.5", "--logprob-threshold", "0",
+                                  "--no-speech-threshold", "-1"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == ""
+    assert "0 window(s) decoded again, 2 skipped as silence" in r.stderr
 
 
 def test_transcribe_bad_file_is_one_line_error(tmp_path):

@@ -95,6 +95,19 @@ def test_formats_verbose_srt_vtt(whisper_server, oa, clip):
     assert vtt.startswith("WEBVTT\n\n00:00:") and " --> " in vtt
 
 
+def test_verbose_json_word_timestamps(whisper_server, oa, clip):
+    v = oa.audio.transcriptions.create(model="whisper-tiny", file=("a.wav", _wav(clip)), language="en",
+                                       response_format="verbose_json", timestamp_granularities=["word"])
+    ref = _direct(whisper_server, clip, language="en", task="transcribe", timestamps=True, word_timestamps=True)
+    assert ref.words and v.text == ref.text.strip()
+    assert [(w.word, w.start, w.end) for w in v.words] == [(w.word.strip(), round(w.start, 3), round(w.end, 3))
+                                                           for w in ref.words]
+    assert not v.segments  # only the granularities asked for
+    both = oa.audio.transcriptions.create(model="whisper-tiny", file=("a.wav", _wav(clip)), language="en",
+                                          response_format="verbose_json", timestamp_granularities=["word", "segment"])
+    assert both.segments and len(both.words) == len(v.words)
+
+
 def test_translation(whisper_server, oa, clip):
     r = oa.audio.translations.create(model="whisper-tiny", file=("a.wav", _wav(clip)))
     assert r.text == _direct(whisper_server, clip, task="translate").text.strip()
@@ -147,7 +160,8 @@ def test_bad_audio_is_a_400_naming_file(whisper_server, clip, upload, param, wor
     ({"temperature": "3"}, "temperature"),
     ({"temperature": "warm"}, "temperature"),
     ({"language": "klingon"}, "language"),
-    ({"timestamp_granularities[]": "word", "response_format": "verbose_json"}, "timestamp_granularities"),
+    ({"timestamp_granularities[]": "word", "response_format": "json"}, "timestamp_granularities"),
+    ({"timestamp_granularities[]": "sentence", "response_format": "verbose_json"}, "timestamp_granularities"),
     ({"timestamp_granularities[]": "segment"}, "timestamp_granularities"),
     ({"model": "other-model"}, "model"),
     ({"bogus": "1"}, "bogus"),

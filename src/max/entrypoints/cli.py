@@ -597,13 +597,27 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
 @click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe", show_default=True,
               help="translate: English text of speech in any language.")
 @click.option("--timestamps", is_flag=True, help="Print one line per timed segment.")
+@click.option("--word-timestamps", "word_timestamps", is_flag=True,
+              help="Print one line per word with its start and end (needs the model's alignment_heads).")
 @click.option("--prompt", default=None, help="Text the transcript continues (names, spelling, style).")
 @click.option("--temperature", type=click.FloatRange(0, 1), default=0.0, show_default=True)
+@click.option("--temperature-increment", "temperature_increment", type=click.FloatRange(min=0, min_open=True),
+              default=None, help="Long audio: a window failing the thresholds below is decoded again at the "
+              "temperature raised by this much (up to 1.0).")
+@click.option("--compression-ratio-threshold", "compression_ratio_threshold", type=float, default=None,
+              help="Long audio: fall back when a window's tokens compress better than this (repetition).")
+@click.option("--logprob-threshold", "logprob_threshold", type=float, default=None,
+              help="Long audio: fall back when a window's average token log-probability is below this.")
+@click.option("--no-speech-threshold", "no_speech_threshold", type=float, default=None,
+              help="Long audio, with --logprob-threshold: skip a window as silence when its no-speech probability "
+              "is above this and its log-probability below --logprob-threshold.")
 @click.option("--max-batch-size", type=click.IntRange(min=1), default=None, help="Files decoded together.")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=None,
               help="Most tokens decoded per 30 s window (default: up to the decoder's length).")
-def transcribe(files: tuple, model_path: str, devices: str, language: Any, task: str, timestamps: bool, prompt: Any,
-               temperature: float, max_batch_size: Any, max_new_tokens: Any) -> None:
+def transcribe(files: tuple, model_path: str, devices: str, language: Any, task: str, timestamps: bool,
+               word_timestamps: bool, prompt: Any, temperature: float, temperature_increment: Any,
+               compression_ratio_threshold: Any, logprob_threshold: Any, no_speech_threshold: Any,
+               max_batch_size: Any, max_new_tokens: Any) -> None:
     """Print the text of the speech in audio FILE(s) (any format libsndfile reads) with a Whisper model."""
     from max.pipelines.lib.audio import decode_audio
 
@@ -619,9 +633,16 @@ def transcribe(files: tuple, model_path: str, devices: str, language: Any, task:
         click.echo(f"Loading {model_path} ...", err=True)
         pipe = WhisperPipeline(PipelineConfig(**kw))
         t1 = time.perf_counter()
+        temps: Any = temperature
+        if temperature_increment:
+            n = int((1.0 - temperature) / temperature_increment + 1e-6)
+            temps = tuple(round(temperature + k * temperature_increment, 6) for k in range(n + 1))
         reqs = [TranscriptionRequest(a, language=language, task=task if (language or task == "translate") else None,
-                                     timestamps=timestamps, temperature=temperature, prompt=prompt,
-                                     max_new_tokens=max_new_tokens) for a in audios]
+                                     timestamps=timestamps, temperature=temps, prompt=prompt,
+                                     max_new_tokens=max_new_tokens, word_timestamps=word_timestamps,
+                                     compression_ratio_threshold=compression_ratio_threshold,
+                                     logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold)
+                for a in audios]
         outs = pipe.transcribe(reqs)
         t2 = time.perf_counter()
     except (ValueError, FileNotFoundError, TypeError, NotImplementedError) as e:
@@ -629,11 +650,17 @@ def transcribe(files: tuple, model_path: str, devices: str, language: Any, task:
     for f, out in zip(files, outs):
         if len(files) > 1:
             click.echo(f"{f}:")
-        if timestamps:
+        if word_timestamps:
+            for w in out.words:
+                click.echo(f"[{w.start:7.2f} --> {w.end:7.2f}] {w.word.strip()}")
+        elif timestamps:
             for seg in out.segments:
                 click.echo(f"[{seg.start:7.2f} --> {seg.end:7.2f}] {seg.text.strip()}")
         else:
             click.echo(out.text.strip())
+    again, skipped = sum(o.fallbacks for o in outs), sum(o.skipped_windows for o in outs)
+    if again or skipped:
+        click.echo(f"Temperature fallback: {again} window(s) decoded again, {skipped} skipped as silence", err=True)
     audio_s = sum(a.size for a in audios) / 16000
     click.echo(f"Audio: {audio_s:.1f} s  load + compile: {t1 - t0:.2f} s  transcribe: {t2 - t1:.2f} s  "
                f"(real-time factor {(t2 - t1) / max(audio_s, 1e-9):.3f})", err=True)

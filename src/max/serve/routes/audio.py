@@ -3,7 +3,8 @@
 Form fields: ``file`` (the audio; any format libsndfile reads), ``model``, ``language`` (transcriptions;
 ISO-639-1 code or English name), ``prompt`` (text the transcript continues), ``response_format`` (``json``,
 ``text``, ``srt``, ``vtt``, ``verbose_json``), ``temperature`` (0-1), ``timestamp_granularities[]``
-(``segment``; with ``verbose_json``).  Bad fields and bad audio (empty, corrupt, unsupported, too long) are
+(``segment`` and/or ``word``; only with ``verbose_json``: ``word`` adds ``words``, each with its start and
+end).  Bad fields and bad audio (empty, corrupt, unsupported, too long) are
 400s naming the field, answered before the request reaches the model, so other requests are unaffected.
 """
 
@@ -98,8 +99,6 @@ async def _handle(request: Request, task: str) -> Response:
         if g not in ("segment", "word"):
             raise APIError(400, f"timestamp_granularities entries must be 'segment' or 'word', got '{g}'",
                            param="timestamp_granularities")
-        if g == "word":
-            raise APIError(400, "word timestamps are not supported; use 'segment'", param="timestamp_granularities")
     if grans and fmt != "verbose_json":
         raise APIError(400, "timestamp_granularities needs response_format 'verbose_json'",
                        param="timestamp_granularities")
@@ -120,17 +119,18 @@ async def _handle(request: Request, task: str) -> Response:
         raise APIError(400, str(e), param="file", code="invalid_audio") from None
     req = TranscriptionRequest(audio, language=language, task="translate" if task == "translate" else None,
                                timestamps=fmt in ("srt", "vtt", "verbose_json"), temperature=temperature,
-                               prompt=prompt)
+                               prompt=prompt, word_timestamps="word" in grans)
     if task == "transcribe" and language is not None:
         req.task = "transcribe"
     try:
         out = await engine.transcribe(req)
     except InvalidRequest as e:  # typed where the check is made: its field, no message parsing
-        raise APIError(400, e.detail, param=e.param if e.param in ("language", "prompt", "temperature") else "file",
+        known = ("language", "prompt", "temperature", "timestamp_granularities")
+        raise APIError(400, e.detail, param=e.param if e.param in known else "file",
                        code=e.code) from None
     except ValueError as e:
         raise APIError(400, str(e), param="file") from None
-    return _render(out, fmt, task, temperature)
+    return _render(out, fmt, task, temperature, set(grans) or {"segment"})
 
 
 def _stamp(t: float, sep: str) -> str:
@@ -141,7 +141,7 @@ def _stamp(t: float, sep: str) -> str:
     return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
 
 
-def _render(out: Any, fmt: str, task: str, temperature: float) -> Response:
+def _render(out: Any, fmt: str, task: str, temperature: float, grans: set) -> Response:
     from max.pipelines.architectures.whisper.languages import LANGUAGE_CODES
 
     text = out.text.strip()
@@ -160,11 +160,14 @@ def _render(out: Any, fmt: str, task: str, temperature: float) -> Response:
         return PlainTextResponse(body, media_type="text/vtt")
     names = {v: k for k, v in LANGUAGE_CODES.items()}
     lang = "english" if task == "translate" else names.get(out.language or "", out.language)
-    return JSONResponse({
-        "task": "translate" if task == "translate" else "transcribe", "language": lang,
-        "duration": round(out.duration, 3), "text": text,
-        "segments": [{"id": i, "seek": s.seek, "start": round(s.start, 3),
-                      "end": round(s.end, 3), "text": s.text, "tokens": list(map(int, s.tokens)),
-                      "temperature": temperature} for i, s in enumerate(out.segments)],
-        "usage": {"type": "duration", "seconds": int(-(-out.duration // 1))},
-    })
+    body: dict = {"task": "translate" if task == "translate" else "transcribe", "language": lang,
+                  "duration": round(out.duration, 3), "text": text}
+    if "word" in grans:
+        body["words"] = [{"word": w.word.strip(), "start": round(w.start, 3), "end": round(w.end, 3)}
+                         for w in out.words]
+    if "segment" in grans:
+        body["segments"] = [{"id": i, "seek": s.seek, "start": round(s.start, 3), "end": round(s.end, 3),
+                             "text": s.text, "tokens": list(map(int, s.tokens)), "temperature": temperature}
+                            for i, s in enumerate(out.segments)]
+    body["usage"] = {"type": "duration", "seconds": int(-(-out.duration // 1))}
+    return JSONResponse(body)

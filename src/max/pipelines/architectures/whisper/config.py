@@ -93,6 +93,9 @@ class GenerationSettings:
     is_multilingual: bool = True
     prev_sot_token_id: int | None = None
     max_length: int = 448
+    alignment_heads: list[tuple[int, int]] = field(default_factory=list)
+    """``(decoder layer, head)`` pairs whose cross-attention follows the speech (word timestamps)."""
+    median_filter_width: int = 7
 
     @property
     def timestamp_begin(self) -> int | None:
@@ -130,5 +133,7 @@ def generation_settings(model_dir: str | None, cfg: WhisperConfig, hf: dict) -> 
         max_initial_timestamp_index=g.get("max_initial_timestamp_index"),
         is_multilingual=bool(g.get("is_multilingual", bool(g.get("lang_to_id")))),
         prev_sot_token_id=g.get("prev_sot_token_id"),
-        max_length=int(g.get("max_length") or cfg.max_target_positions))
+        max_length=int(g.get("max_length") or cfg.max_target_positions),
+        alignment_heads=[(int(a), int(b)) for a, b in (g.get("alignment_heads") or [])],
+        median_filter_width=int(hf.get("median_filter_width") or 7))
     return s

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -55,9 +55,15 @@ class CrossCache:
 
     ids: list[str]
     lookup: torch.Tensor
+    keys: Optional[torch.Tensor] = None
+    values: Optional[torch.Tensor] = None
+    """The windows' cross keys/values ``[windows, layers, source_len, heads, head_dim]`` (what
+    :meth:`WhisperPipelineModel.encode` returned; for word timestamps)."""
 
     def rows(self, idx: Sequence[int]) -> "CrossCache":
-        return CrossCache([self.ids[i] for i in idx], self.lookup[torch.as_tensor(list(idx), dtype=torch.long)])
+        sel = torch.as_tensor(list(idx), dtype=torch.long)
+        pick = (lambda t: None if t is None else t[sel])
+        return CrossCache([self.ids[i] for i in idx], self.lookup[sel], pick(self.keys), pick(self.values))
 
 
 def _hf_dict(pipeline_config: Any) -> dict:
@@ -116,6 +122,7 @@ class WhisperPipelineModel(PipelineModel):
         self.weights_seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
         registry = module.state_dict()
+        self.decoder_weights = {k: w for k, w in registry.items() if k.startswith("decoder.")}
         self.encoder = session.load(build_encoder_graph(module, dev), weights_registry=registry)
         symbols = list(self.kv_manager.input_symbols()[0])
         blocks = self.cross_manager.input_symbols()[0].kv_blocks
@@ -180,7 +187,7 @@ class WhisperPipelineModel(PipelineModel):
         for q in seqs:
             q.start_idx = S
         mgr.step(seqs)
-        return CrossCache(list(request_ids), lookup)
+        return CrossCache(list(request_ids), lookup, k, v)
 
     def release_cross(self, cross: CrossCache) -> None:
         for rid in cross.ids:

@@ -12,24 +12,33 @@ its first window when not given.
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
 from max.interfaces.errors import InvalidRequest
+from max.pipelines.architectures.whisper.alignment import Word, alignment_weights, group_words, token_times
 from max.pipelines.architectures.whisper.cache_seq import CacheSeq as _Seq  # a request's decoder sequence
 from max.pipelines.architectures.whisper.config import N_FRAMES, SAMPLING_RATE, TIME_PRECISION
-from max.pipelines.architectures.whisper.decoding import Segment, TokenRules, prompt_tokens, split_segments
+from max.pipelines.architectures.whisper.decoding import (
+    Segment,
+    TokenRules,
+    _logsumexp,
+    prompt_tokens,
+    split_segments,
+)
 from max.pipelines.architectures.whisper.features import log_mel_spectrogram
 
 if TYPE_CHECKING:
     from max.pipelines.architectures.whisper.pipeline_model import CrossCache
 
-__all__ = ["Transcription", "TranscriptionRequest", "WhisperPipeline"]
+__all__ = ["Transcription", "TranscriptionRequest", "WhisperPipeline", "compression_ratio"]
 
 _ids = itertools.count()
 
@@ -44,10 +53,28 @@ class TranscriptionRequest:
     """``transcribe`` or ``translate`` (to English); None: transcribe (no task token when the language is
     detected, as transformers does)."""
     timestamps: bool = False
-    temperature: float = 0.0
+    temperature: Union[float, Sequence[float]] = 0.0
+    """A temperature, or for long audio the temperatures tried in turn on a window whose result fails the
+    thresholds below (transformers' temperature fallback; short audio uses the first only, as transformers)."""
     prompt: Optional[str] = None
     max_new_tokens: Optional[int] = None
     seed: Optional[int] = None
+    word_timestamps: bool = False
+    """Also time each token and word (needs the model's ``alignment_heads``)."""
+    compression_ratio_threshold: Optional[float] = None
+    """Long audio: a window whose tokens' zlib compression ratio exceeds this is decoded again at the next
+    temperature (repetitive output)."""
+    logprob_threshold: Optional[float] = None
+    """Long audio: a window whose average token log-probability is below this is decoded again at the next
+    temperature."""
+    no_speech_threshold: Optional[float] = None
+    """Long audio, with ``logprob_threshold``: a window whose no-speech probability exceeds this and whose average
+    log-probability is below ``logprob_threshold`` is skipped as silence."""
+
+    @property
+    def temperatures(self) -> tuple[float, ...]:
+        t = self.temperature
+        return (float(t),) if isinstance(t, (int, float)) else tuple(float(x) for x in t)
 
 
 @dataclass
@@ -58,22 +85,47 @@ class Transcription:
     tokens: list[int]
     """Every generated token of every window (timestamps included, end tokens removed), in order."""
     segments: list[Segment] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)
+    """With ``word_timestamps``: each of ``tokens``' start in seconds."""
+    words: list[Word] = field(default_factory=list)
+    """With ``word_timestamps``: the text's words with their start and end in seconds."""
+    fallbacks: int = 0
+    """Windows decoded again at a higher temperature (long audio, thresholds failed)."""
+    skipped_windows: int = 0
+    """Windows skipped as silence (``no_speech_threshold``)."""
 
 
 @dataclass
 class _Job:
     req: TranscriptionRequest
     features: np.ndarray  # [n_mels, frames]
-    frames: int  # frames holding audio
+    frames: int  # frames the windows advance over
+    audio_frames: int = 0  # frames holding audio
     language_id: Optional[int] = None
     seek: int = 0
     tokens: list[int] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
     generator: Optional[torch.Generator] = None
+    times: list[float] = field(default_factory=list)
+    temp_idx: int = 0  # which of the request's temperatures the current window decodes at
+    fallbacks: int = 0  # windows decoded again at a higher temperature
+    skipped: int = 0  # windows skipped as silence
+
+    @property
+    def temperature(self) -> float:
+        return self.req.temperatures[self.temp_idx]
 
     @property
     def done(self) -> bool:
         return self.seek >= self.frames
+
+
+def compression_ratio(tokens: Sequence[int], vocab_size: int) -> float:
+    """Bytes of ``tokens`` (each as little-endian ``int(log2(vocab_size) / 8) + 1`` bytes) over their zlib-compressed
+    size: high for repetitive output (transformers' measure)."""
+    width = int(math.log2(vocab_size) / 8) + 1
+    raw = b"".join(int(t).to_bytes(width, "little") for t in tokens)
+    return len(raw) / len(zlib.compress(raw))
 
 
 class WhisperPipeline:
@@ -120,10 +172,15 @@ class WhisperPipeline:
             raise InvalidRequest(f"task must be 'transcribe' or 'translate', got {r.task!r}", param="task")
         if r.task == "translate" and "translate" not in self.settings.task_to_id:
             raise InvalidRequest(f"task {r.task!r} is not supported by this model", param="task")
-        if not 0.0 <= float(r.temperature) <= 2.0:
-            raise InvalidRequest(f"temperature must be between 0 and 2, got {r.temperature}", param="temperature")
+        temps = r.temperatures
+        if not temps or not all(0.0 <= t <= 2.0 for t in temps):
+            raise InvalidRequest(f"temperature must be between 0 and 2 (or a non-empty sequence of such), got "
+                                 f"{r.temperature}", param="temperature")
         if r.language is not None:
             self.settings.language_id(r.language)
+        if r.word_timestamps and not self.settings.alignment_heads:
+            raise InvalidRequest("word timestamps need the model's alignment_heads (generation_config.json), which "
+                                 "this model does not have", param="timestamp_granularities")
         if r.prompt:
             n = len(self.tokenizer.encode(" " + r.prompt.strip(), add_special_tokens=False))
             if n + 5 >= self.model.max_seq_len:
@@ -135,10 +192,10 @@ class WhisperPipeline:
         a = np.asarray(r.audio, np.float32).reshape(-1)
         feats = log_mel_spectrogram(a, self.model.config.num_mel_bins, pad_to_window=a.size <= N_FRAMES * 160)
         frames = N_FRAMES if a.size <= N_FRAMES * 160 else a.size // 160
-        j = _Job(r, feats, frames)
+        j = _Job(r, feats, frames, audio_frames=-(-a.size // 160))
         if r.language is not None:
             j.language_id = self.settings.language_id(r.language)
-        if r.temperature > 0:
+        if any(t > 0 for t in r.temperatures):
             j.generator = torch.Generator().manual_seed(int(r.seed) if r.seed is not None else
                                                          int(torch.seed() % (2 ** 31)))
         return j
@@ -169,10 +226,34 @@ class WhisperPipeline:
             prompts.append(prompt_tokens(self.settings, j.language_id if multi else None,
                                          j.req.task if multi else None, t, prev,
                                          default_task=multi and j.req.language is not None))
-        outs = self._decode(jobs, cross, prompts, ts)
+        for j in jobs:
+            j.temp_idx = 0
+        outs, ended, lps = self._decode(jobs, cross, prompts, ts)
+        no_speech = self._no_speech(jobs, cross, prompts)
+        skip = [False] * len(jobs)
+        pending = list(range(len(jobs)))
+        while pending:  # transformers' temperature fallback: windows failing the thresholds decode again, hotter
+            redo = []
+            for i in pending:
+                need, skip[i] = self._verdict(jobs[i], outs[i], ended[i], lps[i], no_speech[i])
+                if need and jobs[i].temp_idx + 1 < len(jobs[i].req.temperatures):
+                    redo.append(i)
+            for i in redo:
+                jobs[i].temp_idx += 1
+                jobs[i].fallbacks += 1
+            if redo:
+                o, e, lp = self._decode([jobs[i] for i in redo], cross.rows(redo), [prompts[i] for i in redo],
+                                        [ts[i] for i in redo])
+                for k, i in enumerate(redo):
+                    outs[i], ended[i], lps[i] = o[k], e[k], lp[k]
+            pending = redo
         tb = self.settings.timestamp_begin
-        for j, toks in zip(jobs, outs):
+        for row, (j, toks) in enumerate(zip(jobs, outs)):
             n = min(N_FRAMES, j.frames - j.seek)
+            if skip[row]:  # silence: no segment, on to the next window
+                j.skipped += 1
+                j.seek += n
+                continue
             offset = j.seek * TIME_PRECISION / 2
             if tb is not None and toks:
                 # timestamp tokens split the window even when none were asked for (a model may still emit them);
@@ -183,8 +264,68 @@ class WhisperPipeline:
             for seg in segs:
                 seg.seek = j.seek
             j.segments += segs
-            j.tokens += [t for seg in segs for t in seg.tokens]
+            kept = [t for seg in segs for t in seg.tokens]
+            if j.req.word_timestamps:
+                times = self._token_times(j, cross, row, prompts[row], toks, ended[row])
+                j.times += [offset + float(t) for t in times[:len(kept)]]
+            j.tokens += kept
             j.seek += max(int(advance), 1)
+
+    @staticmethod
+    def _long(j: _Job) -> bool:
+        return j.frames > N_FRAMES
+
+    def _verdict(self, j: _Job, toks: list[int], ended: bool, logprob_sum: float,
+                 no_speech: Optional[float]) -> tuple[bool, bool]:
+        """``(decode again at the next temperature, skip the window as silence)`` for one window's result (the
+        thresholds apply to long audio only, as in transformers)."""
+        r = j.req
+        if not self._long(j):
+            return False, False
+        seq = [*toks, self.settings.eos_token_id] if ended else list(toks)
+        need = False
+        if r.compression_ratio_threshold is not None and seq:
+            need = compression_ratio(seq, self.model.config.vocab_size) > r.compression_ratio_threshold
+        if r.logprob_threshold is not None and seq:
+            low = logprob_sum / len(seq) < r.logprob_threshold
+            need = need or low
+            if low and no_speech is not None and no_speech > float(r.no_speech_threshold):
+                return False, True
+        return need, False
+
+    def _no_speech(self, jobs: list[_Job], cross: "CrossCache", prompts: list[list[int]]) -> list[Optional[float]]:
+        """Each long-audio job's probability of ``<|nospeech|>`` (the token before ``<|notimestamps|>``) after its
+        window's start-of-transcript token, where it asks for ``no_speech_threshold`` (with
+        ``logprob_threshold``); None elsewhere."""
+        s = self.settings
+        out: list[Optional[float]] = [None] * len(jobs)
+        need = [i for i, j in enumerate(jobs) if self._long(j) and j.req.no_speech_threshold is not None
+                and j.req.logprob_threshold is not None and s.no_timestamps_token_id is not None]
+        if not need:
+            return out
+        heads = [prompts[i][:prompts[i].index(s.decoder_start_token_id) + 1] for i in need]
+        seqs = [_Seq(f"whisper-nospeech-{next(_ids)}", h, 0, len(h)) for h in heads]
+        logits = self._with_cache(seqs, lambda: self.model.decode_step(seqs, cross.rows(need)))
+        probs = torch.softmax(logits.float(), dim=-1)[:, s.no_timestamps_token_id - 1]
+        for i, p in zip(need, probs.tolist()):
+            out[i] = p
+        return out
+
+    def _token_times(self, j: _Job, cross: "CrossCache", row: int, prompt: list[int], toks: list[int],
+                     ended: bool) -> np.ndarray:
+        """Each of one window's generated ``toks``' start (seconds from the window's start): the alignment heads'
+        cross-attention when each token is read (the last one's is its predecessor's time when the window did
+        not end with the end token, which would have read it)."""
+        if not toks:
+            return np.zeros(0)
+        n = len(toks) if ended else len(toks) - 1
+        if n == 0:
+            return np.zeros(1)
+        s = self.settings
+        attn = alignment_weights(self.model.decoder_weights, self.model.config, [*prompt, *toks[:n]],
+                                 cross.keys[row], cross.values[row], s.alignment_heads)[:, len(prompt):]
+        t = token_times(attn, j.audio_frames - j.seek, s.median_filter_width)
+        return t if ended else np.concatenate([t, t[-1:]])
 
     def _detect_languages(self, jobs: list[_Job], cross: "CrossCache") -> None:
         s = self.settings
@@ -208,12 +349,15 @@ class WhisperPipeline:
                 mgr.release(q.request_id)
 
     def _decode(self, jobs: list[_Job], cross: "CrossCache", prompts: list[list[int]], ts: list[bool]
-                ) -> list[list[int]]:
-        """Each job's generated tokens for its window (end token removed)."""
+                ) -> tuple[list[list[int]], list[bool], list[float]]:
+        """Each job's generated tokens for its window (end token removed), whether the end token ended it, and the
+        sum of the picked tokens' log-probabilities (end token included) under the token rules."""
         s = self.settings
         limit = self.model.max_seq_len
         seqs = [_Seq(f"whisper-{next(_ids)}", list(p), 0, len(p), limit) for p in prompts]
         gen: list[list[int]] = [[] for _ in jobs]
+        ended = [False] * len(jobs)
+        logprobs = [0.0] * len(jobs)
         for p in prompts:
             if len(p) >= limit:
                 raise InvalidRequest(f"the prompt takes {len(p)} of the decoder's {limit} positions", param="prompt")
@@ -226,9 +370,11 @@ class WhisperPipeline:
                 x = self._rules(logits.shape[-1]).apply(logits.numpy(), [gen[i] for i in active],
                                                         [ts[i] for i in active])
                 still = []
-                for i, tok in zip(active, self._pick(x, [jobs[i] for i in active])):
+                for row, (i, tok) in enumerate(zip(active, self._pick(x, [jobs[i] for i in active]))):
+                    logprobs[i] += float(x[row, tok]) - _logsumexp(x[row])
                     cap = jobs[i].req.max_new_tokens
                     if tok == s.eos_token_id:
+                        ended[i] = True
                         continue
                     gen[i].append(tok)
                     q = seqs[i]
@@ -242,7 +388,7 @@ class WhisperPipeline:
                 active = still
 
         self._with_cache(seqs, run)
-        return gen
+        return gen, ended, logprobs
 
     def _rules(self, vocab: int) -> TokenRules:
         if self._token_rules is None or self._token_rules.vocab != vocab:
@@ -255,7 +401,7 @@ class WhisperPipeline:
         generator."""
         out = np.argmax(x, axis=-1).tolist()
         for i, job in enumerate(jobs):
-            t = float(job.req.temperature)
+            t = job.temperature
             if t > 0:
                 p = torch.softmax(torch.from_numpy(x[i]) / t, dim=-1)
                 out[i] = int(torch.multinomial(p, 1, generator=job.generator))
@@ -273,5 +419,11 @@ class WhisperPipeline:
             lang = next((k.strip("<|>") for k, v in self.settings.lang_to_id.items() if v == j.language_id), None)
         for seg in j.segments:
             seg.text = self._text(seg.tokens)
+        words: list[Word] = []
+        if j.req.word_timestamps:
+            limit = self.settings.eos_token_id
+            words = group_words(j.tokens, j.times, lambda t: self.tokenizer.decode(t, skip_special_tokens=True),
+                                limit)
         return Transcription(text=self._text(j.tokens), language=lang, duration=j.req.audio.size / SAMPLING_RATE,
-                             tokens=j.tokens, segments=j.segments)
+                             tokens=j.tokens, segments=j.segments, token_times=j.times, words=words,
+                             fallbacks=j.fallbacks, skipped_windows=j.skipped)
