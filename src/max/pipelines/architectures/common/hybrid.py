@@ -98,6 +98,23 @@ class GatedGroupRMSNorm(Module):
         return ops.reshape(g, [T, self.dim]).cast(dt) * self.weight.to(x.device).cast(dt)
 
 
+def mixer_from_mamba_keys(hf: dict, inner: int, who: str, **extra: Any) -> SimpleNamespace:
+    """:class:`Mamba2Mixer`'s sizes from the ``mamba_*`` keys of hybrid configs (Falcon-H1, Granite 4 hybrid):
+    ``inner`` is the family's mixer width; ``extra`` adds the optional fields (``rms_norm``, ...)."""
+    heads = int(hf.get("mamba_n_heads", 128))
+    head_dim = hf.get("mamba_d_head", "auto")
+    head_dim = inner // heads if head_dim in (None, "auto") else int(head_dim)
+    if hf.get("hidden_act", "silu") not in ("silu", "swish"):
+        raise NotImplementedError(f"{who}: activation {hf.get('hidden_act')!r} is not supported")
+    lim = tuple(float(v) for v in (hf.get("time_step_limit") or (0.0, float("inf"))))
+    return SimpleNamespace(heads=heads, head_dim=head_dim, groups=int(hf.get("mamba_n_groups", 1)),
+                           state=int(hf.get("mamba_d_state", 256)), kernel=int(hf.get("mamba_d_conv", 4)),
+                           inner=inner, eps=float(hf["rms_norm_eps"]),
+                           chunk=min(int(hf.get("mamba_chunk_size") or 64), 64),
+                           bias=bool(hf.get("mamba_proj_bias", False)),
+                           conv_bias=bool(hf.get("mamba_conv_bias", True)), dt_limit=lim, **extra)
+
+
 def mamba2_state_specs(layers: Any, m: SimpleNamespace) -> list[StateSpec]:
     """The conv window and SSM state of the Mamba-2 mixers of ``layers`` (sizes ``m``, as :class:`Mamba2Mixer`)."""
     conv_dim = m.inner + 2 * m.groups * m.state  # x, B and C go through the convolution

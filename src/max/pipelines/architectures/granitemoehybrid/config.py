@@ -3,7 +3,6 @@ or the metadata of a ``granitehybrid`` GGUF file."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 from max.pipelines.architectures.common.config import (
@@ -16,6 +15,7 @@ from max.pipelines.architectures.common.config import (
     rope_defaults,
     with_defaults,
 )
+from max.pipelines.architectures.common.hybrid import mixer_from_mamba_keys
 from max.pipelines.architectures.common.moe import MoESpec
 
 _TYPES = {"mamba": "mamba", "linear_attention": "mamba", "attention": "attention", "full_attention": "attention"}
@@ -29,18 +29,7 @@ def config_from_hf(hf: dict) -> DecoderConfig:
         raise NotImplementedError(f"GraniteMoeHybridForCausalLM: layer types {bad} are not supported")
     hidden = int(hf["hidden_size"])
     inner = int(hf.get("mamba_expand", 2)) * hidden
-    heads = int(hf.get("mamba_n_heads", 128))
-    head_dim = hf.get("mamba_d_head", "auto")
-    head_dim = inner // heads if head_dim in (None, "auto") else int(head_dim)
-    if hf.get("hidden_act", "silu") not in ("silu", "swish"):
-        raise NotImplementedError(f"GraniteMoeHybridForCausalLM: activation {hf.get('hidden_act')!r} is not supported")
-    lim = tuple(float(v) for v in (hf.get("time_step_limit") or (0.0, float("inf"))))
-    mamba = SimpleNamespace(heads=heads, head_dim=head_dim, groups=int(hf.get("mamba_n_groups", 1)),
-                            state=int(hf.get("mamba_d_state", 256)), kernel=int(hf.get("mamba_d_conv", 4)),
-                            inner=inner, eps=float(hf["rms_norm_eps"]),
-                            chunk=min(int(hf.get("mamba_chunk_size") or 64), 64),
-                            bias=bool(hf.get("mamba_proj_bias", False)),
-                            conv_bias=bool(hf.get("mamba_conv_bias", True)), dt_limit=lim)
+    mamba = mixer_from_mamba_keys(hf, inner, "GraniteMoeHybridForCausalLM")
     rope = hf.get("position_embedding_type") == "rope"
     c = hf_common({**hf, "layer_types": None,
                    "rope_parameters": hf.get("rope_parameters") or {"rope_type": "default", "rope_theta": 10000.0}},
