@@ -12,8 +12,8 @@ from max.graph import DeviceRef, TensorValue, Weight, ops
 from max.nn.kv_cache import KVCacheParams, StateSpec
 from max.nn.layer import Module
 from max.pipelines.architectures.common.config import DecoderConfig, rope_defaults, with_defaults
-from max.pipelines.architectures.common.hybrid import HybridCollection, Params, softplus
-from max.pipelines.architectures.common.layers import DecoderAttention, GatedMLP, _Rope, rms_norm
+from max.pipelines.architectures.common.hybrid import HybridCollection, HybridPipelineModel, Params, softplus
+from max.pipelines.architectures.common.layers import DecoderAttention, GatedMLP, _Rope, default_mlp, rms_norm
 from max.pipelines.architectures.common.moe import DecoderMoE
 from max.pipelines.architectures.common.weights import WeightFactory
 
@@ -346,3 +346,25 @@ def qwen_hybrid_gguf_weights(state_dict: Any, hf: Any, fused: bool, tiled_v: boo
                 return torch.cat([q, kk, vv, z.reshape(Hk, r * dv, H)], 1).reshape(-1, H)
             res[p + "in_proj_qkvz.weight"] = Derived(qkvz, res.pop(k), res.pop(p + "in_proj_z.weight"))
     return res
+
+
+class QwenHybridModel(HybridPipelineModel):
+    """The pipeline model of the Qwen hybrids (Qwen3-Next, Qwen3.5): a family sets ``config_from_hf``,
+    ``weight_adapters``, ``fused`` (its DeltaNet input projections are one ``in_proj_qkvz``) and ``make_mlp``
+    (``(cfg, layer, factory) -> Module``)."""
+
+    fused: bool = False
+    make_mlp = staticmethod(default_mlp)
+
+    @classmethod
+    def attention_layers(cls, cfg: DecoderConfig) -> list[int]:
+        return qwen_hybrid_attention_layers(cfg)
+
+    @classmethod
+    def state_specs(cls, cfg: DecoderConfig) -> list[StateSpec]:
+        return qwen_hybrid_state_specs(cfg)
+
+    @classmethod
+    def build_module(cls, cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams, max_seq_len: int,
+                     devices: Any = None) -> Module:
+        return build_qwen_hybrid(cfg, factory, kv_params, max_seq_len, fused=cls.fused, make_mlp=cls.make_mlp)

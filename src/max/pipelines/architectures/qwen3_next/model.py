@@ -3,18 +3,9 @@ gated shared expert, dense layers where ``mlp_only_layers`` / ``decoder_sparse_s
 
 from __future__ import annotations
 
-from typing import Any
-
-from max.nn.kv_cache import KVCacheParams, StateSpec
 from max.nn.layer import Module
 from max.pipelines.architectures.common.config import DecoderConfig
-from max.pipelines.architectures.common.deltanet import (
-    SharedGateMoE,
-    build_qwen_hybrid,
-    qwen_hybrid_attention_layers,
-    qwen_hybrid_state_specs,
-)
-from max.pipelines.architectures.common.hybrid import HybridPipelineModel
+from max.pipelines.architectures.common.deltanet import QwenHybridModel, SharedGateMoE
 from max.pipelines.architectures.common.layers import GatedMLP
 from max.pipelines.architectures.common.weights import WeightFactory
 from max.pipelines.architectures.qwen3_next.config import config_from_hf
@@ -28,19 +19,8 @@ def _mlp(cfg: DecoderConfig, layer: int, factory: WeightFactory) -> Module:
                     who=cfg.architecture)
 
 
-class Qwen3NextModel(HybridPipelineModel):
+class Qwen3NextModel(QwenHybridModel):
     config_from_hf = staticmethod(config_from_hf)
     weight_adapters = WEIGHT_ADAPTERS
-
-    @classmethod
-    def attention_layers(cls, cfg: DecoderConfig) -> list[int]:
-        return qwen_hybrid_attention_layers(cfg)
-
-    @classmethod
-    def state_specs(cls, cfg: DecoderConfig) -> list[StateSpec]:
-        return qwen_hybrid_state_specs(cfg)
-
-    @classmethod
-    def build_module(cls, cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams, max_seq_len: int,
-                     devices: Any = None) -> Module:
-        return build_qwen_hybrid(cfg, factory, kv_params, max_seq_len, fused=True, make_mlp=_mlp)
+    fused = True
+    make_mlp = staticmethod(_mlp)
