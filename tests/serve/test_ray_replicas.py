@@ -61,6 +61,8 @@ def test_two_replicas_answer_like_one_server(tiny_model, tiny_bert, client, monk
     assert all(want.values())
     kw = config_kwargs(tiny_model, None, "cpu", 256, 16, num_threads=1)
     port, metrics_port = free_port(), free_port()
+    while metrics_port == port:  # two free_port() calls may give the same just-released port
+        metrics_port = free_port()
     monkeypatch.setenv("RAY_metrics_report_interval_ms", "500")  # Ray's metrics agent: every 0.5 s, not 10 s
     url = max_ray.run(kw, {"served_model_name": "tiny"}, host="127.0.0.1", port=port, num_replicas=2,
                       blocking=False, metrics_export_port=metrics_port)
