@@ -317,3 +317,22 @@ def test_native_decode_kernels_match_reference(isa):
     ro, rs = gdr_ref(q, k, v, g, beta, st0, slots, lens)
     np.testing.assert_allclose(o, ro, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(st1, rs, rtol=1e-5, atol=1e-5)
+
+
+def test_a_steps_layout_is_worked_out_once_for_all_its_layers():
+    """Every recurrent layer of a step passes the same slots/offsets tensors: the layout (and its checks)
+    is reused while they are unchanged, and worked out again for new tensors or after an in-place change."""
+    import torch
+
+    from max.engine.kernels import recurrent as rk
+
+    slots = torch.tensor([2, 0], dtype=torch.uint32)
+    offsets = torch.tensor([0, 1, 4], dtype=torch.uint32)
+    first = rk._layout("causal_conv1d", slots, offsets, 4, 4)
+    assert rk._layout("selective_scan", slots, offsets, 4, 4) is first
+    assert first[1][1].tolist() == [2] and first[2] == [(1, 4, 0)]
+    offsets[1] = 3  # same tensor, new values: a new layout
+    again = rk._layout("causal_conv1d", slots, offsets, 4, 4)
+    assert again is not first and again[2] == [(0, 3, 2)]
+    with pytest.raises(ValueError, match="share a state slot"):
+        rk._layout("causal_conv1d", torch.tensor([1, 1], dtype=torch.uint32), offsets, 4, 4)

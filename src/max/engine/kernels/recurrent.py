@@ -42,9 +42,25 @@ def _slot_stride(state: torch.Tensor) -> int:
     return state[0].numel() if state.shape[0] else 0
 
 
+_last_layout: tuple = ((), None)
+"""The last step's layout, keyed by its ``slots`` / ``offsets`` tensors (held, with their versions): every
+recurrent layer of a step reads the same two tensors, so the step's layout is worked out and checked once."""
+
+
 def _layout(op: str, slots: torch.Tensor, offsets: torch.Tensor, n_slots: int, n_tokens: int) -> tuple:
     """(slot ids int64 [B], the one-token requests' (token rows, slots) or None, the longer requests'
     [(start, end, slot)])."""
+    global _last_layout
+    key, res = _last_layout
+    if (key and key[0] is slots and key[1] is offsets and key[2:] == (slots._version, offsets._version, n_slots,
+                                                                       n_tokens)):
+        return res
+    res = _work_out_layout(op, slots, offsets, n_slots, n_tokens)
+    _last_layout = ((slots, offsets, slots._version, offsets._version, n_slots, n_tokens), res)
+    return res
+
+
+def _work_out_layout(op: str, slots: torch.Tensor, offsets: torch.Tensor, n_slots: int, n_tokens: int) -> tuple:
     offs = [int(o) for o in offsets.tolist()]
     sl = slots.to(torch.int64).reshape(-1)
     B = sl.shape[0]
