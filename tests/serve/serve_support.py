@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from lm_support import CHAT_TEMPLATE, make_tiny_bert, make_tiny_llama  # noqa: F401 - re-exported for the serve tests
@@ -65,3 +66,21 @@ def start_max_serve(model: str, *args: str, timeout: float = 90.0) -> tuple:
             proc.kill()
             raise AssertionError("max serve did not come up")
         time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def served(model: str, *args: str):
+    """``(model, url)`` of a :func:`start_max_serve` process for the ``with`` block; stopped after it
+    (SIGTERM, then kill after 30 s)."""
+    import subprocess
+
+    proc, url = start_max_serve(model, *args)
+    try:
+        yield model, url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

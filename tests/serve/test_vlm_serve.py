@@ -5,13 +5,12 @@ bad images get an OpenAI-shaped 400 and leave the server serving; a text-only mo
 from __future__ import annotations
 
 import base64
-import subprocess
 
 import pytest
 
 pytest.importorskip("PIL")
 
-from serve_support import start_max_serve  # noqa: E402
+from serve_support import served  # noqa: E402
 from vlm_support import image_bytes, tiny_gemma3_vlm, tiny_mistral3  # noqa: E402
 
 
@@ -21,18 +20,9 @@ def _uri(data: bytes, mime: str = "image/png") -> str:
 
 @pytest.fixture(scope="module")
 def vlm_server():
-    d, _, _ = tiny_gemma3_vlm()
-    proc, url = start_max_serve(d, "--max-length", "128", "--served-model-name", "tiny-vlm", "--log-level", "warning",
-                                "--drain-timeout", "0")
-    try:
-        yield d, url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with served(tiny_gemma3_vlm()[0], "--max-length", "128", "--served-model-name", "tiny-vlm", "--log-level",
+                "warning", "--drain-timeout", "0") as s:
+        yield s
 
 
 @pytest.fixture(scope="module")
@@ -111,18 +101,9 @@ def test_text_only_model_refuses_an_image(client):
 
 @pytest.fixture(scope="module")
 def mistral3_server():
-    d, _, _ = tiny_mistral3()
-    proc, url = start_max_serve(d, "--max-length", "256", "--served-model-name", "tiny-m3", "--log-level", "warning",
-                                "--drain-timeout", "0")
-    try:
-        yield d, url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with served(tiny_mistral3()[0], "--max-length", "256", "--served-model-name", "tiny-m3", "--log-level",
+                "warning", "--drain-timeout", "0") as s:
+        yield s
 
 
 def test_mistral3_chat_with_images_of_two_sizes(mistral3_server):
