@@ -11,7 +11,7 @@ import os
 import tempfile
 from typing import Any
 
-from vlm_support import _SPECIALS, IP, VE, VS, _over
+from vlm_support import _SPECIALS, IP, VE, VS, _over, text_inputs
 
 VP = "<|video_pad|>"
 
@@ -139,8 +139,8 @@ def hf_inputs_qwen3_vl(model: Any, ctx: Any, seq: list[int]) -> dict:
     import numpy as np
     import torch
 
-    ids = torch.tensor([seq])
-    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    kw = text_inputs(seq)
+    ids = kw["input_ids"]
     if ctx.pixel_values:
         cfg = model.config
         is_video = np.asarray(ctx.extra_model_args.get("run_is_video", [False] * len(ctx.pixel_values)), bool)

@@ -278,16 +278,24 @@ def with_llm(build: Any, max_length: int) -> tuple[str, Any, Any]:
 
 
 # --------------------------------------------------------------------------- transformers' inputs of a context
+def text_inputs(seq: list[int]) -> dict:
+    """transformers' ``input_ids`` and ``attention_mask`` of one sequence (the hf_inputs_* functions add
+    their pixels)."""
+    import torch
+
+    ids = torch.tensor([seq])
+    return dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+
+
 def hf_inputs_gemma3(model: Any, ctx: Any, seq: list[int]) -> dict:
     """Gemma 3: ``token_type_ids`` mark the image tokens (transformers then attends within an image both ways)."""
     import numpy as np
     import torch
 
-    ids = torch.tensor([seq])
-    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    kw = text_inputs(seq)
     if ctx.pixel_values:
         kw.update(pixel_values=torch.from_numpy(np.stack(ctx.pixel_values)),
-                  token_type_ids=(ids == model.config.image_token_index).long())
+                  token_type_ids=(kw["input_ids"] == model.config.image_token_index).long())
     return kw
 
 
@@ -295,12 +303,11 @@ def hf_inputs_qwen2_5_vl(model: Any, ctx: Any, seq: list[int]) -> dict:
     import numpy as np
     import torch
 
-    ids = torch.tensor([seq])
-    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    kw = text_inputs(seq)
     if ctx.pixel_values:
         kw.update(pixel_values=torch.from_numpy(np.concatenate(ctx.pixel_values)),
                   image_grid_thw=torch.from_numpy(ctx.extra_model_args["image_grid_thw"]),
-                  mm_token_type_ids=(ids == model.config.image_token_id).int())
+                  mm_token_type_ids=(kw["input_ids"] == model.config.image_token_id).int())
     return kw
 
 
@@ -308,8 +315,7 @@ def hf_inputs_idefics3(model: Any, ctx: Any, seq: list[int]) -> dict:
     import numpy as np
     import torch
 
-    ids = torch.tensor([seq])
-    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    kw = text_inputs(seq)
     if ctx.pixel_values:
         kw["pixel_values"] = torch.from_numpy(np.stack(ctx.pixel_values))[None]
     return kw
@@ -394,8 +400,7 @@ def hf_inputs_mistral3(model: Any, ctx: Any, seq: list[int]) -> dict:
     import numpy as np
     import torch
 
-    ids = torch.tensor([seq])
-    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    kw = text_inputs(seq)
     if ctx.pixel_values:
         sizes = [p.shape[1:] for p in ctx.pixel_values]
         h, w = max(s[0] for s in sizes), max(s[1] for s in sizes)
@@ -473,8 +478,7 @@ def hf_inputs_internvl(model: Any, ctx: Any, seq: list[int]) -> dict:
     import numpy as np
     import torch
 
-    ids = torch.tensor([seq])
-    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    kw = text_inputs(seq)
     if ctx.pixel_values:
         kw["pixel_values"] = torch.from_numpy(np.concatenate(ctx.pixel_values))
     return kw
@@ -550,8 +554,7 @@ def hf_inputs_llama4(model: Any, ctx: Any, seq: list[int]) -> dict:
     import numpy as np
     import torch
 
-    ids = torch.tensor([seq])
-    kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    kw = text_inputs(seq)
     if ctx.pixel_values:
         kw["pixel_values"] = torch.from_numpy(np.stack(ctx.pixel_values))
     return kw
