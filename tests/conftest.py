@@ -3,13 +3,22 @@
 - Tests marked ``gpu`` are skipped when torch sees no accelerator.
 - ``LIBREMAX_TEST_DEVICE=gpu`` runs the graph/op tests on the first accelerator
   (see ``tests/support.py``).
+- ``tempfile`` in the test process writes under one folder per process, removed when the process
+  ends: the cached tiny checkpoints (``tempfile.mkdtemp`` in the support modules) do not pile up in
+  the system's temporary directory run after run.
 - Hypothesis: a bounded profile so the suite fits CI (2 cores, < 20 min);
   ``HYPOTHESIS_PROFILE=thorough`` draws more examples.
 """
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
+
+tempfile.tempdir = tempfile.mkdtemp(prefix="libremax-tests-")
+atexit.register(shutil.rmtree, tempfile.tempdir, True)
 
 try:
     from hypothesis import HealthCheck, settings
