@@ -6,9 +6,11 @@
  * a time (4 x 6 with AVX-512, 3 x 3 with AVX2, 4 x 2 with NEON, 4 x 4 portable):
  * per step of VW values it loads TR weight vectors and TC activation vectors for
  * TR * TC fused multiply-adds.  The weight is walked once per call in panels of
- * TR rows (each thread a contiguous range of rows), the next panel prefetched
- * while the current one is computed; every block of TC activation rows runs over
- * the panel while it is in L1/L2.  At M = 1 the tile is 2 * TR rows x 1 (x86).
+ * TR rows (each thread a contiguous range of rows), a panel PF_AHEAD panels on
+ * (the next one at M = 1) prefetched while the current one is computed, its lines
+ * spread evenly over the blocks of TC activation rows that run over the current
+ * panel from L1/L2 (so memory stays busy while the later blocks compute).  At
+ * M = 1 the tile is 2 * TR rows x 1 (x86).
  *
  * Half-precision weights are widened exactly to float32: once per vector and
  * shared by the TC activation rows of a tile; with more than TC activation rows
@@ -155,16 +157,16 @@ LMX_INLINE float s_tail(float s, int kind, const uint8_t *w, const float *x, int
     return s;
 }
 
-/* Prefetching: the bytes [pf, pf_end) (a slice of the next panel) are prefetched, pq cache lines each
-   time the tile has consumed 64 bytes of one weight row, so a panel's blocks of activation rows share
-   the stream evenly (memory stays busy while the later blocks compute from cache). */
+/* Prefetching: the bytes [pf, end) (a slice of a later panel) are prefetched into L2, pq cache lines
+   each time the tile has consumed 64 bytes of one weight row, so a panel's blocks of activation rows
+   share the stream evenly (memory stays busy while the later blocks compute from cache). */
 typedef struct {
     const uint8_t *pf, *end;
     int64_t pq;
 } pfq;
 
 #ifndef PF_AHEAD
-#define PF_AHEAD 2 /* panels */
+#define PF_AHEAD 2 /* panels (M > 1; 1 and 3 made no clear difference on the shared test host) */
 #endif
 #ifndef LMX_PF_LOCALITY
 #define LMX_PF_LOCALITY 2
