@@ -26,6 +26,11 @@ the same torch fallback.  ``--isa all`` times every kernel variant this CPU can 
 ``--isa``) on the same packed weights, alternating with the current build, and says whether the
 two give the same bits.
 
+``--working-set MB`` times every call over many distinct copies of the weight totalling at least MB
+megabytes (e.g. 640, more than the L3 cache), cycled in turn, as a real decode step streams each layer's
+weights from memory; without it one weight is timed repeatedly (resident in cache when it fits).
+``GFLOP/s`` is 2 M N K / time of the native kernel, ``GB/s`` the weight bytes it read per second.
+
 Ratios are time(peer) / time(native): > 1 means the native kernel is faster.
 """
 
@@ -89,6 +94,8 @@ def main() -> None:
                     help="native kernel variant(s): 'native', 'all' (every variant this CPU runs) or a list")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--skip-deq", action="store_true", help="leave out dequantise-then-matmul (slow)")
+    ap.add_argument("--working-set", type=float, default=0.0,
+                    help="cycle over distinct weight copies of at least this many MB (0: one resident weight)")
     ap.add_argument("--baseline", default=None,
                     help="a kernel library built before a change (same variant as --isa): timed beside it")
     a = ap.parse_args()
@@ -115,47 +122,71 @@ def main() -> None:
                 w = torch.randn(n, k).to(DENSE[kind])
                 w32, code, mode, wk = w.float(), native.dense_kind(w.dtype), "dense", "dense"
                 prep, blocks = None, None
+                copies = max(1, int(a.working_set * 1e6 / (w.numel() * w.element_size()) + 0.999))
+                ws = [w] + [torch.randn(n, k).to(DENSE[kind]) for _ in range(copies - 1)]
             else:
                 code = native.GGML_KINDS[kind]
                 blocks = torch.from_numpy(make_blocks(kind, n, k, rng))
                 w, mode, wk = native.pack(blocks, code, n, k), "packed", "packed:" + kind
                 w32 = dequantize(blocks, kind)
                 prep = prepare_qweight(blocks, kind)
+                ws = [w]  # (--working-set: dense kinds only)
             for isa in isas:
-                plan = native.MatmulPlan([w], [code], [mode], [n], k, so=native.lib(isa))
-                bplan = None if base_so is None else native.MatmulPlan([w], [code], [mode], [n], k, so=base_so)
+                plans = [native.MatmulPlan([wi], [code], [mode], [n], k, so=native.lib(isa)) for wi in ws]
+                plan = plans[0]
+                bplans = None if base_so is None else \
+                    [native.MatmulPlan([wi], [code], [mode], [n], k, so=base_so) for wi in ws]
+                bplan = None if bplans is None else bplans[0]
+                nc = len(ws)
+
+                def each(fn):  # one call per weight copy; timeit's result divided by nc
+                    def run():
+                        for i in range(nc):
+                            fn(i)
+                    return run
+
+                budget = 0.25 if nc == 1 else 1.0
                 for m in (int(v) for v in a.m.split(",")):
                     x = torch.randn(m, k)
                     out = torch.empty(m, n)
-                    t_nat = timeit(lambda: plan(x, out))
+                    t_nat = timeit(each(lambda i: plans[i](x, out)), budget) / nc
                     base_cols = ()
                     if bplan is not None:  # alternate, so both see the same machine load
-                        t_b = min(timeit(lambda: bplan(x, out)), timeit(lambda: bplan(x, out)))
-                        t_nat = min(t_nat, timeit(lambda: plan(x, out)))
+                        t_b = min(timeit(each(lambda i: bplans[i](x, out)), budget),
+                                  timeit(each(lambda i: bplans[i](x, out)), budget)) / nc
+                        t_nat = min(t_nat, timeit(each(lambda i: plans[i](x, out)), budget) / nc)
                         same = "yes" if torch.equal(bplan(x), plan(x)) else "NO"
                         base_cols = (f"{t_b * 1e6:.1f}", f"{t_b / t_nat:.2f}x", same)
-                    t_f32 = timeit(lambda: torch.nn.functional.linear(x, w32))
+                    if nc == 1:
+                        t_f32 = timeit(lambda: torch.nn.functional.linear(x, w32))
+                    elif dense and w.dtype == torch.float32:
+                        t_f32 = timeit(each(lambda i: torch.nn.functional.linear(x, ws[i])), budget) / nc
+                    else:
+                        t_f32 = None  # (no float32 copies of the working set)
                     if dense and w.dtype == torch.float32:
                         t_blk = t_f32
                     else:
-                        t_blk = timeit(lambda: _blockwise_linear(x, w, wk, n, k))
+                        t_blk = timeit(each(lambda i: _blockwise_linear(x, ws[i], wk, n, k)), budget) / nc
                     t_i4 = timeit(lambda: qmatmul(x, prep)) if prep is not None and prep.kind == "int4pack" else None
                     t_deq = None if dense or a.skip_deq or n * k > 30e6 else \
                         timeit(lambda: x @ dequantize(blocks, kind).T, 0.1)
                     ref = x.double() @ w32.double().T
                     err = float((plan(x).double() - ref).abs().max() / ref.abs().max())
                     gbs = (w.numel() * w.element_size()) / t_nat / 1e9
+                    gflops = 2 * m * n * k / t_nat / 1e9
                     wdt = {torch.float32: DType.float32, torch.bfloat16: DType.bfloat16,
                            torch.float16: DType.float16}.get(w.dtype, DType.uint8)
                     lim = BackendPolicy(native=True, isa=isa).matmul_choice((wk,), [wdt], DType.float32,
                                                                             True).native_max_m
                     pick = "native" if m < lim else "torch"
-                    rows.append((kind, f"{n}x{k}", isa, m, f"{t_nat * 1e6:.1f}", f"{gbs:.1f}", f"{t_blk / t_nat:.2f}x",
-                                 pick, f"{t_i4 / t_nat:.2f}x" if t_i4 else "-", f"{t_f32 / t_nat:.2f}x",
+                    rows.append((kind, f"{n}x{k}", isa, m, f"{t_nat * 1e6:.1f}", f"{gflops:.0f}", f"{gbs:.1f}",
+                                 f"{t_blk / t_nat:.2f}x", pick, f"{t_i4 / t_nat:.2f}x" if t_i4 else "-",
+                                 f"{t_f32 / t_nat:.2f}x" if t_f32 else "-",
                                  f"{t_deq / t_nat:.1f}x" if t_deq else "-", f"{err:.1e}", *base_cols))
-    table(f"native matmul, {torch.get_num_threads()} threads (ratios: peer time / native time; 'torch' = the "
-          "fallback the cost model picks at large M: GEMM over blocks of rows widened to float32)", rows,
-          ("kind", "N x K", "kernels", "M", "native us", "GB/s", "torch", "cost model", "int4pack", "f32", "deq+mm",
+    where = f"weights cycled over >= {a.working_set:.0f} MB" if a.working_set else "one resident weight"
+    table(f"native matmul, {torch.get_num_threads()} threads, {where} (ratios: peer time / native time; 'torch' = "
+          "the fallback the cost model picks at large M: GEMM over blocks of rows widened to float32)", rows,
+          ("kind", "N x K", "kernels", "M", "native us", "GFLOP/s", "GB/s", "torch", "cost model", "int4pack", "f32", "deq+mm",
            "rel err", *(("baseline us", "vs baseline", "same bits") if base_so is not None else ())))
 
 

@@ -196,7 +196,8 @@ BIAS = _rng.standard_normal(N_Q).astype(np.float32)
 BIAS_CASE = case(OP_PACKED, (GGML["Q4_K"], 5, N_Q, 256, 0), (),
                  (PACKED["Q4_K"][0][:, :144], PACKED["Q4_K"][1][:5, :256], BIAS))
 
-# dense: K = 83 (not a multiple of the vector width), M = 9 and its sub-batches
+# dense: K = 83 (not a multiple of the vector width), M = 9 and its sub-batches (each tile shape of the NEON
+# kernel: the M = 1 tile, one and several blocks of 2 activation rows, the half weights' widened panel)
 DENSE = {}
 for _j, _dt in enumerate(("float32", "bfloat16", "float16")):
     _g = torch.Generator().manual_seed(500 + _j)
@@ -206,7 +207,7 @@ for _j, _dt in enumerate(("float32", "bfloat16", "float16")):
     _kind = {"float32": 0, "bfloat16": 30, "float16": 1}[_dt]
     DENSE[_dt] = (_w, _x, case(OP_DENSE, (_kind, 9, 21, 83, 0), (), (_wb, _x.numpy())),
                   {s: case(OP_DENSE, (_kind, s[1] - s[0], 21, 83, 0), (), (_wb, _x[s[0]:s[1]].numpy()))
-                   for s in [(0, 1), (0, 3), (4, 5)]})
+                   for s in [(0, 1), (0, 2), (0, 3), (4, 5), (2, 7), (1, 9)]})
 
 # rmsnorm (with and without a weight) and the gated activations
 _g = torch.Generator().manual_seed(600)
