@@ -32,21 +32,31 @@ LMX_API int lmx_conv1d_decode(int64_t B, int64_t C, int64_t K, const float *x, i
     return 0;
 }
 
-/* Mamba-2 SSD, one token per request: x [B, H, P], dt [B, H], A [H], Bm / Cm [B, G, N], D [H] or NULL,
- * state [H, P, N] per slot; y [B, H, P] (all contiguous). */
-LMX_API int lmx_ssd_decode(int64_t B, int64_t H, int64_t P, int64_t G, int64_t N, const float *x, const float *dt,
-                           const float *A, const float *Bm, const float *Cm, const float *D, float *state,
-                           const int64_t *slots, int64_t slot_stride, float *y) {
+/* softplus(x) = log(1 + exp(x)), written as the graph's softplus (max(x, 0) + log1p(exp(-|x|))) */
+LMX_INLINE float lmx_softplus(float x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
+
+/* Mamba-2 SSD, one token per request: x [B, H, P] (row stride xs), dt [B, H] (row stride dts), A [H],
+ * Bm / Cm [B, G, N] (row stride bcs), D [H] or NULL, state [H, P, N] per slot; y [B, H, P] (contiguous).
+ * With dt_bias (or dt_softplus) the step size is dt' = softplus(dt + dt_bias) (dt_bias NULL: 0), clamped
+ * to [dt_min, dt_max]; else dt is used as given. */
+LMX_API int lmx_ssd_decode(int64_t B, int64_t H, int64_t P, int64_t G, int64_t N, const float *x, int64_t xs,
+                           const float *dt, int64_t dts, const float *A, const float *Bm, const float *Cm,
+                           int64_t bcs, const float *D, const float *dt_bias, int dt_softplus, float dt_min,
+                           float dt_max, float *state, const int64_t *slots, int64_t slot_stride, float *y) {
     const int64_t per = H / G;
 #pragma omp parallel for schedule(static) if (B * H * P * N > (1 << 16))
     for (int64_t bh = 0; bh < B * H; bh++) {
         const int64_t b = bh / H, h = bh % H, g = h / per;
         float *s = state + slots[b] * slot_stride + h * P * N;
-        const float d = dt[b * H + h];
+        float d = dt[b * dts + h];
+        if (dt_softplus) {
+            d = lmx_softplus(d + (dt_bias ? dt_bias[h] : 0.0f));
+            d = d < dt_min ? dt_min : (d > dt_max ? dt_max : d);
+        }
         const float da = expf(d * A[h]);
-        const float *bn = Bm + (b * G + g) * N;
-        const float *cn = Cm + (b * G + g) * N;
-        const float *xp = x + (b * H + h) * P;
+        const float *bn = Bm + b * bcs + g * N;
+        const float *cn = Cm + b * bcs + g * N;
+        const float *xp = x + b * xs + h * P;
         float *yp = y + (b * H + h) * P;
         for (int64_t p = 0; p < P; p++) {
             float *sp = s + p * N;
@@ -58,19 +68,38 @@ LMX_API int lmx_ssd_decode(int64_t B, int64_t H, int64_t P, int64_t G, int64_t N
     return 0;
 }
 
-/* Gated delta rule, one token per request: q, k [B, H, K], v [B, H, V], g, beta [B, H], state [H, K, V] per
- * slot; o [B, H, V] (all contiguous).  S = exp(g) S; S += k (beta (v - S^T k))^T; o = S^T q. */
-LMX_API int lmx_gdr_decode(int64_t B, int64_t H, int64_t K, int64_t V, const float *q, const float *k,
-                           const float *v, const float *g, const float *beta, float *state, const int64_t *slots,
-                           int64_t slot_stride, float *o) {
+/* q or k of one head, optionally L2-normalised (x / sqrt(sum x^2 + 1e-6), as the graph's) and scaled. */
+LMX_INLINE void gdr_key(const float *src, int64_t K, int l2norm, float scale, float *dst) {
+    float f = scale;
+    if (l2norm) f *= 1.0f / sqrtf(lmx_dot8(src, src, K) + 1e-6f);
+    for (int64_t i = 0; i < K; i++) dst[i] = src[i] * f;
+}
+
+/* Gated delta rule, one token per request: q, k [B, Hk, K] (row strides qs, ks), v [B, H, V] (row stride
+ * vs), g, beta [B, H] (row stride gs), state [H, K, V] per slot; o [B, H, V] (contiguous).  Value head h
+ * reads key head h / (H / Hk).  S = exp(g) S; S += k (beta (v - S^T k))^T; o = S^T q.
+ * Prepared in here when asked: q and k L2-normalised (l2norm), q times scale; with A ([H], not NULL) the
+ * log decay is A[h] * softplus(g + dt_bias[h]) (dt_bias NULL: 0); beta_sigmoid: beta = sigmoid(beta). */
+LMX_API int lmx_gdr_decode(int64_t B, int64_t H, int64_t Hk, int64_t K, int64_t V, const float *q, int64_t qs,
+                           const float *k, int64_t ks, const float *v, int64_t vs, const float *g,
+                           const float *beta, int64_t gs, const float *A, const float *dt_bias, int beta_sigmoid,
+                           int l2norm, float scale, float *state, const int64_t *slots, int64_t slot_stride,
+                           float *o) {
+    const int64_t per = H / Hk;
 #pragma omp parallel for schedule(static) if (B * H * K * V > (1 << 16))
     for (int64_t bh = 0; bh < B * H; bh++) {
-        const int64_t b = bh / H, h = bh % H;
+        const int64_t b = bh / H, h = bh % H, hk = h / per;
         float *S = state + slots[b] * slot_stride + h * K * V;
-        const float *qh = q + bh * K, *kh = k + bh * K, *vh = v + bh * V;
+        const float *vh = v + b * vs + h * V;
         float *oh = o + bh * V;
-        const float eg = expf(g[bh]), bt = beta[bh];
-        float *kv = (float *)alloca((size_t)V * sizeof(float));
+        float *kv = (float *)alloca((size_t)(V + 2 * K) * sizeof(float));
+        float *qh = kv + V, *kh = qh + K;
+        gdr_key(q + b * qs + hk * K, K, l2norm, scale, qh);
+        gdr_key(k + b * ks + hk * K, K, l2norm, 1.0f, kh);
+        float lg = g[b * gs + h], bt = beta[b * gs + h];
+        if (A) lg = A[h] * lmx_softplus(lg + (dt_bias ? dt_bias[h] : 0.0f));
+        if (beta_sigmoid) bt = 1.0f / (1.0f + expf(-bt));
+        const float eg = expf(lg);
         for (int64_t j = 0; j < V; j++) kv[j] = 0.0f;
         for (int64_t i = 0; i < K; i++) {
             float *row = S + i * V;

@@ -12,7 +12,7 @@ from max.graph import DeviceRef, TensorValue, Weight, ops
 from max.nn.kv_cache import KVCacheParams, StateSpec
 from max.nn.layer import Module
 from max.pipelines.architectures.common.config import DecoderConfig, rope_defaults, with_defaults
-from max.pipelines.architectures.common.hybrid import HybridCollection, HybridPipelineModel, Params, softplus
+from max.pipelines.architectures.common.hybrid import HybridCollection, HybridPipelineModel, Params
 from max.pipelines.architectures.common.layers import DecoderAttention, GatedMLP, _Rope, default_mlp, rms_norm
 from max.pipelines.architectures.common.moe import DecoderMoE
 from max.pipelines.architectures.common.weights import WeightFactory
@@ -25,10 +25,6 @@ def deltanet_state_specs(layer: int, d: dict) -> list[StateSpec]:
     conv = 2 * d["k_heads"] * d["k_dim"] + d["v_heads"] * d["v_dim"]
     return [StateSpec(f"layers.{layer}.conv", (conv, d["conv_kernel"] - 1)),
             StateSpec(f"layers.{layer}.delta", (d["v_heads"], d["k_dim"], d["v_dim"]))]
-
-
-def _l2norm(x: TensorValue, eps: float = 1e-6) -> TensorValue:
-    return x * ops.rsqrt(ops.sum(x * x, axis=-1) + eps)
 
 
 class GatedDeltaNet(Module):
@@ -93,14 +89,11 @@ class GatedDeltaNet(Module):
         q = ops.reshape(qkv[:, :kd], [T, Hk, Dk])
         k = ops.reshape(qkv[:, kd:2 * kd], [T, Hk, Dk])
         v = ops.reshape(qkv[:, 2 * kd:], [T, Hv, Dv])
-        if Hv != Hk:  # each key head serves Hv / Hk consecutive value heads
-            q = ops.repeat_interleave(q, Hv // Hk, axis=1)
-            k = ops.repeat_interleave(k, Hv // Hk, axis=1)
-        q = _l2norm(q) * (1.0 / math.sqrt(Dk))
-        k = _l2norm(k)
-        beta = ops.sigmoid(b.cast(f32))
-        g = -ops.exp(self.A_log.cast(f32)) * softplus(a.cast(f32) + self.dt_bias.cast(f32))
-        o = ops.gated_delta_rule(q, k, v, g, beta, coll.states[f"layers.{self.layer}.delta"], coll.slots, offsets)
+        # the op prepares its inputs: each key head serves Hv / Hk consecutive value heads, q and k
+        # L2-normalised (q scaled by 1/sqrt(Dk)), beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias)
+        o = ops.gated_delta_rule(q, k, v, a.cast(f32), b.cast(f32), coll.states[f"layers.{self.layer}.delta"],
+                                 coll.slots, offsets, A=-ops.exp(self.A_log.cast(f32)), dt_bias=self.dt_bias.cast(f32),
+                                 beta_sigmoid=True, qk_l2norm=True, scale=1.0 / math.sqrt(Dk))
         o = o * ops.rsqrt(ops.mean(o * o, axis=-1) + self.eps)  # norm before the gate, per head
         o = (o.cast(x.dtype) * self.norm.weight.to(x.device).cast(x.dtype)).cast(f32) * ops.silu(z.cast(f32))
         return self.out_proj(ops.reshape(o.cast(x.dtype), [T, Hv * Dv]))

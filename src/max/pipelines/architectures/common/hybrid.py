@@ -15,7 +15,6 @@ layers plus per-request state slots).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Sequence
@@ -31,7 +30,7 @@ from max.pipelines.architectures.common.model import DecoderPipelineModel
 from max.pipelines.architectures.common.weights import WeightFactory
 
 __all__ = ["AttentionMixer", "FetchHybridCollection", "GatedGroupRMSNorm", "HybridCollection", "HybridLayer",
-           "HybridDecoder", "HybridPipelineModel", "Mamba2Mixer", "Params", "build_hybrid", "mamba2_state_specs", "softplus"]
+           "HybridDecoder", "HybridPipelineModel", "Mamba2Mixer", "Params", "build_hybrid", "mamba2_state_specs"]
 
 
 @dataclass
@@ -68,11 +67,6 @@ class Params(Module):
         super().__init__()
         for name, (dt, shape) in shapes.items():
             setattr(self, name, Weight(name, dt, shape, device))
-
-
-def softplus(x: TensorValue) -> TensorValue:
-    """``log(1 + exp(x))`` without overflow."""
-    return ops.relu(x) + ops.log1p(ops.exp(-ops.abs(x)))
 
 
 class GatedGroupRMSNorm(Module):
@@ -165,15 +159,11 @@ class Mamba2Mixer(Module):
         B = ops.reshape(xbc[:, I:I + G * N], [T, G, N])
         C = ops.reshape(xbc[:, I + G * N:], [T, G, N])
         f32 = DType.float32
-        dt = softplus(dt.cast(f32) + self.dt_bias.cast(f32))
-        lo, hi = m.dt_limit
-        if lo > 0.0:
-            dt = ops.max(dt, lo)
-        if math.isfinite(hi):
-            dt = ops.min(dt, hi)
         A = -ops.exp(self.A_log.cast(f32))
-        y = ops.selective_scan(xs.cast(f32), dt, A, B.cast(f32), C.cast(f32), coll.states[f"layers.{self.layer}.ssm"],
-                               coll.slots, offsets, D=self.D.cast(f32), chunk_size=m.chunk)
+        # dt = clamp(softplus(dt + dt_bias), *dt_limit), taken by the op
+        y = ops.selective_scan(xs.cast(f32), dt.cast(f32), A, B.cast(f32), C.cast(f32),
+                               coll.states[f"layers.{self.layer}.ssm"], coll.slots, offsets, D=self.D.cast(f32),
+                               chunk_size=m.chunk, dt_bias=self.dt_bias.cast(f32), dt_limit=m.dt_limit)
         y = ops.reshape(y, [T, I])
         y = self.norm(y, gate) if self.has_norm else y * ops.silu(gate.cast(f32))
         return self.out_proj(y.cast(x.dtype))
