@@ -464,6 +464,35 @@ def test_native_decode_kernels_prepare_their_inputs(isa, data, seed):
     np.testing.assert_allclose(st1, rs, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("isa", _isas())
+@settings(deadline=None, max_examples=20)
+@given(data=st.data(), seed=st.integers(0, 2**16))
+def test_native_conv1d_decode_matches_reference(isa, data, seed):
+    """lmx_conv1d_decode over any kernel size (the 4-tap form and the loop), channel counts around the
+    vector widths (SiLU's vector body and tail), row-strided x, large |y| (SiLU's saturation), every ISA."""
+    from max.engine import native
+
+    so = native.lib(isa)
+    rng = np.random.default_rng(seed)
+    f32 = np.float32
+    S = 4
+    B = data.draw(st.integers(1, 4))
+    slots = np.array(data.draw(st.permutations(range(S)))[:B], np.int64)
+    C, K = data.draw(st.integers(1, 40)), data.draw(st.integers(1, 5))
+    pad, silu, has_bias = data.draw(st.integers(0, 3)), data.draw(st.booleans()), data.draw(st.booleans())
+    wide = (rng.standard_normal((B, C + pad)) * data.draw(st.sampled_from([1.0, 60.0]))).astype(f32)
+    x = wide[:, :C]
+    w, bias = rng.standard_normal((C, K)).astype(f32), rng.standard_normal(C).astype(f32)
+    st0 = rng.standard_normal((S, C, K - 1)).astype(f32)
+    st1, y = st0.copy(), np.empty((B, C), f32)
+    assert so.lmx_conv1d_decode(B, C, K, wide.ctypes.data, C + pad, w.ctypes.data,
+                                bias.ctypes.data if has_bias else None, st1.ctypes.data, slots.ctypes.data,
+                                C * (K - 1), int(silu), y.ctypes.data) == 0
+    ry, rs = conv_ref(x, w, bias if has_bias else None, st0, slots, [1] * B, silu)
+    np.testing.assert_allclose(y, ry, rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(st1, rs.astype(f32))  # the window only moves values
+
+
 def test_a_steps_layout_is_worked_out_once_for_all_its_layers():
     """Every recurrent layer of a step passes the same slots/offsets tensors: the layout (and its checks)
     is reused while they are unchanged, and worked out again for new tensors or after an in-place change."""
