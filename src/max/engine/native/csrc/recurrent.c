@@ -1,4 +1,7 @@
-/* Decode steps of the recurrent ops (max.graph.ops.recurrent): one token per request, the request's
+/* Decode steps of the recurrent ops (max.graph.ops.recurrent), and the gated RMSNorm that follows the
+ * Mamba-2 / DeltaNet mixers (max.graph.ops.gated_rms_norm).
+ *
+ * Decode steps: one token per request, the request's
  * state read and updated in place in its slot (no gather/scatter copies), float32 throughout.
  *
  * state slot s of a [num_slots, ...] buffer starts at state + slots[b] * slot_stride (elements).
@@ -158,4 +161,37 @@ LMX_API int lmx_gdr_decode(int64_t B, int64_t H, int64_t Hk, int64_t K, int64_t 
         }
     }
     return 0;
+}
+
+/* gated_rms_norm: x [M, D] (row stride xs), z [M, D] (row stride zs) or NULL, w [D]; out [M, D]
+ * (contiguous).  g = silu(z) (1 without z); per group of D / G channels: h = x g, out = h / sqrt(mean(h^2) +
+ * eps) w, or with norm_before_gate out = x / sqrt(mean(x^2) + eps) w g. */
+LMX_API void lmx_gated_rmsnorm(const float *x, int64_t M, int64_t D, int64_t xs, const float *z, int64_t zs,
+                               const float *w, int64_t G, float eps, int norm_before_gate, float *out) {
+    const int64_t n = D / G;
+#pragma omp parallel for schedule(static) if (M * D > (1 << 16))
+    for (int64_t m = 0; m < M; m++) {
+        const float *xr = x + m * xs;
+        float *o = out + m * D;
+        if (z) {
+            memcpy(o, z + m * zs, (size_t)D * sizeof(float));
+            silu_inplace(o, D); /* o = g */
+        }
+        for (int64_t gi = 0; gi < G; gi++) {
+            const float *xg = xr + gi * n;
+            float *og = o + gi * n;
+            const float *wg = w + gi * n;
+            if (z && !norm_before_gate) {
+                for (int64_t i = 0; i < n; i++) og[i] *= xg[i]; /* h = x g */
+                const float r = 1.0f / sqrtf(lmx_dot8(og, og, n) / (float)n + eps);
+                for (int64_t i = 0; i < n; i++) og[i] = og[i] * r * wg[i];
+            } else {
+                const float r = 1.0f / sqrtf(lmx_dot8(xg, xg, n) / (float)n + eps);
+                if (z)
+                    for (int64_t i = 0; i < n; i++) og[i] = xg[i] * r * wg[i] * og[i];
+                else
+                    for (int64_t i = 0; i < n; i++) og[i] = xg[i] * r * wg[i];
+            }
+        }
+    }
 }

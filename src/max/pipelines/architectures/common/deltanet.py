@@ -94,8 +94,11 @@ class GatedDeltaNet(Module):
         o = ops.gated_delta_rule(q, k, v, a.cast(f32), b.cast(f32), coll.states[f"layers.{self.layer}.delta"],
                                  coll.slots, offsets, A=-ops.exp(self.A_log.cast(f32)), dt_bias=self.dt_bias.cast(f32),
                                  beta_sigmoid=True, qk_l2norm=True, scale=1.0 / math.sqrt(Dk))
-        o = o * ops.rsqrt(ops.mean(o * o, axis=-1) + self.eps)  # norm before the gate, per head
-        o = (o.cast(x.dtype) * self.norm.weight.to(x.device).cast(x.dtype)).cast(f32) * ops.silu(z.cast(f32))
+        if x.dtype == f32:  # per head: norm, weight, then the gate, as one op
+            o = ops.gated_rms_norm(o, z, self.norm.weight.to(x.device), self.eps, norm_before_gate=True)
+        else:
+            o = o * ops.rsqrt(ops.mean(o * o, axis=-1) + self.eps)  # norm before the gate, per head
+            o = (o.cast(x.dtype) * self.norm.weight.to(x.device).cast(x.dtype)).cast(f32) * ops.silu(z.cast(f32))
         return self.out_proj(ops.reshape(o.cast(x.dtype), [T, Hv * Dv]))
 
 

@@ -80,6 +80,9 @@ class GatedGroupRMSNorm(Module):
 
     def __call__(self, x: TensorValue, gate: TensorValue | None) -> TensorValue:
         dt = x.dtype
+        if dt == DType.float32 and (gate is None or gate.dtype == DType.float32):  # one fused op
+            return ops.gated_rms_norm(x, gate, self.weight.to(x.device), self.eps, self.groups,
+                                      self.norm_before_gate)
         h = x.cast(DType.float32)
         if gate is not None and not self.norm_before_gate:
             h = h * ops.silu(gate.cast(DType.float32))
