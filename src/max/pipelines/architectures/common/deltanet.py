@@ -62,16 +62,21 @@ class GatedDeltaNet(Module):
         d = self.d
         Hk, Hv, Dk, Dv = d["k_heads"], d["v_heads"], d["k_dim"], d["v_dim"]
         T = x.shape[0]
+        # the projections of x as one concat: the compiler runs them (and the norm before them) as one matmul
         if not self.fused:
-            return (self.in_proj_qkv(x), ops.reshape(self.in_proj_z(x), [T, Hv, Dv]), self.in_proj_b(x),
-                    self.in_proj_a(x))
+            c, vd = self.conv_dim, Hv * Dv
+            y = ops.concat([self.in_proj_qkv(x), self.in_proj_z(x), self.in_proj_b(x), self.in_proj_a(x)], axis=-1)
+            return (y[:, :c], ops.reshape(y[:, c:c + vd], [T, Hv, Dv]), y[:, c + vd:c + vd + Hv],
+                    y[:, c + vd + Hv:])
         r = Hv // Hk
-        qkvz = ops.reshape(self.in_proj_qkvz(x), [T, Hk, 2 * Dk + 2 * r * Dv])
+        n = Hk * (2 * Dk + 2 * r * Dv)
+        y = ops.concat([self.in_proj_qkvz(x), self.in_proj_ba(x)], axis=-1)
+        qkvz = ops.reshape(y[:, :n], [T, Hk, 2 * Dk + 2 * r * Dv])
         q = ops.reshape(qkvz[:, :, :Dk], [T, Hk * Dk])
         k = ops.reshape(qkvz[:, :, Dk:2 * Dk], [T, Hk * Dk])
         v = ops.reshape(qkvz[:, :, 2 * Dk:2 * Dk + r * Dv], [T, Hv * Dv])
         z = ops.reshape(qkvz[:, :, 2 * Dk + r * Dv:], [T, Hv, Dv])
-        ba = ops.reshape(self.in_proj_ba(x), [T, Hk, 2 * r])
+        ba = ops.reshape(y[:, n:], [T, Hk, 2 * r])
         b = ops.reshape(ba[:, :, :r], [T, Hv])
         a = ops.reshape(ba[:, :, r:], [T, Hv])
         return ops.concat([q, k, v], axis=-1), z, b, a
@@ -132,10 +137,11 @@ class GatedAttention(DecoderAttention):
                  input_row_offsets: TensorValue) -> TensorValue:
         H, D = self.n_heads, self.head_dim
         T = x.shape[0]
-        qg = ops.reshape(self.q_proj(x), [T, H, 2 * D])
+        y = ops.concat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], axis=-1)  # one matmul
+        qg = ops.reshape(y[:, :2 * H * D], [T, H, 2 * D])
         q = ops.reshape(qg[:, :, :D], [T, H * D])
         gate = ops.reshape(qg[:, :, D:], [T, H * D])
-        qkv = ops.concat([q, self.k_proj(x), self.v_proj(x)], axis=-1)
+        qkv = ops.concat([q, y[:, 2 * H * D:]], axis=-1)
         attn = self._attend(layer_idx, x, qkv, kv_collection, input_row_offsets, H, self.n_kv_heads, None,
                             x.device)
         return self.o_proj(ops.reshape(attn, [T, H * D]) * ops.sigmoid(gate))

@@ -148,10 +148,14 @@ class Mamba2Mixer(Module):
         self.out_proj = factory.linear(f"{prefix}.out_proj", I, hidden, getattr(m, "out_bias", m.bias))
 
     def __call__(self, x: TensorValue, coll: HybridCollection, offsets: TensorValue) -> TensorValue:
+        return self.mix(self.in_proj(x), coll, offsets)
+
+    def mix(self, zxbcdt: TensorValue, coll: HybridCollection, offsets: TensorValue) -> TensorValue:
+        """The mixer after ``in_proj``: ``zxbcdt`` is ``in_proj(x)`` (a caller may compute it in one matmul
+        with other projections of ``x``)."""
         m = self.m
         I, G, N, H, P = m.inner, m.groups, m.state, m.heads, m.head_dim
-        T = x.shape[0]
-        zxbcdt = self.in_proj(x)
+        T = zxbcdt.shape[0]
         gate = zxbcdt[:, :I]
         xbc = zxbcdt[:, I:I + self.conv_dim]
         dt = zxbcdt[:, I + self.conv_dim:]
@@ -169,7 +173,7 @@ class Mamba2Mixer(Module):
                                chunk_size=m.chunk, dt_bias=self.dt_bias.cast(f32), dt_limit=m.dt_limit)
         y = ops.reshape(y, [T, I])
         y = self.norm(y, gate) if self.has_norm else y * ops.silu(gate.cast(f32))
-        return self.out_proj(y.cast(x.dtype))
+        return self.out_proj(y.cast(zxbcdt.dtype))
 
 
 class AttentionMixer(Module):
