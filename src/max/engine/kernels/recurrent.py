@@ -233,17 +233,18 @@ def selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
     D = rest[0] if has_d else None
     dt_bias = rest[int(has_d)] if has_dt_bias else None
     dt_args = (dt_softplus, dt_min, dt_max)
-    y = torch.zeros((T, H, P), dtype=ct, device=x.device)
     if single is not None:
         rows, ssl = single
         if rows is None:
             v = _ssd_step(x, dt, A, B, C, D, dt_bias, dt_args, state, ssl, ct)
+            if v.dtype == x.dtype:  # every request decodes: the step's output is the op's
+                return v
         else:
             v = _ssd_step(*(t.index_select(0, rows) for t in (x, dt)), A, *(t.index_select(0, rows) for t in (B, C)),
                           D, dt_bias, dt_args, state, ssl, ct)
-        if not multi and v.dtype == x.dtype:
-            return v
-        _put(y, rows, v.to(ct))
+    y = torch.zeros((T, H, P), dtype=ct, device=x.device)
+    if single is not None:
+        _put(y, single[0], v.to(ct))
     if multi:
         xc, dtc, Ac = x.to(ct), _step_size(dt, dt_bias, dt_args, ct), A.to(ct)
         Bh, Ch = _heads(B.to(ct), H), _heads(C.to(ct), H)  # [T, H, N]
@@ -323,14 +324,15 @@ def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
     A = rest[0] if has_a else None
     dt_bias = rest[1] if has_dt_bias else None
     prep = (beta_sigmoid, qk_l2norm, scale)
-    o = torch.zeros((T, H, V), dtype=ct, device=v.device)
     if single is not None:
         rows, ssl = single
         ins = (q, k, v, g, beta) if rows is None else tuple(t.index_select(0, rows) for t in (q, k, v, g, beta))
         r = _gdr_step(*ins, A, dt_bias, prep, state, ssl, ct)
-        if not multi and r.dtype == v.dtype:
+        if rows is None and r.dtype == v.dtype:  # every request decodes: the step's output is the op's
             return r
-        _put(o, rows, r.to(ct))
+    o = torch.zeros((T, H, V), dtype=ct, device=v.device)
+    if single is not None:
+        _put(o, single[0], r.to(ct))
     if multi:
         qc, kc, gc, bc = _gdr_prepare(q, k, g, beta, H, A, dt_bias, prep, ct)
         vc = v.to(ct)
