@@ -95,6 +95,17 @@ def test_causal_conv1d_matches_reference(data, seed, dt):
 
 
 # ---------------------------------------------------------------- SSD scan
+def softplus_ref(x):
+    x = np.asarray(x, np.float64)
+    return np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0)
+
+
+def step_size_ref(dt, dt_bias, limit):
+    """Mamba-2's step size from the raw projection: clamp(softplus(dt + dt_bias), *limit), float64."""
+    d = np.asarray(dt, np.float64) + (0 if dt_bias is None else np.asarray(dt_bias, np.float64))
+    return np.clip(softplus_ref(d), limit[0], limit[1])
+
+
 def ssd_ref(x, dt, A, B, C, D, state, slots, lens):
     x, dt, A, B, C, state = (a.astype(np.float64) for a in (x, dt, A, B, C, state))
     H, G = x.shape[1], B.shape[1]
@@ -122,10 +133,13 @@ def test_selective_scan_matches_reference(data, seed, dtype):
     chunk = data.draw(st.integers(1, 8))
     lens, offs, slots = _batch(data, S, data.draw(st.booleans()))
     has_d = data.draw(st.booleans())
+    raw = data.draw(st.sampled_from([None, "softplus", "bias", "bias+limit"]))  # the op takes softplus(dt + bias)
     npd = dtype.to_numpy()
     T = sum(lens)
     x = rng.standard_normal((T, H, P)).astype(npd)
-    dt = rng.uniform(0.01, 1.0, (T, H)).astype(npd)
+    dt = (rng.uniform(0.01, 1.0, (T, H)) if raw is None else 2 * rng.standard_normal((T, H))).astype(npd)
+    dt_bias = rng.standard_normal(H).astype(npd) if raw and raw.startswith("bias") else None
+    limit = (0.1, 0.9) if raw == "bias+limit" else (0.0, float("inf"))
     A = -rng.uniform(0.1, 2.0, H).astype(npd)
     B = rng.standard_normal((T, G, N)).astype(npd)
     C = rng.standard_normal((T, G, N)).astype(npd)
@@ -137,18 +151,35 @@ def test_selective_scan_matches_reference(data, seed, dtype):
     if has_d:
         types.append(_tt(dtype, [H]))
         arrays.append(D)
+    if dt_bias is not None:
+        types.append(_tt(dtype, [H]))
+        arrays.append(dt_bias)
 
-    def build(s, xv, dv, av, bv, cv, sl, of, *d):
-        return ops.selective_scan(xv, dv, av, bv, cv, s, sl, of, D=d[0] if d else None, chunk_size=chunk)
+    def build(s, xv, dv, av, bv, cv, sl, of, *rest):
+        return ops.selective_scan(xv, dv, av, bv, cv, s, sl, of, D=rest[0] if has_d else None, chunk_size=chunk,
+                                  dt_bias=rest[-1] if dt_bias is not None else None, dt_softplus=raw == "softplus",
+                                  dt_limit=limit)
 
     y, after = _run(build, types, arrays, state)
-    ry, rs = ssd_ref(x, dt, A, B, C, D, state, slots, lens)
+    ry, rs = ssd_ref(x, step_size_ref(dt, dt_bias, limit) if raw else dt, A, B, C, D, state, slots, lens)
     tol = _tol(dtype) * 10
     np.testing.assert_allclose(y, ry, rtol=tol, atol=tol)
     np.testing.assert_allclose(after, rs, rtol=tol, atol=tol)
 
 
 # ---------------------------------------------------------------- gated delta rule
+def gdr_prepare_ref(q, k, a, b, A, dt_bias, scale):
+    """Qwen3-Next's gating in float64: q/k L2-normalised (q scaled) and repeated over the value heads,
+    g = A softplus(a + dt_bias), beta = sigmoid(b)."""
+    q, k, a, b, A = (np.asarray(t, np.float64) for t in (q, k, a, b, A))
+    H = a.shape[1]
+    q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6) * scale
+    k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+    q, k = np.repeat(q, H // q.shape[1], axis=1), np.repeat(k, H // k.shape[1], axis=1)
+    g = A * softplus_ref(a + (0 if dt_bias is None else np.asarray(dt_bias, np.float64)))
+    return q, k, g, 1 / (1 + np.exp(-b))
+
+
 def gdr_ref(q, k, v, g, beta, state, slots, lens):
     q, k, v, g, beta, state = (a.astype(np.float64) for a in (q, k, v, g, beta, state))
     o = np.zeros_like(v)
@@ -191,6 +222,45 @@ def test_gated_delta_rule_matches_reference(data, seed, dtype):
 
     o, after = _run(build, types, [q, k, v, g, beta, slots, offs], state)
     ro, rs = gdr_ref(q, k, v, g, beta, state, slots, lens)
+    tol = _tol(dtype) * 10
+    np.testing.assert_allclose(o, ro, rtol=tol, atol=tol)
+    np.testing.assert_allclose(after, rs, rtol=tol, atol=tol)
+
+
+@settings(deadline=None, max_examples=40)
+@given(data=st.data(), seed=st.integers(0, 2**16), dtype=DTYPES)
+def test_gated_delta_rule_prepares_its_inputs(data, seed, dtype):
+    """qk_l2norm / scale / grouped q-k heads / A, dt_bias / beta_sigmoid: the same as preparing the inputs in
+    float64 and running the plain rule."""
+    rng = np.random.default_rng(seed)
+    Hk = data.draw(st.integers(1, 2))
+    H = Hk * data.draw(st.integers(1, 3))
+    Kd, Vd, S = (data.draw(st.integers(1, n)) for n in (6, 5, 4))
+    chunk = data.draw(st.integers(1, 8))
+    lens, offs, slots = _batch(data, S, data.draw(st.booleans()))
+    has_bias = data.draw(st.booleans())
+    npd = dtype.to_numpy()
+    T = sum(lens)
+    q, k = rng.standard_normal((T, Hk, Kd)), rng.standard_normal((T, Hk, Kd))
+    v, a, b = rng.standard_normal((T, H, Vd)), 2 * rng.standard_normal((T, H)), 2 * rng.standard_normal((T, H))
+    A, dt_bias = -rng.uniform(0.1, 2.0, H), rng.standard_normal(H) if has_bias else None
+    state = rng.standard_normal((S, H, Kd, Vd))
+    q, k, v, a, b, A, state = (t.astype(npd) for t in (q, k, v, a, b, A, state))
+    scale = float(Kd) ** -0.5
+    types = [_tt(dtype, ["T", Hk, Kd]), _tt(dtype, ["T", Hk, Kd]), _tt(dtype, ["T", H, Vd]), _tt(dtype, ["T", H]),
+             _tt(dtype, ["T", H]), _tt(DType.int64, ["B"]), _tt(DType.uint32, ["B1"]), _tt(dtype, [H])]
+    arrays = [q, k, v, a, b, slots, offs, A]
+    if has_bias:
+        types.append(_tt(dtype, [H]))
+        arrays.append(dt_bias.astype(npd))
+
+    def build(s, qv, kv, vv, av, bv, sl, of, Av, *db):
+        return ops.gated_delta_rule(qv, kv, vv, av, bv, s, sl, of, chunk_size=chunk, A=Av,
+                                    dt_bias=db[0] if db else None, beta_sigmoid=True, qk_l2norm=True, scale=scale)
+
+    o, after = _run(build, types, arrays, state)
+    rq, rk, rg, rb = gdr_prepare_ref(q, k, a, b, A, dt_bias, scale)
+    ro, rs = gdr_ref(rq, rk, v, rg, rb, state, slots, lens)
     tol = _tol(dtype) * 10
     np.testing.assert_allclose(o, ro, rtol=tol, atol=tol)
     np.testing.assert_allclose(after, rs, rtol=tol, atol=tol)
@@ -242,6 +312,15 @@ def test_build_time_errors():
     gdr = [_tt(f32, ["T", 2, 4]), _tt(f32, ["T", 2, 4]), _tt(f32, ["T", 2, 3]), _tt(f32, ["T", 2]),
            _tt(f32, ["T", 2]), BufferType(f32, [2, 2, 4, 5], CPU), _tt(i64, ["B"]), _tt(DType.uint32, ["B1"])]
     _build_err(gdr, ops.gated_delta_rule, ValueError, "state value dim")
+    gqa = [_tt(f32, ["T", 2, 4]), _tt(f32, ["T", 2, 4]), _tt(f32, ["T", 3, 5]), _tt(f32, ["T", 3]),
+           _tt(f32, ["T", 3]), BufferType(f32, [2, 3, 4, 5], CPU), _tt(i64, ["B"]), _tt(DType.uint32, ["B1"])]
+    _build_err(gqa, ops.gated_delta_rule, ValueError, "multiple of the q/k heads")
+    _build_err(gdr[:5] + [BufferType(f32, [2, 2, 4, 3], CPU)] + gdr[6:] + [_tt(f32, [2])],
+               lambda *a: ops.gated_delta_rule(*a[:8], dt_bias=a[8]), ValueError, "give A too")
+    _build_err(ssd[:3] + [_tt(f32, ["T", 1, 4]), _tt(f32, ["T", 1, 4])] + ssd[5:],
+               lambda *a: ops.selective_scan(*a, dt_limit=(0.1, 1.0)), ValueError, "give dt_bias or dt_softplus")
+    _build_err(ssd[:3] + [_tt(f32, ["T", 1, 4]), _tt(f32, ["T", 1, 4])] + ssd[5:],
+               lambda *a: ops.selective_scan(*a, dt_softplus=True, dt_limit=(1.0, 0.1)), ValueError, "low <= high")
 
 
 def test_run_time_slot_errors():
@@ -297,9 +376,9 @@ def test_native_decode_kernels_match_reference(isa):
     Bm, Cm, D = (rng.standard_normal(s).astype(f32) for s in ((B, G, N), (B, G, N), H))
     st0 = rng.standard_normal((S, H, P, N)).astype(f32)
     st1, y = st0.copy(), np.empty((B, H, P), f32)
-    assert so.lmx_ssd_decode(B, H, P, G, N, x.ctypes.data, dt.ctypes.data, A.ctypes.data, Bm.ctypes.data,
-                             Cm.ctypes.data, D.ctypes.data, st1.ctypes.data, slots.ctypes.data, H * P * N,
-                             y.ctypes.data) == 0
+    assert so.lmx_ssd_decode(B, H, P, G, N, x.ctypes.data, H * P, dt.ctypes.data, H, A.ctypes.data, Bm.ctypes.data,
+                             Cm.ctypes.data, G * N, D.ctypes.data, None, 0, 0.0, 0.0, st1.ctypes.data,
+                             slots.ctypes.data, H * P * N, y.ctypes.data) == 0
     ry, rs = ssd_ref(x, dt, A, Bm, Cm, D, st0, slots, lens)
     np.testing.assert_allclose(y, ry, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(st1, rs, rtol=1e-5, atol=1e-5)
@@ -312,11 +391,106 @@ def test_native_decode_kernels_match_reference(isa):
     g, beta = -rng.uniform(0, 2, (B, H)).astype(f32), rng.uniform(0, 1, (B, H)).astype(f32)
     st0 = rng.standard_normal((S, H, K, V)).astype(f32)
     st1, o = st0.copy(), np.empty((B, H, V), f32)
-    assert so.lmx_gdr_decode(B, H, K, V, q.ctypes.data, k.ctypes.data, v.ctypes.data, g.ctypes.data,
-                             beta.ctypes.data, st1.ctypes.data, slots.ctypes.data, H * K * V, o.ctypes.data) == 0
+    assert so.lmx_gdr_decode(B, H, H, K, V, q.ctypes.data, H * K, k.ctypes.data, H * K, v.ctypes.data, H * V,
+                             g.ctypes.data, beta.ctypes.data, H, None, None, 0, 0, 1.0, st1.ctypes.data,
+                             slots.ctypes.data, H * K * V, o.ctypes.data) == 0
     ro, rs = gdr_ref(q, k, v, g, beta, st0, slots, lens)
     np.testing.assert_allclose(o, ro, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(st1, rs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("isa", _isas())
+@settings(deadline=None, max_examples=15)
+@given(data=st.data(), seed=st.integers(0, 2**16))
+def test_native_decode_kernels_prepare_their_inputs(isa, data, seed):
+    """The in-kernel preparation of lmx_ssd_decode (softplus(dt + dt_bias), clamped) and lmx_gdr_decode
+    (L2-normalised, scaled, grouped q/k; A softplus(a + dt_bias); sigmoid(b)), over row-strided inputs (column
+    slices of a wider matrix, as the models pass them), against the float64 references, every ISA variant."""
+    from max.engine import native
+
+    so = native.lib(isa)
+    rng = np.random.default_rng(seed)
+    f32 = np.float32
+    S = 5
+    B = data.draw(st.integers(1, 4))
+    slots = np.array(data.draw(st.permutations(range(S)))[:B], np.int64)
+    lens = [1] * B
+    pad = data.draw(st.integers(0, 3))  # extra columns: the row stride exceeds the row
+    # SSD
+    G = data.draw(st.integers(1, 2))
+    H, P, N = G * data.draw(st.integers(1, 3)), data.draw(st.integers(1, 6)), data.draw(st.integers(1, 20))
+    wide = rng.standard_normal((B, H * P + 2 * G * N + H + pad)).astype(f32)  # x | B | C | dt (| pad)
+    x = wide[:, :H * P].reshape(B, H, P)
+    Bm = wide[:, H * P:H * P + G * N].reshape(B, G, N)
+    Cm = wide[:, H * P + G * N:H * P + 2 * G * N].reshape(B, G, N)
+    dt = wide[:, H * P + 2 * G * N:H * P + 2 * G * N + H] * 2
+    wide[:, H * P + 2 * G * N:H * P + 2 * G * N + H] = dt
+    A, D, dtb = -rng.uniform(0.1, 2, H).astype(f32), rng.standard_normal(H).astype(f32), \
+        rng.standard_normal(H).astype(f32)
+    has_b = data.draw(st.booleans())
+    lo, hi = data.draw(st.sampled_from([(0.0, float("inf")), (0.1, 0.9)]))
+    st0 = rng.standard_normal((S, H, P, N)).astype(f32)
+    st1, y = st0.copy(), np.empty((B, H, P), f32)
+    W = wide.shape[1]
+    base = wide.ctypes.data
+    assert so.lmx_ssd_decode(B, H, P, G, N, base, W, base + 4 * (H * P + 2 * G * N), W, A.ctypes.data,
+                             base + 4 * H * P, base + 4 * (H * P + G * N), W, D.ctypes.data,
+                             dtb.ctypes.data if has_b else None, 1, lo, hi, st1.ctypes.data, slots.ctypes.data,
+                             H * P * N, y.ctypes.data) == 0
+    ry, rs = ssd_ref(x, step_size_ref(dt, dtb if has_b else None, (lo, hi)), A, Bm, Cm, D, st0, slots, lens)
+    np.testing.assert_allclose(y, ry, rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(st1, rs, rtol=2e-5, atol=2e-5)
+    # gated delta rule
+    Hk = data.draw(st.integers(1, 2))
+    H, K, V = Hk * data.draw(st.integers(1, 3)), data.draw(st.integers(1, 20)), data.draw(st.integers(1, 12))
+    wide = rng.standard_normal((B, 2 * Hk * K + H * V + 2 * H + pad)).astype(f32)  # q | k | v | a | b (| pad)
+    W, base = wide.shape[1], wide.ctypes.data
+    q = wide[:, :Hk * K].reshape(B, Hk, K)
+    k = wide[:, Hk * K:2 * Hk * K].reshape(B, Hk, K)
+    v = wide[:, 2 * Hk * K:2 * Hk * K + H * V].reshape(B, H, V)
+    a = wide[:, 2 * Hk * K + H * V:2 * Hk * K + H * V + H]
+    b = wide[:, 2 * Hk * K + H * V + H:2 * Hk * K + H * V + 2 * H]
+    A, dtb = -rng.uniform(0.1, 2, H).astype(f32), rng.standard_normal(H).astype(f32)
+    scale = float(K) ** -0.5
+    st0 = rng.standard_normal((S, H, K, V)).astype(f32)
+    st1, o = st0.copy(), np.empty((B, H, V), f32)
+    assert so.lmx_gdr_decode(B, H, Hk, K, V, base, W, base + 4 * Hk * K, W, base + 8 * Hk * K, W,
+                             base + 4 * (2 * Hk * K + H * V), base + 4 * (2 * Hk * K + H * V + H), W, A.ctypes.data,
+                             dtb.ctypes.data if has_b else None, 1, 1, scale, st1.ctypes.data, slots.ctypes.data,
+                             H * K * V, o.ctypes.data) == 0
+    rq, rk, rg, rb = gdr_prepare_ref(q, k, a, b, A, dtb if has_b else None, scale)
+    ro, rs = gdr_ref(rq, rk, v, rg, rb, st0, slots, lens)
+    np.testing.assert_allclose(o, ro, rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(st1, rs, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("isa", _isas())
+@settings(deadline=None, max_examples=20)
+@given(data=st.data(), seed=st.integers(0, 2**16))
+def test_native_conv1d_decode_matches_reference(isa, data, seed):
+    """lmx_conv1d_decode over any kernel size (the 4-tap form and the loop), channel counts around the
+    vector widths (SiLU's vector body and tail), row-strided x, large |y| (SiLU's saturation), every ISA."""
+    from max.engine import native
+
+    so = native.lib(isa)
+    rng = np.random.default_rng(seed)
+    f32 = np.float32
+    S = 4
+    B = data.draw(st.integers(1, 4))
+    slots = np.array(data.draw(st.permutations(range(S)))[:B], np.int64)
+    C, K = data.draw(st.integers(1, 40)), data.draw(st.integers(1, 5))
+    pad, silu, has_bias = data.draw(st.integers(0, 3)), data.draw(st.booleans()), data.draw(st.booleans())
+    wide = (rng.standard_normal((B, C + pad)) * data.draw(st.sampled_from([1.0, 60.0]))).astype(f32)
+    x = wide[:, :C]
+    w, bias = rng.standard_normal((C, K)).astype(f32), rng.standard_normal(C).astype(f32)
+    st0 = rng.standard_normal((S, C, K - 1)).astype(f32)
+    st1, y = st0.copy(), np.empty((B, C), f32)
+    assert so.lmx_conv1d_decode(B, C, K, wide.ctypes.data, C + pad, w.ctypes.data,
+                                bias.ctypes.data if has_bias else None, st1.ctypes.data, slots.ctypes.data,
+                                C * (K - 1), int(silu), y.ctypes.data) == 0
+    ry, rs = conv_ref(x, w, bias if has_bias else None, st0, slots, [1] * B, silu)
+    np.testing.assert_allclose(y, ry, rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(st1, rs.astype(f32))  # the window only moves values
 
 
 def test_a_steps_layout_is_worked_out_once_for_all_its_layers():

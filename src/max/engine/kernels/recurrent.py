@@ -150,7 +150,8 @@ def causal_conv1d(x: torch.Tensor, w: torch.Tensor, state: torch.Tensor, slots: 
 
     if single is not None:
         rows, ssl = single
-        v, done = _conv_step(_rows(x, rows), w, bias, state, ssl, silu, ct)
+        xr = x if rows is None and x.stride(-1) == 1 else _rows(x, rows)  # a column slice: its row stride
+        v, done = _conv_step(xr, w, bias, state, ssl, silu, ct)
         _put(y, rows, v.to(ct) if done else finish(v))
     for lo, hi, s in multi:
         xp = torch.cat([state[s].to(ct), x[lo:hi].to(ct).T], 1)  # [C, K - 1 + n]
@@ -159,20 +160,47 @@ def causal_conv1d(x: torch.Tensor, w: torch.Tensor, state: torch.Tensor, slots: 
     return y.to(x.dtype)
 
 
+def _softplus(x: torch.Tensor) -> torch.Tensor:
+    """``log(1 + exp(x))`` as the graph writes it (``max(x, 0) + log1p(exp(-|x|))``)."""
+    return torch.relu(x) + torch.log1p(torch.exp(-x.abs()))
+
+
+def _strided(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself when its rows are uniformly strided with contiguous inner dims (a column slice of a
+    contiguous matrix, as the ops' inputs usually are), else a contiguous copy."""
+    if t.is_contiguous():
+        return t
+    inner = 1
+    for d in range(t.dim() - 1, 0, -1):
+        if t.shape[d] != 1 and t.stride(d) != inner:
+            return t.contiguous()
+        inner *= t.shape[d]
+    return t
+
+
+def _row(t: torch.Tensor) -> int:
+    return t.stride(0) if t.shape[0] > 1 else t[0].numel()
+
+
 # ------------------------------------------------------------------------------------------ SSD scan
-def _ssd_step(x, dt, A, B, C, D, state, sl, ct):
-    """One token per request: ``x [B, H, P]`` -> ``y [B, H, P]`` (D skip included)."""
+def _ssd_step(x, dt, A, B, C, D, dt_bias, dt_args, state, sl, ct):
+    """One token per request: ``x [B, H, P]`` -> ``y [B, H, P]`` (D skip included); ``dt`` raw when
+    ``dt_args`` = (softplus, low, high) asks for the softplus."""
     H = x.shape[1]
-    so = _native(state, x, dt, A, B, C, D)
+    so = _native(state, x, dt, A, B, C, D, dt_bias)
     if so is not None:
-        xs, ds, As, Bs, Cs = (_c(t) for t in (x, dt, A, B, C))
+        xs, ds, Bs, Cs = (_strided(t) for t in (x, dt, B, C))
+        if _row(Bs) != _row(Cs):
+            Bs, Cs = _c(Bs), _c(Cs)
         y = torch.empty(x.shape, dtype=torch.float32)
         _check("selective_scan", so.lmx_ssd_decode(
-            x.shape[0], H, x.shape[2], B.shape[1], B.shape[2], xs.data_ptr(), ds.data_ptr(), As.data_ptr(),
-            Bs.data_ptr(), Cs.data_ptr(), 0 if D is None else _c(D).data_ptr(), state.data_ptr(), sl.data_ptr(),
-            _slot_stride(state), y.data_ptr()))
+            x.shape[0], H, x.shape[2], B.shape[1], B.shape[2], xs.data_ptr(), _row(xs), ds.data_ptr(), _row(ds),
+            _c(A).data_ptr(), Bs.data_ptr(), Cs.data_ptr(), _row(Bs), 0 if D is None else _c(D).data_ptr(),
+            0 if dt_bias is None else _c(dt_bias).data_ptr(), int(dt_args[0]), dt_args[1], dt_args[2],
+            state.data_ptr(), sl.data_ptr(), _slot_stride(state), y.data_ptr()))
         return y
-    xc, dtc, Ac = x.to(ct), dt.to(ct), A.to(ct)
+    xc, Ac = x.to(ct), A.to(ct)
+    dtc = _step_size(dt, dt_bias, dt_args, ct)
     Bh, Ch = _heads(B.to(ct), H), _heads(C.to(ct), H)
     h = state.index_select(0, sl).to(ct)  # [B, H, P, N]
     h = h * torch.exp(dtc * Ac)[:, :, None, None] + (dtc[:, :, None] * xc)[..., None] * Bh[:, :, None, :]
@@ -181,23 +209,44 @@ def _ssd_step(x, dt, A, B, C, D, state, sl, ct):
     return y + D.to(ct)[:, None] * xc if D is not None else y
 
 
+def _step_size(dt: torch.Tensor, dt_bias: torch.Tensor | None, dt_args: tuple, ct: torch.dtype) -> torch.Tensor:
+    d = dt.to(ct)
+    if not dt_args[0]:
+        return d
+    d = _softplus(d + dt_bias.to(ct) if dt_bias is not None else d)
+    lo, hi = dt_args[1:]
+    if lo > 0:
+        d = d.clamp(min=lo)
+    return d.clamp(max=hi) if hi != float("inf") else d
+
+
 @kernel("selective_scan", pure=False)
 def selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
                    state: torch.Tensor, slots: torch.Tensor, offsets: torch.Tensor, *rest: torch.Tensor,
-                   has_d: bool, chunk_size: int) -> torch.Tensor:
+                   has_d: bool, chunk_size: int, has_dt_bias: bool = False, dt_softplus: bool = False,
+                   dt_min: float = 0.0, dt_max: float = float("inf")) -> torch.Tensor:
     ct = _WIDE.get(x.dtype, x.dtype)
     _, single, multi = _layout("selective_scan", slots, offsets, state.shape[0], x.shape[0])
     T, H, P = x.shape
     if H % B.shape[1]:
         raise ValueError(f"selective_scan: {H} heads are not a multiple of {B.shape[1]} groups")
     D = rest[0] if has_d else None
-    y = torch.zeros((T, H, P), dtype=ct, device=x.device)
+    dt_bias = rest[int(has_d)] if has_dt_bias else None
+    dt_args = (dt_softplus, dt_min, dt_max)
     if single is not None:
         rows, ssl = single
-        _put(y, rows, _ssd_step(*(_rows(t, rows) for t in (x, dt)), A, *(_rows(t, rows) for t in (B, C)), D,
-                                state, ssl, ct).to(ct))
+        if rows is None:
+            v = _ssd_step(x, dt, A, B, C, D, dt_bias, dt_args, state, ssl, ct)
+            if v.dtype == x.dtype:  # every request decodes: the step's output is the op's
+                return v
+        else:
+            v = _ssd_step(*(t.index_select(0, rows) for t in (x, dt)), A, *(t.index_select(0, rows) for t in (B, C)),
+                          D, dt_bias, dt_args, state, ssl, ct)
+    y = torch.zeros((T, H, P), dtype=ct, device=x.device)
+    if single is not None:
+        _put(y, single[0], v.to(ct))
     if multi:
-        xc, dtc, Ac = x.to(ct), dt.to(ct), A.to(ct)
+        xc, dtc, Ac = x.to(ct), _step_size(dt, dt_bias, dt_args, ct), A.to(ct)
         Bh, Ch = _heads(B.to(ct), H), _heads(C.to(ct), H)  # [T, H, N]
         Dc = D.to(ct) if D is not None else None
     for lo, hi, s in multi:
@@ -219,17 +268,42 @@ def selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
 
 
 # ------------------------------------------------------------------------------------------ gated delta rule
-def _gdr_step(q, k, v, g, beta, state, sl, ct):
+def _gdr_prepare(q, k, g, beta, H, A, dt_bias, prep, ct):
+    """The plain op's inputs from the prepared form: q/k with ``H`` heads (L2-normalised, q scaled), the
+    log decay and beta (``prep`` = (beta_sigmoid, qk_l2norm, scale))."""
+    beta_sigmoid, l2, scale = prep
+    qc, kc, gc, bc = (t.to(ct) for t in (q, k, g, beta))
+    if l2:
+        qc = qc * torch.rsqrt((qc * qc).sum(-1, keepdim=True) + 1e-6)
+        kc = kc * torch.rsqrt((kc * kc).sum(-1, keepdim=True) + 1e-6)
+    if scale != 1.0:
+        qc = qc * scale
+    if qc.shape[1] != H:
+        qc, kc = qc.repeat_interleave(H // qc.shape[1], 1), kc.repeat_interleave(H // kc.shape[1], 1)
+    if A is not None:
+        gc = A.to(ct) * _softplus(gc + dt_bias.to(ct) if dt_bias is not None else gc)
+    if beta_sigmoid:
+        bc = torch.sigmoid(bc)
+    return qc, kc, gc, bc
+
+
+def _gdr_step(q, k, v, g, beta, A, dt_bias, prep, state, sl, ct):
     """One token per request: ``o [B, H, V]``."""
-    so = _native(state, q, k, v, g, beta)
+    H = v.shape[1]
+    so = _native(state, q, k, v, g, beta, A, dt_bias)
     if so is not None:
-        qs, ks, vs, gs, bs = (_c(t) for t in (q, k, v, g, beta))
+        qs, ks, vs, gs, bs = (_strided(t) for t in (q, k, v, g, beta))
+        if _row(gs) != _row(bs):
+            gs, bs = _c(gs), _c(bs)
         o = torch.empty(v.shape, dtype=torch.float32)
         _check("gated_delta_rule", so.lmx_gdr_decode(
-            q.shape[0], q.shape[1], q.shape[2], v.shape[2], qs.data_ptr(), ks.data_ptr(), vs.data_ptr(),
-            gs.data_ptr(), bs.data_ptr(), state.data_ptr(), sl.data_ptr(), _slot_stride(state), o.data_ptr()))
+            q.shape[0], H, q.shape[1], q.shape[2], v.shape[2], qs.data_ptr(), _row(qs), ks.data_ptr(), _row(ks),
+            vs.data_ptr(), _row(vs), gs.data_ptr(), bs.data_ptr(), _row(gs), 0 if A is None else _c(A).data_ptr(),
+            0 if dt_bias is None else _c(dt_bias).data_ptr(), int(prep[0]), int(prep[1]), prep[2],
+            state.data_ptr(), sl.data_ptr(), _slot_stride(state), o.data_ptr()))
         return o
-    qc, kc, vc, gc, bc = (t.to(ct) for t in (q, k, v, g, beta))
+    qc, kc, gc, bc = _gdr_prepare(q, k, g, beta, H, A, dt_bias, prep, ct)
+    vc = v.to(ct)
     S = state.index_select(0, sl).to(ct) * torch.exp(gc)[:, :, None, None]  # [B, H, K, V]
     delta = (vc - torch.einsum("bhkv,bhk->bhv", S, kc)) * bc[:, :, None]
     S = S + kc[..., None] * delta[:, :, None, :]
@@ -239,17 +313,29 @@ def _gdr_step(q, k, v, g, beta, state, sl, ct):
 
 @kernel("gated_delta_rule", pure=False)
 def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-                     state: torch.Tensor, slots: torch.Tensor, offsets: torch.Tensor, *, chunk_size: int
-                     ) -> torch.Tensor:
+                     state: torch.Tensor, slots: torch.Tensor, offsets: torch.Tensor, *rest: torch.Tensor,
+                     chunk_size: int, has_a: bool = False, has_dt_bias: bool = False, beta_sigmoid: bool = False,
+                     qk_l2norm: bool = False, scale: float = 1.0) -> torch.Tensor:
     ct = _WIDE.get(v.dtype, v.dtype)
     _, single, multi = _layout("gated_delta_rule", slots, offsets, state.shape[0], q.shape[0])
     T, H, V = v.shape
-    o = torch.zeros((T, H, V), dtype=ct, device=v.device)
+    if H % q.shape[1]:
+        raise ValueError(f"gated_delta_rule: {H} value heads are not a multiple of {q.shape[1]} q/k heads")
+    A = rest[0] if has_a else None
+    dt_bias = rest[1] if has_dt_bias else None
+    prep = (beta_sigmoid, qk_l2norm, scale)
     if single is not None:
         rows, ssl = single
-        _put(o, rows, _gdr_step(*(_rows(t, rows) for t in (q, k, v, g, beta)), state, ssl, ct).to(ct))
+        ins = (q, k, v, g, beta) if rows is None else tuple(t.index_select(0, rows) for t in (q, k, v, g, beta))
+        r = _gdr_step(*ins, A, dt_bias, prep, state, ssl, ct)
+        if rows is None and r.dtype == v.dtype:  # every request decodes: the step's output is the op's
+            return r
+    o = torch.zeros((T, H, V), dtype=ct, device=v.device)
+    if single is not None:
+        _put(o, single[0], r.to(ct))
     if multi:
-        qc, kc, vc, gc, bc = (t.to(ct) for t in (q, k, v, g, beta))
+        qc, kc, gc, bc = _gdr_prepare(q, k, g, beta, H, A, dt_bias, prep, ct)
+        vc = v.to(ct)
     for lo, hi, s in multi:
         S = state[s].to(ct)  # [H, K, V]
         for c0 in range(lo, hi, chunk_size):

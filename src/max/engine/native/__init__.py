@@ -71,10 +71,14 @@ def _declare(so: ctypes.CDLL) -> None:
     so.lmx_packed_rows_f32.restype = _INT
     so.lmx_conv1d_decode.argtypes = [_I64, _I64, _I64, _P, _I64, _P, _P, _P, _P, _I64, _INT, _P]
     so.lmx_conv1d_decode.restype = _INT
-    so.lmx_ssd_decode.argtypes = [_I64, _I64, _I64, _I64, _I64, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _P]
+    so.lmx_ssd_decode.argtypes = [_I64, _I64, _I64, _I64, _I64, _P, _I64, _P, _I64, _P, _P, _P, _I64, _P, _P, _INT, _F,
+                                  _F, _P, _P, _I64, _P]
     so.lmx_ssd_decode.restype = _INT
-    so.lmx_gdr_decode.argtypes = [_I64, _I64, _I64, _I64, _P, _P, _P, _P, _P, _P, _P, _I64, _P]
+    so.lmx_gdr_decode.argtypes = [_I64, _I64, _I64, _I64, _I64, _P, _I64, _P, _I64, _P, _I64, _P, _P, _I64, _P, _P,
+                                  _INT, _INT, _F, _P, _P, _I64, _P]
     so.lmx_gdr_decode.restype = _INT
+    so.lmx_gated_rmsnorm.argtypes = [_P, _I64, _I64, _I64, _P, _I64, _P, _I64, _F, _INT, _P]
+    so.lmx_gated_rmsnorm.restype = None
     so.lmx_moe_ffn.argtypes = [_I64, _I64, _I64, _I64, _I64, _P, _I64, _P, _P, _P, _P, _P, _P, _P, _P, _INT, _F, _F,
                                _P, _P]
     so.lmx_moe_ffn.restype = _INT

@@ -17,6 +17,12 @@ input dtype (Gemma), otherwise after.
 ``[N, C, ...]``; the ``C`` channels split into ``num_groups`` groups
 normalised together over the channel group and all trailing dims, then
 ``* gamma[c] + beta[c]`` (``gamma``, ``beta``: ``[C]``).
+
+``gated_rms_norm(input, gate, weight, epsilon, num_groups=1, norm_before_gate=False)`` (libremax
+extension: the norm after a Mamba-2 / gated DeltaNet mixer), float32 ``input`` / ``gate`` ``[..., D]``,
+``weight [D]``: with ``g = silu(gate)`` (1 when ``gate`` is None), each of the ``num_groups`` groups of
+``D / num_groups`` channels is ``h / sqrt(mean(h**2) + epsilon) * weight`` with ``h = input * g``, or, with
+``norm_before_gate``, ``input / sqrt(mean(input**2) + epsilon) * weight * g``.
 """
 
 from __future__ import annotations
@@ -26,12 +32,13 @@ from typing import Any
 
 import numpy as np
 
+from max.dtype import DType
 from max.graph.dim import StaticDim
 from max.graph.ops._common import as_tensor, fail, same_device, stage1
 from max.graph.ops.elementwise import cast
 from max.graph.value import TensorValue
 
-__all__ = ["group_norm", "layer_norm", "rms_norm"]
+__all__ = ["gated_rms_norm", "group_norm", "layer_norm", "rms_norm"]
 
 
 def _float_input(op: str, input: Any, min_rank: int, what: str) -> TensorValue:  # noqa: A002
@@ -106,3 +113,30 @@ def group_norm(input: Any, gamma: Any, beta: Any, num_groups: int, epsilon: floa
         fail(op, f"the channel dim {c} of input {x.shape} is not divisible by num_groups={groups}")
     g, b = _params(op, x, c, "the channel dim", gamma=gamma, beta=beta)
     return stage1(op, [x, g, b], x.type, {"num_groups": groups, "epsilon": _epsilon(op, epsilon)})
+
+
+def gated_rms_norm(input: Any, gate: Any, weight: Any, epsilon: float, num_groups: int = 1,  # noqa: A002
+                   norm_before_gate: bool = False) -> TensorValue:
+    """RMS norm over channel groups of the last dim, gated by ``silu(gate)`` before or after it (float32)."""
+    op = "gated_rms_norm"
+    x = _float_input(op, input, 1, "it is normalised over its last dim")
+    if x.dtype != DType.float32:
+        fail(op, f"input must be float32, got {x.dtype}; cast it first", TypeError)
+    (w,) = _params(op, x, x.shape[-1], "the last dim", weight=weight)
+    operands = [x, w]
+    if gate is not None:
+        z = as_tensor(gate, op=op, arg="gate")
+        if z.dtype != DType.float32 or z.rank != x.rank:
+            fail(op, f"gate must be a float32 tensor of input's rank {x.rank}, got {z.type}", TypeError)
+        for i, (a, b) in enumerate(zip(z.shape, x.shape)):
+            if isinstance(a, StaticDim) and isinstance(b, StaticDim) and a != b:
+                fail(op, f"gate shape {z.shape} differs from input shape {x.shape} at dim {i}")
+        same_device(op, x, z)
+        operands.append(z)
+    if isinstance(num_groups, (bool, np.bool_)) or not isinstance(num_groups, (int, np.integer)) or num_groups < 1:
+        fail(op, f"num_groups must be a positive int, got {num_groups!r}", TypeError)
+    d = x.shape[-1]
+    if not isinstance(d, StaticDim) or d.dim % int(num_groups):
+        fail(op, f"the last dim {d} of input {x.shape} must be static and divisible by num_groups={num_groups}")
+    return stage1(op, operands, x.type, {"epsilon": _epsilon(op, epsilon), "num_groups": int(num_groups),
+                                         "norm_before_gate": bool(norm_before_gate), "has_gate": gate is not None})

@@ -16,10 +16,15 @@ the graph chain (like the buffer ops), so state reads and writes stay in program
   ``activation="silu"`` applies SiLU to ``y``.
 * ``selective_scan(x [T, H, P], dt [T, H], A [H], B [T, G, N], C [T, G, N], state [S, H, P, N])``:
   ``h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T`` (head ``h`` reads group ``h // (H / G)``),
-  ``y_t = h_t C_t (+ D x_t)``; ``dt`` is the step size after softplus/clamping.
-* ``gated_delta_rule(q [T, H, K], k [T, H, K], v [T, H, V], g [T, H], beta [T, H], state [S, H, K, V])``:
+  ``y_t = h_t C_t (+ D x_t)``; ``dt`` is the step size after softplus/clamping, or, with ``dt_bias`` /
+  ``dt_softplus=True``, the raw one: the op takes ``clamp(softplus(dt + dt_bias), *dt_limit)``.
+* ``gated_delta_rule(q [T, Hk, K], k [T, Hk, K], v [T, H, V], g [T, H], beta [T, H], state [S, H, K, V])``:
   ``S'_t = exp(g_t) S_{t-1}``, ``S_t = S'_t + k_t (beta_t (v_t - S'_t^T k_t))^T``, ``o_t = S_t^T q_t``
-  (``g`` is the log decay, ``<= 0``; any q/k normalisation and scaling happens before the op).
+  (``g`` is the log decay, ``<= 0``); value head ``h`` reads key head ``h // (H / Hk)``.  The op can
+  prepare its inputs itself (Qwen3-Next's gating): ``qk_l2norm`` L2-normalises q and k
+  (``x / sqrt(sum x^2 + 1e-6)``), ``scale`` multiplies q after that; with ``A`` [H] the given ``g`` is the
+  raw gate input and the log decay is ``A * softplus(g + dt_bias)``; ``beta_sigmoid`` takes
+  ``sigmoid(beta)``.
 
 Kernels (``max.engine.kernels.recurrent``) run decode rows with the recurrent form and prompts with a
 chunked (parallel within ``chunk_size`` tokens) form.
@@ -107,7 +112,8 @@ def causal_conv1d(x: Any, weight: Any, state: Any, slots: Any, input_row_offsets
 
 
 def selective_scan(x: Any, dt: Any, A: Any, B: Any, C: Any, state: Any, slots: Any, input_row_offsets: Any,
-                   D: Any = None, chunk_size: int = 64) -> TensorValue:
+                   D: Any = None, chunk_size: int = 64, dt_bias: Any = None, dt_softplus: bool = False,
+                   dt_limit: tuple = (0.0, float("inf"))) -> TensorValue:
     """Mamba-2 SSD scan with per-request state (see the module docstring); returns ``[T, H, P]``."""
     op = "selective_scan"
     xt = _float(op, "x", x, 3)
@@ -134,14 +140,34 @@ def selective_scan(x: Any, dt: Any, A: Any, B: Any, C: Any, state: Any, slots: A
         d = _float(op, "D", D, 1)
         _same(op, "D heads vs x heads", d.shape[0], H)
         operands.append(d)
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        fail(op, f"chunk_size must be a positive int, got {chunk_size!r}", TypeError)
-    (y,) = _chained(op, operands, [xt.type], {"has_d": D is not None, "chunk_size": chunk_size})
+    if dt_bias is not None:
+        db = _float(op, "dt_bias", dt_bias, 1)
+        _same(op, "dt_bias heads vs x heads", db.shape[0], H)
+        operands.append(db)
+    _chunk(op, chunk_size)
+    softplus = bool(dt_softplus or dt_bias is not None)
+    try:
+        lo, hi = (float(v) for v in dt_limit)
+    except (TypeError, ValueError):
+        fail(op, f"dt_limit must be a pair of floats, got {dt_limit!r}", TypeError)
+    if not lo <= hi:
+        fail(op, f"dt_limit must be (low, high) with low <= high, got {dt_limit!r}")
+    if (lo, hi) != (0.0, float("inf")) and not softplus:
+        fail(op, "dt_limit applies to the step size the op computes: give dt_bias or dt_softplus=True")
+    (y,) = _chained(op, operands, [xt.type], {"has_d": D is not None, "chunk_size": chunk_size,
+                                              "has_dt_bias": dt_bias is not None, "dt_softplus": softplus,
+                                              "dt_min": lo, "dt_max": hi})
     return y
 
 
+def _chunk(op: str, chunk_size: Any) -> None:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        fail(op, f"chunk_size must be a positive int, got {chunk_size!r}", TypeError)
+
+
 def gated_delta_rule(q: Any, k: Any, v: Any, g: Any, beta: Any, state: Any, slots: Any, input_row_offsets: Any,
-                     chunk_size: int = 64) -> TensorValue:
+                     chunk_size: int = 64, A: Any = None, dt_bias: Any = None, beta_sigmoid: bool = False,
+                     qk_l2norm: bool = False, scale: float = 1.0) -> TensorValue:
     """Gated delta rule with per-request state (see the module docstring); returns ``[T, H, V]``."""
     op = "gated_delta_rule"
     qt = _float(op, "q", q, 3)
@@ -150,18 +176,35 @@ def gated_delta_rule(q: Any, k: Any, v: Any, g: Any, beta: Any, state: Any, slot
     gt = _float(op, "g", g, 2)
     bt = _float(op, "beta", beta, 2)
     st, s, o = _ragged(op, state, slots, input_row_offsets, 4)
-    T, H, K = qt.shape
+    T, Hk, K = qt.shape
+    H = vt.shape[1]
     for i, d in enumerate(kt.shape):
         _same(op, "k vs q shape", d, qt.shape[i])
     _same(op, "v tokens vs q tokens", vt.shape[0], T)
-    _same(op, "v heads vs q heads", vt.shape[1], H)
+    h, hk = _static(H), _static(Hk)
+    if h is not None and hk is not None and (hk < 1 or h % hk):
+        fail(op, f"v heads ({h}) must be a multiple of the q/k heads ({hk})")
     for name, t in (("g", gt), ("beta", bt)):
         _same(op, f"{name} tokens vs q tokens", t.shape[0], T)
-        _same(op, f"{name} heads vs q heads", t.shape[1], H)
+        _same(op, f"{name} heads vs v heads", t.shape[1], H)
     _same(op, "state heads", st.shape[1], H)
     _same(op, "state key dim", st.shape[2], K)
     _same(op, "state value dim", st.shape[3], vt.shape[2])
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        fail(op, f"chunk_size must be a positive int, got {chunk_size!r}", TypeError)
-    (y,) = _chained(op, [qt, kt, vt, gt, bt, st, s, o], [vt.type], {"chunk_size": chunk_size})
+    _chunk(op, chunk_size)
+    operands = [qt, kt, vt, gt, bt, st, s, o]
+    if A is not None:
+        at = _float(op, "A", A, 1)
+        _same(op, "A heads vs v heads", at.shape[0], H)
+        operands.append(at)
+    if dt_bias is not None:
+        if A is None:
+            fail(op, "dt_bias is added to the raw gate input: give A too")
+        db = _float(op, "dt_bias", dt_bias, 1)
+        _same(op, "dt_bias heads vs v heads", db.shape[0], H)
+        operands.append(db)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        fail(op, f"scale must be a float, got {scale!r}", TypeError)
+    (y,) = _chained(op, operands, [vt.type], {"chunk_size": chunk_size, "has_a": A is not None,
+                                              "has_dt_bias": dt_bias is not None, "beta_sigmoid": bool(beta_sigmoid),
+                                              "qk_l2norm": bool(qk_l2norm), "scale": float(scale)})
     return y

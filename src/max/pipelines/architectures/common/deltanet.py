@@ -12,7 +12,7 @@ from max.graph import DeviceRef, TensorValue, Weight, ops
 from max.nn.kv_cache import KVCacheParams, StateSpec
 from max.nn.layer import Module
 from max.pipelines.architectures.common.config import DecoderConfig, rope_defaults, with_defaults
-from max.pipelines.architectures.common.hybrid import HybridCollection, HybridPipelineModel, Params, softplus
+from max.pipelines.architectures.common.hybrid import HybridCollection, HybridPipelineModel, Params
 from max.pipelines.architectures.common.layers import DecoderAttention, GatedMLP, _Rope, default_mlp, rms_norm
 from max.pipelines.architectures.common.moe import DecoderMoE
 from max.pipelines.architectures.common.weights import WeightFactory
@@ -25,10 +25,6 @@ def deltanet_state_specs(layer: int, d: dict) -> list[StateSpec]:
     conv = 2 * d["k_heads"] * d["k_dim"] + d["v_heads"] * d["v_dim"]
     return [StateSpec(f"layers.{layer}.conv", (conv, d["conv_kernel"] - 1)),
             StateSpec(f"layers.{layer}.delta", (d["v_heads"], d["k_dim"], d["v_dim"]))]
-
-
-def _l2norm(x: TensorValue, eps: float = 1e-6) -> TensorValue:
-    return x * ops.rsqrt(ops.sum(x * x, axis=-1) + eps)
 
 
 class GatedDeltaNet(Module):
@@ -66,16 +62,21 @@ class GatedDeltaNet(Module):
         d = self.d
         Hk, Hv, Dk, Dv = d["k_heads"], d["v_heads"], d["k_dim"], d["v_dim"]
         T = x.shape[0]
+        # the projections of x as one concat: the compiler runs them (and the norm before them) as one matmul
         if not self.fused:
-            return (self.in_proj_qkv(x), ops.reshape(self.in_proj_z(x), [T, Hv, Dv]), self.in_proj_b(x),
-                    self.in_proj_a(x))
+            c, vd = self.conv_dim, Hv * Dv
+            y = ops.concat([self.in_proj_qkv(x), self.in_proj_z(x), self.in_proj_b(x), self.in_proj_a(x)], axis=-1)
+            return (y[:, :c], ops.reshape(y[:, c:c + vd], [T, Hv, Dv]), y[:, c + vd:c + vd + Hv],
+                    y[:, c + vd + Hv:])
         r = Hv // Hk
-        qkvz = ops.reshape(self.in_proj_qkvz(x), [T, Hk, 2 * Dk + 2 * r * Dv])
+        n = Hk * (2 * Dk + 2 * r * Dv)
+        y = ops.concat([self.in_proj_qkvz(x), self.in_proj_ba(x)], axis=-1)
+        qkvz = ops.reshape(y[:, :n], [T, Hk, 2 * Dk + 2 * r * Dv])
         q = ops.reshape(qkvz[:, :, :Dk], [T, Hk * Dk])
         k = ops.reshape(qkvz[:, :, Dk:2 * Dk], [T, Hk * Dk])
         v = ops.reshape(qkvz[:, :, 2 * Dk:2 * Dk + r * Dv], [T, Hv * Dv])
         z = ops.reshape(qkvz[:, :, 2 * Dk + r * Dv:], [T, Hv, Dv])
-        ba = ops.reshape(self.in_proj_ba(x), [T, Hk, 2 * r])
+        ba = ops.reshape(y[:, n:], [T, Hk, 2 * r])
         b = ops.reshape(ba[:, :, :r], [T, Hv])
         a = ops.reshape(ba[:, :, r:], [T, Hv])
         return ops.concat([q, k, v], axis=-1), z, b, a
@@ -93,16 +94,16 @@ class GatedDeltaNet(Module):
         q = ops.reshape(qkv[:, :kd], [T, Hk, Dk])
         k = ops.reshape(qkv[:, kd:2 * kd], [T, Hk, Dk])
         v = ops.reshape(qkv[:, 2 * kd:], [T, Hv, Dv])
-        if Hv != Hk:  # each key head serves Hv / Hk consecutive value heads
-            q = ops.repeat_interleave(q, Hv // Hk, axis=1)
-            k = ops.repeat_interleave(k, Hv // Hk, axis=1)
-        q = _l2norm(q) * (1.0 / math.sqrt(Dk))
-        k = _l2norm(k)
-        beta = ops.sigmoid(b.cast(f32))
-        g = -ops.exp(self.A_log.cast(f32)) * softplus(a.cast(f32) + self.dt_bias.cast(f32))
-        o = ops.gated_delta_rule(q, k, v, g, beta, coll.states[f"layers.{self.layer}.delta"], coll.slots, offsets)
-        o = o * ops.rsqrt(ops.mean(o * o, axis=-1) + self.eps)  # norm before the gate, per head
-        o = (o.cast(x.dtype) * self.norm.weight.to(x.device).cast(x.dtype)).cast(f32) * ops.silu(z.cast(f32))
+        # the op prepares its inputs: each key head serves Hv / Hk consecutive value heads, q and k
+        # L2-normalised (q scaled by 1/sqrt(Dk)), beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias)
+        o = ops.gated_delta_rule(q, k, v, a.cast(f32), b.cast(f32), coll.states[f"layers.{self.layer}.delta"],
+                                 coll.slots, offsets, A=-ops.exp(self.A_log.cast(f32)), dt_bias=self.dt_bias.cast(f32),
+                                 beta_sigmoid=True, qk_l2norm=True, scale=1.0 / math.sqrt(Dk))
+        if x.dtype == f32:  # per head: norm, weight, then the gate, as one op
+            o = ops.gated_rms_norm(o, z, self.norm.weight.to(x.device), self.eps, norm_before_gate=True)
+        else:
+            o = o * ops.rsqrt(ops.mean(o * o, axis=-1) + self.eps)  # norm before the gate, per head
+            o = (o.cast(x.dtype) * self.norm.weight.to(x.device).cast(x.dtype)).cast(f32) * ops.silu(z.cast(f32))
         return self.out_proj(ops.reshape(o.cast(x.dtype), [T, Hv * Dv]))
 
 
@@ -136,10 +137,11 @@ class GatedAttention(DecoderAttention):
                  input_row_offsets: TensorValue) -> TensorValue:
         H, D = self.n_heads, self.head_dim
         T = x.shape[0]
-        qg = ops.reshape(self.q_proj(x), [T, H, 2 * D])
+        y = ops.concat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], axis=-1)  # one matmul
+        qg = ops.reshape(y[:, :2 * H * D], [T, H, 2 * D])
         q = ops.reshape(qg[:, :, :D], [T, H * D])
         gate = ops.reshape(qg[:, :, D:], [T, H * D])
-        qkv = ops.concat([q, self.k_proj(x), self.v_proj(x)], axis=-1)
+        qkv = ops.concat([q, y[:, 2 * H * D:]], axis=-1)
         attn = self._attend(layer_idx, x, qkv, kv_collection, input_row_offsets, H, self.n_kv_heads, None,
                             x.device)
         return self.o_proj(ops.reshape(attn, [T, H * D]) * ops.sigmoid(gate))

@@ -15,7 +15,6 @@ layers plus per-request state slots).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Sequence
@@ -31,7 +30,7 @@ from max.pipelines.architectures.common.model import DecoderPipelineModel
 from max.pipelines.architectures.common.weights import WeightFactory
 
 __all__ = ["AttentionMixer", "FetchHybridCollection", "GatedGroupRMSNorm", "HybridCollection", "HybridLayer",
-           "HybridDecoder", "HybridPipelineModel", "Mamba2Mixer", "Params", "build_hybrid", "mamba2_state_specs", "softplus"]
+           "HybridDecoder", "HybridPipelineModel", "Mamba2Mixer", "Params", "build_hybrid", "mamba2_state_specs"]
 
 
 @dataclass
@@ -70,11 +69,6 @@ class Params(Module):
             setattr(self, name, Weight(name, dt, shape, device))
 
 
-def softplus(x: TensorValue) -> TensorValue:
-    """``log(1 + exp(x))`` without overflow."""
-    return ops.relu(x) + ops.log1p(ops.exp(-ops.abs(x)))
-
-
 class GatedGroupRMSNorm(Module):
     """Mamba-2's gated norm: ``y = x * silu(gate)``, RMS-normalised over groups of ``dim / groups``
     channels, times ``weight`` (computed in float32)."""
@@ -86,6 +80,9 @@ class GatedGroupRMSNorm(Module):
 
     def __call__(self, x: TensorValue, gate: TensorValue | None) -> TensorValue:
         dt = x.dtype
+        if dt == DType.float32 and (gate is None or gate.dtype == DType.float32):  # one fused op
+            return ops.gated_rms_norm(x, gate, self.weight.to(x.device), self.eps, self.groups,
+                                      self.norm_before_gate)
         h = x.cast(DType.float32)
         if gate is not None and not self.norm_before_gate:
             h = h * ops.silu(gate.cast(DType.float32))
@@ -151,10 +148,14 @@ class Mamba2Mixer(Module):
         self.out_proj = factory.linear(f"{prefix}.out_proj", I, hidden, getattr(m, "out_bias", m.bias))
 
     def __call__(self, x: TensorValue, coll: HybridCollection, offsets: TensorValue) -> TensorValue:
+        return self.mix(self.in_proj(x), coll, offsets)
+
+    def mix(self, zxbcdt: TensorValue, coll: HybridCollection, offsets: TensorValue) -> TensorValue:
+        """The mixer after ``in_proj``: ``zxbcdt`` is ``in_proj(x)`` (a caller may compute it in one matmul
+        with other projections of ``x``)."""
         m = self.m
         I, G, N, H, P = m.inner, m.groups, m.state, m.heads, m.head_dim
-        T = x.shape[0]
-        zxbcdt = self.in_proj(x)
+        T = zxbcdt.shape[0]
         gate = zxbcdt[:, :I]
         xbc = zxbcdt[:, I:I + self.conv_dim]
         dt = zxbcdt[:, I + self.conv_dim:]
@@ -165,18 +166,14 @@ class Mamba2Mixer(Module):
         B = ops.reshape(xbc[:, I:I + G * N], [T, G, N])
         C = ops.reshape(xbc[:, I + G * N:], [T, G, N])
         f32 = DType.float32
-        dt = softplus(dt.cast(f32) + self.dt_bias.cast(f32))
-        lo, hi = m.dt_limit
-        if lo > 0.0:
-            dt = ops.max(dt, lo)
-        if math.isfinite(hi):
-            dt = ops.min(dt, hi)
         A = -ops.exp(self.A_log.cast(f32))
-        y = ops.selective_scan(xs.cast(f32), dt, A, B.cast(f32), C.cast(f32), coll.states[f"layers.{self.layer}.ssm"],
-                               coll.slots, offsets, D=self.D.cast(f32), chunk_size=m.chunk)
+        # dt = clamp(softplus(dt + dt_bias), *dt_limit), taken by the op
+        y = ops.selective_scan(xs.cast(f32), dt.cast(f32), A, B.cast(f32), C.cast(f32),
+                               coll.states[f"layers.{self.layer}.ssm"], coll.slots, offsets, D=self.D.cast(f32),
+                               chunk_size=m.chunk, dt_bias=self.dt_bias.cast(f32), dt_limit=m.dt_limit)
         y = ops.reshape(y, [T, I])
         y = self.norm(y, gate) if self.has_norm else y * ops.silu(gate.cast(f32))
-        return self.out_proj(y.cast(x.dtype))
+        return self.out_proj(y.cast(zxbcdt.dtype))
 
 
 class AttentionMixer(Module):

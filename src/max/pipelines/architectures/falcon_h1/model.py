@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from max.graph import TensorValue
+from max.dtype import DType
+from max.graph import TensorValue, ops
 from max.nn.kv_cache import KVCacheParams, StateSpec
 from max.nn.layer import Module
 from max.pipelines.architectures.common.config import DecoderConfig
@@ -32,7 +33,16 @@ class _Parallel:
         self.mamba, self.attn = mamba, attn
 
     def __call__(self, x: TensorValue, coll: HybridCollection, offsets: TensorValue) -> TensorValue:
-        return self.mamba(x, coll, offsets) + self.attn(x, coll, offsets)
+        a = self.attn.attn
+        if getattr(a, "clip_qkv", None) is not None or not hasattr(a, "q_proj"):
+            return self.mamba(x, coll, offsets) + self.attn(x, coll, offsets)
+        # in_proj and q/k/v of the same x as one concat: the compiler runs them (and the norm) as one matmul
+        n = self.mamba.m.inner + self.mamba.conv_dim + self.mamba.m.heads
+        y = ops.concat([self.mamba.in_proj(x), a.q_proj(x), a.k_proj(x), a.v_proj(x)], axis=-1)
+        idx = ops.constant(self.attn.kv_layer, DType.uint32, x.device)
+        att = a._attend(idx, x, y[:, n:], coll.paged, offsets, a.n_heads, a.n_kv_heads, a.sinks, x.device)
+        return (self.mamba.mix(y[:, :n], coll, offsets)
+                + a.o_proj(ops.reshape(att, [x.shape[0], a.n_heads * a.head_dim])))
 
 
 class FalconH1Layer(HybridLayer):
