@@ -396,6 +396,111 @@ def test_qkv_rope_store_matches_reference(isa, t, interleaved, norms, rope, rot,
                                      *blocks.stride()[:4], layer, wp.data_ptr(), wo.data_ptr()) == -2
 
 
+def _qkv_attention_case(rng, lens, hkv, group, rope, norms, cache_dtype):
+    """A ragged step (prefix lengths + new tokens) over randomly placed pages: its operands for the K/V write
+    and the attention (int64 indices), and a cache of random earlier positions."""
+    d, page, layers = 16, 8, 2
+    h = hkv * group
+    maxp = max((c + n + page - 1) // page for c, n in lens)
+    npages = len(lens) * maxp + 3
+    blocks = _paged_cache(rng, npages, layers, page, hkv, d, torch.float32)
+    if cache_dtype in (torch.int8, torch.float8_e4m3fn):
+        from max.engine.kernels.ragged import kv_encode
+
+        blocks = kv_encode(blocks, cache_dtype).view(cache_dtype)
+    else:
+        blocks = blocks.to(cache_dtype)
+    lookup = torch.from_numpy(rng.permutation(npages)[:len(lens) * maxp].reshape(len(lens), maxp).astype(np.int64))
+    cl = torch.tensor([c for c, _ in lens], dtype=torch.int64)
+    offs = torch.tensor(np.concatenate([[0], np.cumsum([n for _, n in lens])]), dtype=torch.int64)
+    pos = torch.cat([torch.arange(c, c + n) for c, n in lens]).to(torch.int64)
+    b_of = torch.cat([torch.full((n,), b) for b, (_, n) in enumerate(lens)])
+    wp, wo = lookup[b_of, pos // page].contiguous(), (pos % page).contiguous()
+    t = int(offs[-1])
+    qkv = torch.from_numpy(rng.standard_normal((t, (h + 2 * hkv) * d)).astype(np.float32))
+    ang = torch.arange(64, dtype=torch.float64)[:, None] * (1.0 / (100.0 ** (torch.arange(d // 2) * 2 / d)))
+    freqs = torch.stack([ang.cos(), ang.sin()], -1).reshape(64, d).float() if rope else None
+    qg = torch.from_numpy(rng.standard_normal(d).astype(np.float32)) if norms else None
+    kg = torch.from_numpy(rng.standard_normal(d).astype(np.float32)) if norms else None
+    return dict(qkv=qkv, blocks=blocks, pos=pos, wp=wp, wo=wo, offs=offs, cl=cl, lookup=lookup, freqs=freqs, qg=qg,
+                kg=kg, h=h, hkv=hkv, d=d, page=page, maxp=maxp, t=t)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@settings(max_examples=20, deadline=None)
+@given(lens=st.lists(st.tuples(st.integers(0, 30), st.integers(1, 6)), min_size=1, max_size=3),
+       hkv=st.sampled_from([1, 2]), group=st.sampled_from([1, 3]), rope=st.booleans(), norms=st.booleans(),
+       window=st.sampled_from([-1, 5]), chunk=st.sampled_from([-1, 8]), causal=st.booleans(),
+       cache=st.sampled_from([torch.float32, torch.bfloat16, torch.int8]), seed=st.integers(0, 2**31 - 1))
+def test_qkv_attention_is_the_store_then_the_paged_attention(isa, lens, hkv, group, rope, norms, window, chunk,
+                                                             causal, cache, seed):
+    """lmx_qkv_attention (one call: the K/V write, then the attention of its queries) leaves the same cache and
+    returns the same output, bit for bit, as lmx_qkv_rope_store followed by lmx_paged_attention; and that
+    output is a float64 softmax(q k^T * scale) v over the cache it wrote."""
+    from max.engine.kernels.ragged import KV_KINDS, kv_decode
+
+    so = native.lib(isa)
+    c = _qkv_attention_case(np.random.default_rng(seed), lens, hkv, group, rope, norms, cache)
+    h, d, t, layer, kind = c["h"], c["d"], c["t"], 1, KV_KINDS[cache]
+    blocks2 = c["blocks"].clone()
+    ptr = lambda x: 0 if x is None else x.data_ptr()  # noqa: E731
+    strides = c["blocks"].stride()[:4]
+    p = native.QkvAttention(H=h, Hkv=hkv, D=d, freqs=ptr(c["freqs"]), max_pos=64, R=d if rope else 0, interleaved=1,
+                            q_gamma=ptr(c["qg"]), k_gamma=ptr(c["kg"]), eps=1e-6, scale=0.25, kv_kind=kind,
+                            s_page=strides[0], s_kv=strides[1], s_layer=strides[2], s_off=strides[3], layer=layer,
+                            page_size=c["page"], window=window, chunk=chunk, causal=int(causal))
+    out = torch.empty(t, h, d)
+    assert so.lmx_qkv_attention(ctypes.byref(p), c["qkv"].data_ptr(), t, c["qkv"].stride(0), c["pos"].data_ptr(),
+                                c["wp"].data_ptr(), c["wo"].data_ptr(), len(lens), c["offs"].data_ptr(),
+                                c["cl"].data_ptr(), c["lookup"].data_ptr(), c["maxp"], c["blocks"].data_ptr(),
+                                out.data_ptr()) == 0
+    q = torch.empty(t, h, d)
+    assert so.lmx_qkv_rope_store(c["qkv"].data_ptr(), t, c["qkv"].stride(0), h, hkv, d, c["pos"].data_ptr(),
+                                 ptr(c["freqs"]), 64, d if rope else 0, 1, ptr(c["qg"]), ptr(c["kg"]),
+                                 ctypes.c_float(1e-6), q.data_ptr(), blocks2.data_ptr(), kind, *strides, layer,
+                                 c["wp"].data_ptr(), c["wo"].data_ptr()) == 0
+    out2 = torch.empty(t, h, d)
+    assert so.lmx_paged_attention(q.data_ptr(), t, h, hkv, d, len(lens), c["offs"].data_ptr(), c["cl"].data_ptr(),
+                                  c["lookup"].data_ptr(), c["maxp"], c["page"], blocks2.data_ptr(), kind, *strides,
+                                  layer, ctypes.c_float(0.25), window, chunk, int(causal), out2.data_ptr()) == 0
+    assert torch.equal(c["blocks"].view(torch.uint8), blocks2.view(torch.uint8))
+    assert torch.equal(out, out2)
+    kv = kv_decode(c["blocks"].view(torch.uint8), cache).double() if cache == torch.int8 else c["blocks"].double()
+    assert_paged_attention(out, q, kv, lens, c["lookup"], c["offs"], c["page"], layer, group, causal, window,
+                           chunk=chunk)
+
+
+@pytest.mark.parametrize("flat", [False, True])
+@pytest.mark.parametrize("cache", [torch.float32, torch.bfloat16, torch.float8_e4m3fn])
+def test_prepared_qkv_attention_equals_the_unfused_kernels(flat, cache):
+    """The prepared qkv_attention_native (layer settings bound once, one native call per step) returns and
+    writes exactly what ragged_qkv_store then flash_attention_ragged_native do, step after step on one cache;
+    operands it does not take (an int32 index) go through the unprepared kernel with the same result."""
+    from max.engine.kernels.ragged import (flash_attention_ragged_native, prepare_qkv_attention_native,
+                                           ragged_qkv_store)
+
+    rng = np.random.default_rng(7)
+    attrs = dict(layer=1, n_heads=6, n_kv_heads=2, head_dim=16, interleaved=False, eps=1e-6, has_rope=True,
+                 has_q_norm=True, has_k_norm=False)
+    att = dict(scale=0.25, causal=True, window=-1, chunk=-1)
+    c = _qkv_attention_case(rng, [(3, 4), (9, 1)], 2, 3, True, True, cache)
+    run = prepare_qkv_attention_native([None, c["freqs"], c["qg"], *[None] * 7], **attrs, **att, flat=flat)
+    assert run is not None
+    blocks2 = c["blocks"].clone()
+    for step in range(3):
+        qkv = torch.from_numpy(rng.standard_normal(c["qkv"].shape).astype(np.float32))
+        idx = (c["pos"], c["wp"], c["wo"], c["offs"], c["cl"], c["lookup"])
+        if step == 2:
+            idx = (c["pos"].to(torch.int32), *idx[1:])
+        got = run(qkv, c["blocks"], *idx)
+        q = ragged_qkv_store(qkv, c["freqs"], c["qg"], blocks2, c["pos"], c["wp"], c["wo"], **attrs)
+        want = flash_attention_ragged_native(q, blocks2, c["offs"], c["cl"], c["lookup"], layer=1, head_dim=16, **att)
+        assert got.shape == ((c["t"], 96) if flat else (c["t"], 6, 16))
+        assert torch.equal(got.reshape(want.shape), want)
+        assert torch.equal(c["blocks"].view(torch.uint8), blocks2.view(torch.uint8))
+        c["pos"] = c["pos"] + 0  # a new tensor every step, as the graph's inputs are
+
+
 def test_one_thread_pool_shared_with_torch():
     """The native library reuses torch's libgomp: one OpenMP runtime in the process."""
     import re

@@ -1,7 +1,7 @@
 """max.nn.kernels.flash_attention_ragged with ``CHUNKED_CAUSAL_MASK`` (Llama 4's chunked local attention):
 ``local_window_size`` is the chunk size, a query at position ``p`` sees positions ``(p // c) * c .. p``.
 The graph (K/V written by ``ragged_qkv_store``, then the attention, lowered to the native paged kernel on
-the CPU) against a float64 numpy reference; a bad chunk size fails at graph build time."""
+the CPU, fused with the K/V write into one ``qkv_attention_native`` node) against a float64 numpy reference; a bad chunk size fails at graph build time."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_chunked_causal_mask_matches_reference(chunk):
         mgr.claim(c.request_id)
     kv_in = mgr.fetch(ctxs)[0]
     model = InferenceSession().load(_graph(kvp, mgr, chunk))
-    assert "flash_attention_ragged_native" in {n.op for n in model._prog.nodes}
+    assert "qkv_attention_native" in {n.op for n in model._prog.nodes}  # store + native paged attention
     qkv = np.random.default_rng(chunk).standard_normal((T, (H + 2 * HKV) * D)).astype(np.float32)
     offs = np.cumsum([0] + LENGTHS).astype(np.uint32)
     (out,) = model.execute(Buffer.from_numpy(qkv), Buffer.from_numpy(offs), *kv_in)

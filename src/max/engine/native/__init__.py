@@ -38,6 +38,15 @@ _INT = ctypes.c_int
 _F = ctypes.c_float
 
 
+class QkvAttention(ctypes.Structure):
+    """A layer's settings of ``lmx_qkv_attention`` (``csrc/attention.c``), bound once."""
+
+    _fields_ = [("H", _I64), ("Hkv", _I64), ("D", _I64), ("freqs", _P), ("max_pos", _I64), ("R", _I64),
+                ("interleaved", _I64), ("q_gamma", _P), ("k_gamma", _P), ("eps", _F), ("scale", _F),
+                ("kv_kind", _I64), ("s_page", _I64), ("s_kv", _I64), ("s_layer", _I64), ("s_off", _I64),
+                ("layer", _I64), ("page_size", _I64), ("window", _I64), ("chunk", _I64), ("causal", _I64)]
+
+
 def _declare(so: ctypes.CDLL) -> None:
     for name in ("lmx_qmatmul", "lmx_dense_matmul"):
         fn = getattr(so, name)
@@ -57,6 +66,8 @@ def _declare(so: ctypes.CDLL) -> None:
     so.lmx_paged_attention.argtypes = [_P, _I64, _I64, _I64, _I64, _I64, _P, _P, _P, _I64, _I64, _P, _INT,
                                        _I64, _I64, _I64, _I64, _I64, _F, _I64, _I64, _INT, _P]
     so.lmx_paged_attention.restype = _INT
+    so.lmx_qkv_attention.argtypes = [_P, _P, _I64, _I64, _P, _P, _P, _I64, _P, _P, _P, _I64, _P, _P]
+    so.lmx_qkv_attention.restype = _INT
     so.lmx_quantize.argtypes = [_INT, _P, _I64, _I64, _I64, _P]
     so.lmx_quantize.restype = _INT
     so.lmx_packed_bytes.argtypes = [_INT, _I64, _I64]
