@@ -193,6 +193,44 @@ def test_matmul_rows_do_not_depend_on_the_batch(isa, kind, mode):
 
 
 @pytest.mark.parametrize("isa", ISAS)
+@settings(max_examples=15, deadline=None)
+@given(kinds=st.lists(st.sampled_from(PACKABLE), min_size=1, max_size=3), m=st.integers(1, 9),
+       n=st.integers(1, 40), with_bias=st.booleans(), norm=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_packed_matmul_residual_epilogue(isa, kinds, m, n, with_bias, norm, seed):
+    """lmx_packed_matmul_res: ``(x @ W^T + b) + r`` is bit for bit the packed matmul followed by a float32
+    add of ``r`` (rows with a stride), for every kind, M tile and partial group of 16 rows, with and without
+    biases and a fused RMSNorm; and close to the float64 reference."""
+    so = native.lib(isa)
+    rng = np.random.default_rng(seed)
+    k = max(kdim(kind, 1) for kind in kinds)
+    ws, codes, ns, biases, refs = [], [], [], [], []
+    x = (rng.standard_normal((m, k)) * 2).astype(np.float32)
+    for j, kind in enumerate(kinds):
+        b = blocks(kind, n + j, k, seed + j)
+        code = native.GGML_KINDS[kind]
+        ws.append(native.pack(torch.from_numpy(b), code, n + j, k))
+        codes.append(code)
+        ns.append(n + j)
+        biases.append(torch.from_numpy(rng.standard_normal(n + j).astype(np.float32)) if with_bias else None)
+        refs.append(q8_activation_reference(x, deq(kind, b, n + j, k)) + (biases[-1].numpy() if with_bias else 0))
+    gamma = (torch.from_numpy(rng.uniform(0.5, 1.5, k).astype(np.float32)), 1e-5) if norm else None
+    plan = native.MatmulPlan(ws, codes, ["packed"] * len(kinds), ns, k, biases, so=so, norm=gamma)
+    total = sum(ns)
+    r_full = torch.from_numpy(rng.standard_normal((m, total + 3)).astype(np.float32) * 4)
+    r = r_full[:, 1:total + 1]  # a strided view
+    xt = torch.from_numpy(x)
+    got = plan(xt, residual=r)
+    want = torch.add(r, plan(xt))
+    np.testing.assert_array_equal(got.numpy().view(np.uint32), want.numpy().view(np.uint32))
+    if not norm:
+        ref = np.concatenate(refs, axis=1) + r.double().numpy()
+        np.testing.assert_allclose(got.numpy(), ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+    dense = native.MatmulPlan([torch.ones(4, k)], [native.dense_kind(torch.float32)], ["dense"], [4], k, so=so)
+    with pytest.raises(ValueError, match="packed"):
+        dense(xt, residual=torch.zeros(m, 4))
+
+
+@pytest.mark.parametrize("isa", ISAS)
 def test_multi_weight_plan_mixes_modes_and_kinds(isa):
     """One call over q/k/v-like weights of different kinds and layouts writes each its columns."""
     so = native.lib(isa)

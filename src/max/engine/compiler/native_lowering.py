@@ -27,6 +27,10 @@
   reads becomes one ``qkv_attention_native`` node with it (one native call per layer and step: the K/V
   write, then the attention; the queries never leave the kernel), which also absorbs a ``reshape`` of the
   result to ``[T, H * D]``.  The node sits where the attention was (only index casts lie between the two).
+- ``add(r, fused_matmul_t(x, W..))`` (either order, same type, float32 on the CPU) where every weight is
+  packed, nothing gates the result and the add is the projection's only reader becomes one
+  ``fused_matmul_t`` with ``residual``: ``r`` is its last operand, added in the native kernel's epilogue
+  (``lmx_packed_matmul_res``; the same float32 sums as the separate add).  Dense weights keep the add.
 - The native attention and KV-store kernels take int64 index operands (row offsets, cache lengths,
   page lookup, token positions, write pages/offsets).  They are the same values for every layer of a
   step, so each one that is narrower is cast to int64 once, by one ``cast`` node that every layer's
@@ -157,6 +161,8 @@ def lower(prog: Program, policy: Optional[BackendPolicy] = None) -> dict[str, in
     prog.nodes = out
     counts["packed_embedding"] = _embeddings_from_packed(prog)
     counts["qkv_attention_native"] = _fuse_qkv_attention(prog)
+    if policy.native:
+        counts["residual_epilogue"] = _fuse_residual(prog)
     return {k: v for k, v in counts.items() if v}
 
 
@@ -210,6 +216,41 @@ def _fuse_qkv_attention(prog: Program) -> int:
         replace[ja] = PNode("qkv_attention_native", inputs, attrs, tuple(t for _, t in outs),
                             tuple(o for o, _ in outs), a.loc, True, ())
         drop.add(js)
+    if not replace:
+        return 0
+    prog.nodes = [replace.get(j, n) for j, n in enumerate(prog.nodes) if j not in drop]
+    return len(replace)
+
+
+def _fuse_residual(prog: Program) -> int:
+    """``add(r, fused_matmul_t(..))`` -> ``fused_matmul_t(.., r, residual=True)`` (see the module docstring)."""
+    users: dict[int, int] = {}
+    for n in prog.nodes:
+        for i in n.inputs:
+            users[i] = users.get(i, 0) + 1
+    pinned = set(prog.output_ids) | _used_in_regions(prog)
+    producer = {o: j for j, n in enumerate(prog.nodes) for o in n.outs}
+    drop: set[int] = set()
+    replace: dict[int, PNode] = {}
+    for ja, a in enumerate(prog.nodes):
+        if a.op != "add" or len(a.inputs) != 2 or len(a.outs) != 1 or a.regions:
+            continue
+        t = a.types[0]
+        if not (isinstance(t, TensorType) and t.dtype == DType.float32 and t.device.is_cpu()):
+            continue
+        for mm, r in (a.inputs, a.inputs[::-1]):
+            jp = producer.get(mm)
+            p = prog.nodes[jp] if jp is not None else None
+            if (p is None or jp in drop or p.op != linear_fusion.OP or p.outs != (mm,) or users.get(mm) != 1
+                    or mm in pinned or mm == r or p.attrs.get("act") is not None or p.attrs.get("exact")
+                    or p.attrs.get("residual") or p.attrs.get("native_max_m", 0) <= 0
+                    or not all(str(k).startswith("packed:") for k in p.attrs["kinds"])
+                    or str(prog.types[mm]) != str(t) or str(prog.types[r]) != str(t)):
+                continue
+            replace[ja] = PNode(p.op, (*p.inputs, r), dict(p.attrs, residual=True), a.types, a.outs, p.loc,
+                                p.side_effects, p.regions)
+            drop.add(jp)
+            break
     if not replace:
         return 0
     prog.nodes = [replace.get(j, n) for j, n in enumerate(prog.nodes) if j not in drop]

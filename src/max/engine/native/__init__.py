@@ -78,6 +78,8 @@ def _declare(so: ctypes.CDLL) -> None:
     so.lmx_packed_row.restype = _INT
     so.lmx_packed_matmul.argtypes = [_I64, _I64, _P, _I64, _INT, _P, _P, _P, _P, _P, _I64, _INT, _P, _F]
     so.lmx_packed_matmul.restype = _INT
+    so.lmx_packed_matmul_res.argtypes = [_I64, _I64, _P, _I64, _INT, _P, _P, _P, _P, _P, _I64, _INT, _P, _F, _P, _I64]
+    so.lmx_packed_matmul_res.restype = _INT
     so.lmx_packed_rows_f32.argtypes = [_INT, _P, _I64, _I64, _I64, _I64, _P]
     so.lmx_packed_rows_f32.restype = _INT
     so.lmx_conv1d_decode.argtypes = [_I64, _I64, _I64, _P, _I64, _P, _P, _P, _P, _I64, _INT, _P]
@@ -266,7 +268,7 @@ class MatmulPlan:
     of an RMSNorm applied to ``x`` first (the norm feeding the projection, fused into the call).
     """
 
-    __slots__ = ("so", "n_out", "k", "calls", "keep", "norm")
+    __slots__ = ("so", "n_out", "k", "calls", "keep", "norm", "res_fns")
 
     def __init__(self, weights: Sequence[torch.Tensor], kinds: Sequence[int], modes: Sequence[str],
                  ns: Sequence[int], k: int, biases: Sequence[torch.Tensor | None] | None = None,
@@ -289,6 +291,7 @@ class MatmulPlan:
         for n in ns:
             offs.append(offs[-1] + n)
         self.calls = []
+        self.res_fns = []  # per call: its variant adding a residual (packed weights only), else None
         for mode, idx in groups.items():
             # columns of one call must be contiguous in the output: split into runs
             runs: list[list[int]] = []
@@ -314,14 +317,27 @@ class MatmulPlan:
                     rb = (ctypes.c_int64 * nw)(*[int(w.stride(0) * w.element_size()) for w in ws])
                     args = (nw, wp, kd, nn, rb, bp)
                 self.calls.append((fn, args, offs[run[0]]))
+                self.res_fns.append(self.so.lmx_packed_matmul_res if mode == "packed" else None)
 
-    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, scalar: bool = False) -> torch.Tensor:
-        """``x``: float32 ``[M, K]`` with unit stride in K.  Returns float32 ``[M, n_out]``."""
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, scalar: bool = False,
+                 residual: torch.Tensor | None = None) -> torch.Tensor:
+        """``x``: float32 ``[M, K]`` with unit stride in K.  Returns float32 ``[M, n_out]``; plus ``residual``
+        (float32 ``[M, n_out]``, unit stride in N, not overlapping ``out``) when given, added in the kernels'
+        epilogue: ``(x @ W^T + b) + residual``, exactly the separate add (packed weights only)."""
         M = x.shape[0]
         if out is None:
             out = torch.empty((M, self.n_out), dtype=torch.float32)
         xp, xs, yp, ys = x.data_ptr(), x.stride(0), out.data_ptr(), out.stride(0)
         nwp, eps = self.norm
+        if residual is not None:
+            if any(f is None for f in self.res_fns) or residual.stride(1) != 1:
+                raise ValueError("MatmulPlan: a residual is added only to packed weights' results (unit stride)")
+            rp, rs = residual.data_ptr(), residual.stride(0)
+            for (_, args, col), fn in zip(self.calls, self.res_fns):
+                rc = fn(M, self.k, xp, xs, *args, yp + 4 * col, ys, int(scalar), nwp, eps, rp + 4 * col, rs)
+                if rc != 0:
+                    raise RuntimeError(f"native matmul failed with code {rc} (K={self.k})")
+            return out
         for fn, args, col in self.calls:
             rc = fn(M, self.k, xp, xs, *args, yp + 4 * col, ys, int(scalar), nwp, eps)
             if rc != 0:

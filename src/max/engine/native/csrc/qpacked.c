@@ -1054,8 +1054,17 @@ LMX_INLINE void group_neon(int kind, const uint8_t *g, int64_t K, const pact_t *
 #endif
 
 /* Packed matmul of one weight: rows [g0*16, g1*16) for all M rows into y (columns of this weight). */
+/* y[m * ys + 0 .. rows - 1] = v (+ r[m * rs + ...] when r is given: the fused residual add). */
+LMX_INLINE void put_rows(float *y, const float *v, int64_t rows, const float *r) {
+    if (!r) {
+        memcpy(y, v, (size_t)rows * 4);
+        return;
+    }
+    for (int64_t j = 0; j < rows; j++) y[j] = r[j] + v[j];
+}
+
 static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_t g0, int64_t g1, const pact_t *a,
-                        int64_t M, float *y, int64_t ys, int force_scalar) {
+                        int64_t M, float *y, int64_t ys, int force_scalar, const float *res, int64_t rs) {
     const int64_t gbytes = K / unit_elems(kind) * unit_bytes(kind);
     float out16[GR * 8];
 #if defined(LMX_AVX2) && !defined(LMX_AVX512VNNI)
@@ -1078,7 +1087,8 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
             for (int64_t m0 = 0; m0 < M; m0 += WS_MT) {
                 const int mb = (int)(M - m0 < WS_MT ? M - m0 : WS_MT);
                 group_avx2_ws(kind, g, K, a, m0, mb, acc);
-                for (int i = 0; i < mb; i++) memcpy(y + (m0 + i) * ys + gi * GR, acc + i * GR, (size_t)rows * 4);
+                for (int i = 0; i < mb; i++)
+                    put_rows(y + (m0 + i) * ys + gi * GR, acc + i * GR, rows, res ? res + (m0 + i) * rs + gi * GR : NULL);
             }
             continue;
         }
@@ -1098,7 +1108,8 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
 #endif
                 default: GROUP_SIMD(kind, g, K, a, m0, PMB, out16, GR); break;
                 }
-                for (int i = 0; i < mb; i++) memcpy(y + (m0 + i) * ys + gi * GR, out16 + i * GR, (size_t)rows * 4);
+                for (int i = 0; i < mb; i++)
+                    put_rows(y + (m0 + i) * ys + gi * GR, out16 + i * GR, rows, res ? res + (m0 + i) * rs + gi * GR : NULL);
             }
             continue;
         }
@@ -1106,7 +1117,7 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
         (void)force_scalar;
         for (int64_t m = 0; m < M; m++) {
             group_scalar(kind, g, K, a, m, out16);
-            memcpy(y + m * ys + gi * GR, out16, (size_t)rows * 4);
+            put_rows(y + m * ys + gi * GR, out16, rows, res ? res + m * rs + gi * GR : NULL);
         }
     }
 }
@@ -1115,11 +1126,27 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
 int lmx_act_prepare(int64_t M, int64_t K, const float *x, int64_t xs, const int8_t **xq, const float **dxb,
                     const float **sxb, const float **sx16, int64_t *KP, int64_t *BP, int nt);
 
+LMX_API int lmx_packed_matmul_res(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,
+                                  const uint8_t *const *w, const int *kinds, const int64_t *N,
+                                  const float *const *bias, float *y, int64_t y_stride, int force_scalar,
+                                  const float *norm_w, float norm_eps, const float *res, int64_t res_stride);
+
 /* y[M, sum(N)] = x[M, K] @ concat(W_i)^T (+ bias_i), each W_i packed by lmx_pack from kind kinds[i].
  * Returns 0, -1 for a kind that is not packable, -2 for a bad K, -3 without memory. */
 LMX_API int lmx_packed_matmul(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,
                               const uint8_t *const *w, const int *kinds, const int64_t *N, const float *const *bias,
                               float *y, int64_t y_stride, int force_scalar, const float *norm_w, float norm_eps) {
+    return lmx_packed_matmul_res(M, K, x, x_stride, nw, w, kinds, N, bias, y, y_stride, force_scalar, norm_w, norm_eps,
+                                 NULL, 0);
+}
+
+/* lmx_packed_matmul, then y += res (res [M, sum(N)], row stride res_stride; NULL: nothing added): the residual
+ * add that follows a projection, fused.  Each output is (x @ W^T (+ bias)) + res, rounded once more, exactly
+ * as the separate add.  res must not overlap y. */
+LMX_API int lmx_packed_matmul_res(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,
+                                  const uint8_t *const *w, const int *kinds, const int64_t *N,
+                                  const float *const *bias, float *y, int64_t y_stride, int force_scalar,
+                                  const float *norm_w, float norm_eps, const float *res, int64_t res_stride) {
     if (lmx_prenorm(&x, &x_stride, M, K, norm_w, norm_eps)) return -3; /* the fused RMSNorm, if any */
 
     if (nw < 1 || nw > 64) return -1;
@@ -1148,9 +1175,15 @@ LMX_API int lmx_packed_matmul(int64_t M, int64_t K, const float *x, int64_t x_st
         for (int i = 0; i < nw; i++) {
             const int64_t s = q0 > goffs[i] ? q0 : goffs[i], e = q1 < goffs[i + 1] ? q1 : goffs[i + 1];
             if (s < e) packed_rows(kinds[i], w[i], N[i], K, s - goffs[i], e - goffs[i], &a, M, y + offs[i], y_stride,
-                                   force_scalar);
+                                   force_scalar, bias ? NULL : (res ? res + offs[i] : NULL), res_stride);
         }
         lmx_add_biases(M, nw, N, offs, bias, y, y_stride);
+        if (bias && res) { /* after the biases: (x W^T + b) + res, as the graph adds them */
+#pragma omp barrier
+#pragma omp for schedule(static)
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t n = 0; n < total; n++) y[m * y_stride + n] += res[m * res_stride + n];
+        }
     }
     return 0;
 }
