@@ -318,6 +318,9 @@ static void group_scalar(int kind, const uint8_t *g, int64_t K, const pact_t *a,
 
 #ifdef LMX_AVX512VNNI
 #define PMB 8
+#ifndef LMX_PF_DIST
+#define LMX_PF_DIST 2048
+#endif
 
 LMX_INLINE __m512i bcast4(const int8_t *p) {
     int32_t v;
@@ -388,6 +391,9 @@ LMX_INLINE void group_avx512(int kind, const uint8_t *g, int64_t K, const pact_t
         const float cneg = kind == LMX_Q4_0 ? -8.0f : kind == LMX_Q5_0 ? -16.0f : -128.0f;
         for (int64_t b = 0; b < nu; b++) {
             const uint8_t *o = g + b * ub;
+#if LMX_PF_DIST > 0
+            for (int64_t l = 0; l < ub; l += 64) _mm_prefetch((const char *)(o + LMX_PF_DIST + l), _MM_HINT_T0);
+#endif
             if (kind == LMX_Q8_0)
                 for (int q = 0; q < 8; q++) c[q] = _mm512_loadu_si512((const void *)(o + 64 * q));
             else
