@@ -267,19 +267,17 @@ def prepare_fused_matmul_t(operands: list, kinds: tuple, ns: tuple, k: int, has_
 
     if not residual:
         return run
-    fn_res = plan.res_fns[0] if fn is not None else None
+    fn_res = plan.res_fns[0] if fn is not None and act is None else None
 
     def run_res(x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         """``r + x @ W^T``: the residual added in the native kernel's epilogue."""
         x2 = x if x.dim() == 2 else x.reshape(-1, k)
         m = x2.shape[0]
-        r2 = _residual_2d(r, m, n_out) if fn_res is not None and act is None and r.shape == (*x.shape[:-1], n_out) \
-            else None
-        if r2 is None or x2.dtype is not f32 or not x2.is_cpu or x2.stride(1) != 1 or m >= big:
+        if (fn_res is None or r.dtype is not f32 or not r.is_cpu or not r.is_contiguous() or r.numel() != m * n_out
+                or r.shape[-1] != n_out or x2.dtype is not f32 or not x2.is_cpu or x2.stride(1) != 1 or m >= big):
             return torch.add(r, run(x))  # as the separate add after the unfused projection
         y = empty((m, n_out), dtype=f32)
-        rc = fn_res(m, k, x2.data_ptr(), x2.stride(0), *args, y.data_ptr(), n_out, 0, nwp, eps, r2.data_ptr(),
-                    r2.stride(0))
+        rc = fn_res(m, k, x2.data_ptr(), x2.stride(0), *args, y.data_ptr(), n_out, 0, nwp, eps, r.data_ptr(), n_out)
         if rc:
             raise RuntimeError(f"native matmul failed with code {rc}")
         return y if x.dim() == 2 else y.reshape(*x.shape[:-1], n_out)

@@ -386,8 +386,10 @@ def prepare_qkv_attention_native(operands: list, layer: int, n_heads: int, n_kv_
             p.page_size = blocks.shape[3]
             bound[0] = blocks
         if (qkv.dtype is not f32 or not qkv.is_cpu or qkv.dim() != 2 or qkv.stride(1) != 1 or qkv.shape[1] != width
-                or any(t.dtype is not i64 or not t.is_contiguous() for t in (pos, wp, wo, offs, cl))
-                or lk.dtype is not i64 or lk.stride(-1) != 1):
+                or pos.dtype is not i64 or wp.dtype is not i64 or wo.dtype is not i64 or offs.dtype is not i64
+                or cl.dtype is not i64 or lk.dtype is not i64 or not pos.is_contiguous() or not wp.is_contiguous()
+                or not wo.is_contiguous() or not offs.is_contiguous() or not cl.is_contiguous()
+                or lk.stride(-1) != 1):
             return qkv_attention_native(qkv, *_consts(), blocks, pos, wp, wo, offs, cl, lk, **attrs)
         T = qkv.shape[0]
         out = empty((T, H * D) if flat else (T, H, D), dtype=f32)
