@@ -231,6 +231,41 @@ def test_packed_matmul_residual_epilogue(isa, kinds, m, n, with_bias, norm, seed
 
 
 @pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("act", [0, 1])
+@pytest.mark.parametrize("m", [1, 3, 9])
+def test_packed_matmul_glu_is_the_matmul_then_the_gate(isa, act, m):
+    """lmx_packed_matmul_glu (gate and up projections, then act(gate) * up, in one call) is bit for bit
+    lmx_packed_matmul followed by lmx_glu (I = 40: a partial vector tail), with a fused RMSNorm; and close
+    to the float64 reference."""
+    so = native.lib(isa)
+    rng = np.random.default_rng(act + 10 * m)
+    k, i = 64, 40
+    bs = [blocks(kind, i, k, j) for j, kind in enumerate(("Q4_1", "Q8_0"))]
+    codes = [native.GGML_KINDS["Q4_1"], native.GGML_KINDS["Q8_0"]]
+    ws = [native.pack(torch.from_numpy(b), c, i, k) for b, c in zip(bs, codes)]
+    plan = native.MatmulPlan(ws, codes, ["packed", "packed"], [i, i], k, so=so)
+    (fn, args, _), = plan.calls
+    x = torch.from_numpy((rng.standard_normal((m, k)) * 2).astype(np.float32))
+    for gamma in (None, torch.from_numpy(rng.uniform(0.5, 1.5, k).astype(np.float32))):
+        nwp = 0 if gamma is None else gamma.data_ptr()
+        gu = torch.empty(m, 2 * i)
+        assert fn(m, k, x.data_ptr(), k, *args, gu.data_ptr(), 2 * i, 0, nwp, ctypes.c_float(1e-5)) == 0
+        want = torch.empty(m, i)
+        so.lmx_glu(gu.data_ptr(), m, i, 2 * i, act, want.data_ptr(), i)
+        got = torch.full((m, i + 3), 7.0)
+        assert so.lmx_packed_matmul_glu(m, k, x.data_ptr(), k, *args, got.data_ptr(), i + 3, 0, nwp,
+                                        ctypes.c_float(1e-5), act) == 0
+        np.testing.assert_array_equal(got[:, :i].numpy().view(np.uint32), want.numpy().view(np.uint32))
+        assert bool((got[:, i:] == 7.0).all())  # only the output's columns are written
+    g = q8_activation_reference(x.numpy(), deq("Q4_1", bs[0], i, k))
+    u = q8_activation_reference(x.numpy(), deq("Q8_0", bs[1], i, k))
+    a = g / (1 + np.exp(-g)) if act == 0 else 0.5 * g * (1 + np.tanh(0.7978845608028654 * (g + 0.044715 * g**3)))
+    nogamma = torch.empty(m, i)
+    so.lmx_packed_matmul_glu(m, k, x.data_ptr(), k, *args, nogamma.data_ptr(), i, 0, 0, ctypes.c_float(1e-5), act)
+    np.testing.assert_allclose(nogamma.numpy(), a * u, rtol=1e-4, atol=1e-4 * np.abs(a * u).max())
+
+
+@pytest.mark.parametrize("isa", ISAS)
 def test_multi_weight_plan_mixes_modes_and_kinds(isa):
     """One call over q/k/v-like weights of different kinds and layouts writes each its columns."""
     so = native.lib(isa)

@@ -244,12 +244,20 @@ def prepare_fused_matmul_t(operands: list, kinds: tuple, ns: tuple, k: int, has_
     half = n_out // 2
     (fn, args, col), = plan.calls if len(plan.calls) == 1 else ((None, None, None),)
     nwp, eps = plan.norm
+    # packed gate/up weights: the product and the gate in one native call
+    fn_glu = so.lmx_packed_matmul_glu if fn is not None and glu_code is not None and plan.res_fns[0] else None
 
     def run(x: torch.Tensor) -> torch.Tensor:
         x2 = x if x.dim() == 2 else x.reshape(-1, k)
         m = x2.shape[0]
         if x2.dtype is not f32 or not x2.is_cpu or x2.stride(1) != 1 or m >= big:
             return fused_matmul_t(x, *consts, **fallback_attrs)
+        if fn_glu is not None:
+            y = empty((m, half), dtype=f32)
+            rc = fn_glu(m, k, x2.data_ptr(), x2.stride(0), *args, y.data_ptr(), half, 0, nwp, eps, glu_code)
+            if rc:
+                raise RuntimeError(f"native matmul failed with code {rc}")
+            return y if x.dim() == 2 else y.reshape(*x.shape[:-1], half)
         if fn is None:
             y = plan(x2)
         else:  # one native call: no per-call bookkeeping beyond the pointers

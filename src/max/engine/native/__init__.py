@@ -80,6 +80,8 @@ def _declare(so: ctypes.CDLL) -> None:
     so.lmx_packed_matmul.restype = _INT
     so.lmx_packed_matmul_res.argtypes = [_I64, _I64, _P, _I64, _INT, _P, _P, _P, _P, _P, _I64, _INT, _P, _F, _P, _I64]
     so.lmx_packed_matmul_res.restype = _INT
+    so.lmx_packed_matmul_glu.argtypes = [_I64, _I64, _P, _I64, _INT, _P, _P, _P, _P, _P, _I64, _INT, _P, _F, _INT]
+    so.lmx_packed_matmul_glu.restype = _INT
     so.lmx_packed_rows_f32.argtypes = [_INT, _P, _I64, _I64, _I64, _I64, _P]
     so.lmx_packed_rows_f32.restype = _INT
     so.lmx_conv1d_decode.argtypes = [_I64, _I64, _I64, _P, _I64, _P, _P, _P, _P, _I64, _INT, _P]

@@ -1193,3 +1193,33 @@ LMX_API int lmx_packed_matmul_res(int64_t M, int64_t K, const float *x, int64_t 
     }
     return 0;
 }
+
+/* lmx_packed_matmul of a gate and an up projection (their columns [gate | up], I each), then
+ * out[m, i] = act(gate) * up (lmx_glu; act 0 = silu, 1 = gelu tanh), in one call: the [M, 2I] product lives
+ * in this thread's buffer.  Bit for bit the two calls.  Returns what lmx_packed_matmul returns; -1 for an
+ * odd number of columns, -3 without memory. */
+LMX_API void lmx_glu(const float *gu, int64_t M, int64_t I, int64_t gs, int act, float *out, int64_t os);
+
+static __thread float *glu_mem = NULL;
+static __thread size_t glu_cap = 0;
+
+LMX_API int lmx_packed_matmul_glu(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,
+                                  const uint8_t *const *w, const int *kinds, const int64_t *N,
+                                  const float *const *bias, float *out, int64_t out_stride, int force_scalar,
+                                  const float *norm_w, float norm_eps, int act) {
+    int64_t total = 0;
+    for (int i = 0; i < nw && i < 64; i++) total += N[i];
+    if (total % 2) return -1;
+    const size_t need = (size_t)(M * total > 0 ? M * total : 1);
+    if (need > glu_cap) {
+        free(glu_mem);
+        glu_mem = (float *)malloc(need * 4);
+        glu_cap = glu_mem ? need : 0;
+        if (!glu_mem) return -3;
+    }
+    const int rc = lmx_packed_matmul_res(M, K, x, x_stride, nw, w, kinds, N, bias, glu_mem, total, force_scalar,
+                                         norm_w, norm_eps, NULL, 0);
+    if (rc) return rc;
+    lmx_glu(glu_mem, M, total / 2, total, act, out, out_stride);
+    return 0;
+}
