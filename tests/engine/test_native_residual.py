@@ -99,3 +99,32 @@ def test_unprepared_kernel_adds_the_residual_as_the_separate_add(native_max_m):
     want = torch.add(r, fused_matmul_t(x, packed, **attrs))
     assert got.shape == (2, 3, N)
     np.testing.assert_array_equal(got.numpy().view(np.uint32), want.numpy().view(np.uint32))
+
+
+@pytest.mark.parametrize("act", [None, "silu", "gelu_tanh", "gelu"])
+@pytest.mark.parametrize("norm", [False, True])
+def test_prepared_packed_call_equals_the_kernel(act, norm):
+    """The prepared projection over packed weights (one lmx_packed_call with the plan bound: plain, with the
+    gate of [gate | up], or with the residual) is bit for bit the unprepared fused_matmul_t (MatmulPlan,
+    then lmx_glu / the torch gate, then the add)."""
+    import torch
+
+    from max.engine.kernels.fused import fused_matmul_t, prepare_fused_matmul_t
+
+    rng = np.random.default_rng(4)
+    code = native.GGML_KINDS["Q4_1"]
+    ws = [native.pack(torch.from_numpy(quants.quantize(rng.standard_normal((N, K)).astype(np.float32), T.Q4_1)),
+                      code, N, K) for _ in range(2)]
+    gamma = torch.from_numpy(rng.uniform(0.5, 1.5, K).astype(np.float32))
+    attrs = dict(kinds=("packed:Q4_1",) * 2, ns=(N, N), k=K, has_bias=(False, False), act=act,
+                 norm_eps=1e-5 if norm else None, native_max_m=1 << 40)
+    ops_ = [*ws, gamma] if norm else ws
+    x = torch.from_numpy(rng.standard_normal((3, K)).astype(np.float32))
+    run = prepare_fused_matmul_t([None, *ops_], **attrs)
+    want = fused_matmul_t(x, *ops_, **attrs)
+    np.testing.assert_array_equal(run(x).numpy().view(np.uint32), want.numpy().view(np.uint32))
+    if act is None:
+        r = torch.from_numpy(rng.standard_normal((3, 2 * N)).astype(np.float32))
+        run_res = prepare_fused_matmul_t([None, *ops_, None], **attrs, residual=True)
+        got = run_res(x, r)
+        np.testing.assert_array_equal(got.numpy().view(np.uint32), torch.add(r, want).numpy().view(np.uint32))

@@ -244,24 +244,28 @@ def prepare_fused_matmul_t(operands: list, kinds: tuple, ns: tuple, k: int, has_
     half = n_out // 2
     (fn, args, col), = plan.calls if len(plan.calls) == 1 else ((None, None, None),)
     nwp, eps = plan.norm
-    # packed gate/up weights: the product and the gate in one native call
-    fn_glu = so.lmx_packed_matmul_glu if fn is not None and glu_code is not None and plan.res_fns[0] else None
+    # packed weights: one lmx_packed_call with the plan bound (the gate of [gate | up] included)
+    bound = native.packed_plan(plan, -1 if glu_code is None else glu_code)
+    pcall, paddr = so.lmx_packed_call, (bound[1] if bound is not None else 0)
 
     def run(x: torch.Tensor) -> torch.Tensor:
         x2 = x if x.dim() == 2 else x.reshape(-1, k)
         m = x2.shape[0]
         if x2.dtype is not f32 or not x2.is_cpu or x2.stride(1) != 1 or m >= big:
             return fused_matmul_t(x, *consts, **fallback_attrs)
-        if fn_glu is not None:
-            y = empty((m, half), dtype=f32)
-            rc = fn_glu(m, k, x2.data_ptr(), x2.stride(0), *args, y.data_ptr(), half, 0, nwp, eps, glu_code)
+        if paddr:
+            w = n_out if glu_code is None else half
+            y = empty(m, w, dtype=f32)
+            rc = pcall(paddr, m, x2.data_ptr(), x2.stride(0), y.data_ptr(), w, None, 0)
             if rc:
                 raise RuntimeError(f"native matmul failed with code {rc}")
-            return y if x.dim() == 2 else y.reshape(*x.shape[:-1], half)
+            if act is not None and glu_code is None:
+                y = _gate(y, act)
+            return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
         if fn is None:
             y = plan(x2)
         else:  # one native call: no per-call bookkeeping beyond the pointers
-            y = empty((m, n_out), dtype=f32)
+            y = empty(m, n_out, dtype=f32)
             rc = fn(m, k, x2.data_ptr(), x2.stride(0), *args, y.data_ptr(), n_out, 0, nwp, eps)
             if rc:
                 raise RuntimeError(f"native matmul failed with code {rc}")
@@ -273,9 +277,11 @@ def prepare_fused_matmul_t(operands: list, kinds: tuple, ns: tuple, k: int, has_
             y = _gate(y, act)
         return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
 
+    run.bound = bound  # type: ignore[attr-defined]  # (the struct lmx_packed_call reads stays alive)
     if not residual:
         return run
-    fn_res = plan.res_fns[0] if fn is not None and act is None else None
+    fn_res = pcall if paddr and act is None else None
+    empty_like = torch.empty_like
 
     def run_res(x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         """``r + x @ W^T``: the residual added in the native kernel's epilogue."""
@@ -284,12 +290,13 @@ def prepare_fused_matmul_t(operands: list, kinds: tuple, ns: tuple, k: int, has_
         if (fn_res is None or r.dtype is not f32 or not r.is_cpu or not r.is_contiguous() or r.numel() != m * n_out
                 or r.shape[-1] != n_out or x2.dtype is not f32 or not x2.is_cpu or x2.stride(1) != 1 or m >= big):
             return torch.add(r, run(x))  # as the separate add after the unfused projection
-        y = empty((m, n_out), dtype=f32)
-        rc = fn_res(m, k, x2.data_ptr(), x2.stride(0), *args, y.data_ptr(), n_out, 0, nwp, eps, r.data_ptr(), n_out)
+        y = empty_like(r)  # contiguous [..., n_out], as the add's result
+        rc = fn_res(paddr, m, x2.data_ptr(), x2.stride(0), y.data_ptr(), n_out, r.data_ptr(), n_out)
         if rc:
             raise RuntimeError(f"native matmul failed with code {rc}")
-        return y if x.dim() == 2 else y.reshape(*x.shape[:-1], n_out)
+        return y
 
+    run_res.bound = bound  # type: ignore[attr-defined]  # (the struct lmx_packed_call reads stays alive)
     return run_res
 
 

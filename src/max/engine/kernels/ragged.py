@@ -392,7 +392,7 @@ def prepare_qkv_attention_native(operands: list, layer: int, n_heads: int, n_kv_
                 or lk.stride(-1) != 1):
             return qkv_attention_native(qkv, *_consts(), blocks, pos, wp, wo, offs, cl, lk, **attrs)
         T = qkv.shape[0]
-        out = empty((T, H * D) if flat else (T, H, D), dtype=f32)
+        out = empty(T, H * D, dtype=f32) if flat else empty(T, H, D, dtype=f32)
         rc = fn(pref, qkv.data_ptr(), T, qkv.stride(0), pos.data_ptr(), wp.data_ptr(), wo.data_ptr(), cl.shape[0],
                 offs.data_ptr(), cl.data_ptr(), lk.data_ptr(), lk.stride(0), blocks.data_ptr(), out.data_ptr())
         if rc == -2:

@@ -38,6 +38,14 @@ _INT = ctypes.c_int
 _F = ctypes.c_float
 
 
+class PackedPlan(ctypes.Structure):
+    """One packed-weights call of a :class:`MatmulPlan` bound for ``lmx_packed_call`` (``csrc/qpacked.c``):
+    ``act`` -1 plain (a residual may be passed per call), 0 / 1 the gate (silu / gelu tanh) of [gate | up]."""
+
+    _fields_ = [("K", _I64), ("nw", _I64), ("w", _P), ("kinds", _P), ("N", _P), ("bias", _P), ("norm_w", _P),
+                ("norm_eps", _F), ("act", ctypes.c_int32)]
+
+
 class QkvAttention(ctypes.Structure):
     """A layer's settings of ``lmx_qkv_attention`` (``csrc/attention.c``), bound once."""
 
@@ -82,6 +90,8 @@ def _declare(so: ctypes.CDLL) -> None:
     so.lmx_packed_matmul_res.restype = _INT
     so.lmx_packed_matmul_glu.argtypes = [_I64, _I64, _P, _I64, _INT, _P, _P, _P, _P, _P, _I64, _INT, _P, _F, _INT]
     so.lmx_packed_matmul_glu.restype = _INT
+    so.lmx_packed_call.argtypes = [_P, _I64, _P, _I64, _P, _I64, _P, _I64]
+    so.lmx_packed_call.restype = _INT
     so.lmx_packed_rows_f32.argtypes = [_INT, _P, _I64, _I64, _I64, _I64, _P]
     so.lmx_packed_rows_f32.restype = _INT
     so.lmx_conv1d_decode.argtypes = [_I64, _I64, _I64, _P, _I64, _P, _P, _P, _P, _I64, _INT, _P]
@@ -270,7 +280,7 @@ class MatmulPlan:
     of an RMSNorm applied to ``x`` first (the norm feeding the projection, fused into the call).
     """
 
-    __slots__ = ("so", "n_out", "k", "calls", "keep", "norm", "res_fns")
+    __slots__ = ("so", "n_out", "k", "calls", "keep", "norm", "res_fns", "packed_args")
 
     def __init__(self, weights: Sequence[torch.Tensor], kinds: Sequence[int], modes: Sequence[str],
                  ns: Sequence[int], k: int, biases: Sequence[torch.Tensor | None] | None = None,
@@ -294,6 +304,7 @@ class MatmulPlan:
             offs.append(offs[-1] + n)
         self.calls = []
         self.res_fns = []  # per call: its variant adding a residual (packed weights only), else None
+        self.packed_args: list = []  # per call: its (nw, w, kinds, N, bias) for a PackedPlan, packed weights only
         for mode, idx in groups.items():
             # columns of one call must be contiguous in the output: split into runs
             runs: list[list[int]] = []
@@ -320,6 +331,7 @@ class MatmulPlan:
                     args = (nw, wp, kd, nn, rb, bp)
                 self.calls.append((fn, args, offs[run[0]]))
                 self.res_fns.append(self.so.lmx_packed_matmul_res if mode == "packed" else None)
+                self.packed_args.append(args if mode == "packed" else None)
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, scalar: bool = False,
                  residual: torch.Tensor | None = None) -> torch.Tensor:
@@ -345,6 +357,18 @@ class MatmulPlan:
             if rc != 0:
                 raise RuntimeError(f"native matmul failed with code {rc} (K={self.k})")
         return out
+
+
+def packed_plan(plan: MatmulPlan, act: int = -1) -> tuple[PackedPlan, int] | None:
+    """The single packed-weights call of ``plan`` bound for ``lmx_packed_call`` (None when ``plan`` makes
+    another kind of call or several): the struct (keep it alive) and its address."""
+    if len(plan.calls) != 1 or plan.packed_args[0] is None:
+        return None
+    nw, wp, kd, nn, bp = plan.packed_args[0]
+    nwp, eps = plan.norm
+    p = PackedPlan(K=plan.k, nw=nw, w=ctypes.cast(wp, _P), kinds=ctypes.cast(kd, _P), N=ctypes.cast(nn, _P),
+                   bias=None if bp is None else ctypes.cast(bp, _P), norm_w=nwp or None, norm_eps=eps, act=act)
+    return p, ctypes.addressof(p)
 
 
 def qmatmul(x: torch.Tensor, weights: Sequence[torch.Tensor], kinds: Sequence[int],

@@ -1223,3 +1223,29 @@ LMX_API int lmx_packed_matmul_glu(int64_t M, int64_t K, const float *x, int64_t 
     lmx_glu(glu_mem, M, total / 2, total, act, out, out_stride);
     return 0;
 }
+
+/* A projection over packed weights with everything but the activations bound once (engine/kernels/fused.py
+ * prepares one per graph node): one call per step passes only x, the output and the residual. */
+typedef struct {
+    int64_t K;
+    int64_t nw;
+    const uint8_t *const *w;
+    const int *kinds;
+    const int64_t *N;
+    const float *const *bias;
+    const float *norm_w;
+    float norm_eps;
+    int32_t act; /* -1: none; 0 silu / 1 gelu (tanh) of [gate | up]: lmx_packed_matmul_glu */
+} lmx_packed_plan_t;
+
+/* y = x @ W^T (+ b) (+ res, when res is not NULL), or the gated product when p->act >= 0. */
+LMX_API int lmx_packed_call(const lmx_packed_plan_t *p, int64_t M, const float *x, int64_t x_stride, float *y,
+                            int64_t y_stride, const float *res, int64_t res_stride) {
+    if (p->act >= 0) {
+        if (res) return -1;
+        return lmx_packed_matmul_glu(M, p->K, x, x_stride, (int)p->nw, p->w, p->kinds, p->N, p->bias, y, y_stride, 0,
+                                     p->norm_w, p->norm_eps, p->act);
+    }
+    return lmx_packed_matmul_res(M, p->K, x, x_stride, (int)p->nw, p->w, p->kinds, p->N, p->bias, y, y_stride, 0,
+                                 p->norm_w, p->norm_eps, res, res_stride);
+}
