@@ -10,6 +10,7 @@ validity mask, so one SDPA call serves a mixed prefill/decode batch.
 from __future__ import annotations
 
 import ctypes
+import weakref
 from typing import Any
 
 import torch
@@ -372,11 +373,12 @@ def prepare_qkv_attention_native(operands: list, layer: int, n_heads: int, n_kv_
     f32, i64, empty = torch.float32, torch.int64, torch.empty
     H, D = n_heads, head_dim
     width = (n_heads + 2 * n_kv_heads) * head_dim
-    bound: list = [None]  # the cache tensor whose layout p holds
+    none = lambda: None  # noqa: E731
+    bound: list = [none]  # a weak reference to the cache tensor whose layout p holds
 
     def run(qkv: torch.Tensor, blocks: torch.Tensor, pos: torch.Tensor, wp: torch.Tensor, wo: torch.Tensor,
             offs: torch.Tensor, cl: torch.Tensor, lk: torch.Tensor) -> torch.Tensor:
-        if blocks is not bound[0]:
+        if blocks is not bound[0]():
             if (blocks.dtype not in KV_KINDS or blocks.dim() != 6 or not blocks.is_cpu
                     or blocks.stride(5) != 1 or blocks.stride(4) != blocks.shape[5]):
                 return qkv_attention_native(qkv, *_consts(), blocks, pos, wp, wo, offs,
@@ -384,7 +386,7 @@ def prepare_qkv_attention_native(operands: list, layer: int, n_heads: int, n_kv_
             p.kv_kind = KV_KINDS[blocks.dtype]
             p.s_page, p.s_kv, p.s_layer, p.s_off = _cache_strides(blocks)
             p.page_size = blocks.shape[3]
-            bound[0] = blocks
+            bound[0] = weakref.ref(blocks)
         if (qkv.dtype is not f32 or not qkv.is_cpu or qkv.dim() != 2 or qkv.stride(1) != 1 or qkv.shape[1] != width
                 or pos.dtype is not i64 or wp.dtype is not i64 or wo.dtype is not i64 or offs.dtype is not i64
                 or cl.dtype is not i64 or lk.dtype is not i64 or not pos.is_contiguous() or not wp.is_contiguous()
