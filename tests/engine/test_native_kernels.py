@@ -193,6 +193,79 @@ def test_matmul_rows_do_not_depend_on_the_batch(isa, kind, mode):
 
 
 @pytest.mark.parametrize("isa", ISAS)
+@settings(max_examples=15, deadline=None)
+@given(kinds=st.lists(st.sampled_from(PACKABLE), min_size=1, max_size=3), m=st.integers(1, 9),
+       n=st.integers(1, 40), with_bias=st.booleans(), norm=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_packed_matmul_residual_epilogue(isa, kinds, m, n, with_bias, norm, seed):
+    """lmx_packed_matmul_res: ``(x @ W^T + b) + r`` is bit for bit the packed matmul followed by a float32
+    add of ``r`` (rows with a stride), for every kind, M tile and partial group of 16 rows, with and without
+    biases and a fused RMSNorm; and close to the float64 reference."""
+    so = native.lib(isa)
+    rng = np.random.default_rng(seed)
+    k = max(kdim(kind, 1) for kind in kinds)
+    ws, codes, ns, biases, refs = [], [], [], [], []
+    x = (rng.standard_normal((m, k)) * 2).astype(np.float32)
+    for j, kind in enumerate(kinds):
+        b = blocks(kind, n + j, k, seed + j)
+        code = native.GGML_KINDS[kind]
+        ws.append(native.pack(torch.from_numpy(b), code, n + j, k))
+        codes.append(code)
+        ns.append(n + j)
+        biases.append(torch.from_numpy(rng.standard_normal(n + j).astype(np.float32)) if with_bias else None)
+        refs.append(q8_activation_reference(x, deq(kind, b, n + j, k)) + (biases[-1].numpy() if with_bias else 0))
+    gamma = (torch.from_numpy(rng.uniform(0.5, 1.5, k).astype(np.float32)), 1e-5) if norm else None
+    plan = native.MatmulPlan(ws, codes, ["packed"] * len(kinds), ns, k, biases, so=so, norm=gamma)
+    total = sum(ns)
+    r_full = torch.from_numpy(rng.standard_normal((m, total + 3)).astype(np.float32) * 4)
+    r = r_full[:, 1:total + 1]  # a strided view
+    xt = torch.from_numpy(x)
+    got = plan(xt, residual=r)
+    want = torch.add(r, plan(xt))
+    np.testing.assert_array_equal(got.numpy().view(np.uint32), want.numpy().view(np.uint32))
+    if not norm:
+        ref = np.concatenate(refs, axis=1) + r.double().numpy()
+        np.testing.assert_allclose(got.numpy(), ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+    dense = native.MatmulPlan([torch.ones(4, k)], [native.dense_kind(torch.float32)], ["dense"], [4], k, so=so)
+    with pytest.raises(ValueError, match="packed"):
+        dense(xt, residual=torch.zeros(m, 4))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("act", [0, 1])
+@pytest.mark.parametrize("m", [1, 3, 9])
+def test_packed_matmul_glu_is_the_matmul_then_the_gate(isa, act, m):
+    """lmx_packed_matmul_glu (gate and up projections, then act(gate) * up, in one call) is bit for bit
+    lmx_packed_matmul followed by lmx_glu (I = 40: a partial vector tail), with a fused RMSNorm; and close
+    to the float64 reference."""
+    so = native.lib(isa)
+    rng = np.random.default_rng(act + 10 * m)
+    k, i = 64, 40
+    bs = [blocks(kind, i, k, j) for j, kind in enumerate(("Q4_1", "Q8_0"))]
+    codes = [native.GGML_KINDS["Q4_1"], native.GGML_KINDS["Q8_0"]]
+    ws = [native.pack(torch.from_numpy(b), c, i, k) for b, c in zip(bs, codes)]
+    plan = native.MatmulPlan(ws, codes, ["packed", "packed"], [i, i], k, so=so)
+    (fn, args, _), = plan.calls
+    x = torch.from_numpy((rng.standard_normal((m, k)) * 2).astype(np.float32))
+    for gamma in (None, torch.from_numpy(rng.uniform(0.5, 1.5, k).astype(np.float32))):
+        nwp = 0 if gamma is None else gamma.data_ptr()
+        gu = torch.empty(m, 2 * i)
+        assert fn(m, k, x.data_ptr(), k, *args, gu.data_ptr(), 2 * i, 0, nwp, ctypes.c_float(1e-5)) == 0
+        want = torch.empty(m, i)
+        so.lmx_glu(gu.data_ptr(), m, i, 2 * i, act, want.data_ptr(), i)
+        got = torch.full((m, i + 3), 7.0)
+        assert so.lmx_packed_matmul_glu(m, k, x.data_ptr(), k, *args, got.data_ptr(), i + 3, 0, nwp,
+                                        ctypes.c_float(1e-5), act) == 0
+        np.testing.assert_array_equal(got[:, :i].numpy().view(np.uint32), want.numpy().view(np.uint32))
+        assert bool((got[:, i:] == 7.0).all())  # only the output's columns are written
+    g = q8_activation_reference(x.numpy(), deq("Q4_1", bs[0], i, k))
+    u = q8_activation_reference(x.numpy(), deq("Q8_0", bs[1], i, k))
+    a = g / (1 + np.exp(-g)) if act == 0 else 0.5 * g * (1 + np.tanh(0.7978845608028654 * (g + 0.044715 * g**3)))
+    nogamma = torch.empty(m, i)
+    so.lmx_packed_matmul_glu(m, k, x.data_ptr(), k, *args, nogamma.data_ptr(), i, 0, 0, ctypes.c_float(1e-5), act)
+    np.testing.assert_allclose(nogamma.numpy(), a * u, rtol=1e-4, atol=1e-4 * np.abs(a * u).max())
+
+
+@pytest.mark.parametrize("isa", ISAS)
 def test_multi_weight_plan_mixes_modes_and_kinds(isa):
     """One call over q/k/v-like weights of different kinds and layouts writes each its columns."""
     so = native.lib(isa)
@@ -394,6 +467,111 @@ def test_qkv_rope_store_matches_reference(isa, t, interleaved, norms, rope, rot,
         assert so.lmx_qkv_rope_store(qkv.data_ptr(), t, qkv.stride(0), h, hkv, d, bad.data_ptr(), freqs.data_ptr(),
                                      32, rot, 0, 0, 0, ctypes.c_float(1e-6), q.data_ptr(), blocks.data_ptr(), 0,
                                      *blocks.stride()[:4], layer, wp.data_ptr(), wo.data_ptr()) == -2
+
+
+def _qkv_attention_case(rng, lens, hkv, group, rope, norms, cache_dtype):
+    """A ragged step (prefix lengths + new tokens) over randomly placed pages: its operands for the K/V write
+    and the attention (int64 indices), and a cache of random earlier positions."""
+    d, page, layers = 16, 8, 2
+    h = hkv * group
+    maxp = max((c + n + page - 1) // page for c, n in lens)
+    npages = len(lens) * maxp + 3
+    blocks = _paged_cache(rng, npages, layers, page, hkv, d, torch.float32)
+    if cache_dtype in (torch.int8, torch.float8_e4m3fn):
+        from max.engine.kernels.ragged import kv_encode
+
+        blocks = kv_encode(blocks, cache_dtype).view(cache_dtype)
+    else:
+        blocks = blocks.to(cache_dtype)
+    lookup = torch.from_numpy(rng.permutation(npages)[:len(lens) * maxp].reshape(len(lens), maxp).astype(np.int64))
+    cl = torch.tensor([c for c, _ in lens], dtype=torch.int64)
+    offs = torch.tensor(np.concatenate([[0], np.cumsum([n for _, n in lens])]), dtype=torch.int64)
+    pos = torch.cat([torch.arange(c, c + n) for c, n in lens]).to(torch.int64)
+    b_of = torch.cat([torch.full((n,), b) for b, (_, n) in enumerate(lens)])
+    wp, wo = lookup[b_of, pos // page].contiguous(), (pos % page).contiguous()
+    t = int(offs[-1])
+    qkv = torch.from_numpy(rng.standard_normal((t, (h + 2 * hkv) * d)).astype(np.float32))
+    ang = torch.arange(64, dtype=torch.float64)[:, None] * (1.0 / (100.0 ** (torch.arange(d // 2) * 2 / d)))
+    freqs = torch.stack([ang.cos(), ang.sin()], -1).reshape(64, d).float() if rope else None
+    qg = torch.from_numpy(rng.standard_normal(d).astype(np.float32)) if norms else None
+    kg = torch.from_numpy(rng.standard_normal(d).astype(np.float32)) if norms else None
+    return dict(qkv=qkv, blocks=blocks, pos=pos, wp=wp, wo=wo, offs=offs, cl=cl, lookup=lookup, freqs=freqs, qg=qg,
+                kg=kg, h=h, hkv=hkv, d=d, page=page, maxp=maxp, t=t)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@settings(max_examples=20, deadline=None)
+@given(lens=st.lists(st.tuples(st.integers(0, 30), st.integers(1, 6)), min_size=1, max_size=3),
+       hkv=st.sampled_from([1, 2]), group=st.sampled_from([1, 3]), rope=st.booleans(), norms=st.booleans(),
+       window=st.sampled_from([-1, 5]), chunk=st.sampled_from([-1, 8]), causal=st.booleans(),
+       cache=st.sampled_from([torch.float32, torch.bfloat16, torch.int8]), seed=st.integers(0, 2**31 - 1))
+def test_qkv_attention_is_the_store_then_the_paged_attention(isa, lens, hkv, group, rope, norms, window, chunk,
+                                                             causal, cache, seed):
+    """lmx_qkv_attention (one call: the K/V write, then the attention of its queries) leaves the same cache and
+    returns the same output, bit for bit, as lmx_qkv_rope_store followed by lmx_paged_attention; and that
+    output is a float64 softmax(q k^T * scale) v over the cache it wrote."""
+    from max.engine.kernels.ragged import KV_KINDS, kv_decode
+
+    so = native.lib(isa)
+    c = _qkv_attention_case(np.random.default_rng(seed), lens, hkv, group, rope, norms, cache)
+    h, d, t, layer, kind = c["h"], c["d"], c["t"], 1, KV_KINDS[cache]
+    blocks2 = c["blocks"].clone()
+    ptr = lambda x: 0 if x is None else x.data_ptr()  # noqa: E731
+    strides = c["blocks"].stride()[:4]
+    p = native.QkvAttention(H=h, Hkv=hkv, D=d, freqs=ptr(c["freqs"]), max_pos=64, R=d if rope else 0, interleaved=1,
+                            q_gamma=ptr(c["qg"]), k_gamma=ptr(c["kg"]), eps=1e-6, scale=0.25, kv_kind=kind,
+                            s_page=strides[0], s_kv=strides[1], s_layer=strides[2], s_off=strides[3], layer=layer,
+                            page_size=c["page"], window=window, chunk=chunk, causal=int(causal))
+    out = torch.empty(t, h, d)
+    assert so.lmx_qkv_attention(ctypes.byref(p), c["qkv"].data_ptr(), t, c["qkv"].stride(0), c["pos"].data_ptr(),
+                                c["wp"].data_ptr(), c["wo"].data_ptr(), len(lens), c["offs"].data_ptr(),
+                                c["cl"].data_ptr(), c["lookup"].data_ptr(), c["maxp"], c["blocks"].data_ptr(),
+                                out.data_ptr()) == 0
+    q = torch.empty(t, h, d)
+    assert so.lmx_qkv_rope_store(c["qkv"].data_ptr(), t, c["qkv"].stride(0), h, hkv, d, c["pos"].data_ptr(),
+                                 ptr(c["freqs"]), 64, d if rope else 0, 1, ptr(c["qg"]), ptr(c["kg"]),
+                                 ctypes.c_float(1e-6), q.data_ptr(), blocks2.data_ptr(), kind, *strides, layer,
+                                 c["wp"].data_ptr(), c["wo"].data_ptr()) == 0
+    out2 = torch.empty(t, h, d)
+    assert so.lmx_paged_attention(q.data_ptr(), t, h, hkv, d, len(lens), c["offs"].data_ptr(), c["cl"].data_ptr(),
+                                  c["lookup"].data_ptr(), c["maxp"], c["page"], blocks2.data_ptr(), kind, *strides,
+                                  layer, ctypes.c_float(0.25), window, chunk, int(causal), out2.data_ptr()) == 0
+    assert torch.equal(c["blocks"].view(torch.uint8), blocks2.view(torch.uint8))
+    assert torch.equal(out, out2)
+    kv = kv_decode(c["blocks"].view(torch.uint8), cache).double() if cache == torch.int8 else c["blocks"].double()
+    assert_paged_attention(out, q, kv, lens, c["lookup"], c["offs"], c["page"], layer, group, causal, window,
+                           chunk=chunk)
+
+
+@pytest.mark.parametrize("flat", [False, True])
+@pytest.mark.parametrize("cache", [torch.float32, torch.bfloat16, torch.float8_e4m3fn])
+def test_prepared_qkv_attention_equals_the_unfused_kernels(flat, cache):
+    """The prepared qkv_attention_native (layer settings bound once, one native call per step) returns and
+    writes exactly what ragged_qkv_store then flash_attention_ragged_native do, step after step on one cache;
+    operands it does not take (an int32 index) go through the unprepared kernel with the same result."""
+    from max.engine.kernels.ragged import (flash_attention_ragged_native, prepare_qkv_attention_native,
+                                           ragged_qkv_store)
+
+    rng = np.random.default_rng(7)
+    attrs = dict(layer=1, n_heads=6, n_kv_heads=2, head_dim=16, interleaved=False, eps=1e-6, has_rope=True,
+                 has_q_norm=True, has_k_norm=False)
+    att = dict(scale=0.25, causal=True, window=-1, chunk=-1)
+    c = _qkv_attention_case(rng, [(3, 4), (9, 1)], 2, 3, True, True, cache)
+    run = prepare_qkv_attention_native([None, c["freqs"], c["qg"], *[None] * 7], **attrs, **att, flat=flat)
+    assert run is not None
+    blocks2 = c["blocks"].clone()
+    for step in range(3):
+        qkv = torch.from_numpy(rng.standard_normal(c["qkv"].shape).astype(np.float32))
+        idx = (c["pos"], c["wp"], c["wo"], c["offs"], c["cl"], c["lookup"])
+        if step == 2:
+            idx = (c["pos"].to(torch.int32), *idx[1:])
+        got = run(qkv, c["blocks"], *idx)
+        q = ragged_qkv_store(qkv, c["freqs"], c["qg"], blocks2, c["pos"], c["wp"], c["wo"], **attrs)
+        want = flash_attention_ragged_native(q, blocks2, c["offs"], c["cl"], c["lookup"], layer=1, head_dim=16, **att)
+        assert got.shape == ((c["t"], 96) if flat else (c["t"], 6, 16))
+        assert torch.equal(got.reshape(want.shape), want)
+        assert torch.equal(c["blocks"].view(torch.uint8), blocks2.view(torch.uint8))
+        c["pos"] = c["pos"] + 0  # a new tensor every step, as the graph's inputs are
 
 
 def test_one_thread_pool_shared_with_torch():

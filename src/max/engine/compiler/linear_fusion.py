@@ -58,7 +58,8 @@ def parts(n: PNode) -> tuple[int, list[int], list[int]]:
 
 def norm_operand(n: PNode) -> list[int]:
     """The fused RMSNorm's weight operand (``[]`` without one)."""
-    return list(n.inputs[1 + len(n.attrs["kinds"]) + sum(n.attrs["has_bias"]):])
+    start = 1 + len(n.attrs["kinds"]) + sum(n.attrs["has_bias"])
+    return list(n.inputs[start:start + (n.attrs.get("norm_eps") is not None)])
 
 
 def projection(v: Any, n: PNode) -> PNode | None:

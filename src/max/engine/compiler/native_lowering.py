@@ -23,6 +23,14 @@
   packed for a projection (tied input/output embeddings) reads its rows from the packed copy
   (``packed_gather_f32``): the GGML table is then unused after load, so the model keeps one copy of it
   and the lookups touch no pages of the checkpoint file.
+- A ``ragged_qkv_store`` whose queries only the next ``flash_attention_ragged_native`` of the same layer
+  reads becomes one ``qkv_attention_native`` node with it (one native call per layer and step: the K/V
+  write, then the attention; the queries never leave the kernel), which also absorbs a ``reshape`` of the
+  result to ``[T, H * D]``.  The node sits where the attention was (only index casts lie between the two).
+- ``add(r, fused_matmul_t(x, W..))`` (either order, same type, float32 on the CPU) where every weight is
+  packed, nothing gates the result and the add is the projection's only reader becomes one
+  ``fused_matmul_t`` with ``residual``: ``r`` is its last operand, added in the native kernel's epilogue
+  (``lmx_packed_matmul_res``; the same float32 sums as the separate add).  Dense weights keep the add.
 - The native attention and KV-store kernels take int64 index operands (row offsets, cache lengths,
   page lookup, token positions, write pages/offsets).  They are the same values for every layer of a
   step, so each one that is narrower is cast to int64 once, by one ``cast`` node that every layer's
@@ -37,6 +45,7 @@ from max.dtype import DType
 from max.engine.backend import BackendPolicy, current
 from max.engine.compiler import linear_fusion
 from max.engine.compiler.program import PNode, Program
+from max.graph.dim import StaticDim
 from max.graph.type import TensorType
 
 _CONST_OPS = {"weight", "constant", "bound"}
@@ -151,7 +160,101 @@ def lower(prog: Program, policy: Optional[BackendPolicy] = None) -> dict[str, in
         out.append(n)
     prog.nodes = out
     counts["packed_embedding"] = _embeddings_from_packed(prog)
+    counts["qkv_attention_native"] = _fuse_qkv_attention(prog)
+    if policy.native:
+        counts["residual_epilogue"] = _fuse_residual(prog)
     return {k: v for k, v in counts.items() if v}
+
+
+def _fuse_qkv_attention(prog: Program) -> int:
+    """``ragged_qkv_store`` + ``flash_attention_ragged_native`` [+ ``reshape``] -> ``qkv_attention_native``."""
+    from max.graph.type import _ChainType
+
+    def chain(v: int) -> bool:
+        return isinstance(prog.types.get(v), _ChainType)
+
+    users: dict[int, list[int]] = {}
+    for j, n in enumerate(prog.nodes):
+        for i in n.inputs:
+            users.setdefault(i, []).append(j)
+    pinned = set(prog.output_ids) | _used_in_regions(prog)
+    pos = {o: j for j, n in enumerate(prog.nodes) for o in n.outs}
+    drop: set[int] = set()
+    replace: dict[int, PNode] = {}
+    for ja, a in enumerate(prog.nodes):
+        if a.op != "flash_attention_ragged_native" or not a.inputs:
+            continue
+        q = a.inputs[0]
+        js = pos.get(q)
+        if js is None or js in drop:
+            continue
+        s = prog.nodes[js]
+        s_data = [i for i in s.inputs if not chain(i)]
+        a_data = [i for i in a.inputs if not chain(i)]
+        if (s.op != "ragged_qkv_store" or s.attrs["layer"] != a.attrs["layer"] or s.outs[0] != q
+                or s.attrs["head_dim"] != a.attrs["head_dim"] or len(a_data) != 5 or s_data[-4] != a_data[1]
+                or any(users.get(o, []) != [ja] or o in pinned for o in s.outs)
+                or any(m.side_effects or set(m.inputs) & set(s.outs) for m in prog.nodes[js + 1:ja])):
+            continue
+        out_id, out_t = a.outs[0], a.types[0]
+        flat = False
+        r_users = users.get(out_id, [])
+        if len(r_users) == 1 and out_id not in pinned:
+            r = prog.nodes[r_users[0]]
+            qt, rt = prog.types[q], r.types[0]
+            if (r.op == "reshape" and r.inputs == (out_id,) and isinstance(rt, TensorType) and len(rt.shape) == 2
+                    and len(qt.shape) == 3 and rt.shape[0] == qt.shape[0]
+                    and all(isinstance(d, StaticDim) for d in (rt.shape[1], qt.shape[1], qt.shape[2]))
+                    and rt.shape[1].dim == qt.shape[1].dim * qt.shape[2].dim):
+                flat = True
+                drop.add(r_users[0])
+                out_id, out_t = r.outs[0], rt
+        attrs = {k: v for k, v in s.attrs.items()}
+        attrs.update({k: a.attrs[k] for k in ("scale", "causal", "window", "chunk") if k in a.attrs}, flat=flat)
+        outs = [(out_id, out_t)] + [(o, t) for o, t in zip(a.outs, a.types) if chain(o)]
+        inputs = (*s_data, *a_data[2:], *(i for i in s.inputs if chain(i)))
+        replace[ja] = PNode("qkv_attention_native", inputs, attrs, tuple(t for _, t in outs),
+                            tuple(o for o, _ in outs), a.loc, True, ())
+        drop.add(js)
+    if not replace:
+        return 0
+    prog.nodes = [replace.get(j, n) for j, n in enumerate(prog.nodes) if j not in drop]
+    return len(replace)
+
+
+def _fuse_residual(prog: Program) -> int:
+    """``add(r, fused_matmul_t(..))`` -> ``fused_matmul_t(.., r, residual=True)`` (see the module docstring)."""
+    users: dict[int, int] = {}
+    for n in prog.nodes:
+        for i in n.inputs:
+            users[i] = users.get(i, 0) + 1
+    pinned = set(prog.output_ids) | _used_in_regions(prog)
+    producer = {o: j for j, n in enumerate(prog.nodes) for o in n.outs}
+    drop: set[int] = set()
+    replace: dict[int, PNode] = {}
+    for ja, a in enumerate(prog.nodes):
+        if a.op != "add" or len(a.inputs) != 2 or len(a.outs) != 1 or a.regions:
+            continue
+        t = a.types[0]
+        if not (isinstance(t, TensorType) and t.dtype == DType.float32 and t.device.is_cpu()):
+            continue
+        for mm, r in (a.inputs, a.inputs[::-1]):
+            jp = producer.get(mm)
+            p = prog.nodes[jp] if jp is not None else None
+            if (p is None or jp in drop or p.op != linear_fusion.OP or p.outs != (mm,) or users.get(mm) != 1
+                    or mm in pinned or mm == r or p.attrs.get("act") is not None or p.attrs.get("exact")
+                    or p.attrs.get("residual") or p.attrs.get("native_max_m", 0) <= 0
+                    or not all(str(k).startswith("packed:") for k in p.attrs["kinds"])
+                    or str(prog.types[mm]) != str(t) or str(prog.types[r]) != str(t)):
+                continue
+            replace[ja] = PNode(p.op, (*p.inputs, r), dict(p.attrs, residual=True), a.types, a.outs, p.loc,
+                                p.side_effects, p.regions)
+            drop.add(jp)
+            break
+    if not replace:
+        return 0
+    prog.nodes = [replace.get(j, n) for j, n in enumerate(prog.nodes) if j not in drop]
+    return len(replace)
 
 
 def _used_in_regions(prog: Program) -> set[int]:

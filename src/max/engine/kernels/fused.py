@@ -143,6 +143,7 @@ def _gate(y: torch.Tensor, act: str) -> torch.Tensor:
 
 
 def _split(operands: tuple, kinds: tuple, has_bias: tuple, norm_eps: float | None) -> tuple:
+    """(weights, biases, norm weight) of the operands after ``x`` (a fused residual, if any, is not included)."""
     nw = len(kinds)
     weights = tuple(operands[:nw])
     it = iter(operands[nw:])
@@ -151,16 +152,27 @@ def _split(operands: tuple, kinds: tuple, has_bias: tuple, norm_eps: float | Non
     return weights, biases, gamma
 
 
+def _residual_2d(r: torch.Tensor, m: int, n: int) -> torch.Tensor | None:
+    """``r`` as float32 ``[m, n]`` with unit stride in N (a view; None when it is not one)."""
+    if r.dtype != torch.float32 or r.device.type != "cpu" or r.numel() != m * n:
+        return None
+    r2 = r if r.dim() == 2 else r.reshape(m, n)
+    return r2 if r2.stride(1) == 1 and (r2.stride(0) == n or m == 1) else None
+
+
 @kernel("fused_matmul_t")
 def fused_matmul_t(x: torch.Tensor, *operands: torch.Tensor, kinds: tuple, ns: tuple, k: int, has_bias: tuple,
                    act: str | None, exact: bool = False, norm_eps: float | None = None,
-                   native_max_m: int = 0) -> torch.Tensor:
+                   native_max_m: int = 0, residual: bool = False) -> torch.Tensor:
     """``concat_i(x' @ W_iᵀ (+ b_i))`` [gated], ``x' = rms_norm(x, gamma, norm_eps)`` when a norm was fused
-    (its weight is the last operand).  Below ``native_max_m`` rows (set at lowering by the backend
+    (its weight is the operand after the biases).  Below ``native_max_m`` rows (set at lowering by the backend
     policy, ``max.engine.backend``) the native kernels run, quantised weights with 8-bit activation
     codes (one scale per 32 values); else torch, quantised weights as float32 activations times the
-    dequantised weight (``exact`` forces that)."""
-    weights, biases, gamma = _split(operands, kinds, has_bias, norm_eps)
+    dequantised weight (``exact`` forces that).  ``residual`` (the native lowering fused the add that
+    followed, packed weights and no gate only): the last operand ``r`` is added, ``r + result``, in the
+    native kernels' epilogue or as the separate add did."""
+    res = operands[-1] if residual else None
+    weights, biases, gamma = _split(operands[:-1] if residual else operands, kinds, has_bias, norm_eps)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
@@ -168,7 +180,13 @@ def fused_matmul_t(x: torch.Tensor, *operands: torch.Tensor, kinds: tuple, ns: t
         if x2.stride(1) != 1:
             x2 = x2.contiguous()
         norm = (gamma, norm_eps) if gamma is not None else None
-        y = _plan_for(weights, biases, kinds, ns, k, norm)(x2)
+        plan = _plan_for(weights, biases, kinds, ns, k, norm)
+        r2 = None if res is None or act is not None else _residual_2d(res, m, plan.n_out)
+        if r2 is not None and all(f is not None for f in plan.res_fns):
+            y = plan(x2, residual=r2)
+            res = None  # added
+        else:
+            y = plan(x2)
         if act is not None:
             from max.engine import native
 
@@ -196,15 +214,19 @@ def fused_matmul_t(x: torch.Tensor, *operands: torch.Tensor, kinds: tuple, ns: t
             y = _gate(y, act)
     if y.dtype != x.dtype:
         y = y.to(x.dtype)
-    return y.reshape(*lead, y.shape[-1])
+    y = y.reshape(*lead, y.shape[-1])
+    return y if res is None else torch.add(res, y)
 
 
 @preparer("fused_matmul_t")
 def prepare_fused_matmul_t(operands: list, kinds: tuple, ns: tuple, k: int, has_bias: tuple, act: str | None,
-                           exact: bool = False, norm_eps: float | None = None, native_max_m: int = 0) -> Any:
-    """With constant weights: the native plan is built once; each call quantises/streams only ``x``."""
-    consts = tuple(operands[1:])
-    if operands[0] is not None or any(c is None for c in consts) or exact or native_max_m <= 0:
+                           exact: bool = False, norm_eps: float | None = None, native_max_m: int = 0,
+                           residual: bool = False) -> Any:
+    """With constant weights: the native plan is built once; each call quantises/streams only ``x`` (and reads
+    the fused residual, when there is one)."""
+    consts = tuple(operands[1:-1] if residual else operands[1:])
+    if (operands[0] is not None or any(c is None for c in consts) or exact or native_max_m <= 0
+            or (residual and operands[-1] is not None)):
         return None
     weights, biases, gamma = _split(consts, kinds, has_bias, norm_eps)
     probe = torch.empty(1, k, dtype=torch.float32)
@@ -222,16 +244,28 @@ def prepare_fused_matmul_t(operands: list, kinds: tuple, ns: tuple, k: int, has_
     half = n_out // 2
     (fn, args, col), = plan.calls if len(plan.calls) == 1 else ((None, None, None),)
     nwp, eps = plan.norm
+    # packed weights: one lmx_packed_call with the plan bound (the gate of [gate | up] included)
+    bound = native.packed_plan(plan, -1 if glu_code is None else glu_code)
+    pcall, paddr = so.lmx_packed_call, (bound[1] if bound is not None else 0)
 
     def run(x: torch.Tensor) -> torch.Tensor:
         x2 = x if x.dim() == 2 else x.reshape(-1, k)
         m = x2.shape[0]
         if x2.dtype is not f32 or not x2.is_cpu or x2.stride(1) != 1 or m >= big:
             return fused_matmul_t(x, *consts, **fallback_attrs)
+        if paddr:
+            w = n_out if glu_code is None else half
+            y = empty(m, w, dtype=f32)
+            rc = pcall(paddr, m, x2.data_ptr(), x2.stride(0), y.data_ptr(), w, None, 0)
+            if rc:
+                raise RuntimeError(f"native matmul failed with code {rc}")
+            if act is not None and glu_code is None:
+                y = _gate(y, act)
+            return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
         if fn is None:
             y = plan(x2)
         else:  # one native call: no per-call bookkeeping beyond the pointers
-            y = empty((m, n_out), dtype=f32)
+            y = empty(m, n_out, dtype=f32)
             rc = fn(m, k, x2.data_ptr(), x2.stride(0), *args, y.data_ptr(), n_out, 0, nwp, eps)
             if rc:
                 raise RuntimeError(f"native matmul failed with code {rc}")
@@ -243,7 +277,27 @@ def prepare_fused_matmul_t(operands: list, kinds: tuple, ns: tuple, k: int, has_
             y = _gate(y, act)
         return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
 
-    return run
+    run.bound = bound  # type: ignore[attr-defined]  # (the struct lmx_packed_call reads stays alive)
+    if not residual:
+        return run
+    fn_res = pcall if paddr and act is None else None
+    empty_like = torch.empty_like
+
+    def run_res(x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        """``r + x @ W^T``: the residual added in the native kernel's epilogue."""
+        x2 = x if x.dim() == 2 else x.reshape(-1, k)
+        m = x2.shape[0]
+        if (fn_res is None or r.dtype is not f32 or not r.is_cpu or not r.is_contiguous() or r.numel() != m * n_out
+                or r.shape[-1] != n_out or x2.dtype is not f32 or not x2.is_cpu or x2.stride(1) != 1 or m >= big):
+            return torch.add(r, run(x))  # as the separate add after the unfused projection
+        y = empty_like(r)  # contiguous [..., n_out], as the add's result
+        rc = fn_res(paddr, m, x2.data_ptr(), x2.stride(0), y.data_ptr(), n_out, r.data_ptr(), n_out)
+        if rc:
+            raise RuntimeError(f"native matmul failed with code {rc}")
+        return y
+
+    run_res.bound = bound  # type: ignore[attr-defined]  # (the struct lmx_packed_call reads stays alive)
+    return run_res
 
 
 @preparer("fused_rms_norm")

@@ -9,10 +9,14 @@ validity mask, so one SDPA call serves a mixed prefill/decode batch.
 
 from __future__ import annotations
 
+import ctypes
+import weakref
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
-from max.engine.kernels import kernel
+from max.engine.kernels import kernel, preparer
 from max.engine.kernels.linalg import half_matmul
 
 # Quantised cache rows (KVCacheParams.is_quantized): head_dim 8-bit codes, then the row's float32 scale.
@@ -310,6 +314,99 @@ def ragged_qkv_store(qkv: torch.Tensor, *operands: torch.Tensor, layer: int, n_h
     kv_store(blocks, (wp, 0, layer, wo), k)
     kv_store(blocks, (wp, 1, layer, wo), v)
     return q.to(qkv.dtype)
+
+
+def _store_split(operands: tuple, has_rope: bool, has_q_norm: bool, has_k_norm: bool) -> tuple:
+    """``qkv_attention_native``'s operands after qkv: (store operands, attention's offsets, lengths, lookup)."""
+    n = 4 + has_rope + has_q_norm + has_k_norm
+    return operands[:n], operands[n:n + 3]
+
+
+@kernel("qkv_attention_native", pure=False)
+def qkv_attention_native(qkv: torch.Tensor, *operands: torch.Tensor, layer: int, n_heads: int, n_kv_heads: int,
+                         head_dim: int, interleaved: bool, eps: float, has_rope: bool, has_q_norm: bool,
+                         has_k_norm: bool, scale: float, causal: bool, window: int, chunk: int = -1,
+                         flat: bool = False) -> torch.Tensor:
+    """``ragged_qkv_store`` then ``flash_attention_ragged_native`` of its Q (one node: the native lowering
+    fuses the pair); ``flat``: the result as ``[T, H * D]`` (the reshape that followed, absorbed)."""
+    store, (offsets, cache_lengths, lookup) = _store_split(operands, has_rope, has_q_norm, has_k_norm)
+    q = ragged_qkv_store(qkv, *store, layer=layer, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
+                         interleaved=interleaved, eps=eps, has_rope=has_rope, has_q_norm=has_q_norm,
+                         has_k_norm=has_k_norm)
+    out = flash_attention_ragged_native(q, store[-4], offsets, cache_lengths, lookup, layer=layer, scale=scale,
+                                        causal=causal, window=window, head_dim=head_dim, chunk=chunk)
+    return out.reshape(out.shape[0], -1) if flat else out
+
+
+@preparer("qkv_attention_native")
+def prepare_qkv_attention_native(operands: list, layer: int, n_heads: int, n_kv_heads: int, head_dim: int,
+                                 interleaved: bool, eps: float, has_rope: bool, has_q_norm: bool, has_k_norm: bool,
+                                 scale: float, causal: bool, window: int, chunk: int = -1, flat: bool = False) -> Any:
+    """With the rotary table / head norms bound: one native call per step (``lmx_qkv_attention``) with the
+    layer's settings prepared once; anything unusual (dtypes, layouts) takes the unprepared kernel."""
+    from max.engine import native
+
+    so = native.lib()
+    nconst = has_rope + has_q_norm + has_k_norm
+    consts = operands[1:1 + nconst]
+    if so is None or any(c is None for c in consts) or any(o is not None for o in operands[1 + nconst:]):
+        return None
+    it = iter(consts)
+    freqs = next(it) if has_rope else None
+    qg = next(it) if has_q_norm else None
+    kg = next(it) if has_k_norm else None
+    if (any(t is not None and (t.dtype != torch.float32 or not t.is_cpu) for t in (freqs, qg, kg))
+            or head_dim > 1024):
+        return None
+    keep = [None if t is None else t.contiguous() for t in (freqs, qg, kg)]
+    freqs, qg, kg = keep
+    attrs = dict(layer=layer, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim, interleaved=interleaved,
+                 eps=eps, has_rope=has_rope, has_q_norm=has_q_norm, has_k_norm=has_k_norm, scale=scale,
+                 causal=causal, window=window, chunk=chunk, flat=flat)
+    p = native.QkvAttention(H=n_heads, Hkv=n_kv_heads, D=head_dim, freqs=None if freqs is None else freqs.data_ptr(),
+                            max_pos=0 if freqs is None else freqs.shape[0], R=0 if freqs is None else freqs.shape[1],
+                            interleaved=int(interleaved), q_gamma=None if qg is None else qg.data_ptr(),
+                            k_gamma=None if kg is None else kg.data_ptr(), eps=eps, scale=scale, layer=layer,
+                            window=window, chunk=chunk, causal=int(causal))
+    pref = ctypes.byref(p)
+    fn = so.lmx_qkv_attention
+    f32, i64, empty = torch.float32, torch.int64, torch.empty
+    H, D = n_heads, head_dim
+    width = (n_heads + 2 * n_kv_heads) * head_dim
+    none = lambda: None  # noqa: E731
+    bound: list = [none]  # a weak reference to the cache tensor whose layout p holds
+
+    def run(qkv: torch.Tensor, blocks: torch.Tensor, pos: torch.Tensor, wp: torch.Tensor, wo: torch.Tensor,
+            offs: torch.Tensor, cl: torch.Tensor, lk: torch.Tensor) -> torch.Tensor:
+        if blocks is not bound[0]():
+            if (blocks.dtype not in KV_KINDS or blocks.dim() != 6 or not blocks.is_cpu
+                    or blocks.stride(5) != 1 or blocks.stride(4) != blocks.shape[5]):
+                return qkv_attention_native(qkv, *_consts(), blocks, pos, wp, wo, offs,
+                                            cl, lk, **attrs)
+            p.kv_kind = KV_KINDS[blocks.dtype]
+            p.s_page, p.s_kv, p.s_layer, p.s_off = _cache_strides(blocks)
+            p.page_size = blocks.shape[3]
+            bound[0] = weakref.ref(blocks)
+        if (qkv.dtype is not f32 or not qkv.is_cpu or qkv.dim() != 2 or qkv.stride(1) != 1 or qkv.shape[1] != width
+                or pos.dtype is not i64 or wp.dtype is not i64 or wo.dtype is not i64 or offs.dtype is not i64
+                or cl.dtype is not i64 or lk.dtype is not i64 or not pos.is_contiguous() or not wp.is_contiguous()
+                or not wo.is_contiguous() or not offs.is_contiguous() or not cl.is_contiguous()
+                or lk.stride(-1) != 1):
+            return qkv_attention_native(qkv, *_consts(), blocks, pos, wp, wo, offs, cl, lk, **attrs)
+        T = qkv.shape[0]
+        out = empty(T, H * D, dtype=f32) if flat else empty(T, H, D, dtype=f32)
+        rc = fn(pref, qkv.data_ptr(), T, qkv.stride(0), pos.data_ptr(), wp.data_ptr(), wo.data_ptr(), cl.shape[0],
+                offs.data_ptr(), cl.data_ptr(), lk.data_ptr(), lk.stride(0), blocks.data_ptr(), out.data_ptr())
+        if rc == -2:
+            raise ValueError("ragged_qkv_store: a token position is beyond the rotary table (max_seq_len)")
+        if rc != 0:
+            raise RuntimeError(f"qkv_attention_native: native kernel failed with code {rc}")
+        return out
+
+    def _consts() -> list:
+        return [t for t in keep if t is not None]
+
+    return run
 
 
 @kernel("kv_cache_get_max_seq_len")

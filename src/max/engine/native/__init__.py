@@ -38,6 +38,23 @@ _INT = ctypes.c_int
 _F = ctypes.c_float
 
 
+class PackedPlan(ctypes.Structure):
+    """One packed-weights call of a :class:`MatmulPlan` bound for ``lmx_packed_call`` (``csrc/qpacked.c``):
+    ``act`` -1 plain (a residual may be passed per call), 0 / 1 the gate (silu / gelu tanh) of [gate | up]."""
+
+    _fields_ = [("K", _I64), ("nw", _I64), ("w", _P), ("kinds", _P), ("N", _P), ("bias", _P), ("norm_w", _P),
+                ("norm_eps", _F), ("act", ctypes.c_int32)]
+
+
+class QkvAttention(ctypes.Structure):
+    """A layer's settings of ``lmx_qkv_attention`` (``csrc/attention.c``), bound once."""
+
+    _fields_ = [("H", _I64), ("Hkv", _I64), ("D", _I64), ("freqs", _P), ("max_pos", _I64), ("R", _I64),
+                ("interleaved", _I64), ("q_gamma", _P), ("k_gamma", _P), ("eps", _F), ("scale", _F),
+                ("kv_kind", _I64), ("s_page", _I64), ("s_kv", _I64), ("s_layer", _I64), ("s_off", _I64),
+                ("layer", _I64), ("page_size", _I64), ("window", _I64), ("chunk", _I64), ("causal", _I64)]
+
+
 def _declare(so: ctypes.CDLL) -> None:
     for name in ("lmx_qmatmul", "lmx_dense_matmul"):
         fn = getattr(so, name)
@@ -57,6 +74,8 @@ def _declare(so: ctypes.CDLL) -> None:
     so.lmx_paged_attention.argtypes = [_P, _I64, _I64, _I64, _I64, _I64, _P, _P, _P, _I64, _I64, _P, _INT,
                                        _I64, _I64, _I64, _I64, _I64, _F, _I64, _I64, _INT, _P]
     so.lmx_paged_attention.restype = _INT
+    so.lmx_qkv_attention.argtypes = [_P, _P, _I64, _I64, _P, _P, _P, _I64, _P, _P, _P, _I64, _P, _P]
+    so.lmx_qkv_attention.restype = _INT
     so.lmx_quantize.argtypes = [_INT, _P, _I64, _I64, _I64, _P]
     so.lmx_quantize.restype = _INT
     so.lmx_packed_bytes.argtypes = [_INT, _I64, _I64]
@@ -67,6 +86,12 @@ def _declare(so: ctypes.CDLL) -> None:
     so.lmx_packed_row.restype = _INT
     so.lmx_packed_matmul.argtypes = [_I64, _I64, _P, _I64, _INT, _P, _P, _P, _P, _P, _I64, _INT, _P, _F]
     so.lmx_packed_matmul.restype = _INT
+    so.lmx_packed_matmul_res.argtypes = [_I64, _I64, _P, _I64, _INT, _P, _P, _P, _P, _P, _I64, _INT, _P, _F, _P, _I64]
+    so.lmx_packed_matmul_res.restype = _INT
+    so.lmx_packed_matmul_glu.argtypes = [_I64, _I64, _P, _I64, _INT, _P, _P, _P, _P, _P, _I64, _INT, _P, _F, _INT]
+    so.lmx_packed_matmul_glu.restype = _INT
+    so.lmx_packed_call.argtypes = [_P, _I64, _P, _I64, _P, _I64, _P, _I64]
+    so.lmx_packed_call.restype = _INT
     so.lmx_packed_rows_f32.argtypes = [_INT, _P, _I64, _I64, _I64, _I64, _P]
     so.lmx_packed_rows_f32.restype = _INT
     so.lmx_conv1d_decode.argtypes = [_I64, _I64, _I64, _P, _I64, _P, _P, _P, _P, _I64, _INT, _P]
@@ -259,7 +284,7 @@ class MatmulPlan:
     of an RMSNorm applied to ``x`` first (the norm feeding the projection, fused into the call).
     """
 
-    __slots__ = ("so", "n_out", "k", "calls", "keep", "norm")
+    __slots__ = ("so", "n_out", "k", "calls", "keep", "norm", "res_fns", "packed_args")
 
     def __init__(self, weights: Sequence[torch.Tensor], kinds: Sequence[int], modes: Sequence[str],
                  ns: Sequence[int], k: int, biases: Sequence[torch.Tensor | None] | None = None,
@@ -282,6 +307,8 @@ class MatmulPlan:
         for n in ns:
             offs.append(offs[-1] + n)
         self.calls = []
+        self.res_fns = []  # per call: its variant adding a residual (packed weights only), else None
+        self.packed_args: list = []  # per call: its (nw, w, kinds, N, bias) for a PackedPlan, packed weights only
         for mode, idx in groups.items():
             # columns of one call must be contiguous in the output: split into runs
             runs: list[list[int]] = []
@@ -307,19 +334,45 @@ class MatmulPlan:
                     rb = (ctypes.c_int64 * nw)(*[int(w.stride(0) * w.element_size()) for w in ws])
                     args = (nw, wp, kd, nn, rb, bp)
                 self.calls.append((fn, args, offs[run[0]]))
+                self.res_fns.append(self.so.lmx_packed_matmul_res if mode == "packed" else None)
+                self.packed_args.append(args if mode == "packed" else None)
 
-    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, scalar: bool = False) -> torch.Tensor:
-        """``x``: float32 ``[M, K]`` with unit stride in K.  Returns float32 ``[M, n_out]``."""
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, scalar: bool = False,
+                 residual: torch.Tensor | None = None) -> torch.Tensor:
+        """``x``: float32 ``[M, K]`` with unit stride in K.  Returns float32 ``[M, n_out]``; plus ``residual``
+        (float32 ``[M, n_out]``, unit stride in N, not overlapping ``out``) when given, added in the kernels'
+        epilogue: ``(x @ W^T + b) + residual``, exactly the separate add (packed weights only)."""
         M = x.shape[0]
         if out is None:
             out = torch.empty((M, self.n_out), dtype=torch.float32)
         xp, xs, yp, ys = x.data_ptr(), x.stride(0), out.data_ptr(), out.stride(0)
         nwp, eps = self.norm
+        if residual is not None:
+            if any(f is None for f in self.res_fns) or residual.stride(1) != 1:
+                raise ValueError("MatmulPlan: a residual is added only to packed weights' results (unit stride)")
+            rp, rs = residual.data_ptr(), residual.stride(0)
+            for (_, args, col), fn in zip(self.calls, self.res_fns):
+                rc = fn(M, self.k, xp, xs, *args, yp + 4 * col, ys, int(scalar), nwp, eps, rp + 4 * col, rs)
+                if rc != 0:
+                    raise RuntimeError(f"native matmul failed with code {rc} (K={self.k})")
+            return out
         for fn, args, col in self.calls:
             rc = fn(M, self.k, xp, xs, *args, yp + 4 * col, ys, int(scalar), nwp, eps)
             if rc != 0:
                 raise RuntimeError(f"native matmul failed with code {rc} (K={self.k})")
         return out
+
+
+def packed_plan(plan: MatmulPlan, act: int = -1) -> tuple[PackedPlan, int] | None:
+    """The single packed-weights call of ``plan`` bound for ``lmx_packed_call`` (None when ``plan`` makes
+    another kind of call or several): the struct (keep it alive) and its address."""
+    if len(plan.calls) != 1 or plan.packed_args[0] is None:
+        return None
+    nw, wp, kd, nn, bp = plan.packed_args[0]
+    nwp, eps = plan.norm
+    p = PackedPlan(K=plan.k, nw=nw, w=ctypes.cast(wp, _P), kinds=ctypes.cast(kd, _P), N=ctypes.cast(nn, _P),
+                   bias=None if bp is None else ctypes.cast(bp, _P), norm_w=nwp or None, norm_eps=eps, act=act)
+    return p, ctypes.addressof(p)
 
 
 def qmatmul(x: torch.Tensor, weights: Sequence[torch.Tensor], kinds: Sequence[int],

@@ -436,3 +436,34 @@ LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hk
     }
     return rc;
 }
+
+/* A layer's attention settings, bound once by the caller (engine/kernels/ragged.py) and reused every step. */
+typedef struct {
+    int64_t H, Hkv, D;
+    const float *freqs; /* NULL: no RoPE */
+    int64_t max_pos, R;
+    int64_t interleaved;
+    const float *q_gamma, *k_gamma; /* per-head RMSNorm weights (NULL: none) */
+    float eps, scale;
+    int64_t kv_kind, s_page, s_kv, s_layer, s_off, layer, page_size, window, chunk, causal;
+} lmx_qkv_attn_t;
+
+/* lmx_qkv_rope_store then lmx_paged_attention of its Q, in one call: this step's K/V are written to the
+ * cache and its queries attend over it.  The Q lives in a buffer of this call only.  Returns what the two
+ * calls return (0; -1 unsupported sizes; -2 a position beyond the rotary table; -3 without memory). */
+LMX_API int lmx_qkv_attention(const lmx_qkv_attn_t *p, const float *qkv, int64_t T, int64_t qkv_stride,
+                              const int64_t *pos, const int64_t *wpage, const int64_t *woff, int64_t B,
+                              const int64_t *offsets, const int64_t *cache_len, const int64_t *lookup,
+                              int64_t lookup_stride, void *cache, float *out) {
+    float *q = (float *)malloc((size_t)(T * p->H * p->D > 0 ? T * p->H * p->D : 1) * 4);
+    if (!q) return -3;
+    int rc = lmx_qkv_rope_store(qkv, T, qkv_stride, p->H, p->Hkv, p->D, pos, p->freqs, p->max_pos, p->R,
+                                (int)p->interleaved, p->q_gamma, p->k_gamma, p->eps, q, cache, (int)p->kv_kind,
+                                p->s_page, p->s_kv, p->s_layer, p->s_off, p->layer, wpage, woff);
+    if (rc == 0)
+        rc = lmx_paged_attention(q, T, p->H, p->Hkv, p->D, B, offsets, cache_len, lookup, lookup_stride,
+                                 p->page_size, cache, (int)p->kv_kind, p->s_page, p->s_kv, p->s_layer, p->s_off,
+                                 p->layer, p->scale, p->window, p->chunk, (int)p->causal, out);
+    free(q);
+    return rc;
+}

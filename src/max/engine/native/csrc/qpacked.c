@@ -318,6 +318,9 @@ static void group_scalar(int kind, const uint8_t *g, int64_t K, const pact_t *a,
 
 #ifdef LMX_AVX512VNNI
 #define PMB 8
+#ifndef LMX_PF_DIST
+#define LMX_PF_DIST 2048
+#endif
 
 LMX_INLINE __m512i bcast4(const int8_t *p) {
     int32_t v;
@@ -388,6 +391,9 @@ LMX_INLINE void group_avx512(int kind, const uint8_t *g, int64_t K, const pact_t
         const float cneg = kind == LMX_Q4_0 ? -8.0f : kind == LMX_Q5_0 ? -16.0f : -128.0f;
         for (int64_t b = 0; b < nu; b++) {
             const uint8_t *o = g + b * ub;
+#if LMX_PF_DIST > 0
+            for (int64_t l = 0; l < ub; l += 64) _mm_prefetch((const char *)(o + LMX_PF_DIST + l), _MM_HINT_T0);
+#endif
             if (kind == LMX_Q8_0)
                 for (int q = 0; q < 8; q++) c[q] = _mm512_loadu_si512((const void *)(o + 64 * q));
             else
@@ -1054,8 +1060,17 @@ LMX_INLINE void group_neon(int kind, const uint8_t *g, int64_t K, const pact_t *
 #endif
 
 /* Packed matmul of one weight: rows [g0*16, g1*16) for all M rows into y (columns of this weight). */
+/* y[m * ys + 0 .. rows - 1] = v (+ r[m * rs + ...] when r is given: the fused residual add). */
+LMX_INLINE void put_rows(float *y, const float *v, int64_t rows, const float *r) {
+    if (!r) {
+        memcpy(y, v, (size_t)rows * 4);
+        return;
+    }
+    for (int64_t j = 0; j < rows; j++) y[j] = r[j] + v[j];
+}
+
 static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_t g0, int64_t g1, const pact_t *a,
-                        int64_t M, float *y, int64_t ys, int force_scalar) {
+                        int64_t M, float *y, int64_t ys, int force_scalar, const float *res, int64_t rs) {
     const int64_t gbytes = K / unit_elems(kind) * unit_bytes(kind);
     float out16[GR * 8];
 #if defined(LMX_AVX2) && !defined(LMX_AVX512VNNI)
@@ -1078,7 +1093,8 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
             for (int64_t m0 = 0; m0 < M; m0 += WS_MT) {
                 const int mb = (int)(M - m0 < WS_MT ? M - m0 : WS_MT);
                 group_avx2_ws(kind, g, K, a, m0, mb, acc);
-                for (int i = 0; i < mb; i++) memcpy(y + (m0 + i) * ys + gi * GR, acc + i * GR, (size_t)rows * 4);
+                for (int i = 0; i < mb; i++)
+                    put_rows(y + (m0 + i) * ys + gi * GR, acc + i * GR, rows, res ? res + (m0 + i) * rs + gi * GR : NULL);
             }
             continue;
         }
@@ -1098,7 +1114,8 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
 #endif
                 default: GROUP_SIMD(kind, g, K, a, m0, PMB, out16, GR); break;
                 }
-                for (int i = 0; i < mb; i++) memcpy(y + (m0 + i) * ys + gi * GR, out16 + i * GR, (size_t)rows * 4);
+                for (int i = 0; i < mb; i++)
+                    put_rows(y + (m0 + i) * ys + gi * GR, out16 + i * GR, rows, res ? res + (m0 + i) * rs + gi * GR : NULL);
             }
             continue;
         }
@@ -1106,7 +1123,7 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
         (void)force_scalar;
         for (int64_t m = 0; m < M; m++) {
             group_scalar(kind, g, K, a, m, out16);
-            memcpy(y + m * ys + gi * GR, out16, (size_t)rows * 4);
+            put_rows(y + m * ys + gi * GR, out16, rows, res ? res + m * rs + gi * GR : NULL);
         }
     }
 }
@@ -1115,11 +1132,27 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
 int lmx_act_prepare(int64_t M, int64_t K, const float *x, int64_t xs, const int8_t **xq, const float **dxb,
                     const float **sxb, const float **sx16, int64_t *KP, int64_t *BP, int nt);
 
+LMX_API int lmx_packed_matmul_res(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,
+                                  const uint8_t *const *w, const int *kinds, const int64_t *N,
+                                  const float *const *bias, float *y, int64_t y_stride, int force_scalar,
+                                  const float *norm_w, float norm_eps, const float *res, int64_t res_stride);
+
 /* y[M, sum(N)] = x[M, K] @ concat(W_i)^T (+ bias_i), each W_i packed by lmx_pack from kind kinds[i].
  * Returns 0, -1 for a kind that is not packable, -2 for a bad K, -3 without memory. */
 LMX_API int lmx_packed_matmul(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,
                               const uint8_t *const *w, const int *kinds, const int64_t *N, const float *const *bias,
                               float *y, int64_t y_stride, int force_scalar, const float *norm_w, float norm_eps) {
+    return lmx_packed_matmul_res(M, K, x, x_stride, nw, w, kinds, N, bias, y, y_stride, force_scalar, norm_w, norm_eps,
+                                 NULL, 0);
+}
+
+/* lmx_packed_matmul, then y += res (res [M, sum(N)], row stride res_stride; NULL: nothing added): the residual
+ * add that follows a projection, fused.  Each output is (x @ W^T (+ bias)) + res, rounded once more, exactly
+ * as the separate add.  res must not overlap y. */
+LMX_API int lmx_packed_matmul_res(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,
+                                  const uint8_t *const *w, const int *kinds, const int64_t *N,
+                                  const float *const *bias, float *y, int64_t y_stride, int force_scalar,
+                                  const float *norm_w, float norm_eps, const float *res, int64_t res_stride) {
     if (lmx_prenorm(&x, &x_stride, M, K, norm_w, norm_eps)) return -3; /* the fused RMSNorm, if any */
 
     if (nw < 1 || nw > 64) return -1;
@@ -1148,9 +1181,71 @@ LMX_API int lmx_packed_matmul(int64_t M, int64_t K, const float *x, int64_t x_st
         for (int i = 0; i < nw; i++) {
             const int64_t s = q0 > goffs[i] ? q0 : goffs[i], e = q1 < goffs[i + 1] ? q1 : goffs[i + 1];
             if (s < e) packed_rows(kinds[i], w[i], N[i], K, s - goffs[i], e - goffs[i], &a, M, y + offs[i], y_stride,
-                                   force_scalar);
+                                   force_scalar, bias ? NULL : (res ? res + offs[i] : NULL), res_stride);
         }
         lmx_add_biases(M, nw, N, offs, bias, y, y_stride);
+        if (bias && res) { /* after the biases: (x W^T + b) + res, as the graph adds them */
+#pragma omp barrier
+#pragma omp for schedule(static)
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t n = 0; n < total; n++) y[m * y_stride + n] += res[m * res_stride + n];
+        }
     }
     return 0;
+}
+
+/* lmx_packed_matmul of a gate and an up projection (their columns [gate | up], I each), then
+ * out[m, i] = act(gate) * up (lmx_glu; act 0 = silu, 1 = gelu tanh), in one call: the [M, 2I] product lives
+ * in this thread's buffer.  Bit for bit the two calls.  Returns what lmx_packed_matmul returns; -1 for an
+ * odd number of columns, -3 without memory. */
+LMX_API void lmx_glu(const float *gu, int64_t M, int64_t I, int64_t gs, int act, float *out, int64_t os);
+
+static __thread float *glu_mem = NULL;
+static __thread size_t glu_cap = 0;
+
+LMX_API int lmx_packed_matmul_glu(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,
+                                  const uint8_t *const *w, const int *kinds, const int64_t *N,
+                                  const float *const *bias, float *out, int64_t out_stride, int force_scalar,
+                                  const float *norm_w, float norm_eps, int act) {
+    int64_t total = 0;
+    for (int i = 0; i < nw && i < 64; i++) total += N[i];
+    if (total % 2) return -1;
+    const size_t need = (size_t)(M * total > 0 ? M * total : 1);
+    if (need > glu_cap) {
+        free(glu_mem);
+        glu_mem = (float *)malloc(need * 4);
+        glu_cap = glu_mem ? need : 0;
+        if (!glu_mem) return -3;
+    }
+    const int rc = lmx_packed_matmul_res(M, K, x, x_stride, nw, w, kinds, N, bias, glu_mem, total, force_scalar,
+                                         norm_w, norm_eps, NULL, 0);
+    if (rc) return rc;
+    lmx_glu(glu_mem, M, total / 2, total, act, out, out_stride);
+    return 0;
+}
+
+/* A projection over packed weights with everything but the activations bound once (engine/kernels/fused.py
+ * prepares one per graph node): one call per step passes only x, the output and the residual. */
+typedef struct {
+    int64_t K;
+    int64_t nw;
+    const uint8_t *const *w;
+    const int *kinds;
+    const int64_t *N;
+    const float *const *bias;
+    const float *norm_w;
+    float norm_eps;
+    int32_t act; /* -1: none; 0 silu / 1 gelu (tanh) of [gate | up]: lmx_packed_matmul_glu */
+} lmx_packed_plan_t;
+
+/* y = x @ W^T (+ b) (+ res, when res is not NULL), or the gated product when p->act >= 0. */
+LMX_API int lmx_packed_call(const lmx_packed_plan_t *p, int64_t M, const float *x, int64_t x_stride, float *y,
+                            int64_t y_stride, const float *res, int64_t res_stride) {
+    if (p->act >= 0) {
+        if (res) return -1;
+        return lmx_packed_matmul_glu(M, p->K, x, x_stride, (int)p->nw, p->w, p->kinds, p->N, p->bias, y, y_stride, 0,
+                                     p->norm_w, p->norm_eps, p->act);
+    }
+    return lmx_packed_matmul_res(M, p->K, x, x_stride, (int)p->nw, p->w, p->kinds, p->N, p->bias, y, y_stride, 0,
+                                 p->norm_w, p->norm_eps, res, res_stride);
 }
