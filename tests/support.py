@@ -74,6 +74,21 @@ def native_kernels() -> bool:
     return not ON_GPU and not policy.exact_qmatmul and policy.native
 
 
+def isa_params() -> list:
+    """One pytest param per native kernel variant (``max.engine.native.build.VARIANTS``), each skipped with
+    its reason where this CPU cannot execute it; one skipped param when no native library can be built."""
+    import pytest
+
+    from max.engine import native
+
+    if native.lib() is None:  # pragma: no cover - no C compiler
+        return [pytest.param("none", marks=pytest.mark.skip(reason="native kernels unavailable"))]
+    from max.engine.native import build
+
+    return [pytest.param(v, marks=pytest.mark.skipif(v not in native.runnable(), reason=f"cannot execute {v}"))
+            for v in build.VARIANTS]
+
+
 def q8_activation_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """float64 ``x @ w.T`` with x quantised as the native quantised matmul does: per 32 values of each
     row, scale d = max|x| / 127 and codes round(x / d) (round half to even) clipped to [-127, 127]."""

@@ -11,7 +11,7 @@ from max.dtype import DType
 from max.graph import DeviceRef, TensorType, ops
 from max.nn import MLP, MoE, MoEGate
 from max.nn.moe import moe_experts_ffn, moe_route
-from support import run_graph
+from support import run_graph, isa_params
 
 E, H, I, K, T = 6, 16, 12, 2, 9
 
@@ -102,18 +102,7 @@ def test_experts_ffn_matches_reference(act, tokens, bias):
     np.testing.assert_allclose(out, _ref_ffn(x, ids, w, g, u, d, act, biases=biases), rtol=1e-4, atol=1e-4)
 
 
-def _isas():
-    from max.engine import native
-
-    if native.lib() is None:  # pragma: no cover - no C compiler
-        return [pytest.param("none", marks=pytest.mark.skip(reason="native kernels unavailable"))]
-    from max.engine.native import build
-
-    return [pytest.param(v, marks=pytest.mark.skipif(v not in native.runnable(), reason=f"cannot execute {v}"))
-            for v in build.VARIANTS]
-
-
-@pytest.mark.parametrize("isa", _isas())
+@pytest.mark.parametrize("isa", isa_params())
 def test_native_experts_kernel_every_isa(isa):
     """lmx_moe_ffn in every ISA variant this CPU runs: odd sizes (tails after the 8-wide partial sums),
     an expert used twice by one token, unused experts, a strided x; an expert id out of range is refused."""

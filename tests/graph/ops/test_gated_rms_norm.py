@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from max.driver import Buffer
 from max.dtype import DType
 from max.graph import DeviceRef, Graph, TensorType, ops
-from support import session
+from support import session, isa_params
 
 CPU = DeviceRef.CPU()
 
@@ -49,17 +49,7 @@ def test_gated_rms_norm_matches_reference(data, seed):
                                rtol=2e-5, atol=2e-5)
 
 
-def _isas():
-    from max.engine import native
-    from max.engine.native import build
-
-    if native.lib() is None:  # pragma: no cover - no C compiler
-        return [pytest.param("none", marks=pytest.mark.skip(reason="native kernels unavailable"))]
-    return [pytest.param(v, marks=pytest.mark.skipif(v not in native.runnable(), reason=f"cannot execute {v}"))
-            for v, (arch, _, _) in build.VARIANTS.items() if build._arch_matches(arch)]
-
-
-@pytest.mark.parametrize("isa", _isas())
+@pytest.mark.parametrize("isa", isa_params())
 @settings(deadline=None, max_examples=15)
 @given(data=st.data(), seed=st.integers(0, 2**16))
 def test_native_gated_rmsnorm_matches_reference(isa, data, seed):

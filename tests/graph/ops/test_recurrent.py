@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from max.driver import Buffer
 from max.dtype import DType
 from max.graph import BufferType, DeviceRef, Graph, TensorType, ops
-from support import session
+from support import session, isa_params
 
 CPU = DeviceRef.CPU()
 
@@ -337,17 +337,9 @@ def test_run_time_slot_errors():
 
 
 # ---------------------------------------------------------------- native decode kernels, every ISA variant
-def _isas():
-    from max.engine import native
-    from max.engine.native import build
-
-    if native.lib() is None:  # pragma: no cover - no C compiler
-        return [pytest.param("none", marks=pytest.mark.skip(reason="native kernels unavailable"))]
-    return [pytest.param(v, marks=pytest.mark.skipif(v not in native.runnable(), reason=f"cannot execute {v}"))
-            for v, (arch, _, _) in build.VARIANTS.items() if build._arch_matches(arch)]
 
 
-@pytest.mark.parametrize("isa", _isas())
+@pytest.mark.parametrize("isa", isa_params())
 def test_native_decode_kernels_match_reference(isa):
     """lmx_conv1d_decode / lmx_ssd_decode / lmx_gdr_decode (one token per request, slots updated in place)
     against the float64 sequential references, in every ISA variant this CPU runs."""
@@ -399,7 +391,7 @@ def test_native_decode_kernels_match_reference(isa):
     np.testing.assert_allclose(st1, rs, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("isa", _isas())
+@pytest.mark.parametrize("isa", isa_params())
 @settings(deadline=None, max_examples=15)
 @given(data=st.data(), seed=st.integers(0, 2**16))
 def test_native_decode_kernels_prepare_their_inputs(isa, data, seed):
@@ -464,7 +456,7 @@ def test_native_decode_kernels_prepare_their_inputs(isa, data, seed):
     np.testing.assert_allclose(st1, rs, rtol=2e-5, atol=2e-5)
 
 
-@pytest.mark.parametrize("isa", _isas())
+@pytest.mark.parametrize("isa", isa_params())
 @settings(deadline=None, max_examples=20)
 @given(data=st.data(), seed=st.integers(0, 2**16))
 def test_native_conv1d_decode_matches_reference(isa, data, seed):
