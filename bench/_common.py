@@ -21,8 +21,11 @@ def timeit(fn: Callable[[], object], *, repeat: int = 7, number: int = 1, warmup
 
 
 def table(title: str, rows: list[tuple], headers: tuple) -> None:
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
+    widths = [max([len(str(h))] + [len(str(r[i])) for r in rows]) for i, h in enumerate(headers)]
     print(f"\n{title}")
+    if not rows:
+        print("(no rows: nothing in the selection could be measured)")
+        return
     print("  ".join(str(h).ljust(w) for h, w in zip(headers, widths)))
     print("  ".join("-" * w for w in widths))
     for r in rows:
