@@ -13,8 +13,8 @@
  * M = 1 the tile is 2 * TR rows x 1 (x86).
  *
  * Half-precision weights are widened exactly to float32: once per vector and
- * shared by the TC activation rows of a tile; with more than TC activation rows
- * a panel is widened once into a float32 scratch panel that every block reads.
+ * shared by the TC activation rows of a tile; with more than SCRATCH_MIN_M activation
+ * rows a panel is widened once into a float32 scratch panel that every block reads.
  *
  * Batch invariance: each output element y[m, n] has its own vector accumulator,
  * summed over k in steps of VW in k order (lane j holds k = j mod VW), the
@@ -166,6 +166,11 @@ typedef struct {
 } pfq;
 
 #ifndef PF_AHEAD
+/* Half weights are widened into a float32 scratch panel only above this many activation rows: below it,
+   widening each vector again per block of TC rows was faster (bench/qmatmul.py --kinds BF16 --baseline, 2
+   threads: M = 4-16 0.75-0.92x with the scratch panel against direct widening on AVX-512 and AVX2; M = 32
+   about even).  The widening is exact either way, so the results do not depend on it. */
+#define SCRATCH_MIN_M 16
 #define PF_AHEAD 2 /* panels (M > 1; 1 and 3 made no clear difference on the shared test host) */
 #endif
 #ifndef LMX_PF_LOCALITY
@@ -330,7 +335,7 @@ static void drows(int kind, const uint8_t *w, int64_t rb, int64_t r0, int64_t r1
     }
     float *buf = NULL;
     const int64_t bk = (K + 15) & ~(int64_t)15;
-    if (kind != LMX_F32 && M > TC) buf = (float *)malloc((size_t)(TR * bk) * sizeof(float)); /* NULL: direct */
+    if (kind != LMX_F32 && M > SCRATCH_MIN_M) buf = (float *)malloc((size_t)(TR * bk) * sizeof(float)); /* NULL: direct */
     for (; r + TR <= r1; r += TR) {
         const int64_t p0 = r + PF_AHEAD * TR, p1 = p0 + TR < r1 ? p0 + TR : r1;
         panel(kind, 0, w + r * rb, rb, x, xs, M, K, y + r, ys, w + p0 * rb, p1 > p0 ? (p1 - p0) * rb : 0, buf, bk);
