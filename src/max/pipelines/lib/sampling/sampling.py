@@ -124,15 +124,19 @@ def apply_penalties(logits: torch.Tensor, batch: SamplingBatch, output_tokens: O
                     prompt_tokens: Optional[Sequence[Any]]) -> torch.Tensor:
     """Repetition penalty (prompt + output tokens), then frequency/presence (output tokens)."""
     B, V = logits.shape
+    repetition = bool((batch.repetition_penalty != 1.0).any())
+    additive = bool(((batch.frequency_penalty != 0) | (batch.presence_penalty != 0)).any())
+    if not (repetition or additive):  # no penalty asked for: no [B, V] count tensors to build
+        return logits
     out_counts = _counts(output_tokens, B, V, logits.device) if output_tokens is not None else None
-    if bool((batch.repetition_penalty != 1.0).any()):
+    if repetition:
         seen = out_counts.clone() if out_counts is not None else torch.zeros(B, V, device=logits.device)
         if prompt_tokens is not None:
             seen += _counts(prompt_tokens, B, V, logits.device)
         rp = batch.repetition_penalty[:, None]
         penalized = torch.where(logits > 0, logits / rp, logits * rp)
         logits = torch.where(seen > 0, penalized, logits)
-    if out_counts is not None and bool(((batch.frequency_penalty != 0) | (batch.presence_penalty != 0)).any()):
+    if out_counts is not None and additive:
         logits = logits - batch.frequency_penalty[:, None] * out_counts \
             - batch.presence_penalty[:, None] * (out_counts > 0).to(logits.dtype)
     return logits
