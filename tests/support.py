@@ -7,7 +7,9 @@ loads it in a session on the test device and returns numpy outputs.
 
 from __future__ import annotations
 
+import math
 import os
+from fractions import Fraction
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -89,18 +91,46 @@ def isa_params() -> list:
             for v in build.VARIANTS]
 
 
-def q8_activation_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+def q8_activation_reference(x: np.ndarray, w: np.ndarray, refine: Any = None, unit: int = 32) -> np.ndarray:
     """float64 ``x @ w.T`` with x quantised as the native quantised matmul does: per 32 values of each
-    row, scale d = max|x| / 127 and codes round(x / d) (round half to even) clipped to [-127, 127]."""
+    row, scale d = max|x| / 127 and codes round(x / d) (round half to even) clipped to [-127, 127].
+
+    ``refine``: the fraction of each row's blocks whose residual ``x - d * codes`` (float32) is quantised
+    again the same way and added (the packed kernels' refined codes, csrc/qmatmul.c): those with the
+    largest d, ties to the lower index, ``ceil(fraction * blocks)`` of them and at least one; for
+    K-quant weights (``unit=256``) whole 256-value units, ranked by their largest d.  None: the kernels'
+    current setting (``native.act_refine()``); 0 for the unpacked GGML-layout kernels, which do not refine."""
     x = np.asarray(x, np.float32)
     lead, k = x.shape[:-1], x.shape[-1]
     xb = x.reshape(-1, k // 32, 32)
-    amax = np.abs(xb).max(-1, keepdims=True)
-    d = (amax / np.float32(127)).astype(np.float32)
-    inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0).astype(np.float32)
-    q = np.clip(np.rint(xb * inv), -127, 127)
-    xq = (q.astype(np.float64) * d.astype(np.float64)).reshape(*lead, k)
-    return xq @ np.asarray(w, np.float64).T
+
+    def codes(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        amax = np.abs(v).max(-1, keepdims=True)
+        d = (amax / np.float32(127)).astype(np.float32)
+        inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0).astype(np.float32)
+        return d, np.clip(np.rint(v * inv), -127, 127).astype(np.float32)
+
+    d, q = codes(xb)
+    xq = q.astype(np.float64) * d.astype(np.float64)
+    if refine is None:
+        from max.engine import native
+
+        refine = native.act_refine()
+    frac = Fraction(refine).limit_denominator(1024)
+    if frac > 0:
+        d2, q2 = codes((xb - d * q).astype(np.float32))
+        val = d[..., 0]
+        if unit == 256:
+            val = val.reshape(val.shape[0], -1, 8).max(-1)
+        n = val.shape[1]
+        take = min(n, max(1, math.ceil(frac * n)))
+        chosen = np.argsort(-val, axis=1, kind="stable")[:, :take]
+        mask = np.zeros(val.shape, bool)
+        np.put_along_axis(mask, chosen, True, axis=1)
+        if unit == 256:
+            mask = np.repeat(mask, 8, axis=1)
+        xq = xq + np.where(mask[..., None], q2.astype(np.float64) * d2.astype(np.float64), 0.0)
+    return xq.reshape(*lead, k) @ np.asarray(w, np.float64).T
 
 
 def scheduled_greedy(llm: Any, prompts: Sequence[str], max_new_tokens: int, params: Any = None) -> list[list[int]]:

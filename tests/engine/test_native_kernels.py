@@ -55,6 +55,12 @@ def deq(kind: str, b: np.ndarray, n: int, k: int) -> np.ndarray:
     return quants.dequantize(b, T[kind]).reshape(n, k).astype(np.float32)
 
 
+def q8_ref(x: np.ndarray, w: np.ndarray, kind: str, mode: str = "packed") -> np.ndarray:
+    """The float64 reference of a quantised matmul of weights of ``kind`` in ``mode``: 8-bit activation codes,
+    refined over each row's selected blocks (32-value kinds) or units (K-quants) by the packed kernels only."""
+    return q8_activation_reference(x, w, refine=0 if mode == "ggml" else None, unit=256 if kind in K_QUANTS else 32)
+
+
 def kdim(kind: str, mult: int) -> int:
     return (256 if kind in K_QUANTS else 32) * mult
 
@@ -157,7 +163,7 @@ def test_quantized_matmul_matches_q8_reference(kind, isa, m, n, kmult, packed, s
         wt, mode = src, "ggml"
     plan = native.MatmulPlan([wt], [code], [mode], [n], k, [bias], so=so)
     y = plan(torch.from_numpy(x)).numpy()
-    ref = q8_activation_reference(x, w) + bias.numpy()
+    ref = q8_ref(x, w, kind, mode) + bias.numpy()
     np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
 
 
@@ -212,7 +218,7 @@ def test_packed_matmul_residual_epilogue(isa, kinds, m, n, with_bias, norm, seed
         codes.append(code)
         ns.append(n + j)
         biases.append(torch.from_numpy(rng.standard_normal(n + j).astype(np.float32)) if with_bias else None)
-        refs.append(q8_activation_reference(x, deq(kind, b, n + j, k)) + (biases[-1].numpy() if with_bias else 0))
+        refs.append(q8_ref(x, deq(kind, b, n + j, k), kind) + (biases[-1].numpy() if with_bias else 0))
     gamma = (torch.from_numpy(rng.uniform(0.5, 1.5, k).astype(np.float32)), 1e-5) if norm else None
     plan = native.MatmulPlan(ws, codes, ["packed"] * len(kinds), ns, k, biases, so=so, norm=gamma)
     total = sum(ns)
@@ -257,8 +263,8 @@ def test_packed_matmul_glu_is_the_matmul_then_the_gate(isa, act, m):
                                         ctypes.c_float(1e-5), act) == 0
         np.testing.assert_array_equal(got[:, :i].numpy().view(np.uint32), want.numpy().view(np.uint32))
         assert bool((got[:, i:] == 7.0).all())  # only the output's columns are written
-    g = q8_activation_reference(x.numpy(), deq("Q4_1", bs[0], i, k))
-    u = q8_activation_reference(x.numpy(), deq("Q8_0", bs[1], i, k))
+    g = q8_ref(x.numpy(), deq("Q4_1", bs[0], i, k), "Q4_1")
+    u = q8_ref(x.numpy(), deq("Q8_0", bs[1], i, k), "Q8_0")
     a = g / (1 + np.exp(-g)) if act == 0 else 0.5 * g * (1 + np.tanh(0.7978845608028654 * (g + 0.044715 * g**3)))
     nogamma = torch.empty(m, i)
     so.lmx_packed_matmul_glu(m, k, x.data_ptr(), k, *args, nogamma.data_ptr(), i, 0, 0, ctypes.c_float(1e-5), act)
@@ -287,7 +293,7 @@ def test_multi_weight_plan_mixes_modes_and_kinds(isa):
             src = torch.from_numpy(b)
             ws.append(native.pack(src, code, n, k) if mode == "packed" else src)
             codes.append(code)
-            refs.append(q8_activation_reference(x, deq(kind, b, n, k)))
+            refs.append(q8_ref(x, deq(kind, b, n, k), kind, mode))
         modes.append(mode)
         ns.append(n)
     y = native.MatmulPlan(ws, codes, modes, ns, k, so=so)(torch.from_numpy(x)).numpy()

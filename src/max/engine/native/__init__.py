@@ -12,6 +12,7 @@ import ctypes
 import os
 import threading
 import warnings
+from fractions import Fraction
 from typing import Sequence
 
 import torch
@@ -20,8 +21,8 @@ from max.engine.native.build import NativeBuildError, choose, library_path, runn
 from max.graph.quantization.codec import register_quantizer
 from max.graph.quantization.formats import FORMATS, by_ggml_id, quantizable_on_load
 
-__all__ = ["GGML_KINDS", "MatmulPlan", "NativeBuildError", "available", "dense_kind", "glu", "isa", "lib", "pack",
-           "packable", "packed_nbytes", "packed_row", "qmatmul", "rmsnorm", "runnable"]
+__all__ = ["ACT_REFINE_DEFAULT", "GGML_KINDS", "MatmulPlan", "NativeBuildError", "act_refine", "available", "dense_kind", "glu", "isa", "lib", "pack",
+           "packable", "packed_nbytes", "packed_row", "qmatmul", "rmsnorm", "runnable", "set_act_refine"]
 
 # gguf GGMLQuantizationType values of the kinds the kernels read (every loadable row of the format table).
 GGML_KINDS = {f.name: f.ggml_id for f in FORMATS if f.loadable and f.ggml_id is not None}
@@ -109,6 +110,10 @@ def _declare(so: ctypes.CDLL) -> None:
     so.lmx_moe_ffn.restype = _INT
     so.lmx_simd.argtypes = []
     so.lmx_simd.restype = ctypes.c_char_p
+    so.lmx_set_act_refine.argtypes = [_INT, _INT]
+    so.lmx_set_act_refine.restype = None
+    so.lmx_act_refine_fraction.argtypes = []
+    so.lmx_act_refine_fraction.restype = ctypes.c_double
 
 
 _UNSET = object()
@@ -146,8 +151,43 @@ def lib(isa: str | None = None) -> ctypes.CDLL | None:
             warnings.warn(f"libremax: native CPU kernels ({isa}) unavailable ({e}); using torch kernels",
                           RuntimeWarning, stacklevel=2)
             so = None
+        if so is not None:
+            so.lmx_set_act_refine(*_act_refine)
         _libs[isa] = so
         return so
+
+
+ACT_REFINE_DEFAULT = Fraction(1, 4)
+
+
+def _parse_act_refine(value: "str | float | Fraction") -> tuple[int, int]:
+    try:
+        f = Fraction(value.strip() if isinstance(value, str) else value).limit_denominator(1024)
+    except (ValueError, ZeroDivisionError, TypeError):
+        f = None
+    if f is None or not 0 <= f <= 1:
+        raise ValueError(f"LIBREMAX_ACT_REFINE={value!r}: give the fraction of each activation row's 32-value blocks "
+                         "that get a second set of 8-bit codes, between 0 (off: 8-bit codes only, as llama.cpp) and 1, "
+                         f"e.g. 0.25 or 1/4 (default {ACT_REFINE_DEFAULT})")
+    return f.numerator, f.denominator
+
+
+_act_refine = _parse_act_refine(os.environ.get("LIBREMAX_ACT_REFINE") or ACT_REFINE_DEFAULT)
+
+
+def act_refine() -> Fraction:
+    """The fraction of each activation row's 32-value blocks (those with the largest scales) whose quantisation
+    residual gets a second set of 8-bit codes in the quantised matmuls (``LIBREMAX_ACT_REFINE``; 0: off)."""
+    return Fraction(*_act_refine)
+
+
+def set_act_refine(value: "str | float | Fraction") -> None:
+    """Set :func:`act_refine` for every loaded kernel variant and those loaded later (see csrc/qmatmul.c)."""
+    global _act_refine
+    _act_refine = _parse_act_refine(value)
+    for so in _libs.values():
+        if so is not None:
+            so.lmx_set_act_refine(*_act_refine)
 
 
 def isa() -> str:

@@ -26,22 +26,21 @@ typedef struct {
 static __thread char *act_mem = NULL;
 static __thread size_t act_cap = 0;
 
-static int act_alloc(act_t *a, int64_t M, int64_t K) {
+/* Bytes of the activation data of M rows of K values. */
+static size_t act_bytes(int64_t M, int64_t K) {
+    const int64_t KP = K + 64, BP = K / 32 + 16;
+    return (((size_t)(M * KP) + 63) & ~(size_t)63) + (size_t)(M * BP) * 4 * 4;
+}
+
+/* Lay a's arrays out in mem (act_bytes(M, K) bytes, 64-byte aligned) and zero the padding after each row. */
+static void act_view(act_t *a, char *mem, int64_t M, int64_t K) {
     a->K = K;
     a->KP = K + 64;
     a->BP = K / 32 + 16;
     a->M = M;
     size_t qbytes = ((size_t)(M * a->KP) + 63) & ~(size_t)63;
-    size_t bytes = qbytes + (size_t)(M * a->BP) * 4 * 4;
-    if (bytes > act_cap) {
-        free(act_mem);
-        act_mem = NULL;
-        act_cap = 0;
-        if (posix_memalign((void **)&act_mem, 64, bytes)) return -1;
-        act_cap = bytes;
-    }
-    a->xq = (int8_t *)act_mem;
-    a->dxb = (float *)(act_mem + qbytes);
+    a->xq = (int8_t *)mem;
+    a->dxb = (float *)(mem + qbytes);
     a->sxb = a->dxb + M * a->BP;
     a->sx16 = a->sxb + M * a->BP;
     int64_t nb = K / 32;
@@ -51,6 +50,22 @@ static int act_alloc(act_t *a, int64_t M, int64_t K) {
         memset(a->sxb + m * a->BP + nb, 0, (size_t)(a->BP - nb) * 4);
         memset(a->sx16 + m * 2 * a->BP + 2 * nb, 0, (size_t)(2 * (a->BP - nb)) * 4);
     }
+}
+
+/* Grow a thread's buffer *mem (capacity *cap) to at least bytes, 64-byte aligned; its contents are lost. */
+static int grow(char **mem, size_t *cap, size_t bytes) {
+    if (bytes <= *cap) return 0;
+    free(*mem);
+    *mem = NULL;
+    *cap = 0;
+    if (posix_memalign((void **)mem, 64, bytes)) return -1;
+    *cap = bytes;
+    return 0;
+}
+
+static int act_alloc(act_t *a, int64_t M, int64_t K) {
+    if (grow(&act_mem, &act_cap, act_bytes(M, K))) return -1;
+    act_view(a, act_mem, M, K);
     return 0;
 }
 
@@ -172,6 +187,123 @@ int lmx_act_prepare(int64_t M, int64_t K, const float *x, int64_t xs, const int8
     *sx16 = a.sx16;
     *KP = a.KP;
     *BP = a.BP;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ refined codes (lmx_refine_t, common.h)
+ * The fraction of a row's blocks that get residual codes: refine_num / refine_den (0: none). */
+static int refine_num = 1, refine_den = 4;
+
+LMX_API void lmx_set_act_refine(int num, int den) {
+    if (den <= 0 || num <= 0) num = 0, den = 1;
+    refine_num = num < den ? num : den;
+    refine_den = den;
+}
+
+/* refine_num / refine_den as a double (0 when off). */
+LMX_API double lmx_act_refine_fraction(void) { return (double)refine_num / (double)refine_den; }
+
+/* How many of n blocks (units) a row refines: ceil(n * fraction), at least one while refining. */
+static int64_t refine_count(int64_t n) {
+    if (!refine_num || n <= 0) return 0;
+    const int64_t c = (n * refine_num + refine_den - 1) / refine_den;
+    return c < 1 ? 1 : c > n ? n : c;
+}
+
+/* The k-th largest (k = 1 .. n) of v[0 .. n-1]; v is reordered (Hoare partition, descending). */
+static float kth_largest(float *v, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n - 1;
+    const int64_t t = k - 1;
+    while (lo < hi) {
+        const float p = v[lo + (hi - lo) / 2];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] > p) i++;
+            while (v[j] < p) j--;
+            if (i <= j) {
+                const float tmp = v[i];
+                v[i++] = v[j];
+                v[j--] = tmp;
+            }
+        }
+        if (t <= j) hi = j;
+        else if (t >= i) lo = i;
+        else break;
+    }
+    return v[t];
+}
+
+/* The indices of the k largest of val[0 .. n-1] in ascending order into out (ties: the lower indices first);
+ * scratch holds n floats.  Returns how many were written (k, fewer only for NaN values). */
+static int32_t select_top(const float *val, int64_t n, int64_t k, float *scratch, int32_t *out) {
+    memcpy(scratch, val, (size_t)n * 4);
+    const float t = kth_largest(scratch, n, k);
+    int64_t ties = k;
+    for (int64_t i = 0; i < n; i++) ties -= val[i] > t;
+    int32_t c = 0;
+    for (int64_t i = 0; i < n && c < k; i++)
+        if (val[i] > t || (val[i] == t && ties-- > 0)) out[c++] = (int32_t)i;
+    return c;
+}
+
+static __thread char *ref_mem = NULL;
+static __thread size_t ref_cap = 0;
+
+/* Refined codes of the M rows of x whose first codes are xq / dxb (lmx_act_prepare's, row strides KP / BP)
+ * into the calling thread's second buffer (valid until its next call).  out->s32 = 0 when refining is off. */
+int lmx_act_refine(int64_t M, int64_t K, const float *x, int64_t xs, const int8_t *xq, const float *dxb,
+                   int64_t KP, int64_t BP, int nt, lmx_refine_t *out) {
+    memset(out, 0, sizeof *out);
+    const int64_t nb = K / 32, nu = K % 256 ? 0 : K / 256;
+    const int64_t k32 = refine_count(nb), k256 = refine_count(nu);
+    if (!k32 || M <= 0) return 0;
+    const size_t abytes = act_bytes(M, K);
+    const size_t rbytes = ((size_t)(M * K) * 4 + 63) & ~(size_t)63;               /* residual rows */
+    const size_t sbytes = (((size_t)(M * (k32 + k256 + 2)) * 4) + 63) & ~(size_t)63; /* selections, counts */
+    const size_t tbytes = (size_t)nb * 4 * (size_t)(nt > 0 ? nt : 1) + 64;          /* select scratch */
+    if (grow(&ref_mem, &ref_cap, abytes + rbytes + sbytes + tbytes)) return -1;
+    act_t r;
+    act_view(&r, ref_mem, M, K);
+    float *res = (float *)(ref_mem + abytes), *scratch = (float *)(ref_mem + abytes + rbytes + sbytes);
+    int32_t *sel32 = (int32_t *)(ref_mem + abytes + rbytes), *sel256 = sel32 + M * k32;
+    int32_t *n32 = sel256 + M * k256, *n256 = n32 + M;
+#pragma omp parallel num_threads(nt) if (nt > 1 && M > 1)
+    {
+#ifdef _OPENMP
+        float *tmp = scratch + (int64_t)omp_get_thread_num() * nb;
+#else
+        float *tmp = scratch;
+#endif
+        float umax[nu > 0 ? nu : 1];
+#pragma omp for schedule(static)
+        for (int64_t m = 0; m < M; m++) {
+            const float *xr = x + m * xs, *d = dxb + m * BP;
+            const int8_t *q = xq + m * KP;
+            float *rr = res + m * K;
+            for (int64_t b = 0; b < nb; b++)
+                for (int j = 0; j < 32; j++) rr[b * 32 + j] = xr[b * 32 + j] - d[b] * (float)q[b * 32 + j];
+            act_row(&r, rr, m);
+            n32[m] = select_top(d, nb, k32, tmp, sel32 + m * k32);
+            if (k256) {
+                for (int64_t u = 0; u < nu; u++) {
+                    float v = d[8 * u];
+                    for (int j = 1; j < 8; j++) v = d[8 * u + j] > v ? d[8 * u + j] : v;
+                    umax[u] = v;
+                }
+                n256[m] = select_top(umax, nu, k256, tmp, sel256 + m * k256);
+            }
+        }
+    }
+    out->rq = r.xq;
+    out->rdxb = r.dxb;
+    out->rsxb = r.sxb;
+    out->rsx16 = r.sx16;
+    out->sel32 = sel32;
+    out->n32 = n32;
+    out->s32 = k32;
+    out->sel256 = sel256;
+    out->n256 = n256;
+    out->s256 = k256;
     return 0;
 }
 

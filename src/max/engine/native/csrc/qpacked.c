@@ -242,11 +242,13 @@ LMX_API int lmx_packed_rows_f32(int kind, const uint8_t *packed, int64_t N, int6
 
 /* ---------------------------------------------------------------- matmul */
 
-/* Activations: codes xq (row stride KP), per-32 scales dxb and sums sxb, per-16 sums sx16. */
+/* Activations: codes xq (row stride KP), per-32 scales dxb and sums sxb, per-16 sums sx16; rf: the refined
+ * codes of each row's selected blocks (lmx_refine_t, common.h; rf.s32 = 0: none). */
 typedef struct {
     const int8_t *xq;
     const float *dxb, *sxb, *sx16;
     int64_t KP, BP;
+    lmx_refine_t rf;
 } pact_t;
 
 /* Portable path: one group of 16 rows against activation row m. */
@@ -1059,6 +1061,42 @@ LMX_INLINE void group_neon(int kind, const uint8_t *g, int64_t K, const pact_t *
 
 #endif
 
+#if defined(LMX_AVX512VNNI)
+#define GROUP_SIMD group_avx512
+#elif defined(LMX_AVX2)
+#define GROUP_SIMD group_avx2
+#elif defined(LMX_NEON)
+#define GROUP_SIMD group_neon
+#endif
+
+/* Adds to y16 (row m's results for the 16 rows of group g) the sums of row m's residual codes over its selected
+ * blocks (32-value kinds) or units (K-quants): each selected block / unit is run as a group of K = 32 / 256
+ * by the same kernel, against the residual codes, and added in ascending order. */
+static void refine_group(int kind, const uint8_t *g, const pact_t *a, int64_t m, float *y16, int force_scalar) {
+    const int64_t ue = unit_elems(kind), ub = unit_bytes(kind);
+    const lmx_refine_t *rf = &a->rf;
+    const int32_t *sel = ue == 32 ? rf->sel32 + m * rf->s32 : rf->sel256 + m * rf->s256;
+    const int32_t n = ue == 32 ? rf->n32[m] : rf->n256[m];
+    float t[GR];
+    for (int32_t i = 0; i < n; i++) {
+        const int64_t u = sel[i];
+        pact_t r;
+        r.xq = rf->rq + u * ue;
+        r.dxb = rf->rdxb + u * (ue / 32);
+        r.sxb = rf->rsxb + u * (ue / 32);
+        r.sx16 = rf->rsx16 + u * (ue / 16);
+        r.KP = a->KP;
+        r.BP = a->BP;
+        memset(&r.rf, 0, sizeof r.rf);
+#if defined(LMX_AVX512VNNI) || defined(LMX_AVX2) || defined(LMX_NEON)
+        if (!force_scalar) GROUP_SIMD(kind, g + u * ub, ue, &r, m, 1, t, GR);
+        else
+#endif
+            group_scalar(kind, g + u * ub, ue, &r, m, t);
+        for (int j = 0; j < GR; j++) y16[j] += t[j];
+    }
+}
+
 /* Packed matmul of one weight: rows [g0*16, g1*16) for all M rows into y (columns of this weight). */
 /* y[m * ys + 0 .. rows - 1] = v (+ r[m * rs + ...] when r is given: the fused residual add). */
 LMX_INLINE void put_rows(float *y, const float *v, int64_t rows, const float *r) {
@@ -1080,19 +1118,14 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
         const uint8_t *g = p + gi * gbytes;
         const int64_t rows = N - gi * GR < GR ? N - gi * GR : GR;
 #if defined(LMX_AVX512VNNI) || defined(LMX_AVX2) || defined(LMX_NEON)
-#if defined(LMX_AVX512VNNI)
-#define GROUP_SIMD group_avx512
-#elif defined(LMX_AVX2)
-#define GROUP_SIMD group_avx2
-#else
-#define GROUP_SIMD group_neon
-#endif
 #if defined(LMX_AVX2) && !defined(LMX_AVX512VNNI)
         if (ws) {
             float acc[WS_MT * GR] __attribute__((aligned(32)));
             for (int64_t m0 = 0; m0 < M; m0 += WS_MT) {
                 const int mb = (int)(M - m0 < WS_MT ? M - m0 : WS_MT);
                 group_avx2_ws(kind, g, K, a, m0, mb, acc);
+                if (a->rf.s32)
+                    for (int i = 0; i < mb; i++) refine_group(kind, g, a, m0 + i, acc + i * GR, 0);
                 for (int i = 0; i < mb; i++)
                     put_rows(y + (m0 + i) * ys + gi * GR, acc + i * GR, rows, res ? res + (m0 + i) * rs + gi * GR : NULL);
             }
@@ -1114,6 +1147,8 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
 #endif
                 default: GROUP_SIMD(kind, g, K, a, m0, PMB, out16, GR); break;
                 }
+                if (a->rf.s32)
+                    for (int i = 0; i < mb; i++) refine_group(kind, g, a, m0 + i, out16 + i * GR, 0);
                 for (int i = 0; i < mb; i++)
                     put_rows(y + (m0 + i) * ys + gi * GR, out16 + i * GR, rows, res ? res + (m0 + i) * rs + gi * GR : NULL);
             }
@@ -1123,6 +1158,7 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
         (void)force_scalar;
         for (int64_t m = 0; m < M; m++) {
             group_scalar(kind, g, K, a, m, out16);
+            if (a->rf.s32) refine_group(kind, g, a, m, out16, 1);
             put_rows(y + m * ys + gi * GR, out16, rows, res ? res + m * rs + gi * GR : NULL);
         }
     }
@@ -1169,6 +1205,7 @@ LMX_API int lmx_packed_matmul_res(int64_t M, int64_t K, const float *x, int64_t 
     if (M * total * K < (1 << 17)) nt = 1;
     pact_t a;
     if (lmx_act_prepare(M, K, x, x_stride, &a.xq, &a.dxb, &a.sxb, &a.sx16, &a.KP, &a.BP, nt)) return -3;
+    if (lmx_act_refine(M, K, x, x_stride, a.xq, a.dxb, a.KP, a.BP, nt, &a.rf)) return -3;
     const int64_t groups = goffs[nw];
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
