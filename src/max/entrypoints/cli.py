@@ -422,7 +422,11 @@ def _kernels_line() -> str:
     used = native.isa()
     if used == "torch":
         return "torch (native kernels disabled or unavailable)"
-    return f"{used} (this CPU runs: {', '.join(native.runnable())}; LIBREMAX_NATIVE_ISA picks another)"
+    refine = native.act_refine()
+    codes = (f"quantised matmuls refine the 8-bit activation codes of {refine} of the blocks" if refine else
+             "quantised matmuls use 8-bit activation codes alone")
+    return (f"{used} (this CPU runs: {', '.join(native.runnable())}; LIBREMAX_NATIVE_ISA picks another; "
+            f"{codes}: LIBREMAX_ACT_REFINE)")
 
 
 def _takes_images(tokenizer: Any) -> bool:
