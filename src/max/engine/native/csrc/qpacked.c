@@ -1069,31 +1069,83 @@ LMX_INLINE void group_neon(int kind, const uint8_t *g, int64_t K, const pact_t *
 #define GROUP_SIMD group_neon
 #endif
 
-/* Adds to y16 (row m's results for the 16 rows of group g) the sums of row m's residual codes over its selected
- * blocks (32-value kinds) or units (K-quants): each selected block / unit is run as a group of K = 32 / 256
- * by the same kernel, against the residual codes, and added in ascending order. */
-static void refine_group(int kind, const uint8_t *g, const pact_t *a, int64_t m, float *y16, int force_scalar) {
-    const int64_t ue = unit_elems(kind), ub = unit_bytes(kind);
-    const lmx_refine_t *rf = &a->rf;
-    const int32_t *sel = ue == 32 ? rf->sel32 + m * rf->s32 : rf->sel256 + m * rf->s256;
-    const int32_t n = ue == 32 ? rf->n32[m] : rf->n256[m];
-    float t[GR];
-    for (int32_t i = 0; i < n; i++) {
-        const int64_t u = sel[i];
-        pact_t r;
-        r.xq = rf->rq + u * ue;
-        r.dxb = rf->rdxb + u * (ue / 32);
-        r.sxb = rf->rsxb + u * (ue / 32);
-        r.sx16 = rf->rsx16 + u * (ue / 16);
-        r.KP = a->KP;
-        r.BP = a->BP;
-        memset(&r.rf, 0, sizeof r.rf);
-#if defined(LMX_AVX512VNNI) || defined(LMX_AVX2) || defined(LMX_NEON)
-        if (!force_scalar) GROUP_SIMD(kind, g + u * ub, ue, &r, m, 1, t, GR);
-        else
+#ifdef PMB
+#define RMB PMB /* rows per refinement call */
+#else
+#define RMB 1
 #endif
-            group_scalar(kind, g + u * ub, ue, &r, m, t);
-        for (int j = 0; j < GR; j++) y16[j] += t[j];
+#define REFINE_MAX_ROWS 16 /* the largest tile refined at once (WS_MT, PMB <= 16) */
+
+/* Adds to y + i * GR (the results of tile rows m0 + i, i < mb <= 16, for the 16 rows of group g) the sums of
+ * each row's residual codes over its selected blocks (32-value kinds) or units (K-quants).  The selected blocks
+ * of the tile are visited in ascending order; the rows that selected one are gathered (their residual codes
+ * and sums, K = 32 or 256 values) and run by the same kernel as a group of K = 32 / 256, so the weight's codes
+ * are unpacked once for all of them; each row's sums are added in ascending block order, so a row's result
+ * does not depend on the other rows of the tile. */
+static void refine_tile(int kind, const uint8_t *g, const pact_t *a, int64_t m0, int mb, float *y, int force_scalar) {
+    const int64_t ue = unit_elems(kind), ub = unit_bytes(kind), bu = ue / 32;
+    const lmx_refine_t *rf = &a->rf;
+    const int64_t KP = a->KP, BP = a->BP;
+    const int32_t *sel[REFINE_MAX_ROWS];
+    int32_t n[REFINE_MAX_ROWS], pos[REFINE_MAX_ROWS], rows[REFINE_MAX_ROWS];
+    for (int i = 0; i < mb; i++) {
+        sel[i] = ue == 32 ? rf->sel32 + (m0 + i) * rf->s32 : rf->sel256 + (m0 + i) * rf->s256;
+        n[i] = ue == 32 ? rf->n32[m0 + i] : rf->n256[m0 + i];
+        pos[i] = 0;
+    }
+    int8_t xq[RMB * 256] __attribute__((aligned(64)));
+    float dxb[RMB * 8], sxb[RMB * 8], sx16[RMB * 16], t[RMB * GR];
+    for (;;) {
+        int32_t b = INT32_MAX;
+        for (int i = 0; i < mb; i++)
+            if (pos[i] < n[i] && sel[i][pos[i]] < b) b = sel[i][pos[i]];
+        if (b == INT32_MAX) break;
+        int cnt = 0;
+        for (int i = 0; i < mb; i++)
+            if (pos[i] < n[i] && sel[i][pos[i]] == b) {
+                rows[cnt++] = i;
+                pos[i]++;
+            }
+        for (int c0 = 0; c0 < cnt; c0 += RMB) {
+            const int c = cnt - c0 < RMB ? cnt - c0 : RMB;
+            for (int j = 0; j < c; j++) { /* row j of a K = ue activation: strides ue codes, bu scales */
+                const int64_t m = m0 + rows[c0 + j];
+                memcpy(xq + j * ue, rf->rq + m * KP + (int64_t)b * ue, (size_t)ue);
+                memcpy(dxb + j * bu, rf->rdxb + m * BP + (int64_t)b * bu, (size_t)bu * 4);
+                memcpy(sxb + j * bu, rf->rsxb + m * BP + (int64_t)b * bu, (size_t)bu * 4);
+                memcpy(sx16 + j * 2 * bu, rf->rsx16 + m * 2 * BP + (int64_t)b * 2 * bu, (size_t)bu * 8);
+            }
+            pact_t r;
+            memset(&r, 0, sizeof r);
+            r.xq = xq;
+            r.dxb = dxb;
+            r.sxb = sxb;
+            r.sx16 = sx16;
+            r.KP = ue;
+            r.BP = bu;
+            const uint8_t *gb = g + (int64_t)b * ub;
+#if defined(LMX_AVX512VNNI) || defined(LMX_AVX2) || defined(LMX_NEON)
+            if (!force_scalar) {
+                switch (c) { /* a constant row count per call, as in packed_rows */
+                case 1: GROUP_SIMD(kind, gb, ue, &r, 0, 1, t, GR); break;
+                case 2: GROUP_SIMD(kind, gb, ue, &r, 0, 2, t, GR); break;
+                case 3: GROUP_SIMD(kind, gb, ue, &r, 0, 3, t, GR); break;
+#if RMB > 4
+                case 4: GROUP_SIMD(kind, gb, ue, &r, 0, 4, t, GR); break;
+                case 5: GROUP_SIMD(kind, gb, ue, &r, 0, 5, t, GR); break;
+                case 6: GROUP_SIMD(kind, gb, ue, &r, 0, 6, t, GR); break;
+                case 7: GROUP_SIMD(kind, gb, ue, &r, 0, 7, t, GR); break;
+#endif
+                default: GROUP_SIMD(kind, gb, ue, &r, 0, RMB, t, GR); break;
+                }
+            } else
+#endif
+                for (int j = 0; j < c; j++) group_scalar(kind, gb, ue, &r, j, t + j * GR);
+            for (int j = 0; j < c; j++) {
+                float *yr = y + rows[c0 + j] * GR;
+                for (int q = 0; q < GR; q++) yr[q] += t[j * GR + q];
+            }
+        }
     }
 }
 
@@ -1124,8 +1176,7 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
             for (int64_t m0 = 0; m0 < M; m0 += WS_MT) {
                 const int mb = (int)(M - m0 < WS_MT ? M - m0 : WS_MT);
                 group_avx2_ws(kind, g, K, a, m0, mb, acc);
-                if (a->rf.s32)
-                    for (int i = 0; i < mb; i++) refine_group(kind, g, a, m0 + i, acc + i * GR, 0);
+                if (a->rf.s32) refine_tile(kind, g, a, m0, mb, acc, 0);
                 for (int i = 0; i < mb; i++)
                     put_rows(y + (m0 + i) * ys + gi * GR, acc + i * GR, rows, res ? res + (m0 + i) * rs + gi * GR : NULL);
             }
@@ -1147,8 +1198,7 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
 #endif
                 default: GROUP_SIMD(kind, g, K, a, m0, PMB, out16, GR); break;
                 }
-                if (a->rf.s32)
-                    for (int i = 0; i < mb; i++) refine_group(kind, g, a, m0 + i, out16 + i * GR, 0);
+                if (a->rf.s32) refine_tile(kind, g, a, m0, mb, out16, 0);
                 for (int i = 0; i < mb; i++)
                     put_rows(y + (m0 + i) * ys + gi * GR, out16 + i * GR, rows, res ? res + (m0 + i) * rs + gi * GR : NULL);
             }
@@ -1158,7 +1208,7 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
         (void)force_scalar;
         for (int64_t m = 0; m < M; m++) {
             group_scalar(kind, g, K, a, m, out16);
-            if (a->rf.s32) refine_group(kind, g, a, m, out16, 1);
+            if (a->rf.s32) refine_tile(kind, g, a, m, 1, out16, 1);
             put_rows(y + m * ys + gi * GR, out16, rows, res ? res + m * rs + gi * GR : NULL);
         }
     }
