@@ -204,10 +204,13 @@ def test_auto_tool_calls_plain_and_streamed_and_the_result_round_trip(rclient):
 
 
 def test_json_schema_text_format(rclient):
-    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
-              "additionalProperties": False}
-    r = rclient.responses.create(model="tiny", input="json please", max_output_tokens=60, temperature=1.0,
+    """The schema bounds the integer, so the random model's output always closes well within the token limit
+    (an unbounded integer let it sample digits until max_output_tokens cut the JSON short -- on some CPUs)."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 999}},
+              "required": ["a"], "additionalProperties": False}
+    r = rclient.responses.create(model="tiny", input="json please", max_output_tokens=200, temperature=1.0,
                                  text={"format": {"type": "json_schema", "name": "obj", "schema": schema}})
+    assert r.status == "completed", r.incomplete_details
     jsonschema.validate(json.loads(r.output_text), schema)
 
 
