@@ -91,15 +91,15 @@ def isa_params() -> list:
             for v in build.VARIANTS]
 
 
-def q8_activation_reference(x: np.ndarray, w: np.ndarray, refine: Any = None, unit: int = 32) -> np.ndarray:
+def q8_activation_reference(x: np.ndarray, w: np.ndarray, refine: Any = None) -> np.ndarray:
     """float64 ``x @ w.T`` with x quantised as the native quantised matmul does: per 32 values of each
     row, scale d = max|x| / 127 and codes round(x / d) (round half to even) clipped to [-127, 127].
 
     ``refine``: the fraction of each row's blocks whose residual ``x - d * codes`` (float32) is quantised
     again the same way and added (the packed kernels' refined codes, csrc/qmatmul.c): those with the
-    largest d, ties to the lower index, ``ceil(fraction * blocks)`` of them and at least one; for
-    K-quant weights (``unit=256``) whole 256-value units, ranked by their largest d.  None: the kernels'
-    current setting (``native.act_refine()``); 0 for the unpacked GGML-layout kernels, which do not refine."""
+    largest d, ties to the lower index, ``ceil(fraction * blocks)`` of them and at least one.  None: the
+    kernels' current setting (``native.act_refine()``); 0 for the unpacked GGML-layout kernels, which do not
+    refine."""
     x = np.asarray(x, np.float32)
     lead, k = x.shape[:-1], x.shape[-1]
     xb = x.reshape(-1, k // 32, 32)
@@ -120,15 +120,11 @@ def q8_activation_reference(x: np.ndarray, w: np.ndarray, refine: Any = None, un
     if frac > 0:
         d2, q2 = codes((xb - d * q).astype(np.float32))
         val = d[..., 0]
-        if unit == 256:
-            val = val.reshape(val.shape[0], -1, 8).max(-1)
         n = val.shape[1]
         take = min(n, max(1, math.ceil(frac * n)))
         chosen = np.argsort(-val, axis=1, kind="stable")[:, :take]
         mask = np.zeros(val.shape, bool)
         np.put_along_axis(mask, chosen, True, axis=1)
-        if unit == 256:
-            mask = np.repeat(mask, 8, axis=1)
         xq = xq + np.where(mask[..., None], q2.astype(np.float64) * d2.astype(np.float64), 0.0)
     return xq.reshape(*lead, k) @ np.asarray(w, np.float64).T
 

@@ -57,8 +57,8 @@ def deq(kind: str, b: np.ndarray, n: int, k: int) -> np.ndarray:
 
 def q8_ref(x: np.ndarray, w: np.ndarray, kind: str, mode: str = "packed") -> np.ndarray:
     """The float64 reference of a quantised matmul of weights of ``kind`` in ``mode``: 8-bit activation codes,
-    refined over each row's selected blocks (32-value kinds) or units (K-quants) by the packed kernels only."""
-    return q8_activation_reference(x, w, refine=0 if mode == "ggml" else None, unit=256 if kind in K_QUANTS else 32)
+    refined over each row's selected blocks by the packed kernels only."""
+    return q8_activation_reference(x, w, refine=0 if mode == "ggml" else None)
 
 
 def kdim(kind: str, mult: int) -> int:

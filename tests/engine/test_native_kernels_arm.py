@@ -34,7 +34,7 @@ from max.engine import native  # noqa: E402
 from max.engine.native import build  # noqa: E402
 from support import apt_install  # noqa: E402
 from support import q8_activation_reference  # noqa: E402
-from test_native_kernels import ALL_KINDS, K_QUANTS, PACKABLE, blocks, deq, kdim  # noqa: E402
+from test_native_kernels import ALL_KINDS, PACKABLE, blocks, deq, kdim  # noqa: E402
 
 CC = "aarch64-linux-gnu-gcc"
 QEMU = "qemu-aarch64"
@@ -308,8 +308,7 @@ def _check_quantised(results, variant, table, kind):
     w = deq(kind, b, N_Q, k)
     y = got(results, variant, full).reshape(M_Q, N_Q)
     # the harness runs the C library's default refinement (native.ACT_REFINE_DEFAULT) in the packed kernels
-    ref = q8_activation_reference(x, w, refine=native.ACT_REFINE_DEFAULT if table is PACKED else 0,
-                                  unit=256 if kind in K_QUANTS else 32)
+    ref = q8_activation_reference(x, w, refine=native.ACT_REFINE_DEFAULT if table is PACKED else 0)
     np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max(), err_msg=f"{variant} {kind}")
     for (a, e), c in subs.items():  # the same rows alone or in smaller batches: the same bits
         ys = got(results, variant, c).reshape(e - a, N_Q)
@@ -329,7 +328,7 @@ def test_ggml_layout_matmul(results, variant, kind):
 def test_packed_matmul_with_bias(results, variant):
     b, x = PACKED["Q4_K"][0][:, :144], PACKED["Q4_K"][1][:5, :256]
     y = got(results, variant, BIAS_CASE).reshape(5, N_Q)
-    ref = q8_activation_reference(x, deq("Q4_K", b, N_Q, 256), refine=native.ACT_REFINE_DEFAULT, unit=256) + BIAS
+    ref = q8_activation_reference(x, deq("Q4_K", b, N_Q, 256), refine=native.ACT_REFINE_DEFAULT) + BIAS
     np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
 
 

@@ -297,18 +297,16 @@ int lmx_num_threads(void);
 
 /* Refined activation codes (qmatmul.c, read by the packed kernels in qpacked.c).  Per activation row, the
  * 32-value blocks with the largest scales (a fixed fraction of them, lmx_set_act_refine) carry a second set of
- * 8-bit codes: those of the residual x - d q of the first codes, with their own scale.  A kernel adds, after a
- * row's sums over every block, the sums of the residual codes over that row's selected blocks (for K-quant
- * weights, over its selected 256-value units): about 16 bits of precision where the 8-bit codes lose most.
- * Everything here depends on the row alone, so a row's result does not depend on the batch around it.
+ * 8-bit codes: those of the residual x - d q of the first codes, with their own scale.  The kernels add, for
+ * each selected block, the sums of its residual codes right after those of its first codes, reusing the
+ * unpacked weight codes: about 16 bits of precision where the 8-bit codes lose most.  The selection depends on
+ * the row alone, so a row's result does not depend on the batch around it.
  *   rq, rdxb, rsxb, rsx16  the residual codes and sums, laid out as the first codes (same KP and BP);
- *   sel32[m * s32 + i]     the i-th selected block of row m, ascending (n32[m] of them); s32 = 0: none;
- *   sel256, n256, s256     the same for 256-value units (s256 = 0 when K is not a multiple of 256). */
+ *   fl[m * BP + b]         1 when block b of row m is refined (fl = NULL: none is). */
 typedef struct {
     const int8_t *rq;
     const float *rdxb, *rsxb, *rsx16;
-    const int32_t *sel32, *n32, *sel256, *n256;
-    int64_t s32, s256;
+    const uint8_t *fl;
 } lmx_refine_t;
 
 int lmx_act_refine(int64_t M, int64_t K, const float *x, int64_t xs, const int8_t *xq, const float *dxb,

@@ -233,40 +233,34 @@ static float kth_largest(float *v, int64_t n, int64_t k) {
     return v[t];
 }
 
-/* The indices of the k largest of val[0 .. n-1] in ascending order into out (ties: the lower indices first);
- * scratch holds n floats.  Returns how many were written (k, fewer only for NaN values). */
-static int32_t select_top(const float *val, int64_t n, int64_t k, float *scratch, int32_t *out) {
+/* Marks the k largest of val[0 .. n-1] in fl (1, else 0; ties: the lower indices first); scratch holds n floats. */
+static void select_top(const float *val, int64_t n, int64_t k, float *scratch, uint8_t *fl) {
     memcpy(scratch, val, (size_t)n * 4);
     const float t = kth_largest(scratch, n, k);
     int64_t ties = k;
     for (int64_t i = 0; i < n; i++) ties -= val[i] > t;
-    int32_t c = 0;
-    for (int64_t i = 0; i < n && c < k; i++)
-        if (val[i] > t || (val[i] == t && ties-- > 0)) out[c++] = (int32_t)i;
-    return c;
+    for (int64_t i = 0; i < n; i++) fl[i] = val[i] > t || (val[i] == t && ties-- > 0);
 }
 
 static __thread char *ref_mem = NULL;
 static __thread size_t ref_cap = 0;
 
 /* Refined codes of the M rows of x whose first codes are xq / dxb (lmx_act_prepare's, row strides KP / BP)
- * into the calling thread's second buffer (valid until its next call).  out->s32 = 0 when refining is off. */
+ * into the calling thread's second buffer (valid until its next call).  out->fl = NULL when refining is off. */
 int lmx_act_refine(int64_t M, int64_t K, const float *x, int64_t xs, const int8_t *xq, const float *dxb,
                    int64_t KP, int64_t BP, int nt, lmx_refine_t *out) {
     memset(out, 0, sizeof *out);
-    const int64_t nb = K / 32, nu = K % 256 ? 0 : K / 256;
-    const int64_t k32 = refine_count(nb), k256 = refine_count(nu);
+    const int64_t nb = K / 32, k32 = refine_count(nb);
     if (!k32 || M <= 0) return 0;
     const size_t abytes = act_bytes(M, K);
-    const size_t rbytes = ((size_t)(M * K) * 4 + 63) & ~(size_t)63;               /* residual rows */
-    const size_t sbytes = (((size_t)(M * (k32 + k256 + 2)) * 4) + 63) & ~(size_t)63; /* selections, counts */
-    const size_t tbytes = (size_t)nb * 4 * (size_t)(nt > 0 ? nt : 1) + 64;          /* select scratch */
-    if (grow(&ref_mem, &ref_cap, abytes + rbytes + sbytes + tbytes)) return -1;
+    const size_t rbytes = ((size_t)(M * K) * 4 + 63) & ~(size_t)63; /* residual rows */
+    const size_t fbytes = ((size_t)(M * BP) + 63) & ~(size_t)63;    /* flags */
+    const size_t tbytes = (size_t)nb * 4 * (size_t)(nt > 0 ? nt : 1) + 64;
+    if (grow(&ref_mem, &ref_cap, abytes + rbytes + fbytes + tbytes)) return -1;
     act_t r;
     act_view(&r, ref_mem, M, K);
-    float *res = (float *)(ref_mem + abytes), *scratch = (float *)(ref_mem + abytes + rbytes + sbytes);
-    int32_t *sel32 = (int32_t *)(ref_mem + abytes + rbytes), *sel256 = sel32 + M * k32;
-    int32_t *n32 = sel256 + M * k256, *n256 = n32 + M;
+    float *res = (float *)(ref_mem + abytes), *scratch = (float *)(ref_mem + abytes + rbytes + fbytes);
+    uint8_t *fl = (uint8_t *)(ref_mem + abytes + rbytes);
 #pragma omp parallel num_threads(nt) if (nt > 1 && M > 1)
     {
 #ifdef _OPENMP
@@ -274,7 +268,6 @@ int lmx_act_refine(int64_t M, int64_t K, const float *x, int64_t xs, const int8_
 #else
         float *tmp = scratch;
 #endif
-        float umax[nu > 0 ? nu : 1];
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) {
             const float *xr = x + m * xs, *d = dxb + m * BP;
@@ -283,27 +276,15 @@ int lmx_act_refine(int64_t M, int64_t K, const float *x, int64_t xs, const int8_
             for (int64_t b = 0; b < nb; b++)
                 for (int j = 0; j < 32; j++) rr[b * 32 + j] = xr[b * 32 + j] - d[b] * (float)q[b * 32 + j];
             act_row(&r, rr, m);
-            n32[m] = select_top(d, nb, k32, tmp, sel32 + m * k32);
-            if (k256) {
-                for (int64_t u = 0; u < nu; u++) {
-                    float v = d[8 * u];
-                    for (int j = 1; j < 8; j++) v = d[8 * u + j] > v ? d[8 * u + j] : v;
-                    umax[u] = v;
-                }
-                n256[m] = select_top(umax, nu, k256, tmp, sel256 + m * k256);
-            }
+            memset(fl + m * BP + nb, 0, (size_t)(BP - nb));
+            select_top(d, nb, k32, tmp, fl + m * BP);
         }
     }
     out->rq = r.xq;
     out->rdxb = r.dxb;
     out->rsxb = r.sxb;
     out->rsx16 = r.sx16;
-    out->sel32 = sel32;
-    out->n32 = n32;
-    out->s32 = k32;
-    out->sel256 = sel256;
-    out->n256 = n256;
-    out->s256 = k256;
+    out->fl = fl;
     return 0;
 }
 

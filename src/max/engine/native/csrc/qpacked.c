@@ -242,8 +242,9 @@ LMX_API int lmx_packed_rows_f32(int kind, const uint8_t *packed, int64_t N, int6
 
 /* ---------------------------------------------------------------- matmul */
 
-/* Activations: codes xq (row stride KP), per-32 scales dxb and sums sxb, per-16 sums sx16; rf: the refined
- * codes of each row's selected blocks (lmx_refine_t, common.h; rf.s32 = 0: none). */
+/* Activations: codes xq (row stride KP), per-32 scales dxb and sums sxb, per-16 sums sx16; rf: the refined codes
+ * of each row's selected blocks (lmx_refine_t, common.h; rf.fl = NULL: none).  Every kernel below adds the sums
+ * of a selected block's residual codes right after those of its first codes, with the same weight codes. */
 typedef struct {
     const int8_t *xq;
     const float *dxb, *sxb, *sx16;
@@ -251,18 +252,30 @@ typedef struct {
     lmx_refine_t rf;
 } pact_t;
 
+/* The refined codes of activation rows m0.. (as xq, dxb, sxb, sx16 of those rows), and whether block b of tile
+ * row i is refined. */
+#define REFINE_ROWS(m0)                                                                                           \
+    const uint8_t *fl = a->rf.fl ? a->rf.fl + (m0) * a->BP : NULL;                                                \
+    const int8_t *rq = fl ? a->rf.rq + (m0) * a->KP : NULL;                                                       \
+    const float *rdxb = fl ? a->rf.rdxb + (m0) * a->BP : NULL, *rsxb = fl ? a->rf.rsxb + (m0) * a->BP : NULL;     \
+    const float *rsx16 = fl ? a->rf.rsx16 + (m0) * 2 * a->BP : NULL;                                              \
+    (void)rq, (void)rdxb, (void)rsxb, (void)rsx16
+#define REFINED(i, b) (fl && fl[(i) * a->BP + (b)])
+
 /* Portable path: one group of 16 rows against activation row m. */
 static void group_scalar(int kind, const uint8_t *g, int64_t K, const pact_t *a, int64_t m, float *y16) {
     const int64_t ue = unit_elems(kind), ub = unit_bytes(kind), nu = K / ue;
     const int8_t *xq = a->xq + m * a->KP;
     const float *dxb = a->dxb + m * a->BP, *sxb = a->sxb + m * a->BP, *sx16 = a->sx16 + m * 2 * a->BP;
+    REFINE_ROWS(m);
     float acc[GR] = {0};
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *o = g + u * ub;
         for (int r = 0; r < GR; r++) {
             if (ue == 32) {
                 const int64_t b = u;
-                int32_t isum = 0;
+                const int ref = REFINED(0, b);
+                int32_t isum = 0, rsum = 0;
                 for (int k = 0; k < 32; k++) {
                     const int j = k / 8, i = k % 4, hi = (k % 8) >= 4;
                     int q;
@@ -272,6 +285,7 @@ static void group_scalar(int kind, const uint8_t *g, int64_t K, const pact_t *a,
                         if (kind == LMX_Q5_0 || kind == LMX_Q5_1) q |= ((o[256 + 4 * r + i] >> (k / 4)) & 1) << 4;
                     }
                     isum += q * xq[b * 32 + k];
+                    if (ref) rsum += q * rq[b * 32 + k];
                 }
                 const float d = lmx_h2f(lmx_rd16(o + (kind == LMX_Q8_0 ? 512 : kind <= LMX_Q4_1 ? 256 : 320) + 2 * r));
                 float off;
@@ -282,10 +296,12 @@ static void group_scalar(int kind, const uint8_t *g, int64_t K, const pact_t *a,
                 default: off = lmx_h2f(lmx_rd16(o + (kind == LMX_Q4_1 ? 288 : 352) + 2 * r)); break;
                 }
                 acc[r] += d * dxb[b] * (float)isum + off * sxb[b];
+                if (ref) acc[r] += d * rdxb[b] * (float)rsum + off * rsxb[b];
             } else if (kind == LMX_Q6_K) {
                 const float d = lmx_h2f(lmx_rd16(o + 2 * r));
                 for (int sb = 0; sb < 16; sb++) {
-                    int32_t isum = 0;
+                    const int ref = REFINED(0, u * 8 + sb / 2);
+                    int32_t isum = 0, rsum = 0;
                     for (int kk16 = 0; kk16 < 16; kk16++) {
                         const int k = sb * 16 + kk16;
                         const uint8_t *so = o + 288 + (k / 32) * 384;
@@ -293,24 +309,29 @@ static void group_scalar(int kind, const uint8_t *g, int64_t K, const pact_t *a,
                         int q = (so[64 * j + 4 * r + i] >> (4 * hi)) & 0x0F;
                         q |= ((so[256 + 64 * (gq / 4) + 4 * r + i] >> (2 * (gq % 4))) & 3) << 4;
                         isum += q * xq[u * 256 + k];
+                        if (ref) rsum += q * rq[u * 256 + k];
                     }
                     const float s = d * (float)(int8_t)o[32 + 16 * sb + r];
                     acc[r] += s * dxb[u * 8 + sb / 2] * (float)isum - 32.0f * s * sx16[u * 16 + sb];
+                    if (ref) acc[r] += s * rdxb[u * 8 + sb / 2] * (float)rsum - 32.0f * s * rsx16[u * 16 + sb];
                 }
             } else {
                 const int five = kind == LMX_Q5_K;
                 const float d = lmx_h2f(lmx_rd16(o + 2 * r)), dmin = lmx_h2f(lmx_rd16(o + 32 + 2 * r));
                 for (int s = 0; s < 8; s++) {
                     const uint8_t *so = o + 320 + s * (five ? 320 : 256);
-                    int32_t isum = 0;
+                    const int ref = REFINED(0, u * 8 + s);
+                    int32_t isum = 0, rsum = 0;
                     for (int kk = 0; kk < 32; kk++) {
                         const int j = kk / 8, i = kk % 4, hi = (kk % 8) >= 4;
                         int q = (so[64 * j + 4 * r + i] >> (4 * hi)) & 0x0F;
                         if (five) q |= ((so[256 + 4 * r + i] >> (kk / 4)) & 1) << 4;
                         isum += q * xq[u * 256 + s * 32 + kk];
+                        if (ref) rsum += q * rq[u * 256 + s * 32 + kk];
                     }
                     const float dd = d * (float)o[64 + 16 * s + r], dm = dmin * (float)o[192 + 16 * s + r];
                     acc[r] += dd * dxb[u * 8 + s] * (float)isum - dm * sxb[u * 8 + s];
+                    if (ref) acc[r] += dd * rdxb[u * 8 + s] * (float)rsum - dm * rsxb[u * 8 + s];
                 }
             }
         }
@@ -385,6 +406,7 @@ LMX_INLINE void group_avx512(int kind, const uint8_t *g, int64_t K, const pact_t
     const int8_t *xq = a->xq + m0 * a->KP;
     const float *dxb = a->dxb + m0 * a->BP, *sxb = a->sxb + m0 * a->BP, *sx16 = a->sx16 + m0 * 2 * a->BP;
     const int64_t KP = a->KP, BP = a->BP;
+    REFINE_ROWS(m0);
     __m512i c[8];
     if (ue == 32) {
         const int five = kind == LMX_Q5_0 || kind == LMX_Q5_1;
@@ -407,6 +429,12 @@ LMX_INLINE void group_avx512(int kind, const uint8_t *g, int64_t K, const pact_t
                 const __m512i is = dot8(c, xq + i * KP + b * 32);
                 acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(d, _mm512_set1_ps(dxb[i * BP + b])), acc[i]);
                 acc[i] = _mm512_fmadd_ps(off, _mm512_set1_ps(sxb[i * BP + b]), acc[i]);
+                if (REFINED(i, b)) {
+                    const __m512i rs = dot8(c, rq + i * KP + b * 32);
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(rs), _mm512_mul_ps(d, _mm512_set1_ps(rdxb[i * BP + b])),
+                                             acc[i]);
+                    acc[i] = _mm512_fmadd_ps(off, _mm512_set1_ps(rsxb[i * BP + b]), acc[i]);
+                }
             }
         }
     } else if (kind == LMX_Q6_K) {
@@ -421,7 +449,9 @@ LMX_INLINE void group_avx512(int kind, const uint8_t *g, int64_t K, const pact_t
                 const __m512 s1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
                     _mm_loadu_si128((const __m128i *)(o + 32 + 16 * (2 * s + 1))))));
                 for (int i = 0; i < mb; i++) {
-                    const int8_t *x = xq + i * KP + u * 256 + s * 32;
+                    const int ref = REFINED(i, u * 8 + s);
+                    for (int pass = 0; pass <= ref; pass++) { /* the first codes, then the refined ones */
+                    const int8_t *x = (pass ? rq : xq) + i * KP + u * 256 + s * 32;
                     __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], bcast4(x));
                     __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[4], bcast4(x + 16));
                     a0 = _mm512_dpbusd_epi32(a0, c[1], bcast4(x + 4));
@@ -430,13 +460,14 @@ LMX_INLINE void group_avx512(int kind, const uint8_t *g, int64_t K, const pact_t
                     a1 = _mm512_dpbusd_epi32(a1, c[6], bcast4(x + 24));
                     a0 = _mm512_dpbusd_epi32(a0, c[3], bcast4(x + 12));
                     a1 = _mm512_dpbusd_epi32(a1, c[7], bcast4(x + 28));
-                    const __m512 dx = _mm512_set1_ps(dxb[i * BP + u * 8 + s]);
-                    const float *x16 = sx16 + i * 2 * BP + u * 16 + 2 * s;
+                    const __m512 dx = _mm512_set1_ps((pass ? rdxb : dxb)[i * BP + u * 8 + s]);
+                    const float *x16 = (pass ? rsx16 : sx16) + i * 2 * BP + u * 16 + 2 * s;
                     /* value = s * (code - 32): offset -32 s times the sum of the 16 values */
                     acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a0), _mm512_mul_ps(s0, dx), acc[i]);
                     acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a1), _mm512_mul_ps(s1, dx), acc[i]);
                     acc[i] = _mm512_fmadd_ps(s0, _mm512_set1_ps(-32.0f * x16[0]), acc[i]);
                     acc[i] = _mm512_fmadd_ps(s1, _mm512_set1_ps(-32.0f * x16[1]), acc[i]);
+                    }
                 }
             }
         }
@@ -458,6 +489,12 @@ LMX_INLINE void group_avx512(int kind, const uint8_t *g, int64_t K, const pact_t
                     acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is),
                                              _mm512_mul_ps(dd, _mm512_set1_ps(dxb[i * BP + u * 8 + s])), acc[i]);
                     acc[i] = _mm512_fnmadd_ps(dm, _mm512_set1_ps(sxb[i * BP + u * 8 + s]), acc[i]);
+                    if (REFINED(i, u * 8 + s)) {
+                        const __m512i rs = dot8(c, rq + i * KP + u * 256 + s * 32);
+                        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(rs),
+                                                 _mm512_mul_ps(dd, _mm512_set1_ps(rdxb[i * BP + u * 8 + s])), acc[i]);
+                        acc[i] = _mm512_fnmadd_ps(dm, _mm512_set1_ps(rsxb[i * BP + u * 8 + s]), acc[i]);
+                    }
                 }
             }
         }
@@ -672,6 +709,7 @@ LMX_INLINE void ws_group32(int kind, const int five, const uint8_t *g, int64_t K
     const int8_t *xq = a->xq + m0 * a->KP;
     const float *dxb = a->dxb + m0 * a->BP, *sxb = a->sxb + m0 * a->BP;
     const int64_t KP = a->KP, BP = a->BP;
+    REFINE_ROWS(m0);
     const int64_t doff = five ? 320 : 256;
     const int has_m = kind == LMX_Q4_1 || kind == LMX_Q5_1;
     const float cneg = kind == LMX_Q4_0 ? -8.0f : -16.0f;
@@ -685,17 +723,20 @@ LMX_INLINE void ws_group32(int kind, const int five, const uint8_t *g, int64_t K
         const __m256 f0 = has_m ? cvt8_h(o + doff + 32) : _mm256_mul_ps(d0, _mm256_set1_ps(cneg));
         const __m256 f1 = has_m ? cvt8_h(o + doff + 48) : _mm256_mul_ps(d1, _mm256_set1_ps(cneg));
         for (int i = 0; i < mb; i++) {
-            __m256i s[2];
-            ws_sums(&w, run, xq + i * KP + b * 32, s);
-            const __m256 dx = _mm256_set1_ps(dxb[i * BP + b]);
-            __m256 a0 = _mm256_loadu_ps(acc + i * GR), a1 = _mm256_loadu_ps(acc + i * GR + 8);
-            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(d0, dx), a0);
-            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), _mm256_mul_ps(d1, dx), a1);
-            const __m256 sx = _mm256_set1_ps(sxb[i * BP + b]);
-            a0 = _mm256_fmadd_ps(f0, sx, a0);
-            a1 = _mm256_fmadd_ps(f1, sx, a1);
-            _mm256_storeu_ps(acc + i * GR, a0);
-            _mm256_storeu_ps(acc + i * GR + 8, a1);
+            const int ref = REFINED(i, b);
+            for (int pass = 0; pass <= ref; pass++) { /* the first codes, then the refined ones */
+                __m256i s[2];
+                ws_sums(&w, run, (pass ? rq : xq) + i * KP + b * 32, s);
+                const __m256 dx = _mm256_set1_ps((pass ? rdxb : dxb)[i * BP + b]);
+                __m256 a0 = _mm256_loadu_ps(acc + i * GR), a1 = _mm256_loadu_ps(acc + i * GR + 8);
+                a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(d0, dx), a0);
+                a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), _mm256_mul_ps(d1, dx), a1);
+                const __m256 sx = _mm256_set1_ps((pass ? rsxb : sxb)[i * BP + b]);
+                a0 = _mm256_fmadd_ps(f0, sx, a0);
+                a1 = _mm256_fmadd_ps(f1, sx, a1);
+                _mm256_storeu_ps(acc + i * GR, a0);
+                _mm256_storeu_ps(acc + i * GR + 8, a1);
+            }
         }
     }
 }
@@ -708,6 +749,7 @@ LMX_INLINE void ws_groupk(const int five, const uint8_t *g, int64_t K, const pac
     const int8_t *xq = a->xq + m0 * a->KP;
     const float *dxb = a->dxb + m0 * a->BP, *sxb = a->sxb + m0 * a->BP;
     const int64_t KP = a->KP, BP = a->BP;
+    REFINE_ROWS(m0);
     for (int i = 0; i < mb * GR; i++) acc[i] = 0.0f;
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *o = g + u * ub;
@@ -720,17 +762,20 @@ LMX_INLINE void ws_groupk(const int five, const uint8_t *g, int64_t K, const pac
             const __m256 dm0 = _mm256_mul_ps(cvt8_h(o + 32), cvt8_u8(o + 192 + 16 * s));
             const __m256 dm1 = _mm256_mul_ps(cvt8_h(o + 48), cvt8_u8(o + 192 + 16 * s + 8));
             for (int i = 0; i < mb; i++) {
-                __m256i t[2];
-                ws_sums(&w, five ? 4 : 8, xq + i * KP + u * 256 + s * 32, t);
-                const __m256 dx = _mm256_set1_ps(dxb[i * BP + u * 8 + s]);
-                const __m256 sx = _mm256_set1_ps(sxb[i * BP + u * 8 + s]);
-                __m256 a0 = _mm256_loadu_ps(acc + i * GR), a1 = _mm256_loadu_ps(acc + i * GR + 8);
-                a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[0]), _mm256_mul_ps(dd0, dx), a0);
-                a0 = _mm256_fnmadd_ps(dm0, sx, a0);
-                a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[1]), _mm256_mul_ps(dd1, dx), a1);
-                a1 = _mm256_fnmadd_ps(dm1, sx, a1);
-                _mm256_storeu_ps(acc + i * GR, a0);
-                _mm256_storeu_ps(acc + i * GR + 8, a1);
+                const int ref = REFINED(i, u * 8 + s);
+                for (int pass = 0; pass <= ref; pass++) { /* the first codes, then the refined ones */
+                    __m256i t[2];
+                    ws_sums(&w, five ? 4 : 8, (pass ? rq : xq) + i * KP + u * 256 + s * 32, t);
+                    const __m256 dx = _mm256_set1_ps((pass ? rdxb : dxb)[i * BP + u * 8 + s]);
+                    const __m256 sx = _mm256_set1_ps((pass ? rsxb : sxb)[i * BP + u * 8 + s]);
+                    __m256 a0 = _mm256_loadu_ps(acc + i * GR), a1 = _mm256_loadu_ps(acc + i * GR + 8);
+                    a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[0]), _mm256_mul_ps(dd0, dx), a0);
+                    a0 = _mm256_fnmadd_ps(dm0, sx, a0);
+                    a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[1]), _mm256_mul_ps(dd1, dx), a1);
+                    a1 = _mm256_fnmadd_ps(dm1, sx, a1);
+                    _mm256_storeu_ps(acc + i * GR, a0);
+                    _mm256_storeu_ps(acc + i * GR + 8, a1);
+                }
             }
         }
     }
@@ -745,6 +790,7 @@ LMX_INLINE void ws_group6(const uint8_t *g, int64_t K, const pact_t *a, int64_t 
     const int8_t *xq = a->xq + m0 * a->KP;
     const float *dxb = a->dxb + m0 * a->BP, *sx16 = a->sx16 + m0 * 2 * a->BP;
     const int64_t KP = a->KP, BP = a->BP;
+    REFINE_ROWS(m0);
     for (int i = 0; i < mb * GR; i++) acc[i] = 0.0f;
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *o = g + u * ub;
@@ -764,9 +810,11 @@ LMX_INLINE void ws_group6(const uint8_t *g, int64_t K, const pact_t *a, int64_t 
                 s1[h] = _mm256_mul_ps(d[h], cvt8_i8(o + 32 + 16 * (2 * s + 1) + 8 * h));
             }
             for (int i = 0; i < mb; i++) {
-                const int8_t *x = xq + i * KP + u * 256 + s * 32;
-                const __m256 dx = _mm256_set1_ps(dxb[i * BP + u * 8 + s]);
-                const float *x16 = sx16 + i * 2 * BP + u * 16 + 2 * s;
+                const int ref = REFINED(i, u * 8 + s);
+                for (int pass = 0; pass <= ref; pass++) { /* the first codes, then the refined ones */
+                const int8_t *x = (pass ? rq : xq) + i * KP + u * 256 + s * 32;
+                const __m256 dx = _mm256_set1_ps((pass ? rdxb : dxb)[i * BP + u * 8 + s]);
+                const float *x16 = (pass ? rsx16 : sx16) + i * 2 * BP + u * 16 + 2 * s;
                 const __m256 n0 = _mm256_set1_ps(-32.0f * x16[0]), n1 = _mm256_set1_ps(-32.0f * x16[1]);
                 for (int h = 0; h < 2; h++) {
                     __m256i t0, t1;
@@ -800,6 +848,7 @@ LMX_INLINE void ws_group6(const uint8_t *g, int64_t K, const pact_t *a, int64_t 
                     v = _mm256_fmadd_ps(s0[h], n0, v);
                     v = _mm256_fmadd_ps(s1[h], n1, v);
                     _mm256_store_ps(ar, v);
+                }
                 }
             }
         }
@@ -840,12 +889,13 @@ __attribute__((noinline)) static void group_avx2_ws(int kind, const uint8_t *g, 
 LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *a, int64_t m0, const int mb,
                            float *y, int64_t ys) {
     __m256 acc[PMB][2];
-    __m256i sa[PMB][2];
+    __m256i sa[PMB][2], ra[PMB][2];
     for (int i = 0; i < mb; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     const int64_t ue = unit_elems(kind), ub = unit_bytes(kind), nu = K / ue;
     const int8_t *xq = a->xq + m0 * a->KP;
     const float *dxb = a->dxb + m0 * a->BP, *sxb = a->sxb + m0 * a->BP, *sx16 = a->sx16 + m0 * 2 * a->BP;
     const int64_t KP = a->KP, BP = a->BP;
+    REFINE_ROWS(m0);
     if (ue == 32) {
         const int five = kind == LMX_Q5_0 || kind == LMX_Q5_1, q8 = kind == LMX_Q8_0;
         const int64_t doff = q8 ? 512 : five ? 320 : 256;
@@ -873,6 +923,23 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
                     if (!q8 || q8_offset) acc[i][h] = _mm256_fmadd_ps(off, _mm256_set1_ps(sxb[i * BP + b]), acc[i][h]);
                 }
             }
+            for (int i = 0; i < mb; i++) { /* the refined codes of the rows that refine this block */
+                if (!REFINED(i, b)) continue;
+                const int8_t *x = rq + i * KP + b * 32;
+                if (q8)
+                    block_sums(o, NULL, 1, 1, x, KP, 1, ra);
+                else if (five)
+                    block_sums(o, o + 256, 0, 4, x, KP, 1, ra);
+                else
+                    block_sums(o, NULL, 0, 8, x, KP, 1, ra);
+                for (int h = 0; h < 2; h++) {
+                    const __m256 d = cvt8_h(o + doff + 16 * h);
+                    const __m256 off = has_m ? cvt8_h(o + doff + 32 + 16 * h) : _mm256_mul_ps(d, _mm256_set1_ps(cneg));
+                    acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ra[0][h]),
+                                                _mm256_mul_ps(d, _mm256_set1_ps(rdxb[i * BP + b])), acc[i][h]);
+                    if (!q8 || q8_offset) acc[i][h] = _mm256_fmadd_ps(off, _mm256_set1_ps(rsxb[i * BP + b]), acc[i][h]);
+                }
+            }
         }
     } else if (kind == LMX_Q6_K) { /* k-group sums split in two 16-value halves: the half-major order keeps
                                        them in registers */
@@ -887,15 +954,18 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
                     const __m256 s0 = _mm256_mul_ps(d, cvt8_i8(o + 32 + 16 * (2 * s) + 8 * h));
                     const __m256 s1 = _mm256_mul_ps(d, cvt8_i8(o + 32 + 16 * (2 * s + 1) + 8 * h));
                     for (int i = 0; i < mb; i++) {
-                        const int8_t *x = xq + i * KP + u * 256 + s * 32;
-                        const __m256i a0 = udot(c, x, 4, 2), a1 = udot(c + 4, x + 16, 4, 2);
-                        const __m256 dx = _mm256_set1_ps(dxb[i * BP + u * 8 + s]);
-                        const float *x16 = sx16 + i * 2 * BP + u * 16 + 2 * s;
-                        /* value = s * (code - 32): offset -32 s times the sum of the 16 values */
-                        acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), _mm256_mul_ps(s0, dx), acc[i][h]);
-                        acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), _mm256_mul_ps(s1, dx), acc[i][h]);
-                        acc[i][h] = _mm256_fmadd_ps(s0, _mm256_set1_ps(-32.0f * x16[0]), acc[i][h]);
-                        acc[i][h] = _mm256_fmadd_ps(s1, _mm256_set1_ps(-32.0f * x16[1]), acc[i][h]);
+                        const int ref = REFINED(i, u * 8 + s);
+                        for (int pass = 0; pass <= ref; pass++) { /* the first codes, then the refined ones */
+                            const int8_t *x = (pass ? rq : xq) + i * KP + u * 256 + s * 32;
+                            const __m256i a0 = udot(c, x, 4, 2), a1 = udot(c + 4, x + 16, 4, 2);
+                            const __m256 dx = _mm256_set1_ps((pass ? rdxb : dxb)[i * BP + u * 8 + s]);
+                            const float *x16 = (pass ? rsx16 : sx16) + i * 2 * BP + u * 16 + 2 * s;
+                            /* value = s * (code - 32): offset -32 s times the sum of the 16 values */
+                            acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), _mm256_mul_ps(s0, dx), acc[i][h]);
+                            acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), _mm256_mul_ps(s1, dx), acc[i][h]);
+                            acc[i][h] = _mm256_fmadd_ps(s0, _mm256_set1_ps(-32.0f * x16[0]), acc[i][h]);
+                            acc[i][h] = _mm256_fmadd_ps(s1, _mm256_set1_ps(-32.0f * x16[1]), acc[i][h]);
+                        }
                     }
                 }
             }
@@ -917,6 +987,20 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
                         acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa[i][h]),
                                                     _mm256_mul_ps(dd, _mm256_set1_ps(dxb[i * BP + u * 8 + s])), acc[i][h]);
                         acc[i][h] = _mm256_fnmadd_ps(dm, _mm256_set1_ps(sxb[i * BP + u * 8 + s]), acc[i][h]);
+                    }
+                }
+                for (int i = 0; i < mb; i++) { /* the refined codes of the rows that refine this block */
+                    if (!REFINED(i, u * 8 + s)) continue;
+                    if (five)
+                        block_sums(so, so + 256, 0, 4, rq + i * KP + u * 256 + s * 32, KP, 1, ra);
+                    else
+                        block_sums(so, NULL, 0, 8, rq + i * KP + u * 256 + s * 32, KP, 1, ra);
+                    for (int h = 0; h < 2; h++) {
+                        const __m256 dd = _mm256_mul_ps(cvt8_h(o + 16 * h), cvt8_u8(o + 64 + 16 * s + 8 * h));
+                        const __m256 dm = _mm256_mul_ps(cvt8_h(o + 32 + 16 * h), cvt8_u8(o + 192 + 16 * s + 8 * h));
+                        acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ra[0][h]),
+                                                    _mm256_mul_ps(dd, _mm256_set1_ps(rdxb[i * BP + u * 8 + s])), acc[i][h]);
+                        acc[i][h] = _mm256_fnmadd_ps(dm, _mm256_set1_ps(rsxb[i * BP + u * 8 + s]), acc[i][h]);
                     }
                 }
             }
@@ -986,6 +1070,7 @@ LMX_INLINE void group_neon(int kind, const uint8_t *g, int64_t K, const pact_t *
     const int8_t *xq = a->xq + m0 * a->KP;
     const float *dxb = a->dxb + m0 * a->BP, *sxb = a->sxb + m0 * a->BP, *sx16 = a->sx16 + m0 * 2 * a->BP;
     const int64_t KP = a->KP, BP = a->BP;
+    REFINE_ROWS(m0);
     int8x16_t c[8];
     if (ue == 32) {
         const int five = kind == LMX_Q5_0 || kind == LMX_Q5_1;
@@ -1003,10 +1088,13 @@ LMX_INLINE void group_neon(int kind, const uint8_t *g, int64_t K, const pact_t *
                 const float32x4_t d = lmx_h4(o + doff + 8 * h);
                 const float32x4_t off = has_m ? lmx_h4(o + doff + 32 + 8 * h) : vmulq_n_f32(d, cneg);
                 for (int i = 0; i < mb; i++) {
-                    const int8_t *x = xq + i * KP + b * 32;
-                    const int32x4_t is = vaddq_s32(dot16_neon(c, vld1q_s8(x)), dot16_neon(c + 4, vld1q_s8(x + 16)));
-                    acc[i][h] = vfmaq_f32(acc[i][h], vcvtq_f32_s32(is), vmulq_n_f32(d, dxb[i * BP + b]));
-                    if (kind != LMX_Q8_0) acc[i][h] = vfmaq_n_f32(acc[i][h], off, sxb[i * BP + b]);
+                    const int ref = REFINED(i, b);
+                    for (int pass = 0; pass <= ref; pass++) { /* the first codes, then the refined ones */
+                        const int8_t *x = (pass ? rq : xq) + i * KP + b * 32;
+                        const int32x4_t is = vaddq_s32(dot16_neon(c, vld1q_s8(x)), dot16_neon(c + 4, vld1q_s8(x + 16)));
+                        acc[i][h] = vfmaq_f32(acc[i][h], vcvtq_f32_s32(is), vmulq_n_f32(d, (pass ? rdxb : dxb)[i * BP + b]));
+                        if (kind != LMX_Q8_0) acc[i][h] = vfmaq_n_f32(acc[i][h], off, (pass ? rsxb : sxb)[i * BP + b]);
+                    }
                 }
             }
         }
@@ -1020,11 +1108,12 @@ LMX_INLINE void group_neon(int kind, const uint8_t *g, int64_t K, const pact_t *
                     const float32x4_t d = lmx_h4(o + 8 * h);
                     const float32x4_t s0 = vmulq_f32(d, lmx_i8x4(o + 32 + 16 * (2 * s) + 4 * h));
                     const float32x4_t s1 = vmulq_f32(d, lmx_i8x4(o + 32 + 16 * (2 * s + 1) + 4 * h));
-                    for (int i = 0; i < mb; i++) {
-                        const int8_t *x = xq + i * KP + u * 256 + s * 32;
+                    for (int i = 0; i < mb; i++)
+                    for (int pass = 0; pass <= REFINED(i, u * 8 + s); pass++) { /* first codes, then refined */
+                        const int8_t *x = (pass ? rq : xq) + i * KP + u * 256 + s * 32;
                         const int32x4_t a0 = dot16_neon(c, vld1q_s8(x)), a1 = dot16_neon(c + 4, vld1q_s8(x + 16));
-                        const float dx = dxb[i * BP + u * 8 + s];
-                        const float *x16 = sx16 + i * 2 * BP + u * 16 + 2 * s;
+                        const float dx = (pass ? rdxb : dxb)[i * BP + u * 8 + s];
+                        const float *x16 = (pass ? rsx16 : sx16) + i * 2 * BP + u * 16 + 2 * s;
                         /* value = s * (code - 32): offset -32 s times the sum of the 16 values */
                         float32x4_t v = vfmaq_f32(acc[i][h], vcvtq_f32_s32(a0), vmulq_n_f32(s0, dx));
                         v = vfmaq_f32(v, vcvtq_f32_s32(a1), vmulq_n_f32(s1, dx));
@@ -1044,12 +1133,13 @@ LMX_INLINE void group_neon(int kind, const uint8_t *g, int64_t K, const pact_t *
                     unpack_nib_neon(so, five ? so + 256 : NULL, NULL, h, c);
                     const float32x4_t dd = vmulq_f32(lmx_h4(o + 8 * h), lmx_u8x4(o + 64 + 16 * s + 4 * h));
                     const float32x4_t dm = vmulq_f32(lmx_h4(o + 32 + 8 * h), lmx_u8x4(o + 192 + 16 * s + 4 * h));
-                    for (int i = 0; i < mb; i++) {
-                        const int8_t *x = xq + i * KP + u * 256 + s * 32;
+                    for (int i = 0; i < mb; i++)
+                    for (int pass = 0; pass <= REFINED(i, u * 8 + s); pass++) { /* first codes, then refined */
+                        const int8_t *x = (pass ? rq : xq) + i * KP + u * 256 + s * 32;
                         const int32x4_t is = vaddq_s32(dot16_neon(c, vld1q_s8(x)), dot16_neon(c + 4, vld1q_s8(x + 16)));
                         const float32x4_t v = vfmaq_f32(acc[i][h], vcvtq_f32_s32(is),
-                                                        vmulq_n_f32(dd, dxb[i * BP + u * 8 + s]));
-                        acc[i][h] = vfmsq_f32(v, dm, vdupq_n_f32(sxb[i * BP + u * 8 + s]));
+                                                        vmulq_n_f32(dd, (pass ? rdxb : dxb)[i * BP + u * 8 + s]));
+                        acc[i][h] = vfmsq_f32(v, dm, vdupq_n_f32((pass ? rsxb : sxb)[i * BP + u * 8 + s]));
                     }
                 }
             }
@@ -1060,94 +1150,6 @@ LMX_INLINE void group_neon(int kind, const uint8_t *g, int64_t K, const pact_t *
 }
 
 #endif
-
-#if defined(LMX_AVX512VNNI)
-#define GROUP_SIMD group_avx512
-#elif defined(LMX_AVX2)
-#define GROUP_SIMD group_avx2
-#elif defined(LMX_NEON)
-#define GROUP_SIMD group_neon
-#endif
-
-#ifdef PMB
-#define RMB PMB /* rows per refinement call */
-#else
-#define RMB 1
-#endif
-#define REFINE_MAX_ROWS 16 /* the largest tile refined at once (WS_MT, PMB <= 16) */
-
-/* Adds to y + i * GR (the results of tile rows m0 + i, i < mb <= 16, for the 16 rows of group g) the sums of
- * each row's residual codes over its selected blocks (32-value kinds) or units (K-quants).  The selected blocks
- * of the tile are visited in ascending order; the rows that selected one are gathered (their residual codes
- * and sums, K = 32 or 256 values) and run by the same kernel as a group of K = 32 / 256, so the weight's codes
- * are unpacked once for all of them; each row's sums are added in ascending block order, so a row's result
- * does not depend on the other rows of the tile. */
-static void refine_tile(int kind, const uint8_t *g, const pact_t *a, int64_t m0, int mb, float *y, int force_scalar) {
-    const int64_t ue = unit_elems(kind), ub = unit_bytes(kind), bu = ue / 32;
-    const lmx_refine_t *rf = &a->rf;
-    const int64_t KP = a->KP, BP = a->BP;
-    const int32_t *sel[REFINE_MAX_ROWS];
-    int32_t n[REFINE_MAX_ROWS], pos[REFINE_MAX_ROWS], rows[REFINE_MAX_ROWS];
-    for (int i = 0; i < mb; i++) {
-        sel[i] = ue == 32 ? rf->sel32 + (m0 + i) * rf->s32 : rf->sel256 + (m0 + i) * rf->s256;
-        n[i] = ue == 32 ? rf->n32[m0 + i] : rf->n256[m0 + i];
-        pos[i] = 0;
-    }
-    int8_t xq[RMB * 256] __attribute__((aligned(64)));
-    float dxb[RMB * 8], sxb[RMB * 8], sx16[RMB * 16], t[RMB * GR];
-    for (;;) {
-        int32_t b = INT32_MAX;
-        for (int i = 0; i < mb; i++)
-            if (pos[i] < n[i] && sel[i][pos[i]] < b) b = sel[i][pos[i]];
-        if (b == INT32_MAX) break;
-        int cnt = 0;
-        for (int i = 0; i < mb; i++)
-            if (pos[i] < n[i] && sel[i][pos[i]] == b) {
-                rows[cnt++] = i;
-                pos[i]++;
-            }
-        for (int c0 = 0; c0 < cnt; c0 += RMB) {
-            const int c = cnt - c0 < RMB ? cnt - c0 : RMB;
-            for (int j = 0; j < c; j++) { /* row j of a K = ue activation: strides ue codes, bu scales */
-                const int64_t m = m0 + rows[c0 + j];
-                memcpy(xq + j * ue, rf->rq + m * KP + (int64_t)b * ue, (size_t)ue);
-                memcpy(dxb + j * bu, rf->rdxb + m * BP + (int64_t)b * bu, (size_t)bu * 4);
-                memcpy(sxb + j * bu, rf->rsxb + m * BP + (int64_t)b * bu, (size_t)bu * 4);
-                memcpy(sx16 + j * 2 * bu, rf->rsx16 + m * 2 * BP + (int64_t)b * 2 * bu, (size_t)bu * 8);
-            }
-            pact_t r;
-            memset(&r, 0, sizeof r);
-            r.xq = xq;
-            r.dxb = dxb;
-            r.sxb = sxb;
-            r.sx16 = sx16;
-            r.KP = ue;
-            r.BP = bu;
-            const uint8_t *gb = g + (int64_t)b * ub;
-#if defined(LMX_AVX512VNNI) || defined(LMX_AVX2) || defined(LMX_NEON)
-            if (!force_scalar) {
-                switch (c) { /* a constant row count per call, as in packed_rows */
-                case 1: GROUP_SIMD(kind, gb, ue, &r, 0, 1, t, GR); break;
-                case 2: GROUP_SIMD(kind, gb, ue, &r, 0, 2, t, GR); break;
-                case 3: GROUP_SIMD(kind, gb, ue, &r, 0, 3, t, GR); break;
-#if RMB > 4
-                case 4: GROUP_SIMD(kind, gb, ue, &r, 0, 4, t, GR); break;
-                case 5: GROUP_SIMD(kind, gb, ue, &r, 0, 5, t, GR); break;
-                case 6: GROUP_SIMD(kind, gb, ue, &r, 0, 6, t, GR); break;
-                case 7: GROUP_SIMD(kind, gb, ue, &r, 0, 7, t, GR); break;
-#endif
-                default: GROUP_SIMD(kind, gb, ue, &r, 0, RMB, t, GR); break;
-                }
-            } else
-#endif
-                for (int j = 0; j < c; j++) group_scalar(kind, gb, ue, &r, j, t + j * GR);
-            for (int j = 0; j < c; j++) {
-                float *yr = y + rows[c0 + j] * GR;
-                for (int q = 0; q < GR; q++) yr[q] += t[j * GR + q];
-            }
-        }
-    }
-}
 
 /* Packed matmul of one weight: rows [g0*16, g1*16) for all M rows into y (columns of this weight). */
 /* y[m * ys + 0 .. rows - 1] = v (+ r[m * rs + ...] when r is given: the fused residual add). */
@@ -1170,13 +1172,19 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
         const uint8_t *g = p + gi * gbytes;
         const int64_t rows = N - gi * GR < GR ? N - gi * GR : GR;
 #if defined(LMX_AVX512VNNI) || defined(LMX_AVX2) || defined(LMX_NEON)
+#if defined(LMX_AVX512VNNI)
+#define GROUP_SIMD group_avx512
+#elif defined(LMX_AVX2)
+#define GROUP_SIMD group_avx2
+#else
+#define GROUP_SIMD group_neon
+#endif
 #if defined(LMX_AVX2) && !defined(LMX_AVX512VNNI)
         if (ws) {
             float acc[WS_MT * GR] __attribute__((aligned(32)));
             for (int64_t m0 = 0; m0 < M; m0 += WS_MT) {
                 const int mb = (int)(M - m0 < WS_MT ? M - m0 : WS_MT);
                 group_avx2_ws(kind, g, K, a, m0, mb, acc);
-                if (a->rf.s32) refine_tile(kind, g, a, m0, mb, acc, 0);
                 for (int i = 0; i < mb; i++)
                     put_rows(y + (m0 + i) * ys + gi * GR, acc + i * GR, rows, res ? res + (m0 + i) * rs + gi * GR : NULL);
             }
@@ -1198,7 +1206,6 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
 #endif
                 default: GROUP_SIMD(kind, g, K, a, m0, PMB, out16, GR); break;
                 }
-                if (a->rf.s32) refine_tile(kind, g, a, m0, mb, out16, 0);
                 for (int i = 0; i < mb; i++)
                     put_rows(y + (m0 + i) * ys + gi * GR, out16 + i * GR, rows, res ? res + (m0 + i) * rs + gi * GR : NULL);
             }
@@ -1208,7 +1215,6 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
         (void)force_scalar;
         for (int64_t m = 0; m < M; m++) {
             group_scalar(kind, g, K, a, m, out16);
-            if (a->rf.s32) refine_tile(kind, g, a, m, 1, out16, 1);
             put_rows(y + m * ys + gi * GR, out16, rows, res ? res + m * rs + gi * GR : NULL);
         }
     }
