@@ -298,15 +298,19 @@ int lmx_num_threads(void);
 /* Refined activation codes (qmatmul.c, read by the packed kernels in qpacked.c).  Per activation row, the
  * 32-value blocks with the largest scales (a fixed fraction of them, lmx_set_act_refine) carry a second set of
  * 8-bit codes: those of the residual x - d q of the first codes, with their own scale.  The kernels add, for
- * each selected block, the sums of its residual codes right after those of its first codes, reusing the
- * unpacked weight codes: about 16 bits of precision where the 8-bit codes lose most.  The selection depends on
+ * each selected block, the sums of its residual codes (in a separate accumulator of the row, added to the row's
+ * result at the end), reusing the unpacked weight codes: about 16 bits of precision where the 8-bit codes lose
+ * most.  The selection depends on
  * the row alone, so a row's result does not depend on the batch around it.
  *   rq, rdxb, rsxb, rsx16  the residual codes and sums, laid out as the first codes (same KP and BP);
- *   fl[m * BP + b]         1 when block b of row m is refined (fl = NULL: none is). */
+ *   fl[m * BP + b]         1 when block b of row m is refined (fl = NULL: none is);
+ *   rows                   the same as a bit mask of the rows per block, for the kernels' tiles of rows. */
 typedef struct {
     const int8_t *rq;
     const float *rdxb, *rsxb, *rsx16;
     const uint8_t *fl;
+    const uint64_t *rows; /* rows[b * rw + w]: bit j set when row 64 w + j refines block b (NULL: none does) */
+    int64_t rw;
 } lmx_refine_t;
 
 int lmx_act_refine(int64_t M, int64_t K, const float *x, int64_t xs, const int8_t *xq, const float *dxb,

@@ -255,12 +255,15 @@ int lmx_act_refine(int64_t M, int64_t K, const float *x, int64_t xs, const int8_
     const size_t abytes = act_bytes(M, K);
     const size_t rbytes = ((size_t)(M * K) * 4 + 63) & ~(size_t)63; /* residual rows */
     const size_t fbytes = ((size_t)(M * BP) + 63) & ~(size_t)63;    /* flags */
+    const int64_t rw = (M + 63) / 64;
+    const size_t mbytes = (size_t)(BP * rw) * 8;                    /* row masks per block */
     const size_t tbytes = (size_t)nb * 4 * (size_t)(nt > 0 ? nt : 1) + 64;
-    if (grow(&ref_mem, &ref_cap, abytes + rbytes + fbytes + tbytes)) return -1;
+    if (grow(&ref_mem, &ref_cap, abytes + rbytes + fbytes + mbytes + tbytes)) return -1;
     act_t r;
     act_view(&r, ref_mem, M, K);
-    float *res = (float *)(ref_mem + abytes), *scratch = (float *)(ref_mem + abytes + rbytes + fbytes);
+    float *res = (float *)(ref_mem + abytes), *scratch = (float *)(ref_mem + abytes + rbytes + fbytes + mbytes);
     uint8_t *fl = (uint8_t *)(ref_mem + abytes + rbytes);
+    uint64_t *rows = (uint64_t *)(ref_mem + abytes + rbytes + fbytes);
 #pragma omp parallel num_threads(nt) if (nt > 1 && M > 1)
     {
 #ifdef _OPENMP
@@ -280,6 +283,12 @@ int lmx_act_refine(int64_t M, int64_t K, const float *x, int64_t xs, const int8_
             select_top(d, nb, k32, tmp, fl + m * BP);
         }
     }
+    memset(rows, 0, mbytes);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t b = 0; b < nb; b++)
+            if (fl[m * BP + b]) rows[b * rw + (m >> 6)] |= (uint64_t)1 << (m & 63);
+    out->rows = rows;
+    out->rw = rw;
     out->rq = r.xq;
     out->rdxb = r.dxb;
     out->rsxb = r.sxb;

@@ -243,8 +243,10 @@ LMX_API int lmx_packed_rows_f32(int kind, const uint8_t *packed, int64_t N, int6
 /* ---------------------------------------------------------------- matmul */
 
 /* Activations: codes xq (row stride KP), per-32 scales dxb and sums sxb, per-16 sums sx16; rf: the refined codes
- * of each row's selected blocks (lmx_refine_t, common.h; rf.fl = NULL: none).  Every kernel below adds the sums
- * of a selected block's residual codes right after those of its first codes, with the same weight codes. */
+ * of each row's selected blocks (lmx_refine_t, common.h; rf.rows = NULL: none).  Every kernel below sums a
+ * selected block's residual codes against the weight codes it unpacked for the block, into a second accumulator
+ * per row (racc), added to the row's result at the end: the same float operations whatever the tile, so a row's
+ * result does not depend on the rows beside it. */
 typedef struct {
     const int8_t *xq;
     const float *dxb, *sxb, *sx16;
@@ -252,15 +254,25 @@ typedef struct {
     lmx_refine_t rf;
 } pact_t;
 
-/* The refined codes of activation rows m0.. (as xq, dxb, sxb, sx16 of those rows), and whether block b of tile
- * row i is refined. */
+/* Bit i set: tile row i (activation row m0 + i, i < mb <= 32) refines block b. */
+LMX_INLINE uint32_t refine_rows(const pact_t *a, int64_t m0, int mb, int64_t b) {
+    if (!a->rf.rows) return 0;
+    const uint64_t *w = a->rf.rows + b * a->rf.rw + (m0 >> 6);
+    const int sh = (int)(m0 & 63);
+    uint64_t v = w[0] >> sh;
+    if (sh && sh + mb > 64) v |= w[1] << (64 - sh);
+    return (uint32_t)v & (mb >= 32 ? 0xFFFFFFFFu : (1u << mb) - 1u);
+}
+
+/* The refined codes of activation rows m0.. (as xq, dxb, sxb, sx16 of those rows); refining: any row refines. */
 #define REFINE_ROWS(m0)                                                                                           \
-    const uint8_t *fl = a->rf.fl ? a->rf.fl + (m0) * a->BP : NULL;                                                \
-    const int8_t *rq = fl ? a->rf.rq + (m0) * a->KP : NULL;                                                       \
-    const float *rdxb = fl ? a->rf.rdxb + (m0) * a->BP : NULL, *rsxb = fl ? a->rf.rsxb + (m0) * a->BP : NULL;     \
-    const float *rsx16 = fl ? a->rf.rsx16 + (m0) * 2 * a->BP : NULL;                                              \
+    const int refining = a->rf.rows != NULL;                                                                      \
+    const int8_t *rq = refining ? a->rf.rq + (m0) * a->KP : NULL;                                                 \
+    const float *rdxb = refining ? a->rf.rdxb + (m0) * a->BP : NULL;                                              \
+    const float *rsxb = refining ? a->rf.rsxb + (m0) * a->BP : NULL;                                              \
+    const float *rsx16 = refining ? a->rf.rsx16 + (m0) * 2 * a->BP : NULL;                                        \
     (void)rq, (void)rdxb, (void)rsxb, (void)rsx16
-#define REFINED(i, b) (fl && fl[(i) * a->BP + (b)])
+#define FOR_REFINED(i, m0, mb, b) for (uint32_t bits_ = refine_rows(a, m0, mb, b), i; bits_ && ((i = (uint32_t)__builtin_ctz(bits_)), 1); bits_ &= bits_ - 1)
 
 /* Portable path: one group of 16 rows against activation row m. */
 static void group_scalar(int kind, const uint8_t *g, int64_t K, const pact_t *a, int64_t m, float *y16) {
@@ -268,13 +280,13 @@ static void group_scalar(int kind, const uint8_t *g, int64_t K, const pact_t *a,
     const int8_t *xq = a->xq + m * a->KP;
     const float *dxb = a->dxb + m * a->BP, *sxb = a->sxb + m * a->BP, *sx16 = a->sx16 + m * 2 * a->BP;
     REFINE_ROWS(m);
-    float acc[GR] = {0};
+    float acc[GR] = {0}, racc[GR] = {0};
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *o = g + u * ub;
         for (int r = 0; r < GR; r++) {
             if (ue == 32) {
                 const int64_t b = u;
-                const int ref = REFINED(0, b);
+                const int ref = refining && (refine_rows(a, m, 1, b) & 1);
                 int32_t isum = 0, rsum = 0;
                 for (int k = 0; k < 32; k++) {
                     const int j = k / 8, i = k % 4, hi = (k % 8) >= 4;
@@ -296,11 +308,11 @@ static void group_scalar(int kind, const uint8_t *g, int64_t K, const pact_t *a,
                 default: off = lmx_h2f(lmx_rd16(o + (kind == LMX_Q4_1 ? 288 : 352) + 2 * r)); break;
                 }
                 acc[r] += d * dxb[b] * (float)isum + off * sxb[b];
-                if (ref) acc[r] += d * rdxb[b] * (float)rsum + off * rsxb[b];
+                if (ref) racc[r] += d * rdxb[b] * (float)rsum + off * rsxb[b];
             } else if (kind == LMX_Q6_K) {
                 const float d = lmx_h2f(lmx_rd16(o + 2 * r));
                 for (int sb = 0; sb < 16; sb++) {
-                    const int ref = REFINED(0, u * 8 + sb / 2);
+                    const int ref = refining && (refine_rows(a, m, 1, u * 8 + sb / 2) & 1);
                     int32_t isum = 0, rsum = 0;
                     for (int kk16 = 0; kk16 < 16; kk16++) {
                         const int k = sb * 16 + kk16;
@@ -313,14 +325,14 @@ static void group_scalar(int kind, const uint8_t *g, int64_t K, const pact_t *a,
                     }
                     const float s = d * (float)(int8_t)o[32 + 16 * sb + r];
                     acc[r] += s * dxb[u * 8 + sb / 2] * (float)isum - 32.0f * s * sx16[u * 16 + sb];
-                    if (ref) acc[r] += s * rdxb[u * 8 + sb / 2] * (float)rsum - 32.0f * s * rsx16[u * 16 + sb];
+                    if (ref) racc[r] += s * rdxb[u * 8 + sb / 2] * (float)rsum - 32.0f * s * rsx16[u * 16 + sb];
                 }
             } else {
                 const int five = kind == LMX_Q5_K;
                 const float d = lmx_h2f(lmx_rd16(o + 2 * r)), dmin = lmx_h2f(lmx_rd16(o + 32 + 2 * r));
                 for (int s = 0; s < 8; s++) {
                     const uint8_t *so = o + 320 + s * (five ? 320 : 256);
-                    const int ref = REFINED(0, u * 8 + s);
+                    const int ref = refining && (refine_rows(a, m, 1, u * 8 + s) & 1);
                     int32_t isum = 0, rsum = 0;
                     for (int kk = 0; kk < 32; kk++) {
                         const int j = kk / 8, i = kk % 4, hi = (kk % 8) >= 4;
@@ -331,11 +343,13 @@ static void group_scalar(int kind, const uint8_t *g, int64_t K, const pact_t *a,
                     }
                     const float dd = d * (float)o[64 + 16 * s + r], dm = dmin * (float)o[192 + 16 * s + r];
                     acc[r] += dd * dxb[u * 8 + s] * (float)isum - dm * sxb[u * 8 + s];
-                    if (ref) acc[r] += dd * rdxb[u * 8 + s] * (float)rsum - dm * rsxb[u * 8 + s];
+                    if (ref) racc[r] += dd * rdxb[u * 8 + s] * (float)rsum - dm * rsxb[u * 8 + s];
                 }
             }
         }
     }
+    if (refining)
+        for (int r = 0; r < GR; r++) acc[r] += racc[r];
     memcpy(y16, acc, sizeof acc);
 }
 
@@ -407,6 +421,8 @@ LMX_INLINE void group_avx512(int kind, const uint8_t *g, int64_t K, const pact_t
     const float *dxb = a->dxb + m0 * a->BP, *sxb = a->sxb + m0 * a->BP, *sx16 = a->sx16 + m0 * 2 * a->BP;
     const int64_t KP = a->KP, BP = a->BP;
     REFINE_ROWS(m0);
+    float racc[PMB * GR] __attribute__((aligned(64)));
+    if (refining) memset(racc, 0, sizeof racc);
     __m512i c[8];
     if (ue == 32) {
         const int five = kind == LMX_Q5_0 || kind == LMX_Q5_1;
@@ -429,12 +445,12 @@ LMX_INLINE void group_avx512(int kind, const uint8_t *g, int64_t K, const pact_t
                 const __m512i is = dot8(c, xq + i * KP + b * 32);
                 acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(d, _mm512_set1_ps(dxb[i * BP + b])), acc[i]);
                 acc[i] = _mm512_fmadd_ps(off, _mm512_set1_ps(sxb[i * BP + b]), acc[i]);
-                if (REFINED(i, b)) {
-                    const __m512i rs = dot8(c, rq + i * KP + b * 32);
-                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(rs), _mm512_mul_ps(d, _mm512_set1_ps(rdxb[i * BP + b])),
-                                             acc[i]);
-                    acc[i] = _mm512_fmadd_ps(off, _mm512_set1_ps(rsxb[i * BP + b]), acc[i]);
-                }
+            }
+            FOR_REFINED(i, m0, mb, b) {
+                const __m512i rs = dot8(c, rq + i * KP + b * 32);
+                __m512 r = _mm512_load_ps(racc + i * GR);
+                r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(rs), _mm512_mul_ps(d, _mm512_set1_ps(rdxb[i * BP + b])), r);
+                _mm512_store_ps(racc + i * GR, _mm512_fmadd_ps(off, _mm512_set1_ps(rsxb[i * BP + b]), r));
             }
         }
     } else if (kind == LMX_Q6_K) {
@@ -449,9 +465,7 @@ LMX_INLINE void group_avx512(int kind, const uint8_t *g, int64_t K, const pact_t
                 const __m512 s1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
                     _mm_loadu_si128((const __m128i *)(o + 32 + 16 * (2 * s + 1))))));
                 for (int i = 0; i < mb; i++) {
-                    const int ref = REFINED(i, u * 8 + s);
-                    for (int pass = 0; pass <= ref; pass++) { /* the first codes, then the refined ones */
-                    const int8_t *x = (pass ? rq : xq) + i * KP + u * 256 + s * 32;
+                    const int8_t *x = xq + i * KP + u * 256 + s * 32;
                     __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], bcast4(x));
                     __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[4], bcast4(x + 16));
                     a0 = _mm512_dpbusd_epi32(a0, c[1], bcast4(x + 4));
@@ -460,14 +474,31 @@ LMX_INLINE void group_avx512(int kind, const uint8_t *g, int64_t K, const pact_t
                     a1 = _mm512_dpbusd_epi32(a1, c[6], bcast4(x + 24));
                     a0 = _mm512_dpbusd_epi32(a0, c[3], bcast4(x + 12));
                     a1 = _mm512_dpbusd_epi32(a1, c[7], bcast4(x + 28));
-                    const __m512 dx = _mm512_set1_ps((pass ? rdxb : dxb)[i * BP + u * 8 + s]);
-                    const float *x16 = (pass ? rsx16 : sx16) + i * 2 * BP + u * 16 + 2 * s;
+                    const __m512 dx = _mm512_set1_ps(dxb[i * BP + u * 8 + s]);
+                    const float *x16 = sx16 + i * 2 * BP + u * 16 + 2 * s;
                     /* value = s * (code - 32): offset -32 s times the sum of the 16 values */
                     acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a0), _mm512_mul_ps(s0, dx), acc[i]);
                     acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a1), _mm512_mul_ps(s1, dx), acc[i]);
                     acc[i] = _mm512_fmadd_ps(s0, _mm512_set1_ps(-32.0f * x16[0]), acc[i]);
                     acc[i] = _mm512_fmadd_ps(s1, _mm512_set1_ps(-32.0f * x16[1]), acc[i]);
-                    }
+                }
+                FOR_REFINED(i, m0, mb, u * 8 + s) {
+                    const int8_t *x = rq + i * KP + u * 256 + s * 32;
+                    __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], bcast4(x));
+                    __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[4], bcast4(x + 16));
+                    a0 = _mm512_dpbusd_epi32(a0, c[1], bcast4(x + 4));
+                    a1 = _mm512_dpbusd_epi32(a1, c[5], bcast4(x + 20));
+                    a0 = _mm512_dpbusd_epi32(a0, c[2], bcast4(x + 8));
+                    a1 = _mm512_dpbusd_epi32(a1, c[6], bcast4(x + 24));
+                    a0 = _mm512_dpbusd_epi32(a0, c[3], bcast4(x + 12));
+                    a1 = _mm512_dpbusd_epi32(a1, c[7], bcast4(x + 28));
+                    const __m512 dx = _mm512_set1_ps(rdxb[i * BP + u * 8 + s]);
+                    const float *x16 = rsx16 + i * 2 * BP + u * 16 + 2 * s;
+                    __m512 r = _mm512_load_ps(racc + i * GR);
+                    r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a0), _mm512_mul_ps(s0, dx), r);
+                    r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a1), _mm512_mul_ps(s1, dx), r);
+                    r = _mm512_fmadd_ps(s0, _mm512_set1_ps(-32.0f * x16[0]), r);
+                    _mm512_store_ps(racc + i * GR, _mm512_fmadd_ps(s1, _mm512_set1_ps(-32.0f * x16[1]), r));
                 }
             }
         }
@@ -489,16 +520,18 @@ LMX_INLINE void group_avx512(int kind, const uint8_t *g, int64_t K, const pact_t
                     acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is),
                                              _mm512_mul_ps(dd, _mm512_set1_ps(dxb[i * BP + u * 8 + s])), acc[i]);
                     acc[i] = _mm512_fnmadd_ps(dm, _mm512_set1_ps(sxb[i * BP + u * 8 + s]), acc[i]);
-                    if (REFINED(i, u * 8 + s)) {
-                        const __m512i rs = dot8(c, rq + i * KP + u * 256 + s * 32);
-                        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(rs),
-                                                 _mm512_mul_ps(dd, _mm512_set1_ps(rdxb[i * BP + u * 8 + s])), acc[i]);
-                        acc[i] = _mm512_fnmadd_ps(dm, _mm512_set1_ps(rsxb[i * BP + u * 8 + s]), acc[i]);
-                    }
+                }
+                FOR_REFINED(i, m0, mb, u * 8 + s) {
+                    const __m512i rs = dot8(c, rq + i * KP + u * 256 + s * 32);
+                    __m512 r = _mm512_load_ps(racc + i * GR);
+                    r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(rs), _mm512_mul_ps(dd, _mm512_set1_ps(rdxb[i * BP + u * 8 + s])), r);
+                    _mm512_store_ps(racc + i * GR, _mm512_fnmadd_ps(dm, _mm512_set1_ps(rsxb[i * BP + u * 8 + s]), r));
                 }
             }
         }
     }
+    if (refining)
+        for (int i = 0; i < mb; i++) acc[i] = _mm512_add_ps(acc[i], _mm512_load_ps(racc + i * GR));
     for (int i = 0; i < mb; i++) _mm512_storeu_ps(y + i * ys, acc[i]);
 }
 
@@ -710,6 +743,8 @@ LMX_INLINE void ws_group32(int kind, const int five, const uint8_t *g, int64_t K
     const float *dxb = a->dxb + m0 * a->BP, *sxb = a->sxb + m0 * a->BP;
     const int64_t KP = a->KP, BP = a->BP;
     REFINE_ROWS(m0);
+    float racc[WS_MT * GR] __attribute__((aligned(32)));
+    if (refining) memset(racc, 0, sizeof racc);
     const int64_t doff = five ? 320 : 256;
     const int has_m = kind == LMX_Q4_1 || kind == LMX_Q5_1;
     const float cneg = kind == LMX_Q4_0 ? -8.0f : -16.0f;
@@ -723,22 +758,33 @@ LMX_INLINE void ws_group32(int kind, const int five, const uint8_t *g, int64_t K
         const __m256 f0 = has_m ? cvt8_h(o + doff + 32) : _mm256_mul_ps(d0, _mm256_set1_ps(cneg));
         const __m256 f1 = has_m ? cvt8_h(o + doff + 48) : _mm256_mul_ps(d1, _mm256_set1_ps(cneg));
         for (int i = 0; i < mb; i++) {
-            const int ref = REFINED(i, b);
-            for (int pass = 0; pass <= ref; pass++) { /* the first codes, then the refined ones */
-                __m256i s[2];
-                ws_sums(&w, run, (pass ? rq : xq) + i * KP + b * 32, s);
-                const __m256 dx = _mm256_set1_ps((pass ? rdxb : dxb)[i * BP + b]);
-                __m256 a0 = _mm256_loadu_ps(acc + i * GR), a1 = _mm256_loadu_ps(acc + i * GR + 8);
-                a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(d0, dx), a0);
-                a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), _mm256_mul_ps(d1, dx), a1);
-                const __m256 sx = _mm256_set1_ps((pass ? rsxb : sxb)[i * BP + b]);
-                a0 = _mm256_fmadd_ps(f0, sx, a0);
-                a1 = _mm256_fmadd_ps(f1, sx, a1);
-                _mm256_storeu_ps(acc + i * GR, a0);
-                _mm256_storeu_ps(acc + i * GR + 8, a1);
-            }
+            __m256i s[2];
+            ws_sums(&w, run, xq + i * KP + b * 32, s);
+            const __m256 dx = _mm256_set1_ps(dxb[i * BP + b]);
+            __m256 a0 = _mm256_loadu_ps(acc + i * GR), a1 = _mm256_loadu_ps(acc + i * GR + 8);
+            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(d0, dx), a0);
+            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), _mm256_mul_ps(d1, dx), a1);
+            const __m256 sx = _mm256_set1_ps(sxb[i * BP + b]);
+            a0 = _mm256_fmadd_ps(f0, sx, a0);
+            a1 = _mm256_fmadd_ps(f1, sx, a1);
+            _mm256_storeu_ps(acc + i * GR, a0);
+            _mm256_storeu_ps(acc + i * GR + 8, a1);
+        }
+        FOR_REFINED(i, m0, mb, b) {
+            __m256i s[2];
+            ws_sums(&w, run, rq + i * KP + b * 32, s);
+            const __m256 dx = _mm256_set1_ps(rdxb[i * BP + b]);
+            __m256 a0 = _mm256_load_ps(racc + i * GR), a1 = _mm256_load_ps(racc + i * GR + 8);
+            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(d0, dx), a0);
+            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), _mm256_mul_ps(d1, dx), a1);
+            const __m256 sx = _mm256_set1_ps(rsxb[i * BP + b]);
+            _mm256_store_ps(racc + i * GR, _mm256_fmadd_ps(f0, sx, a0));
+            _mm256_store_ps(racc + i * GR + 8, _mm256_fmadd_ps(f1, sx, a1));
         }
     }
+    if (refining)
+        for (int i = 0; i < mb * GR; i += 8)
+            _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_load_ps(racc + i)));
 }
 
 /* The same for Q4_K / Q5_K (per 32 values: scale d*sc, offset -dmin*mn, as in group_avx2). */
@@ -750,6 +796,8 @@ LMX_INLINE void ws_groupk(const int five, const uint8_t *g, int64_t K, const pac
     const float *dxb = a->dxb + m0 * a->BP, *sxb = a->sxb + m0 * a->BP;
     const int64_t KP = a->KP, BP = a->BP;
     REFINE_ROWS(m0);
+    float racc[WS_MT * GR] __attribute__((aligned(32)));
+    if (refining) memset(racc, 0, sizeof racc);
     for (int i = 0; i < mb * GR; i++) acc[i] = 0.0f;
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *o = g + u * ub;
@@ -762,28 +810,76 @@ LMX_INLINE void ws_groupk(const int five, const uint8_t *g, int64_t K, const pac
             const __m256 dm0 = _mm256_mul_ps(cvt8_h(o + 32), cvt8_u8(o + 192 + 16 * s));
             const __m256 dm1 = _mm256_mul_ps(cvt8_h(o + 48), cvt8_u8(o + 192 + 16 * s + 8));
             for (int i = 0; i < mb; i++) {
-                const int ref = REFINED(i, u * 8 + s);
-                for (int pass = 0; pass <= ref; pass++) { /* the first codes, then the refined ones */
-                    __m256i t[2];
-                    ws_sums(&w, five ? 4 : 8, (pass ? rq : xq) + i * KP + u * 256 + s * 32, t);
-                    const __m256 dx = _mm256_set1_ps((pass ? rdxb : dxb)[i * BP + u * 8 + s]);
-                    const __m256 sx = _mm256_set1_ps((pass ? rsxb : sxb)[i * BP + u * 8 + s]);
-                    __m256 a0 = _mm256_loadu_ps(acc + i * GR), a1 = _mm256_loadu_ps(acc + i * GR + 8);
-                    a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[0]), _mm256_mul_ps(dd0, dx), a0);
-                    a0 = _mm256_fnmadd_ps(dm0, sx, a0);
-                    a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[1]), _mm256_mul_ps(dd1, dx), a1);
-                    a1 = _mm256_fnmadd_ps(dm1, sx, a1);
-                    _mm256_storeu_ps(acc + i * GR, a0);
-                    _mm256_storeu_ps(acc + i * GR + 8, a1);
-                }
+                __m256i t[2];
+                ws_sums(&w, five ? 4 : 8, xq + i * KP + u * 256 + s * 32, t);
+                const __m256 dx = _mm256_set1_ps(dxb[i * BP + u * 8 + s]);
+                const __m256 sx = _mm256_set1_ps(sxb[i * BP + u * 8 + s]);
+                __m256 a0 = _mm256_loadu_ps(acc + i * GR), a1 = _mm256_loadu_ps(acc + i * GR + 8);
+                a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[0]), _mm256_mul_ps(dd0, dx), a0);
+                a0 = _mm256_fnmadd_ps(dm0, sx, a0);
+                a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[1]), _mm256_mul_ps(dd1, dx), a1);
+                a1 = _mm256_fnmadd_ps(dm1, sx, a1);
+                _mm256_storeu_ps(acc + i * GR, a0);
+                _mm256_storeu_ps(acc + i * GR + 8, a1);
+            }
+            FOR_REFINED(i, m0, mb, u * 8 + s) {
+                __m256i t[2];
+                ws_sums(&w, five ? 4 : 8, rq + i * KP + u * 256 + s * 32, t);
+                const __m256 dx = _mm256_set1_ps(rdxb[i * BP + u * 8 + s]);
+                const __m256 sx = _mm256_set1_ps(rsxb[i * BP + u * 8 + s]);
+                __m256 a0 = _mm256_load_ps(racc + i * GR), a1 = _mm256_load_ps(racc + i * GR + 8);
+                a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[0]), _mm256_mul_ps(dd0, dx), a0);
+                a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[1]), _mm256_mul_ps(dd1, dx), a1);
+                _mm256_store_ps(racc + i * GR, _mm256_fnmadd_ps(dm0, sx, a0));
+                _mm256_store_ps(racc + i * GR + 8, _mm256_fnmadd_ps(dm1, sx, a1));
             }
         }
     }
+    if (refining)
+        for (int i = 0; i < mb * GR; i += 8)
+            _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_load_ps(racc + i)));
+}
+
+/* Exact sums of half h (rows 8h..8h+7) of one unpacked Q6_K block against the 32 activation codes at x: t0 over
+ * values 0..15, t1 over 16..31.  Codes < 64: 16-bit runs of 2 k-groups without VNNI. */
+LMX_INLINE void ws6_sums(const wsbuf_t *w, const int h, const int8_t *x, __m256i *t0, __m256i *t1) {
+#ifdef LMX_AVXVNNI
+    __m256i e0 = _mm256_setzero_si256(), e1 = _mm256_setzero_si256();
+    __m256i f0 = _mm256_setzero_si256(), f1 = _mm256_setzero_si256();
+    for (int j = 0; j < 4; j += 2) {
+        e0 = _mm256_dpbusd_avx_epi32(e0, _mm256_load_si256(&w->c[j][h]), bcast4(x + 4 * j));
+        e1 = _mm256_dpbusd_avx_epi32(e1, _mm256_load_si256(&w->c[j + 1][h]), bcast4(x + 4 * j + 4));
+        f0 = _mm256_dpbusd_avx_epi32(f0, _mm256_load_si256(&w->c[j + 4][h]), bcast4(x + 4 * j + 16));
+        f1 = _mm256_dpbusd_avx_epi32(f1, _mm256_load_si256(&w->c[j + 5][h]), bcast4(x + 4 * j + 20));
+    }
+    *t0 = _mm256_add_epi32(e0, e1);
+    *t1 = _mm256_add_epi32(f0, f1);
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i q[4];
+    for (int j2 = 0; j2 < 4; j2++) { /* 16-bit runs of 2 k-groups (codes < 64) */
+        const __m256i q0 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[2 * j2][h]), bcast4(x + 8 * j2));
+        const __m256i q1 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[2 * j2 + 1][h]), bcast4(x + 8 * j2 + 4));
+        q[j2] = _mm256_madd_epi16(_mm256_add_epi16(q0, q1), ones);
+    }
+    *t0 = _mm256_add_epi32(q[0], q[1]);
+    *t1 = _mm256_add_epi32(q[2], q[3]);
+#endif
+}
+
+/* Adds the Q6_K sums t0, t1 of half h at scales s0, s1 (times the activation scale dx) and offsets -32 s x16
+ * to the 8 floats at ar. */
+LMX_INLINE void ws6_acc(float *ar, __m256i t0, __m256i t1, __m256 s0, __m256 s1, __m256 dx, __m256 n0, __m256 n1) {
+    __m256 v = _mm256_load_ps(ar);
+    v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t0), _mm256_mul_ps(s0, dx), v);
+    v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t1), _mm256_mul_ps(s1, dx), v);
+    v = _mm256_fmadd_ps(s0, n0, v);
+    v = _mm256_fmadd_ps(s1, n1, v);
+    _mm256_store_ps(ar, v);
 }
 
 /* Q6_K: per 32 values, two 16-value halves (k-groups 0..3, 4..7) with their own scales d*sc; the value is
- * s * (code - 32).  Codes < 64: 16-bit runs of 2 k-groups without VNNI.  The float operations per (row,
- * half) are group_avx2's, in its order. */
+ * s * (code - 32).  The float operations per (row, half) are group_avx2's, in its order. */
 LMX_INLINE void ws_group6(const uint8_t *g, int64_t K, const pact_t *a, int64_t m0, int mb, float *acc) {
     wsbuf_t w __attribute__((aligned(32)));
     const int64_t ub = unit_bytes(LMX_Q6_K), nu = K / 256;
@@ -791,6 +887,8 @@ LMX_INLINE void ws_group6(const uint8_t *g, int64_t K, const pact_t *a, int64_t 
     const float *dxb = a->dxb + m0 * a->BP, *sx16 = a->sx16 + m0 * 2 * a->BP;
     const int64_t KP = a->KP, BP = a->BP;
     REFINE_ROWS(m0);
+    float racc[WS_MT * GR] __attribute__((aligned(32)));
+    if (refining) memset(racc, 0, sizeof racc);
     for (int i = 0; i < mb * GR; i++) acc[i] = 0.0f;
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *o = g + u * ub;
@@ -810,49 +908,32 @@ LMX_INLINE void ws_group6(const uint8_t *g, int64_t K, const pact_t *a, int64_t 
                 s1[h] = _mm256_mul_ps(d[h], cvt8_i8(o + 32 + 16 * (2 * s + 1) + 8 * h));
             }
             for (int i = 0; i < mb; i++) {
-                const int ref = REFINED(i, u * 8 + s);
-                for (int pass = 0; pass <= ref; pass++) { /* the first codes, then the refined ones */
-                const int8_t *x = (pass ? rq : xq) + i * KP + u * 256 + s * 32;
-                const __m256 dx = _mm256_set1_ps((pass ? rdxb : dxb)[i * BP + u * 8 + s]);
-                const float *x16 = (pass ? rsx16 : sx16) + i * 2 * BP + u * 16 + 2 * s;
+                const int8_t *x = xq + i * KP + u * 256 + s * 32;
+                const __m256 dx = _mm256_set1_ps(dxb[i * BP + u * 8 + s]);
+                const float *x16 = sx16 + i * 2 * BP + u * 16 + 2 * s;
                 const __m256 n0 = _mm256_set1_ps(-32.0f * x16[0]), n1 = _mm256_set1_ps(-32.0f * x16[1]);
                 for (int h = 0; h < 2; h++) {
                     __m256i t0, t1;
-#ifdef LMX_AVXVNNI
-                    __m256i e0 = _mm256_setzero_si256(), e1 = _mm256_setzero_si256();
-                    __m256i f0 = _mm256_setzero_si256(), f1 = _mm256_setzero_si256();
-                    for (int j = 0; j < 4; j += 2) {
-                        e0 = _mm256_dpbusd_avx_epi32(e0, _mm256_load_si256(&w.c[j][h]), bcast4(x + 4 * j));
-                        e1 = _mm256_dpbusd_avx_epi32(e1, _mm256_load_si256(&w.c[j + 1][h]), bcast4(x + 4 * j + 4));
-                        f0 = _mm256_dpbusd_avx_epi32(f0, _mm256_load_si256(&w.c[j + 4][h]), bcast4(x + 4 * j + 16));
-                        f1 = _mm256_dpbusd_avx_epi32(f1, _mm256_load_si256(&w.c[j + 5][h]), bcast4(x + 4 * j + 20));
-                    }
-                    t0 = _mm256_add_epi32(e0, e1);
-                    t1 = _mm256_add_epi32(f0, f1);
-#else
-                    const __m256i ones = _mm256_set1_epi16(1);
-                    __m256i q[4];
-                    for (int j2 = 0; j2 < 4; j2++) { /* 16-bit runs of 2 k-groups (codes < 64) */
-                        const __m256i q0 = _mm256_maddubs_epi16(_mm256_load_si256(&w.c[2 * j2][h]), bcast4(x + 8 * j2));
-                        const __m256i q1 = _mm256_maddubs_epi16(_mm256_load_si256(&w.c[2 * j2 + 1][h]),
-                                                                bcast4(x + 8 * j2 + 4));
-                        q[j2] = _mm256_madd_epi16(_mm256_add_epi16(q0, q1), ones);
-                    }
-                    t0 = _mm256_add_epi32(q[0], q[1]);
-                    t1 = _mm256_add_epi32(q[2], q[3]);
-#endif
-                    float *ar = acc + i * GR + 8 * h;
-                    __m256 v = _mm256_load_ps(ar);
-                    v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t0), _mm256_mul_ps(s0[h], dx), v);
-                    v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t1), _mm256_mul_ps(s1[h], dx), v);
-                    v = _mm256_fmadd_ps(s0[h], n0, v);
-                    v = _mm256_fmadd_ps(s1[h], n1, v);
-                    _mm256_store_ps(ar, v);
+                    ws6_sums(&w, h, x, &t0, &t1);
+                    ws6_acc(acc + i * GR + 8 * h, t0, t1, s0[h], s1[h], dx, n0, n1);
                 }
+            }
+            FOR_REFINED(i, m0, mb, u * 8 + s) {
+                const int8_t *x = rq + i * KP + u * 256 + s * 32;
+                const __m256 dx = _mm256_set1_ps(rdxb[i * BP + u * 8 + s]);
+                const float *x16 = rsx16 + i * 2 * BP + u * 16 + 2 * s;
+                const __m256 n0 = _mm256_set1_ps(-32.0f * x16[0]), n1 = _mm256_set1_ps(-32.0f * x16[1]);
+                for (int h = 0; h < 2; h++) {
+                    __m256i t0, t1;
+                    ws6_sums(&w, h, x, &t0, &t1);
+                    ws6_acc(racc + i * GR + 8 * h, t0, t1, s0[h], s1[h], dx, n0, n1);
                 }
             }
         }
     }
+    if (refining)
+        for (int i = 0; i < mb * GR; i += 8)
+            _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_load_ps(racc + i)));
 }
 
 /* Whether the weight-stationary order beats group_avx2's register tiles for M activation rows
@@ -896,6 +977,8 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
     const float *dxb = a->dxb + m0 * a->BP, *sxb = a->sxb + m0 * a->BP, *sx16 = a->sx16 + m0 * 2 * a->BP;
     const int64_t KP = a->KP, BP = a->BP;
     REFINE_ROWS(m0);
+    float racc[PMB * GR] __attribute__((aligned(32)));
+    if (refining) memset(racc, 0, sizeof racc);
     if (ue == 32) {
         const int five = kind == LMX_Q5_0 || kind == LMX_Q5_1, q8 = kind == LMX_Q8_0;
         const int64_t doff = q8 ? 512 : five ? 320 : 256;
@@ -923,8 +1006,7 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
                     if (!q8 || q8_offset) acc[i][h] = _mm256_fmadd_ps(off, _mm256_set1_ps(sxb[i * BP + b]), acc[i][h]);
                 }
             }
-            for (int i = 0; i < mb; i++) { /* the refined codes of the rows that refine this block */
-                if (!REFINED(i, b)) continue;
+            FOR_REFINED(i, m0, mb, b) {
                 const int8_t *x = rq + i * KP + b * 32;
                 if (q8)
                     block_sums(o, NULL, 1, 1, x, KP, 1, ra);
@@ -935,9 +1017,10 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
                 for (int h = 0; h < 2; h++) {
                     const __m256 d = cvt8_h(o + doff + 16 * h);
                     const __m256 off = has_m ? cvt8_h(o + doff + 32 + 16 * h) : _mm256_mul_ps(d, _mm256_set1_ps(cneg));
-                    acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ra[0][h]),
-                                                _mm256_mul_ps(d, _mm256_set1_ps(rdxb[i * BP + b])), acc[i][h]);
-                    if (!q8 || q8_offset) acc[i][h] = _mm256_fmadd_ps(off, _mm256_set1_ps(rsxb[i * BP + b]), acc[i][h]);
+                    __m256 r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ra[0][h]), _mm256_mul_ps(d, _mm256_set1_ps(rdxb[i * BP + b])),
+                                               _mm256_load_ps(racc + i * GR + 8 * h));
+                    if (!q8 || q8_offset) r = _mm256_fmadd_ps(off, _mm256_set1_ps(rsxb[i * BP + b]), r);
+                    _mm256_store_ps(racc + i * GR + 8 * h, r);
                 }
             }
         }
@@ -954,18 +1037,26 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
                     const __m256 s0 = _mm256_mul_ps(d, cvt8_i8(o + 32 + 16 * (2 * s) + 8 * h));
                     const __m256 s1 = _mm256_mul_ps(d, cvt8_i8(o + 32 + 16 * (2 * s + 1) + 8 * h));
                     for (int i = 0; i < mb; i++) {
-                        const int ref = REFINED(i, u * 8 + s);
-                        for (int pass = 0; pass <= ref; pass++) { /* the first codes, then the refined ones */
-                            const int8_t *x = (pass ? rq : xq) + i * KP + u * 256 + s * 32;
-                            const __m256i a0 = udot(c, x, 4, 2), a1 = udot(c + 4, x + 16, 4, 2);
-                            const __m256 dx = _mm256_set1_ps((pass ? rdxb : dxb)[i * BP + u * 8 + s]);
-                            const float *x16 = (pass ? rsx16 : sx16) + i * 2 * BP + u * 16 + 2 * s;
-                            /* value = s * (code - 32): offset -32 s times the sum of the 16 values */
-                            acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), _mm256_mul_ps(s0, dx), acc[i][h]);
-                            acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), _mm256_mul_ps(s1, dx), acc[i][h]);
-                            acc[i][h] = _mm256_fmadd_ps(s0, _mm256_set1_ps(-32.0f * x16[0]), acc[i][h]);
-                            acc[i][h] = _mm256_fmadd_ps(s1, _mm256_set1_ps(-32.0f * x16[1]), acc[i][h]);
-                        }
+                        const int8_t *x = xq + i * KP + u * 256 + s * 32;
+                        const __m256i a0 = udot(c, x, 4, 2), a1 = udot(c + 4, x + 16, 4, 2);
+                        const __m256 dx = _mm256_set1_ps(dxb[i * BP + u * 8 + s]);
+                        const float *x16 = sx16 + i * 2 * BP + u * 16 + 2 * s;
+                        /* value = s * (code - 32): offset -32 s times the sum of the 16 values */
+                        acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), _mm256_mul_ps(s0, dx), acc[i][h]);
+                        acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), _mm256_mul_ps(s1, dx), acc[i][h]);
+                        acc[i][h] = _mm256_fmadd_ps(s0, _mm256_set1_ps(-32.0f * x16[0]), acc[i][h]);
+                        acc[i][h] = _mm256_fmadd_ps(s1, _mm256_set1_ps(-32.0f * x16[1]), acc[i][h]);
+                    }
+                    FOR_REFINED(i, m0, mb, u * 8 + s) {
+                        const int8_t *x = rq + i * KP + u * 256 + s * 32;
+                        const __m256i a0 = udot(c, x, 4, 2), a1 = udot(c + 4, x + 16, 4, 2);
+                        const __m256 dx = _mm256_set1_ps(rdxb[i * BP + u * 8 + s]);
+                        const float *x16 = rsx16 + i * 2 * BP + u * 16 + 2 * s;
+                        __m256 r = _mm256_load_ps(racc + i * GR + 8 * h);
+                        r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), _mm256_mul_ps(s0, dx), r);
+                        r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), _mm256_mul_ps(s1, dx), r);
+                        r = _mm256_fmadd_ps(s0, _mm256_set1_ps(-32.0f * x16[0]), r);
+                        _mm256_store_ps(racc + i * GR + 8 * h, _mm256_fmadd_ps(s1, _mm256_set1_ps(-32.0f * x16[1]), r));
                     }
                 }
             }
@@ -989,8 +1080,7 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
                         acc[i][h] = _mm256_fnmadd_ps(dm, _mm256_set1_ps(sxb[i * BP + u * 8 + s]), acc[i][h]);
                     }
                 }
-                for (int i = 0; i < mb; i++) { /* the refined codes of the rows that refine this block */
-                    if (!REFINED(i, u * 8 + s)) continue;
+                FOR_REFINED(i, m0, mb, u * 8 + s) {
                     if (five)
                         block_sums(so, so + 256, 0, 4, rq + i * KP + u * 256 + s * 32, KP, 1, ra);
                     else
@@ -998,14 +1088,18 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
                     for (int h = 0; h < 2; h++) {
                         const __m256 dd = _mm256_mul_ps(cvt8_h(o + 16 * h), cvt8_u8(o + 64 + 16 * s + 8 * h));
                         const __m256 dm = _mm256_mul_ps(cvt8_h(o + 32 + 16 * h), cvt8_u8(o + 192 + 16 * s + 8 * h));
-                        acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ra[0][h]),
-                                                    _mm256_mul_ps(dd, _mm256_set1_ps(rdxb[i * BP + u * 8 + s])), acc[i][h]);
-                        acc[i][h] = _mm256_fnmadd_ps(dm, _mm256_set1_ps(rsxb[i * BP + u * 8 + s]), acc[i][h]);
+                        __m256 r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ra[0][h]),
+                                                   _mm256_mul_ps(dd, _mm256_set1_ps(rdxb[i * BP + u * 8 + s])),
+                                                   _mm256_load_ps(racc + i * GR + 8 * h));
+                        _mm256_store_ps(racc + i * GR + 8 * h, _mm256_fnmadd_ps(dm, _mm256_set1_ps(rsxb[i * BP + u * 8 + s]), r));
                     }
                 }
             }
         }
     }
+    if (refining)
+        for (int i = 0; i < mb; i++)
+            for (int h = 0; h < 2; h++) acc[i][h] = _mm256_add_ps(acc[i][h], _mm256_load_ps(racc + i * GR + 8 * h));
     for (int i = 0; i < mb; i++) {
         _mm256_storeu_ps(y + i * ys, acc[i][0]);
         _mm256_storeu_ps(y + i * ys + 8, acc[i][1]);
@@ -1071,6 +1165,8 @@ LMX_INLINE void group_neon(int kind, const uint8_t *g, int64_t K, const pact_t *
     const float *dxb = a->dxb + m0 * a->BP, *sxb = a->sxb + m0 * a->BP, *sx16 = a->sx16 + m0 * 2 * a->BP;
     const int64_t KP = a->KP, BP = a->BP;
     REFINE_ROWS(m0);
+    float racc[PMB * GR] __attribute__((aligned(16)));
+    if (refining) memset(racc, 0, sizeof racc);
     int8x16_t c[8];
     if (ue == 32) {
         const int five = kind == LMX_Q5_0 || kind == LMX_Q5_1;
@@ -1088,13 +1184,17 @@ LMX_INLINE void group_neon(int kind, const uint8_t *g, int64_t K, const pact_t *
                 const float32x4_t d = lmx_h4(o + doff + 8 * h);
                 const float32x4_t off = has_m ? lmx_h4(o + doff + 32 + 8 * h) : vmulq_n_f32(d, cneg);
                 for (int i = 0; i < mb; i++) {
-                    const int ref = REFINED(i, b);
-                    for (int pass = 0; pass <= ref; pass++) { /* the first codes, then the refined ones */
-                        const int8_t *x = (pass ? rq : xq) + i * KP + b * 32;
-                        const int32x4_t is = vaddq_s32(dot16_neon(c, vld1q_s8(x)), dot16_neon(c + 4, vld1q_s8(x + 16)));
-                        acc[i][h] = vfmaq_f32(acc[i][h], vcvtq_f32_s32(is), vmulq_n_f32(d, (pass ? rdxb : dxb)[i * BP + b]));
-                        if (kind != LMX_Q8_0) acc[i][h] = vfmaq_n_f32(acc[i][h], off, (pass ? rsxb : sxb)[i * BP + b]);
-                    }
+                    const int8_t *x = xq + i * KP + b * 32;
+                    const int32x4_t is = vaddq_s32(dot16_neon(c, vld1q_s8(x)), dot16_neon(c + 4, vld1q_s8(x + 16)));
+                    acc[i][h] = vfmaq_f32(acc[i][h], vcvtq_f32_s32(is), vmulq_n_f32(d, dxb[i * BP + b]));
+                    if (kind != LMX_Q8_0) acc[i][h] = vfmaq_n_f32(acc[i][h], off, sxb[i * BP + b]);
+                }
+                FOR_REFINED(i, m0, mb, b) {
+                    const int8_t *x = rq + i * KP + b * 32;
+                    const int32x4_t is = vaddq_s32(dot16_neon(c, vld1q_s8(x)), dot16_neon(c + 4, vld1q_s8(x + 16)));
+                    float32x4_t r = vfmaq_f32(vld1q_f32(racc + i * GR + 4 * h), vcvtq_f32_s32(is), vmulq_n_f32(d, rdxb[i * BP + b]));
+                    if (kind != LMX_Q8_0) r = vfmaq_n_f32(r, off, rsxb[i * BP + b]);
+                    vst1q_f32(racc + i * GR + 4 * h, r);
                 }
             }
         }
@@ -1108,17 +1208,26 @@ LMX_INLINE void group_neon(int kind, const uint8_t *g, int64_t K, const pact_t *
                     const float32x4_t d = lmx_h4(o + 8 * h);
                     const float32x4_t s0 = vmulq_f32(d, lmx_i8x4(o + 32 + 16 * (2 * s) + 4 * h));
                     const float32x4_t s1 = vmulq_f32(d, lmx_i8x4(o + 32 + 16 * (2 * s + 1) + 4 * h));
-                    for (int i = 0; i < mb; i++)
-                    for (int pass = 0; pass <= REFINED(i, u * 8 + s); pass++) { /* first codes, then refined */
-                        const int8_t *x = (pass ? rq : xq) + i * KP + u * 256 + s * 32;
+                    for (int i = 0; i < mb; i++) {
+                        const int8_t *x = xq + i * KP + u * 256 + s * 32;
                         const int32x4_t a0 = dot16_neon(c, vld1q_s8(x)), a1 = dot16_neon(c + 4, vld1q_s8(x + 16));
-                        const float dx = (pass ? rdxb : dxb)[i * BP + u * 8 + s];
-                        const float *x16 = (pass ? rsx16 : sx16) + i * 2 * BP + u * 16 + 2 * s;
+                        const float dx = dxb[i * BP + u * 8 + s];
+                        const float *x16 = sx16 + i * 2 * BP + u * 16 + 2 * s;
                         /* value = s * (code - 32): offset -32 s times the sum of the 16 values */
                         float32x4_t v = vfmaq_f32(acc[i][h], vcvtq_f32_s32(a0), vmulq_n_f32(s0, dx));
                         v = vfmaq_f32(v, vcvtq_f32_s32(a1), vmulq_n_f32(s1, dx));
                         v = vfmaq_n_f32(v, s0, -32.0f * x16[0]);
                         acc[i][h] = vfmaq_n_f32(v, s1, -32.0f * x16[1]);
+                    }
+                    FOR_REFINED(i, m0, mb, u * 8 + s) {
+                        const int8_t *x = rq + i * KP + u * 256 + s * 32;
+                        const int32x4_t a0 = dot16_neon(c, vld1q_s8(x)), a1 = dot16_neon(c + 4, vld1q_s8(x + 16));
+                        const float dx = rdxb[i * BP + u * 8 + s];
+                        const float *x16 = rsx16 + i * 2 * BP + u * 16 + 2 * s;
+                        float32x4_t v = vfmaq_f32(vld1q_f32(racc + i * GR + 4 * h), vcvtq_f32_s32(a0), vmulq_n_f32(s0, dx));
+                        v = vfmaq_f32(v, vcvtq_f32_s32(a1), vmulq_n_f32(s1, dx));
+                        v = vfmaq_n_f32(v, s0, -32.0f * x16[0]);
+                        vst1q_f32(racc + i * GR + 4 * h, vfmaq_n_f32(v, s1, -32.0f * x16[1]));
                     }
                 }
             }
@@ -1133,18 +1242,27 @@ LMX_INLINE void group_neon(int kind, const uint8_t *g, int64_t K, const pact_t *
                     unpack_nib_neon(so, five ? so + 256 : NULL, NULL, h, c);
                     const float32x4_t dd = vmulq_f32(lmx_h4(o + 8 * h), lmx_u8x4(o + 64 + 16 * s + 4 * h));
                     const float32x4_t dm = vmulq_f32(lmx_h4(o + 32 + 8 * h), lmx_u8x4(o + 192 + 16 * s + 4 * h));
-                    for (int i = 0; i < mb; i++)
-                    for (int pass = 0; pass <= REFINED(i, u * 8 + s); pass++) { /* first codes, then refined */
-                        const int8_t *x = (pass ? rq : xq) + i * KP + u * 256 + s * 32;
+                    for (int i = 0; i < mb; i++) {
+                        const int8_t *x = xq + i * KP + u * 256 + s * 32;
                         const int32x4_t is = vaddq_s32(dot16_neon(c, vld1q_s8(x)), dot16_neon(c + 4, vld1q_s8(x + 16)));
                         const float32x4_t v = vfmaq_f32(acc[i][h], vcvtq_f32_s32(is),
-                                                        vmulq_n_f32(dd, (pass ? rdxb : dxb)[i * BP + u * 8 + s]));
-                        acc[i][h] = vfmsq_f32(v, dm, vdupq_n_f32((pass ? rsxb : sxb)[i * BP + u * 8 + s]));
+                                                        vmulq_n_f32(dd, dxb[i * BP + u * 8 + s]));
+                        acc[i][h] = vfmsq_f32(v, dm, vdupq_n_f32(sxb[i * BP + u * 8 + s]));
+                    }
+                    FOR_REFINED(i, m0, mb, u * 8 + s) {
+                        const int8_t *x = rq + i * KP + u * 256 + s * 32;
+                        const int32x4_t is = vaddq_s32(dot16_neon(c, vld1q_s8(x)), dot16_neon(c + 4, vld1q_s8(x + 16)));
+                        const float32x4_t v = vfmaq_f32(vld1q_f32(racc + i * GR + 4 * h), vcvtq_f32_s32(is),
+                                                        vmulq_n_f32(dd, rdxb[i * BP + u * 8 + s]));
+                        vst1q_f32(racc + i * GR + 4 * h, vfmsq_f32(v, dm, vdupq_n_f32(rsxb[i * BP + u * 8 + s])));
                     }
                 }
             }
         }
     }
+    if (refining)
+        for (int i = 0; i < mb; i++)
+            for (int h = 0; h < 4; h++) acc[i][h] = vaddq_f32(acc[i][h], vld1q_f32(racc + i * GR + 4 * h));
     for (int i = 0; i < mb; i++)
         for (int h = 0; h < 4; h++) vst1q_f32(y + i * ys + 4 * h, acc[i][h]);
 }
