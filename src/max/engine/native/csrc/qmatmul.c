@@ -253,11 +253,12 @@ int lmx_act_refine(int64_t M, int64_t K, const float *x, int64_t xs, const int8_
     const int64_t nb = K / 32, k32 = refine_count(nb);
     if (!k32 || M <= 0) return 0;
     const size_t abytes = act_bytes(M, K);
-    const size_t rbytes = ((size_t)(M * K) * 4 + 63) & ~(size_t)63; /* residual rows */
+    const int nts = nt > 0 ? nt : 1;
+    const size_t rbytes = ((size_t)(nts * K) * 4 + 63) & ~(size_t)63; /* one residual row per thread */
     const size_t fbytes = ((size_t)(M * BP) + 63) & ~(size_t)63;    /* flags */
     const int64_t rw = (M + 63) / 64;
     const size_t mbytes = (size_t)(BP * rw) * 8;                    /* row masks per block */
-    const size_t tbytes = (size_t)nb * 4 * (size_t)(nt > 0 ? nt : 1) + 64;
+    const size_t tbytes = (size_t)nb * 4 * (size_t)nts + 64;
     if (grow(&ref_mem, &ref_cap, abytes + rbytes + fbytes + mbytes + tbytes)) return -1;
     act_t r;
     act_view(&r, ref_mem, M, K);
@@ -267,15 +268,15 @@ int lmx_act_refine(int64_t M, int64_t K, const float *x, int64_t xs, const int8_
 #pragma omp parallel num_threads(nt) if (nt > 1 && M > 1)
     {
 #ifdef _OPENMP
-        float *tmp = scratch + (int64_t)omp_get_thread_num() * nb;
+        const int64_t t = omp_get_thread_num();
 #else
-        float *tmp = scratch;
+        const int64_t t = 0;
 #endif
+        float *tmp = scratch + t * nb, *rr = res + t * K;
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) {
             const float *xr = x + m * xs, *d = dxb + m * BP;
             const int8_t *q = xq + m * KP;
-            float *rr = res + m * K;
             for (int64_t b = 0; b < nb; b++)
                 for (int j = 0; j < 32; j++) rr[b * 32 + j] = xr[b * 32 + j] - d[b] * (float)q[b * 32 + j];
             act_row(&r, rr, m);
