@@ -39,6 +39,17 @@ except ImportError:  # pragma: no cover
     torch = None
 
 
+@pytest.fixture
+def act_refine():
+    """``max.engine.native.set_act_refine`` for one test (the refined fraction of activation blocks); the
+    setting before the test is restored after it."""
+    from max.engine import native
+
+    before = native.act_refine()
+    yield native.set_act_refine
+    native.set_act_refine(before)
+
+
 def pytest_collection_modifyitems(config, items):
     has_gpu = bool(torch is not None and torch.cuda.is_available())
     if has_gpu:

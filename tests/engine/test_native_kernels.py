@@ -606,16 +606,9 @@ def test_build_errors_are_clear(monkeypatch, tmp_path):
         build.library_path()
 
 
-@pytest.fixture
-def refine_setting():
-    before = native.act_refine()
-    yield native.set_act_refine
-    native.set_act_refine(before)
-
-
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("kind", PACKABLE)
-def test_refined_codes_approach_float_activations(isa, kind, refine_setting):
+def test_refined_codes_approach_float_activations(isa, kind, act_refine):
     """Refining every block gives ~16-bit activation codes: the packed kernels then agree with the float64
     product of the float32 activations to ~1e-4 of its scale; with the 8-bit codes alone the error is ~50x
     larger, and the default refinement (the blocks with the largest scales) sits in between -- on
@@ -631,7 +624,7 @@ def test_refined_codes_approach_float_activations(isa, kind, refine_setting):
     exact = x.astype(np.float64) @ w.T
     err = {}
     for frac in (0, native.ACT_REFINE_DEFAULT, 1):
-        refine_setting(frac)
+        act_refine(frac)
         y = plan(torch.from_numpy(x)).numpy()
         np.testing.assert_allclose(y, q8_ref(x, w, kind), rtol=2e-5, atol=2e-5 * np.abs(exact).max())
         err[frac] = float(np.sqrt(((y - exact) ** 2).mean()) / np.abs(exact).max())
@@ -639,18 +632,18 @@ def test_refined_codes_approach_float_activations(isa, kind, refine_setting):
     assert err[1] < err[native.ACT_REFINE_DEFAULT] < err[0], err
 
 
-def test_act_refine_setting(refine_setting):
+def test_act_refine_setting(act_refine):
     """LIBREMAX_ACT_REFINE / native.set_act_refine: a fraction in [0, 1] (decimal or a/b), applied to every
     loaded variant; anything else is refused naming the variable and the range."""
     from fractions import Fraction
 
     for value, want in (("1/8", Fraction(1, 8)), ("0.25", Fraction(1, 4)), (" 0 ", Fraction(0)), (1, Fraction(1))):
-        refine_setting(value)
+        act_refine(value)
         assert native.act_refine() == want
         assert native.lib().lmx_act_refine_fraction() == float(want)
     for bad in ("lots", "2", "-0.1", "1/0", ""):
         with pytest.raises(ValueError, match="LIBREMAX_ACT_REFINE.*between 0"):
-            refine_setting(bad)
+            act_refine(bad)
     assert native.act_refine() == 1  # unchanged by the refused values
 
 

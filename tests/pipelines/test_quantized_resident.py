@@ -269,14 +269,6 @@ def smollm2_reference():
     return path, ids, teacher_forced_logits(path, ids, "float32")
 
 
-@pytest.fixture
-def act_refine():
-    """native.set_act_refine for one test; the setting before it is restored after."""
-    before = native.act_refine()
-    yield native.set_act_refine
-    native.set_act_refine(before)
-
-
 @pytest.mark.parametrize("isa", [pytest.param(v, marks=pytest.mark.skipif(
     v not in native.runnable(), reason=f"this CPU cannot execute the {v} kernels")) for v in
     ("avx512", "avxvnni", "avx2", "neondot", "neon", "generic") if v in native.build.VARIANTS])

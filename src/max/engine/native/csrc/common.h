@@ -303,12 +303,10 @@ int lmx_num_threads(void);
  * most.  The selection depends on
  * the row alone, so a row's result does not depend on the batch around it.
  *   rq, rdxb, rsxb, rsx16  the residual codes and sums, laid out as the first codes (same KP and BP);
- *   fl[m * BP + b]         1 when block b of row m is refined (fl = NULL: none is);
- *   rows                   the same as a bit mask of the rows per block, for the kernels' tiles of rows. */
+ *   rows, rw               per block, a bit mask of the rows that refine it (rows = NULL: refining is off). */
 typedef struct {
     const int8_t *rq;
     const float *rdxb, *rsxb, *rsx16;
-    const uint8_t *fl;
     const uint64_t *rows; /* rows[b * rw + w]: bit j set when row 64 w + j refines block b (NULL: none does) */
     int64_t rw;
 } lmx_refine_t;

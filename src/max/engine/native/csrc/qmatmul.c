@@ -246,7 +246,7 @@ static __thread char *ref_mem = NULL;
 static __thread size_t ref_cap = 0;
 
 /* Refined codes of the M rows of x whose first codes are xq / dxb (lmx_act_prepare's, row strides KP / BP)
- * into the calling thread's second buffer (valid until its next call).  out->fl = NULL when refining is off. */
+ * into the calling thread's second buffer (valid until its next call).  out->rows = NULL when refining is off. */
 int lmx_act_refine(int64_t M, int64_t K, const float *x, int64_t xs, const int8_t *xq, const float *dxb,
                    int64_t KP, int64_t BP, int nt, lmx_refine_t *out) {
     memset(out, 0, sizeof *out);
@@ -255,7 +255,7 @@ int lmx_act_refine(int64_t M, int64_t K, const float *x, int64_t xs, const int8_
     const size_t abytes = act_bytes(M, K);
     const int nts = nt > 0 ? nt : 1;
     const size_t rbytes = ((size_t)(nts * K) * 4 + 63) & ~(size_t)63; /* one residual row per thread */
-    const size_t fbytes = ((size_t)(M * BP) + 63) & ~(size_t)63;    /* flags */
+    const size_t fbytes = ((size_t)(M * BP) + 63) & ~(size_t)63;    /* per-row flags, folded into the masks */
     const int64_t rw = (M + 63) / 64;
     const size_t mbytes = (size_t)(BP * rw) * 8;                    /* row masks per block */
     const size_t tbytes = (size_t)nb * 4 * (size_t)nts + 64;
@@ -294,7 +294,6 @@ int lmx_act_refine(int64_t M, int64_t K, const float *x, int64_t xs, const int8_
     out->rdxb = r.dxb;
     out->rsxb = r.sxb;
     out->rsx16 = r.sx16;
-    out->fl = fl;
     return 0;
 }
 

@@ -399,6 +399,27 @@ LMX_INLINE void unpack_nib(const uint8_t *o, const uint8_t *hb, const uint8_t *p
     }
 }
 
+/* Q6_K: the sums over values 0..15 (a0) and 16..31 (a1) of one block's codes c against the activation codes at x. */
+LMX_INLINE void dot8_halves(const __m512i c[8], const int8_t *x, __m512i *a0, __m512i *a1) {
+    __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], bcast4(x));
+    __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[4], bcast4(x + 16));
+    s = _mm512_dpbusd_epi32(s, c[1], bcast4(x + 4));
+    t = _mm512_dpbusd_epi32(t, c[5], bcast4(x + 20));
+    s = _mm512_dpbusd_epi32(s, c[2], bcast4(x + 8));
+    t = _mm512_dpbusd_epi32(t, c[6], bcast4(x + 24));
+    *a0 = _mm512_dpbusd_epi32(s, c[3], bcast4(x + 12));
+    *a1 = _mm512_dpbusd_epi32(t, c[7], bcast4(x + 28));
+}
+
+/* Q6_K: acc plus a block's sums a0, a1 at scales s0, s1 (times the activation scale dx) and offsets -32 s x16. */
+LMX_INLINE __m512 acc6(__m512 acc, __m512i a0, __m512i a1, __m512 s0, __m512 s1, __m512 dx, const float *x16) {
+    /* value = s * (code - 32): offset -32 s times the sum of the 16 values */
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a0), _mm512_mul_ps(s0, dx), acc);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a1), _mm512_mul_ps(s1, dx), acc);
+    acc = _mm512_fmadd_ps(s0, _mm512_set1_ps(-32.0f * x16[0]), acc);
+    return _mm512_fmadd_ps(s1, _mm512_set1_ps(-32.0f * x16[1]), acc);
+}
+
 LMX_INLINE __m512i dot8(const __m512i c[8], const int8_t *x) {
     __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], bcast4(x));
     __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[1], bcast4(x + 4));
@@ -465,40 +486,17 @@ LMX_INLINE void group_avx512(int kind, const uint8_t *g, int64_t K, const pact_t
                 const __m512 s1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
                     _mm_loadu_si128((const __m128i *)(o + 32 + 16 * (2 * s + 1))))));
                 for (int i = 0; i < mb; i++) {
-                    const int8_t *x = xq + i * KP + u * 256 + s * 32;
-                    __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], bcast4(x));
-                    __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[4], bcast4(x + 16));
-                    a0 = _mm512_dpbusd_epi32(a0, c[1], bcast4(x + 4));
-                    a1 = _mm512_dpbusd_epi32(a1, c[5], bcast4(x + 20));
-                    a0 = _mm512_dpbusd_epi32(a0, c[2], bcast4(x + 8));
-                    a1 = _mm512_dpbusd_epi32(a1, c[6], bcast4(x + 24));
-                    a0 = _mm512_dpbusd_epi32(a0, c[3], bcast4(x + 12));
-                    a1 = _mm512_dpbusd_epi32(a1, c[7], bcast4(x + 28));
-                    const __m512 dx = _mm512_set1_ps(dxb[i * BP + u * 8 + s]);
-                    const float *x16 = sx16 + i * 2 * BP + u * 16 + 2 * s;
-                    /* value = s * (code - 32): offset -32 s times the sum of the 16 values */
-                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a0), _mm512_mul_ps(s0, dx), acc[i]);
-                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a1), _mm512_mul_ps(s1, dx), acc[i]);
-                    acc[i] = _mm512_fmadd_ps(s0, _mm512_set1_ps(-32.0f * x16[0]), acc[i]);
-                    acc[i] = _mm512_fmadd_ps(s1, _mm512_set1_ps(-32.0f * x16[1]), acc[i]);
+                    __m512i a0, a1;
+                    dot8_halves(c, xq + i * KP + u * 256 + s * 32, &a0, &a1);
+                    acc[i] = acc6(acc[i], a0, a1, s0, s1, _mm512_set1_ps(dxb[i * BP + u * 8 + s]),
+                                  sx16 + i * 2 * BP + u * 16 + 2 * s);
                 }
                 FOR_REFINED(i, m0, mb, u * 8 + s) {
-                    const int8_t *x = rq + i * KP + u * 256 + s * 32;
-                    __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], bcast4(x));
-                    __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[4], bcast4(x + 16));
-                    a0 = _mm512_dpbusd_epi32(a0, c[1], bcast4(x + 4));
-                    a1 = _mm512_dpbusd_epi32(a1, c[5], bcast4(x + 20));
-                    a0 = _mm512_dpbusd_epi32(a0, c[2], bcast4(x + 8));
-                    a1 = _mm512_dpbusd_epi32(a1, c[6], bcast4(x + 24));
-                    a0 = _mm512_dpbusd_epi32(a0, c[3], bcast4(x + 12));
-                    a1 = _mm512_dpbusd_epi32(a1, c[7], bcast4(x + 28));
-                    const __m512 dx = _mm512_set1_ps(rdxb[i * BP + u * 8 + s]);
-                    const float *x16 = rsx16 + i * 2 * BP + u * 16 + 2 * s;
-                    __m512 r = _mm512_load_ps(racc + i * GR);
-                    r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a0), _mm512_mul_ps(s0, dx), r);
-                    r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a1), _mm512_mul_ps(s1, dx), r);
-                    r = _mm512_fmadd_ps(s0, _mm512_set1_ps(-32.0f * x16[0]), r);
-                    _mm512_store_ps(racc + i * GR, _mm512_fmadd_ps(s1, _mm512_set1_ps(-32.0f * x16[1]), r));
+                    __m512i a0, a1;
+                    dot8_halves(c, rq + i * KP + u * 256 + s * 32, &a0, &a1);
+                    _mm512_store_ps(racc + i * GR, acc6(_mm512_load_ps(racc + i * GR), a0, a1, s0, s1,
+                                                        _mm512_set1_ps(rdxb[i * BP + u * 8 + s]),
+                                                        rsx16 + i * 2 * BP + u * 16 + 2 * s));
                 }
             }
         }
@@ -733,6 +731,12 @@ LMX_INLINE void ws_sums(const wsbuf_t *w, const int run, const int8_t *x, __m256
 #endif
 }
 
+/* acc[0 .. mb*16-1] += racc[...]: the tile rows' refined sums added to their results. */
+LMX_INLINE void ws_add(float *acc, const float *racc, int mb) {
+    for (int i = 0; i < mb * GR; i += 8)
+        _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_load_ps(racc + i)));
+}
+
 /* acc[i][0..15] = rows of the tile m0 .. m0 + mb - 1 against the group (Q4_0/1, Q5_0/1); five is a
  * constant at each call site, so the inner loops have no branches. */
 LMX_INLINE void ws_group32(int kind, const int five, const uint8_t *g, int64_t K, const pact_t *a,
@@ -782,9 +786,7 @@ LMX_INLINE void ws_group32(int kind, const int five, const uint8_t *g, int64_t K
             _mm256_store_ps(racc + i * GR + 8, _mm256_fmadd_ps(f1, sx, a1));
         }
     }
-    if (refining)
-        for (int i = 0; i < mb * GR; i += 8)
-            _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_load_ps(racc + i)));
+    if (refining) ws_add(acc, racc, mb);
 }
 
 /* The same for Q4_K / Q5_K (per 32 values: scale d*sc, offset -dmin*mn, as in group_avx2). */
@@ -835,9 +837,7 @@ LMX_INLINE void ws_groupk(const int five, const uint8_t *g, int64_t K, const pac
             }
         }
     }
-    if (refining)
-        for (int i = 0; i < mb * GR; i += 8)
-            _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_load_ps(racc + i)));
+    if (refining) ws_add(acc, racc, mb);
 }
 
 /* Exact sums of half h (rows 8h..8h+7) of one unpacked Q6_K block against the 32 activation codes at x: t0 over
@@ -931,9 +931,7 @@ LMX_INLINE void ws_group6(const uint8_t *g, int64_t K, const pact_t *a, int64_t 
             }
         }
     }
-    if (refining)
-        for (int i = 0; i < mb * GR; i += 8)
-            _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_load_ps(racc + i)));
+    if (refining) ws_add(acc, racc, mb);
 }
 
 /* Whether the weight-stationary order beats group_avx2's register tiles for M activation rows
