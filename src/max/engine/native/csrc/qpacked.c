@@ -399,7 +399,8 @@ LMX_INLINE void unpack_nib(const uint8_t *o, const uint8_t *hb, const uint8_t *p
     }
 }
 
-/* Q6_K: the sums over values 0..15 (a0) and 16..31 (a1) of one block's codes c against the activation codes at x. */
+/* The sums over values 0..15 (a0) and 16..31 (a1) of one block's codes c against the activation codes at x (Q6_K
+ * scales each half on its own). */
 LMX_INLINE void dot8_halves(const __m512i c[8], const int8_t *x, __m512i *a0, __m512i *a1) {
     __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], bcast4(x));
     __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[4], bcast4(x + 16));
@@ -420,16 +421,11 @@ LMX_INLINE __m512 acc6(__m512 acc, __m512i a0, __m512i a1, __m512 s0, __m512 s1,
     return _mm512_fmadd_ps(s1, _mm512_set1_ps(-32.0f * x16[1]), acc);
 }
 
+/* The sums over all 32 values (exact integers: the same as any other order). */
 LMX_INLINE __m512i dot8(const __m512i c[8], const int8_t *x) {
-    __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], bcast4(x));
-    __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[1], bcast4(x + 4));
-    s = _mm512_dpbusd_epi32(s, c[2], bcast4(x + 8));
-    t = _mm512_dpbusd_epi32(t, c[3], bcast4(x + 12));
-    s = _mm512_dpbusd_epi32(s, c[4], bcast4(x + 16));
-    t = _mm512_dpbusd_epi32(t, c[5], bcast4(x + 20));
-    s = _mm512_dpbusd_epi32(s, c[6], bcast4(x + 24));
-    t = _mm512_dpbusd_epi32(t, c[7], bcast4(x + 28));
-    return _mm512_add_epi32(s, t);
+    __m512i a0, a1;
+    dot8_halves(c, x, &a0, &a1);
+    return _mm512_add_epi32(a0, a1);
 }
 
 /* One group of 16 rows against activation rows m0 .. m0 + mb - 1; results to y[m * ys + 0..15]. */
@@ -731,6 +727,23 @@ LMX_INLINE void ws_sums(const wsbuf_t *w, const int run, const int8_t *x, __m256
 #endif
 }
 
+/* One activation row (codes x, scale dx, sum sx) against an unpacked block with row scales d0/d1 (rows 0-7 / 8-15)
+ * and offsets o0/o1, into ar[0..15]: ar += sums * d * dx, then + o * sx (32-value kinds) or - o * sx (neg: the
+ * K-quants' -dmin * mn). */
+LMX_INLINE void ws_row(const wsbuf_t *w, const int run, const int8_t *x, float dx, float sx, __m256 d0, __m256 d1,
+                       __m256 o0, __m256 o1, const int neg, float *ar) {
+    __m256i t[2];
+    ws_sums(w, run, x, t);
+    const __m256 vdx = _mm256_set1_ps(dx), vsx = _mm256_set1_ps(sx);
+    __m256 a0 = _mm256_loadu_ps(ar), a1 = _mm256_loadu_ps(ar + 8);
+    a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[0]), _mm256_mul_ps(d0, vdx), a0);
+    a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[1]), _mm256_mul_ps(d1, vdx), a1);
+    a0 = neg ? _mm256_fnmadd_ps(o0, vsx, a0) : _mm256_fmadd_ps(o0, vsx, a0);
+    a1 = neg ? _mm256_fnmadd_ps(o1, vsx, a1) : _mm256_fmadd_ps(o1, vsx, a1);
+    _mm256_storeu_ps(ar, a0);
+    _mm256_storeu_ps(ar + 8, a1);
+}
+
 /* acc[0 .. mb*16-1] += racc[...]: the tile rows' refined sums added to their results. */
 LMX_INLINE void ws_add(float *acc, const float *racc, int mb) {
     for (int i = 0; i < mb * GR; i += 8)
@@ -761,30 +774,10 @@ LMX_INLINE void ws_group32(int kind, const int five, const uint8_t *g, int64_t K
         const __m256 d0 = cvt8_h(o + doff), d1 = cvt8_h(o + doff + 16);
         const __m256 f0 = has_m ? cvt8_h(o + doff + 32) : _mm256_mul_ps(d0, _mm256_set1_ps(cneg));
         const __m256 f1 = has_m ? cvt8_h(o + doff + 48) : _mm256_mul_ps(d1, _mm256_set1_ps(cneg));
-        for (int i = 0; i < mb; i++) {
-            __m256i s[2];
-            ws_sums(&w, run, xq + i * KP + b * 32, s);
-            const __m256 dx = _mm256_set1_ps(dxb[i * BP + b]);
-            __m256 a0 = _mm256_loadu_ps(acc + i * GR), a1 = _mm256_loadu_ps(acc + i * GR + 8);
-            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(d0, dx), a0);
-            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), _mm256_mul_ps(d1, dx), a1);
-            const __m256 sx = _mm256_set1_ps(sxb[i * BP + b]);
-            a0 = _mm256_fmadd_ps(f0, sx, a0);
-            a1 = _mm256_fmadd_ps(f1, sx, a1);
-            _mm256_storeu_ps(acc + i * GR, a0);
-            _mm256_storeu_ps(acc + i * GR + 8, a1);
-        }
-        FOR_REFINED(i, m0, mb, b) {
-            __m256i s[2];
-            ws_sums(&w, run, rq + i * KP + b * 32, s);
-            const __m256 dx = _mm256_set1_ps(rdxb[i * BP + b]);
-            __m256 a0 = _mm256_load_ps(racc + i * GR), a1 = _mm256_load_ps(racc + i * GR + 8);
-            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(d0, dx), a0);
-            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), _mm256_mul_ps(d1, dx), a1);
-            const __m256 sx = _mm256_set1_ps(rsxb[i * BP + b]);
-            _mm256_store_ps(racc + i * GR, _mm256_fmadd_ps(f0, sx, a0));
-            _mm256_store_ps(racc + i * GR + 8, _mm256_fmadd_ps(f1, sx, a1));
-        }
+        for (int i = 0; i < mb; i++)
+            ws_row(&w, run, xq + i * KP + b * 32, dxb[i * BP + b], sxb[i * BP + b], d0, d1, f0, f1, 0, acc + i * GR);
+        FOR_REFINED(i, m0, mb, b)
+            ws_row(&w, run, rq + i * KP + b * 32, rdxb[i * BP + b], rsxb[i * BP + b], d0, d1, f0, f1, 0, racc + i * GR);
     }
     if (refining) ws_add(acc, racc, mb);
 }
@@ -811,30 +804,13 @@ LMX_INLINE void ws_groupk(const int five, const uint8_t *g, int64_t K, const pac
             const __m256 dd1 = _mm256_mul_ps(cvt8_h(o + 16), cvt8_u8(o + 64 + 16 * s + 8));
             const __m256 dm0 = _mm256_mul_ps(cvt8_h(o + 32), cvt8_u8(o + 192 + 16 * s));
             const __m256 dm1 = _mm256_mul_ps(cvt8_h(o + 48), cvt8_u8(o + 192 + 16 * s + 8));
-            for (int i = 0; i < mb; i++) {
-                __m256i t[2];
-                ws_sums(&w, five ? 4 : 8, xq + i * KP + u * 256 + s * 32, t);
-                const __m256 dx = _mm256_set1_ps(dxb[i * BP + u * 8 + s]);
-                const __m256 sx = _mm256_set1_ps(sxb[i * BP + u * 8 + s]);
-                __m256 a0 = _mm256_loadu_ps(acc + i * GR), a1 = _mm256_loadu_ps(acc + i * GR + 8);
-                a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[0]), _mm256_mul_ps(dd0, dx), a0);
-                a0 = _mm256_fnmadd_ps(dm0, sx, a0);
-                a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[1]), _mm256_mul_ps(dd1, dx), a1);
-                a1 = _mm256_fnmadd_ps(dm1, sx, a1);
-                _mm256_storeu_ps(acc + i * GR, a0);
-                _mm256_storeu_ps(acc + i * GR + 8, a1);
-            }
-            FOR_REFINED(i, m0, mb, u * 8 + s) {
-                __m256i t[2];
-                ws_sums(&w, five ? 4 : 8, rq + i * KP + u * 256 + s * 32, t);
-                const __m256 dx = _mm256_set1_ps(rdxb[i * BP + u * 8 + s]);
-                const __m256 sx = _mm256_set1_ps(rsxb[i * BP + u * 8 + s]);
-                __m256 a0 = _mm256_load_ps(racc + i * GR), a1 = _mm256_load_ps(racc + i * GR + 8);
-                a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[0]), _mm256_mul_ps(dd0, dx), a0);
-                a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[1]), _mm256_mul_ps(dd1, dx), a1);
-                _mm256_store_ps(racc + i * GR, _mm256_fnmadd_ps(dm0, sx, a0));
-                _mm256_store_ps(racc + i * GR + 8, _mm256_fnmadd_ps(dm1, sx, a1));
-            }
+            const int64_t e = u * 256 + s * 32, bl = u * 8 + s; /* the block's first value and index */
+            for (int i = 0; i < mb; i++)
+                ws_row(&w, five ? 4 : 8, xq + i * KP + e, dxb[i * BP + bl], sxb[i * BP + bl], dd0, dd1, dm0, dm1, 1,
+                       acc + i * GR);
+            FOR_REFINED(i, m0, mb, bl)
+                ws_row(&w, five ? 4 : 8, rq + i * KP + e, rdxb[i * BP + bl], rsxb[i * BP + bl], dd0, dd1, dm0, dm1, 1,
+                       racc + i * GR);
         }
     }
     if (refining) ws_add(acc, racc, mb);
@@ -878,6 +854,18 @@ LMX_INLINE void ws6_acc(float *ar, __m256i t0, __m256i t1, __m256 s0, __m256 s1,
     _mm256_store_ps(ar, v);
 }
 
+/* One activation row (codes x, scale dx, sums of 16 x16) against an unpacked Q6_K block, both halves, into ar[0..15]. */
+LMX_INLINE void ws6_row(const wsbuf_t *w, const int8_t *x, float dx, const float *x16, const __m256 s0[2],
+                        const __m256 s1[2], float *ar) {
+    const __m256 vdx = _mm256_set1_ps(dx);
+    const __m256 n0 = _mm256_set1_ps(-32.0f * x16[0]), n1 = _mm256_set1_ps(-32.0f * x16[1]);
+    for (int h = 0; h < 2; h++) {
+        __m256i t0, t1;
+        ws6_sums(w, h, x, &t0, &t1);
+        ws6_acc(ar + 8 * h, t0, t1, s0[h], s1[h], vdx, n0, n1);
+    }
+}
+
 /* Q6_K: per 32 values, two 16-value halves (k-groups 0..3, 4..7) with their own scales d*sc; the value is
  * s * (code - 32).  The float operations per (row, half) are group_avx2's, in its order. */
 LMX_INLINE void ws_group6(const uint8_t *g, int64_t K, const pact_t *a, int64_t m0, int mb, float *acc) {
@@ -907,28 +895,11 @@ LMX_INLINE void ws_group6(const uint8_t *g, int64_t K, const pact_t *a, int64_t 
                 s0[h] = _mm256_mul_ps(d[h], cvt8_i8(o + 32 + 16 * (2 * s) + 8 * h));
                 s1[h] = _mm256_mul_ps(d[h], cvt8_i8(o + 32 + 16 * (2 * s + 1) + 8 * h));
             }
-            for (int i = 0; i < mb; i++) {
-                const int8_t *x = xq + i * KP + u * 256 + s * 32;
-                const __m256 dx = _mm256_set1_ps(dxb[i * BP + u * 8 + s]);
-                const float *x16 = sx16 + i * 2 * BP + u * 16 + 2 * s;
-                const __m256 n0 = _mm256_set1_ps(-32.0f * x16[0]), n1 = _mm256_set1_ps(-32.0f * x16[1]);
-                for (int h = 0; h < 2; h++) {
-                    __m256i t0, t1;
-                    ws6_sums(&w, h, x, &t0, &t1);
-                    ws6_acc(acc + i * GR + 8 * h, t0, t1, s0[h], s1[h], dx, n0, n1);
-                }
-            }
-            FOR_REFINED(i, m0, mb, u * 8 + s) {
-                const int8_t *x = rq + i * KP + u * 256 + s * 32;
-                const __m256 dx = _mm256_set1_ps(rdxb[i * BP + u * 8 + s]);
-                const float *x16 = rsx16 + i * 2 * BP + u * 16 + 2 * s;
-                const __m256 n0 = _mm256_set1_ps(-32.0f * x16[0]), n1 = _mm256_set1_ps(-32.0f * x16[1]);
-                for (int h = 0; h < 2; h++) {
-                    __m256i t0, t1;
-                    ws6_sums(&w, h, x, &t0, &t1);
-                    ws6_acc(racc + i * GR + 8 * h, t0, t1, s0[h], s1[h], dx, n0, n1);
-                }
-            }
+            const int64_t e = u * 256 + s * 32, bl = u * 8 + s; /* the block's first value and index */
+            for (int i = 0; i < mb; i++)
+                ws6_row(&w, xq + i * KP + e, dxb[i * BP + bl], sx16 + i * 2 * BP + 2 * bl, s0, s1, acc + i * GR);
+            FOR_REFINED(i, m0, mb, bl)
+                ws6_row(&w, rq + i * KP + e, rdxb[i * BP + bl], rsx16 + i * 2 * BP + 2 * bl, s0, s1, racc + i * GR);
         }
     }
     if (refining) ws_add(acc, racc, mb);
