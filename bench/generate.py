@@ -18,9 +18,17 @@ path; compare it with a llama.cpp built without AVX-512:
 ``CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" pip install llama-cpp-python``;
 the features llama.cpp was built with are printed too).
 
+Against the memory-bandwidth limit: every row also gets the bytes of weights it reads per decoded token
+(the GGUF file's tensors for the quantised engines and llama.cpp, the same parameters at 2 / 4 bytes for
+the bfloat16 / float32 ones; the input embedding table counts one row, or whole when it is also the
+output projection), the GB/s its batch-1 decode achieves, and its % of the roofline: the machine's
+streaming bandwidth, measured in the same run (``torch.sum`` over 1 GiB with the run's threads, best
+of several, before and after the engines).  ``--context N[,N2..]`` measures, per engine, the prefill of an
+N-token prompt (tokens/s) and the decode after it (TPOT with the N-token prefix in the cache, reused).
+
 Run: .venv/bin/python bench/generate.py [--model-path FILE.gguf] [--new-tokens 64] [--threads N]
          [--engines libremax:quantized,libremax:bfloat16,libremax:float32,llama.cpp,transformers]
-         [--isa native|all|avx2,avx512,...]
+         [--isa native|all|avx2,avx512,...] [--context 2048]
 llama.cpp's column needs `pip install llama-cpp-python` (it compiles from source, a few minutes).
 For a fair figure run it on a quiet machine (other processes' threads compete for the same cores;
 `chrt -f 20` gives the benchmark priority on a shared Linux box).
@@ -66,20 +74,71 @@ def fixed_text() -> str:
 
 
 def prompt_of(tokenizer_encode, tokenizer_decode, n: int) -> str:
-    """The first ``n`` tokens of the fixed text, as text."""
-    ids = list(tokenizer_encode(fixed_text()))[:n]
+    """The first ``n`` tokens of the fixed text (repeated as often as needed), as text."""
+    ids = list(tokenizer_encode(fixed_text()))
+    ids = (ids * (n // max(len(ids), 1) + 1))[:n]
     return tokenizer_decode(ids)
 
 
+def weight_bytes(path: str) -> dict:
+    """What one decoded token reads of the weights of the GGUF file ``path``: ``quant`` bytes as stored
+    (every tensor but the input embedding table, of which one row; the whole table when the file has no
+    ``output.weight``, i.e. it is also the output projection) and ``params``, the same count of values."""
+    import gguf
+
+    from max.graph.weights.gguf_meta import read_gguf_metadata
+
+    meta = read_gguf_metadata(path)
+    quant = params = 0
+    tied = not any(t.name == "output.weight" for t in meta.tensors)
+    for t in meta.tensors:
+        n_el = 1
+        for d in t.shape:
+            n_el *= int(d)
+        epb, bs = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(t.ggml_type)]
+        nbytes = n_el // epb * bs
+        if t.name == "token_embd.weight" and not tied:
+            rows = int(t.shape[0]) if len(t.shape) > 1 else 1
+            nbytes, n_el = nbytes // rows, n_el // rows
+        quant += nbytes
+        params += n_el
+    return {"quant": quant, "params": params}
+
+
+def engine_weight_bytes(engine: str, wb: dict) -> int:
+    """Weight bytes per decoded token of ``engine`` (see :func:`weight_bytes`)."""
+    if engine in ("libremax:quantized", "llama.cpp"):
+        return wb["quant"]
+    return wb["params"] * (2 if engine in ("libremax:bfloat16", "libremax:float16") else 4)
+
+
+def stream_bandwidth(threads: int) -> float:
+    """The machine's streaming read bandwidth (GB/s): ``torch.sum`` over 1 GiB of float32 with ``threads``
+    threads, best of 7 (after a warm-up pass that also faults the pages in)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    x = torch.ones(1 << 28, dtype=torch.float32)
+    x.sum()
+    best = float("inf")
+    for _ in range(7):
+        t = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - t)
+    return x.numel() * 4 / best / 1e9
+
+
 # ------------------------------------------------------------------------------------------- workers
-def run_libremax(path: str, encoding: str, n: int, prompt_tokens: int, threads: int) -> dict:
+def run_libremax(path: str, encoding: str, n: int, prompt_tokens: int, threads: int,
+                 contexts: tuple[int, ...] = ()) -> dict:
     from max.entrypoints.llm import LLM
     from max.interfaces import SamplingParams
     from max.pipelines import PipelineConfig
 
     t0 = time.perf_counter()
     llm = LLM(PipelineConfig(model_path=path, quantization_encoding=None if encoding == "quantized" else encoding,
-                             max_length=1024, max_batch_size=16, num_threads=threads))
+                             max_length=max([1024, *(c + n + 16 for c in contexts)]), max_batch_size=16,
+                             num_threads=threads))
     load = time.perf_counter() - t0
     tok = llm.tokenizer
     long_prompt = prompt_of(lambda s: tok.encode_sync(s).tolist(), lambda ids: tok.delegate.decode(ids),
@@ -110,18 +169,22 @@ def run_libremax(path: str, encoding: str, n: int, prompt_tokens: int, threads: 
     rss_b1 = peak_rss_mb()  # the same work as llama.cpp's row (load, TTFT, batch 1): no batch-16 KV cache yet
     b16 = run(BATCH_PROMPTS, n)
     text = llm.generate([SHORT_PROMPT], max_new_tokens=16)[0]
+    ctx = {}
+    for c in contexts:  # one request: its TTFT is the prefill of c tokens, its TPOT the decode after them
+        r = run([prompt_of(lambda s: tok.encode_sync(s).tolist(), lambda ids: tok.delegate.decode(ids), c)], n)
+        ctx[str(c)] = {"prefill_s": r["ttft"], "tpot_s": r["tpot"], "prompt_tokens": r["prompt_tokens"]}
     from max.engine import native
 
     return {"load_s": load, "ttft_s": ttft, "tpot_s": b1["tpot"], "tok_s_b1": 1.0 / b1["tpot"],
             "tok_s_b16": b16["tok_s"], "peak_rss_mb": peak_rss_mb(), "peak_rss_b1_mb": rss_b1, "sample": text,
-            "isa": f"{native.isa()} r={native.act_refine()}"}
+            "isa": f"{native.isa()} r={native.act_refine()}", "context": ctx}
 
 
-def run_llama_cpp(path: str, n: int, prompt_tokens: int, threads: int) -> dict:
+def run_llama_cpp(path: str, n: int, prompt_tokens: int, threads: int, contexts: tuple[int, ...] = ()) -> dict:
     from llama_cpp import Llama
 
     t0 = time.perf_counter()
-    llm = Llama(model_path=path, n_ctx=1024, n_threads=threads, n_threads_batch=threads, n_batch=512,
+    llm = Llama(model_path=path, n_ctx=max([1024, *(c + n + 16 for c in contexts)]), n_threads=threads, n_threads_batch=threads, n_batch=512,
                 verbose=False)
     load = time.perf_counter() - t0
     long_prompt = prompt_of(lambda s: llm.tokenize(s.encode(), add_bos=False),
@@ -139,6 +202,15 @@ def run_llama_cpp(path: str, n: int, prompt_tokens: int, threads: int) -> dict:
     total = complete(SHORT_PROMPT, n)
     tpot = (total - first) / (n - 1)
     text = llm.create_completion(SHORT_PROMPT, max_tokens=16, temperature=0.0, top_k=1)["choices"][0]["text"]
+    ctx = {}
+    for c in contexts:
+        p = prompt_of(lambda s: llm.tokenize(s.encode(), add_bos=False),
+                      lambda ids: llm.detokenize(ids).decode("utf-8", "replace"), c)
+        prefill = complete(p, 1)  # the prefill of c tokens (and the first new one)
+        t = time.perf_counter()  # the same prompt again, without reset: its c - 1 first tokens are reused
+        llm.create_completion(p, max_tokens=n, temperature=0.0, top_k=1)
+        tpot = (time.perf_counter() - t) / n  # n single-token steps after the c-token prefix
+        ctx[str(c)] = {"prefill_s": prefill, "tpot_s": tpot, "prompt_tokens": len(llm.tokenize(p.encode(), add_bos=False))}
     try:
         import llama_cpp
 
@@ -150,7 +222,7 @@ def run_llama_cpp(path: str, n: int, prompt_tokens: int, threads: int) -> dict:
     except Exception:  # noqa: BLE001 - older bindings
         isa = "?"
     return {"load_s": load, "ttft_s": ttft, "tpot_s": tpot, "tok_s_b1": 1.0 / tpot, "tok_s_b16": None,
-            "peak_rss_mb": peak_rss_mb(), "sample": text, "isa": isa}
+            "peak_rss_mb": peak_rss_mb(), "sample": text, "isa": isa, "context": ctx}
 
 
 def run_transformers(path: str, n: int, prompt_tokens: int, threads: int) -> dict:
@@ -205,11 +277,14 @@ def run_accuracy(path: str, positions: int, threads: int) -> dict:
 # ------------------------------------------------------------------------------------------- driver
 def worker(args: argparse.Namespace) -> None:
     engine = args.worker
+    contexts = parse_contexts(args.context)
     if engine.startswith("libremax:"):
         res = run_libremax(args.model_path, engine.split(":", 1)[1], args.new_tokens, args.prompt_tokens,
-                           args.threads)
+                           args.threads, contexts)
     elif engine == "llama.cpp":
-        res = run_llama_cpp(args.model_path, args.new_tokens, args.prompt_tokens, args.threads)
+        res = run_llama_cpp(args.model_path, args.new_tokens, args.prompt_tokens, args.threads, contexts)
+    elif engine == "bandwidth":
+        res = {"gb_s": stream_bandwidth(args.threads)}
     elif engine == "transformers":
         res = run_transformers(args.model_path, args.new_tokens, args.prompt_tokens, args.threads)
     elif engine == "accuracy":
@@ -217,6 +292,16 @@ def worker(args: argparse.Namespace) -> None:
     else:
         raise SystemExit(f"unknown engine {engine!r}")
     print("RESULT " + json.dumps(res))
+
+
+def parse_contexts(value: str | None) -> tuple[int, ...]:
+    try:
+        out = tuple(int(v) for v in (value or "").split(",") if v.strip())
+    except ValueError:
+        out = (-1,)
+    if any(c < 1 for c in out):
+        raise SystemExit(f"--context {value!r}: give context lengths in tokens, e.g. 2048 or 512,4096")
+    return out
 
 
 def best_of(a: dict, b: dict | None) -> dict:
@@ -233,6 +318,12 @@ def best_of(a: dict, b: dict | None) -> dict:
     for k in ("peak_rss_mb", "peak_rss_b1_mb"):
         if a.get(k) is not None and b.get(k) is not None:
             out[k] = max(a[k], b[k])
+    ctx = {c: dict(v) for c, v in (a.get("context") or {}).items()}
+    for c, v in (b.get("context") or {}).items():
+        for k in ("prefill_s", "tpot_s"):
+            if c in ctx and ctx[c].get(k) is not None and v.get(k) is not None:
+                ctx[c][k] = min(ctx[c][k], v[k])
+    out["context"] = ctx
     return out
 
 
@@ -241,7 +332,7 @@ def spawn(engine: str, args: argparse.Namespace, isa: str | None = None, refine:
     fraction of refined activation blocks (LIBREMAX_ACT_REFINE)."""
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", engine, "--model-path", args.model_path,
            "--new-tokens", str(args.new_tokens), "--prompt-tokens", str(args.prompt_tokens),
-           "--threads", str(args.threads), "--kl-positions", str(args.kl_positions)]
+           "--threads", str(args.threads), "--kl-positions", str(args.kl_positions), "--context", args.context or ""]
     env = dict(os.environ)
     if isa:
         env["LIBREMAX_NATIVE_ISA"] = isa
@@ -265,6 +356,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="threads for every engine (default: physical cores)")
     ap.add_argument("--engines", default="libremax:quantized,libremax:bfloat16,libremax:float32,llama.cpp,transformers")
     ap.add_argument("--kl-positions", type=int, default=512)
+    ap.add_argument("--context", default=None,
+                    help="context length(s) in tokens, e.g. 2048 or 512,4096: per engine, the prefill of a prompt of "
+                         "that many tokens and the decode after it (the prefix reused)")
     ap.add_argument("--no-accuracy", action="store_true")
     ap.add_argument("--isa", default="native",
                     help="native kernel variant(s) for the libremax rows: 'native' (the best this CPU runs), "
@@ -311,6 +405,9 @@ def main() -> None:
 
         for r in refines:
             _parse_act_refine(r)  # a clear error before anything runs
+    contexts = parse_contexts(args.context)
+    wb = weight_bytes(args.model_path)
+    bw0 = spawn("bandwidth", args)  # the machine's streaming bandwidth, before and after the engines
     runs: list[tuple[str, str, str | None, str | None]] = []  # (row, engine, isa, refine)
     for e in engines:
         if e == "libremax:quantized":
@@ -324,6 +421,9 @@ def main() -> None:
         for row, e, v, r in runs:
             res = spawn(e, args, v, r)
             results[row] = res if rnd == 0 or results.get(row) is None else best_of(results[row], res)
+    bw1 = spawn("bandwidth", args)
+    bws = [b["gb_s"] for b in (bw0, bw1) if b]
+    bw = max(bws) if bws else None
     accs = {} if args.no_accuracy else {(v, r): spawn("accuracy", args, v, r) for v in isas for r in refines}
     sys.path.insert(0, HERE)
     from _common import table
@@ -343,6 +443,40 @@ def main() -> None:
            "RSS to b1"))
     lc = results.get("llama.cpp")
     hf = results.get("transformers")
+    engine_of = {row: e for row, e, _, _ in runs}
+    rows = []
+    for name, r in results.items():
+        if r is None or not r.get("tpot_s"):
+            continue
+        nb = engine_weight_bytes(engine_of[name], wb)
+        gbs = nb / r["tpot_s"] / 1e9
+        rows.append((name, r.get("isa", "-"), f"{nb / 1e6:.0f} MB", f"{r['tpot_s'] * 1e3:.2f} ms", f"{gbs:.1f}",
+                     f"{gbs / bw * 100:.0f} %" if bw else "-",
+                     f"{lc['tpot_s'] / r['tpot_s']:.2f}x" if lc and name != "llama.cpp" else "-"))
+        r["weight_bytes_per_token"], r["decode_gb_s"] = nb, gbs
+        r["roofline_pct"] = gbs / bw * 100 if bw else None
+    table(f"against the memory-bandwidth limit: streaming bandwidth {bw:.1f} GB/s "
+          f"(torch.sum over 1 GiB, {args.threads} threads; {', '.join(f'{b:.1f}' for b in bws)} before / after)"
+          if bw else "against the memory-bandwidth limit (streaming bandwidth not measured)", rows,
+          ("engine", "kernels", "weights / token", "TPOT b1", "GB/s", "% of roofline", "decode vs llama.cpp"))
+    for c in contexts:
+        rows = []
+        lcc = (lc or {}).get("context", {}).get(str(c))
+        for name, r in results.items():
+            v = (r or {}).get("context", {}).get(str(c))
+            if not v or not v.get("tpot_s"):
+                continue
+            nb = engine_weight_bytes(engine_of[name], wb)
+            rows.append((name, r.get("isa", "-"), v["prompt_tokens"], f"{v['prefill_s']:.2f} s",
+                         f"{v['prompt_tokens'] / v['prefill_s']:.1f}",
+                         f"{lcc['prefill_s'] / v['prefill_s']:.2f}x" if lcc and name != "llama.cpp" else "-",
+                         f"{v['tpot_s'] * 1e3:.2f} ms", f"{nb / v['tpot_s'] / 1e9:.1f}",
+                         f"{nb / v['tpot_s'] / 1e9 / bw * 100:.0f} %" if bw else "-",
+                         f"{lcc['tpot_s'] / v['tpot_s']:.2f}x" if lcc and name != "llama.cpp" else "-"))
+        table(f"after a {c}-token context: prefill of the prompt, then {args.new_tokens} decoded tokens with it "
+              "in the cache (ratios: llama.cpp's time / this row's)", rows,
+              ("engine", "kernels", "prompt tokens", "prefill", "prefill tok/s", "prefill vs llama.cpp",
+               "TPOT", "GB/s (weights)", "% of roofline", "decode vs llama.cpp"))
     for v, r in [(v, r) for v in isas for r in refines]:
         q = results.get(f"libremax:quantized @{v}" + (f" r={r}" if r is not None else ""))
         f32 = results.get(f"libremax:float32 @{v}") if r == refines[0] else None
@@ -367,7 +501,8 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"results": results, "accuracy": {f"{v} r={r}": a for (v, r), a in accs.items()}, "model": args.model_path, "threads": args.threads,
-                       "cpu": cpu_isa()}, f, indent=1)
+                       "cpu": cpu_isa(), "bandwidth_gb_s": bw, "bandwidth_samples_gb_s": bws,
+                       "weight_bytes": wb}, f, indent=1)
 
 
 if __name__ == "__main__":
