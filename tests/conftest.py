@@ -6,6 +6,8 @@
 - ``tempfile`` in the test process writes under one folder per process, removed when the process
   ends: the cached tiny checkpoints (``tempfile.mkdtemp`` in the support modules) do not pile up in
   the system's temporary directory run after run.
+- The packed-weight cache (``LIBREMAX_PACK_CACHE``) lives in that folder too (unless the environment
+  sets it): the GGUF files the tests write do not leave packed copies in the user's cache.
 - Hypothesis: a bounded profile so the suite fits CI (2 cores, < 20 min);
   ``HYPOTHESIS_PROFILE=thorough`` draws more examples.
 """
@@ -19,6 +21,7 @@ import pytest
 
 tempfile.tempdir = tempfile.mkdtemp(prefix="libremax-tests-")
 atexit.register(shutil.rmtree, tempfile.tempdir, True)
+os.environ.setdefault("LIBREMAX_PACK_CACHE", os.path.join(tempfile.tempdir, "packed-weights"))
 
 try:
     from hypothesis import HealthCheck, settings

@@ -105,6 +105,33 @@ def test_resident_weights_agree_with_the_dequantized_model(kind, tiny256, tmp_pa
             assert np.abs(got - ref).max() <= 1e-3 * span, kind
 
 
+def test_packed_weight_cache_gives_the_same_logits(tiny256, tmp_path, monkeypatch):
+    """A Q4_K_M-style file (Q4_K, Q6_K, Q8_0 weights) loaded three times: the first load packs and fills the
+    packed-weight cache, the second maps every packed weight from it, the third runs without it
+    (LIBREMAX_PACK_CACHE=0): the same logits, bit for bit."""
+    from max.engine.native import pack_cache
+
+    model, tok, _ = tiny256
+    path = tmp_path / "tiny-cache-Q4_K.gguf"
+    write_gguf(path, model, tok, "Q4_K")
+    ids = _ids(tok, 32)
+    monkeypatch.setenv("LIBREMAX_PACK_CACHE", str(tmp_path / "packed"))
+    pack_cache._forget()
+    s0 = pack_cache.stats()
+    cold = teacher_forced_logits(str(path), ids, None)
+    pack_cache.flush()
+    s1 = pack_cache.stats()
+    assert s1["misses"] > s0["misses"] and s1["stored"] - s0["stored"] == s1["misses"] - s0["misses"]
+    pack_cache._forget()
+    warm = teacher_forced_logits(str(path), ids, None)
+    s2 = pack_cache.stats()
+    assert s2["hits"] - s1["hits"] == s1["misses"] - s0["misses"] and s2["misses"] == s1["misses"]
+    monkeypatch.setenv("LIBREMAX_PACK_CACHE", "0")
+    off = teacher_forced_logits(str(path), ids, None)
+    assert np.array_equal(cold, off) and np.array_equal(warm, off)
+    pack_cache._forget()
+
+
 def test_exact_mode_matches_the_dequantized_model(tiny256, tmp_path, monkeypatch):
     """LIBREMAX_QMATMUL=exact: float32 activations times the dequantised tiles -- the float32 result."""
     model, tok, _ = tiny256

@@ -110,6 +110,10 @@ def _declare(so: ctypes.CDLL) -> None:
     so.lmx_moe_ffn.restype = _INT
     so.lmx_simd.argtypes = []
     so.lmx_simd.restype = ctypes.c_char_p
+    so.lmx_pack_layout.argtypes = []
+    so.lmx_pack_layout.restype = ctypes.c_char_p
+    so.lmx_checksum.argtypes = [_P, _I64]
+    so.lmx_checksum.restype = ctypes.c_uint64
     so.lmx_set_act_refine.argtypes = [_INT, _INT]
     so.lmx_set_act_refine.restype = None
     so.lmx_act_refine_fraction.argtypes = []
@@ -246,16 +250,26 @@ def pack(blocks: torch.Tensor, kind: int, n: int, k: int) -> torch.Tensor:
     """Repack GGML blocks ``[n, row_bytes]`` (uint8) into the interleaved layout (a new 1-D uint8 tensor).
 
     Blocks that view a mapped checkpoint are packed a few MB of rows at a time (whole 16-row groups: the
-    packed layout is group-major), each chunk's file pages dropped from the resident set once packed."""
+    packed layout is group-major), each chunk's file pages dropped from the resident set once packed.
+    Those of a whole-file mapping registered with its file (a GGUF checkpoint's) go through the
+    packed-weight cache (``pack_cache``): the packing of a previous load is mapped from disk when the
+    file, the tensor and the layout are the same (``LIBREMAX_PACK_CACHE=0``: off)."""
     from max.graph.weights import mapped
+
+    from max.engine.native import pack_cache
 
     so = lib()
     assert so is not None
     src = blocks if blocks.is_contiguous() else blocks.contiguous()
-    out = torch.empty(packed_nbytes(kind, n, k), dtype=torch.uint8)
+    nbytes = packed_nbytes(kind, n, k)
     row_bytes = int(src.shape[-1]) if src.dim() == 2 else src.numel() // n
-    ptr, dst = src.data_ptr(), out.data_ptr()
+    ptr = src.data_ptr()
     in_file = src.data_ptr() == blocks.data_ptr() and mapped.contains(ptr, n * row_bytes)
+    cached, store = pack_cache.lookup(ptr, kind, n, k, row_bytes, nbytes) if in_file else (None, None)
+    if cached is not None:
+        return cached
+    out = torch.empty(nbytes, dtype=torch.uint8)
+    dst = out.data_ptr()
     rows = n if not in_file else max(16, PACK_CHUNK_BYTES // max(row_bytes, 1) // 16 * 16)
     group_bytes = packed_nbytes(kind, 16, k)
     for r0 in range(0, n, rows):
@@ -265,6 +279,8 @@ def pack(blocks: torch.Tensor, kind: int, n: int, k: int) -> torch.Tensor:
             raise RuntimeError(f"native pack failed with code {rc} (kind {kind}, shape {n}x{k})")
         if in_file:  # done with these pages of the mapped checkpoint
             mapped.drop_pages(ptr + r0 * row_bytes, m * row_bytes)
+    if store is not None:
+        store(out)
     return out
 
 

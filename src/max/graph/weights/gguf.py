@@ -124,10 +124,13 @@ class _GGUFStore(WeightStore):
         self._reader = None
         self.raw_tensors = {}
         self.unsupported = {}
+        before = mapped.file_identity(path)
         mm = np.memmap(path, dtype=np.uint8, mode="c")
         self._mm = mm
-        # never written: repacking consumers may drop the pages they read (see mapped.py)
-        mapped.register(mm.ctypes.data, mm.nbytes)
+        # never written: repacking consumers may drop the pages they read, and key what they derive by the
+        # file (see mapped.py) -- unless it changed while it was being mapped
+        ident = mapped.file_identity(path)
+        mapped.register(mm.ctypes.data, mm.nbytes, path, ident if ident == before else None)
         weakref.finalize(self, mapped.unregister, mm.ctypes.data)
         infos: dict[str, TensorInfo] = {}
         spans = []

@@ -26,10 +26,17 @@
  * Codes are unsigned; the value is  scale * code + offset  with
  *   Q4_0: d, -8d    Q4_1: d, m    Q5_0: d, -16d    Q5_1: d, m    Q8_0: d, -128d
  *   Q4_K/Q5_K: d*sc, -dmin*mn per 32    Q6_K: d*sc, -32*d*sc per 16
+ *
+ * LMX_PACK_LAYOUT names this layout in the packed-weight cache's keys (native/pack_cache.py): change it
+ * whenever what lmx_pack writes changes (tests/engine/test_pack_cache.py pins the bytes of one weight per kind).
  */
 #include "common.h"
 
 #define GR 16 /* rows per group */
+#define LMX_PACK_LAYOUT "g16-1"
+
+/* The name of the layout lmx_pack writes (a variant with another layout would name its own). */
+LMX_API const char *lmx_pack_layout(void) { return LMX_PACK_LAYOUT; }
 
 static int packable(int kind) {
     switch (kind) {
@@ -170,6 +177,59 @@ LMX_API int lmx_pack(int kind, const uint8_t *src, int64_t N, int64_t K, int64_t
         pack_group(kind, src + g * GR * src_row_bytes, rows, src_row_bytes, K, dst + g * gbytes);
     }
     return 0;
+}
+
+/* A 64-bit checksum of n bytes, the packed-weight cache's integrity check against damaged or truncated files
+ * (not a cryptographic hash: the cache's keys are the source file's sha256).  Each 1 MiB chunk is summed in
+ * 8 lanes of 64-bit words, Fletcher style (s1 += w; s2 += s1: a changed word changes s1, a moved one s2;
+ * plain additions, so it runs at memory speed), in parallel; the chunks' sums are mixed in order, so the
+ * value does not depend on the thread count. */
+static uint64_t mix64(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    return h ^ (h >> 33);
+}
+
+static uint64_t chunk_checksum(const uint8_t *p, int64_t n, uint64_t seed) {
+    uint64_t s1[8] = {0}, s2[8] = {0};
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        for (int l = 0; l < 8; l++) {
+            uint64_t w;
+            memcpy(&w, p + i + 8 * l, 8);
+            s1[l] += w;
+            s2[l] += s1[l];
+        }
+    uint64_t h = mix64(seed ^ ((uint64_t)n << 1));
+    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001B3ULL;
+    for (int l = 0; l < 8; l++) h = mix64(h ^ s1[l]) ^ mix64(h + s2[l] + (uint64_t)l);
+    return h;
+}
+
+#define CK_CHUNK ((int64_t)1 << 20)
+
+LMX_API uint64_t lmx_checksum(const uint8_t *p, int64_t n) {
+    if (n <= 0) return mix64(0);
+    const int64_t nc = (n + CK_CHUNK - 1) / CK_CHUNK;
+    uint64_t *cs = (uint64_t *)malloc((size_t)nc * 8);
+    uint64_t h = mix64((uint64_t)n ^ 0x5bd1e995ULL);
+    if (!cs) { /* no memory for the chunk sums: the same value, one chunk at a time */
+        for (int64_t c = 0; c < nc; c++) {
+            const int64_t off = c * CK_CHUNK, len = n - off < CK_CHUNK ? n - off : CK_CHUNK;
+            h = mix64(h ^ chunk_checksum(p + off, len, (uint64_t)c));
+        }
+        return h;
+    }
+#pragma omp parallel for schedule(static) if (nc > 4)
+    for (int64_t c = 0; c < nc; c++) {
+        const int64_t off = c * CK_CHUNK, len = n - off < CK_CHUNK ? n - off : CK_CHUNK;
+        cs[c] = chunk_checksum(p + off, len, (uint64_t)c);
+    }
+    for (int64_t c = 0; c < nc; c++) h = mix64(h ^ cs[c]);
+    free(cs);
+    return h;
 }
 
 /* ---------------------------------------------------------------- unpacking (for tests and gathers) */
