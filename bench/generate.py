@@ -10,8 +10,9 @@ teacher-forced positions of a fixed English text, the mean KL divergence of the 
 and the top-1 agreement.
 
 The native kernels come in one variant per ISA (avx512, avxvnni, avx2, neondot, neon, generic); the
-header names this CPU's SIMD features and the variant each libremax row ran (with ``r=``, the fraction of
-refined activation blocks; ``--act-refine 1/4,0`` runs the quantised rows once per value).  ``--isa all``
+header names this CPU's SIMD features and the variant each libremax row ran (with ``r=``, the largest fraction of
+refined activation blocks, and ``t=``, the threshold that picks them; ``--act-refine 1/4,0`` runs the quantised
+rows once per value).  ``--isa all``
 runs every libremax engine (and the accuracy check) once per variant this CPU can execute, each beside the same
 llama.cpp and transformers rows; ``--isa avx2`` forces one (on an AVX-512 host that measures the AVX2
 path; compare it with a llama.cpp built without AVX-512:
@@ -177,7 +178,7 @@ def run_libremax(path: str, encoding: str, n: int, prompt_tokens: int, threads: 
 
     return {"load_s": load, "ttft_s": ttft, "tpot_s": b1["tpot"], "tok_s_b1": 1.0 / b1["tpot"],
             "tok_s_b16": b16["tok_s"], "peak_rss_mb": peak_rss_mb(), "peak_rss_b1_mb": rss_b1, "sample": text,
-            "isa": f"{native.isa()} r={native.act_refine()}", "context": ctx}
+            "isa": f"{native.isa()} r={native.act_refine()} t={native.act_refine_threshold():g}", "context": ctx}
 
 
 def run_llama_cpp(path: str, n: int, prompt_tokens: int, threads: int, contexts: tuple[int, ...] = ()) -> dict:

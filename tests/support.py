@@ -91,7 +91,7 @@ def isa_params() -> list:
             for v in build.VARIANTS]
 
 
-def q8_activation_reference(x: np.ndarray, w: np.ndarray, refine: Any = None) -> np.ndarray:
+def q8_activation_reference(x: np.ndarray, w: np.ndarray, refine: Any = None, threshold: Any = None) -> np.ndarray:
     """float64 ``x @ w.T`` with x quantised as the native quantised matmul does: per 32 values of each
     row, scale d = max|x| / 127 and codes round(x / d) (round half to even) clipped to [-127, 127].
 
@@ -99,7 +99,8 @@ def q8_activation_reference(x: np.ndarray, w: np.ndarray, refine: Any = None) ->
     again the same way and added (the packed kernels' refined codes, csrc/qmatmul.c): those with the
     largest d, ties to the lower index, ``ceil(fraction * blocks)`` of them and at least one.  None: the
     kernels' current setting (``native.act_refine()``); 0 for the unpacked GGML-layout kernels, which do not
-    refine."""
+    refine.  ``threshold`` t > 0 (None: ``native.act_refine_threshold()``): when that count is below the row's
+    blocks, only the blocks with d^2 >= t * mean(d^2) of the row are refined, the largest of them if more."""
     x = np.asarray(x, np.float32)
     lead, k = x.shape[:-1], x.shape[-1]
     xb = x.reshape(-1, k // 32, 32)
@@ -125,6 +126,16 @@ def q8_activation_reference(x: np.ndarray, w: np.ndarray, refine: Any = None) ->
         chosen = np.argsort(-val, axis=1, kind="stable")[:, :take]
         mask = np.zeros(val.shape, bool)
         np.put_along_axis(mask, chosen, True, axis=1)
+        if threshold is None:
+            from max.engine import native
+
+            threshold = native.act_refine_threshold()
+        t = float(np.float32(threshold))
+        if t > 0 and take < n:
+            e2 = val.astype(np.float64) ** 2
+            tot = e2.sum(1, keepdims=True)
+            above = (e2 >= t * tot / n) & (tot > 0)
+            mask = np.where(above.sum(1, keepdims=True) > take, mask, above)
         xq = xq + np.where(mask[..., None], q2.astype(np.float64) * d2.astype(np.float64), 0.0)
     return xq.reshape(*lead, k) @ np.asarray(w, np.float64).T
 

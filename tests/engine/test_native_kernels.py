@@ -632,6 +632,88 @@ def test_refined_codes_approach_float_activations(isa, kind, act_refine):
     assert err[1] < err[native.ACT_REFINE_DEFAULT] < err[0], err
 
 
+@pytest.fixture
+def act_refine_threshold():
+    """``native.set_act_refine_threshold`` for one test; the setting before it is restored after it."""
+    before = native.act_refine_threshold()
+    yield native.set_act_refine_threshold
+    native.set_act_refine_threshold(before)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K", "Q4_0", "Q8_0"])
+def test_refinement_threshold_refines_the_outlier_blocks(isa, kind, act_refine, act_refine_threshold):
+    """With a threshold t a row refines only the blocks whose squared scale is >= t x its mean (at most the
+    fraction, the largest): rows with a few outlier blocks refine those (the result is the reference's with
+    exactly those blocks refined), flat rows refine none (the 8-bit result, bit for bit), and fraction 1
+    still refines every block; act_refine_stats counts what was refined."""
+    so = native.lib(isa)
+    n, k = 40, 2048  # 64 blocks: the outliers stay below the fraction's cap of 16
+    b = blocks(kind, n, k, 3)
+    w = deq(kind, b, n, k).astype(np.float64)
+    rng = np.random.default_rng(4)
+    flat = rng.uniform(-1, 1, (2, k)).astype(np.float32)
+    flat[:, ::32] = 1.0  # every block's max |x| is 1: equal scales, none above 2x the mean
+    spiky = rng.standard_normal((3, k)).astype(np.float32)
+    spiky[0, 5] = 40.0
+    spiky[1, [3, 70, 200]] = [-25.0, 30.0, 60.0]
+    spiky[2, 33] = 9.0
+    x = np.concatenate([flat, spiky])
+    code = native.GGML_KINDS[kind]
+    plan = native.MatmulPlan([native.pack(torch.from_numpy(b), code, n, k)], [code], ["packed"], [n], k, so=so)
+    exact = x.astype(np.float64) @ w.T
+    act_refine(native.ACT_REFINE_DEFAULT)
+    act_refine_threshold(2.0)
+    native.act_refine_stats(reset=True)
+    if so is not native.lib():  # the stats are the default variant's
+        so.lmx_act_refine_stats((ctypes.c_int64 * 2)(), 1)
+    y = plan(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(y, q8_activation_reference(x, w, native.ACT_REFINE_DEFAULT, 2.0), rtol=2e-5,
+                               atol=2e-5 * np.abs(exact).max())
+    if so is native.lib():
+        refined, seen = native.act_refine_stats()
+        assert seen == x.shape[0] * (k // 32)
+        # the outlier blocks (row 0: one, row 1: three, row 2: one) and few others; the flat rows none
+        d = np.abs(x.reshape(x.shape[0], -1, 32)).max(-1) / 127
+        sel = [np.flatnonzero((r ** 2) >= 2 * (r ** 2).mean()) for r in d]
+        assert refined == sum(len(v) for v in sel) and len(sel[0]) == len(sel[1]) == 0, (refined, sel)
+        assert {0} <= set(sel[2]) and {0, 2, 6} <= set(sel[3]) and {1} <= set(sel[4]) and refined <= 8, sel
+    y_flat = plan(torch.from_numpy(flat)).numpy()
+    act_refine(0)
+    assert np.array_equal(y_flat, plan(torch.from_numpy(flat)).numpy())  # flat rows: nothing refined
+    act_refine(1)
+    full = plan(torch.from_numpy(x)).numpy()
+    act_refine_threshold(0)
+    assert np.array_equal(full, plan(torch.from_numpy(x)).numpy())  # fraction 1: every block, whatever t
+
+
+def test_act_refine_threshold_setting(act_refine_threshold):
+    """LIBREMAX_ACT_REFINE_THRESHOLD / native.set_act_refine_threshold: a number >= 0, applied to every loaded
+    variant; anything else is refused naming the variable."""
+    for value, want in (("2", 2.0), (" 1.5 ", 1.5), (0, 0.0), ("0", 0.0)):
+        act_refine_threshold(value)
+        assert native.act_refine_threshold() == want
+        assert native.lib().lmx_act_refine_threshold() == want
+    for bad in ("lots", "-1", "inf", "nan", ""):
+        with pytest.raises(ValueError, match="LIBREMAX_ACT_REFINE_THRESHOLD.*>= 0"):
+            act_refine_threshold(bad)
+    assert native.act_refine_threshold() == 0.0
+
+
+def test_act_refine_threshold_environment():
+    import os
+    import subprocess
+    import sys
+
+    code = "from max.engine import native; so = native.lib(); print(native.act_refine_threshold(), so.lmx_act_refine_threshold())"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "LIBREMAX_ACT_REFINE_THRESHOLD": "3"})
+    assert r.returncode == 0 and r.stdout.split() == ["3.0", "3.0"], r.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={k: v for k, v in os.environ.items() if k != "LIBREMAX_ACT_REFINE_THRESHOLD"})
+    assert r.returncode == 0 and r.stdout.split() == [str(native.ACT_REFINE_THRESHOLD_DEFAULT)] * 2, r.stderr[-2000:]
+
+
 def test_act_refine_setting(act_refine):
     """LIBREMAX_ACT_REFINE / native.set_act_refine: a fraction in [0, 1] (decimal or a/b), applied to every
     loaded variant; anything else is refused naming the variable and the range."""

@@ -21,8 +21,9 @@ from max.engine.native.build import NativeBuildError, choose, library_path, runn
 from max.graph.quantization.codec import register_quantizer
 from max.graph.quantization.formats import FORMATS, by_ggml_id, quantizable_on_load
 
-__all__ = ["ACT_REFINE_DEFAULT", "GGML_KINDS", "MatmulPlan", "NativeBuildError", "act_refine", "available", "dense_kind", "glu", "isa", "lib", "pack",
-           "packable", "packed_nbytes", "packed_row", "qmatmul", "rmsnorm", "runnable", "set_act_refine"]
+__all__ = ["ACT_REFINE_DEFAULT", "ACT_REFINE_THRESHOLD_DEFAULT", "GGML_KINDS", "MatmulPlan", "NativeBuildError", "act_refine",
+           "act_refine_stats", "act_refine_threshold", "available", "dense_kind", "glu", "isa", "lib", "pack", "packable", "packed_nbytes",
+           "packed_row", "qmatmul", "rmsnorm", "runnable", "set_act_refine", "set_act_refine_threshold"]
 
 # gguf GGMLQuantizationType values of the kinds the kernels read (every loadable row of the format table).
 GGML_KINDS = {f.name: f.ggml_id for f in FORMATS if f.loadable and f.ggml_id is not None}
@@ -114,6 +115,12 @@ def _declare(so: ctypes.CDLL) -> None:
     so.lmx_pack_layout.restype = ctypes.c_char_p
     so.lmx_checksum.argtypes = [_P, _I64]
     so.lmx_checksum.restype = ctypes.c_uint64
+    so.lmx_set_act_refine_threshold.argtypes = [_F]
+    so.lmx_set_act_refine_threshold.restype = None
+    so.lmx_act_refine_threshold.argtypes = []
+    so.lmx_act_refine_threshold.restype = _F
+    so.lmx_act_refine_stats.argtypes = [_P, _INT]
+    so.lmx_act_refine_stats.restype = None
     so.lmx_set_act_refine.argtypes = [_INT, _INT]
     so.lmx_set_act_refine.restype = None
     so.lmx_act_refine_fraction.argtypes = []
@@ -157,6 +164,7 @@ def lib(isa: str | None = None) -> ctypes.CDLL | None:
             so = None
         if so is not None:
             so.lmx_set_act_refine(*_act_refine)
+            so.lmx_set_act_refine_threshold(_act_refine_thr)
         _libs[isa] = so
         return so
 
@@ -180,8 +188,9 @@ _act_refine = _parse_act_refine(os.environ.get("LIBREMAX_ACT_REFINE") or ACT_REF
 
 
 def act_refine() -> Fraction:
-    """The fraction of each activation row's 32-value blocks (those with the largest scales) whose quantisation
-    residual gets a second set of 8-bit codes in the quantised matmuls (``LIBREMAX_ACT_REFINE``; 0: off)."""
+    """The largest fraction of each activation row's 32-value blocks (those with the largest scales) whose
+    quantisation residual gets a second set of 8-bit codes in the quantised matmuls (``LIBREMAX_ACT_REFINE``;
+    0: off); :func:`act_refine_threshold` picks which of them (by default only the outlier blocks)."""
     return Fraction(*_act_refine)
 
 
@@ -192,6 +201,55 @@ def set_act_refine(value: "str | float | Fraction") -> None:
     for so in _libs.values():
         if so is not None:
             so.lmx_set_act_refine(*_act_refine)
+            so.lmx_set_act_refine_threshold(_act_refine_thr)
+
+
+ACT_REFINE_THRESHOLD_DEFAULT = 2.0
+
+
+def _parse_act_refine_threshold(value: "str | float") -> float:
+    try:
+        t = float(value.strip() if isinstance(value, str) else value)
+    except (ValueError, TypeError):
+        t = float("nan")
+    if not (t >= 0 and t < float("inf")):
+        raise ValueError(f"LIBREMAX_ACT_REFINE_THRESHOLD={value!r}: give a number >= 0: a row refines only its blocks "
+                         "whose squared scale is at least that many times the row's mean (0: the fixed fraction "
+                         f"LIBREMAX_ACT_REFINE of every row; default {ACT_REFINE_THRESHOLD_DEFAULT})")
+    return t
+
+
+_act_refine_thr = _parse_act_refine_threshold(os.environ.get("LIBREMAX_ACT_REFINE_THRESHOLD")
+                                              or ACT_REFINE_THRESHOLD_DEFAULT)
+
+
+def act_refine_threshold() -> float:
+    """Which blocks of a row get refined codes (``LIBREMAX_ACT_REFINE_THRESHOLD``): with t > 0 only those whose
+    squared scale is at least t times the mean over the row's blocks -- those that hold most of the row's
+    8-bit quantisation error -- and at most :func:`act_refine` of them (the largest); 0: always that fraction.
+    Ignored when the fraction is 1 (every block refined)."""
+    return _act_refine_thr
+
+
+def set_act_refine_threshold(value: "str | float") -> None:
+    """Set :func:`act_refine_threshold` for every loaded kernel variant and those loaded later."""
+    global _act_refine_thr
+    _act_refine_thr = _parse_act_refine_threshold(value)
+    for so in _libs.values():
+        if so is not None:
+            so.lmx_set_act_refine_threshold(_act_refine_thr)
+
+
+def act_refine_stats(reset: bool = False) -> tuple[int, int]:
+    """``(refined, seen)``: activation blocks that got refined codes, of those quantised for the packed
+    matmuls, since the last reset (this process, the default kernel variant; approximate when several
+    threads run matmuls at once)."""
+    so = lib()
+    if so is None:
+        return 0, 0
+    out = (ctypes.c_int64 * 2)()
+    so.lmx_act_refine_stats(out, int(reset))
+    return int(out[0]), int(out[1])
 
 
 def isa() -> str:

@@ -296,8 +296,9 @@ LMX_INLINE void lmx_kquant_codes(int kind, const uint8_t *b, uint8_t u[256]) {
 int lmx_num_threads(void);
 
 /* Refined activation codes (qmatmul.c, read by the packed kernels in qpacked.c).  Per activation row, the
- * 32-value blocks with the largest scales (a fixed fraction of them, lmx_set_act_refine) carry a second set of
- * 8-bit codes: those of the residual x - d q of the first codes, with their own scale.  The kernels add, for
+ * 32-value blocks with the largest scales (at most a fraction of them, lmx_set_act_refine; with a threshold t > 0,
+ * lmx_set_act_refine_threshold, only those whose squared scale is at least t times the row's mean: the blocks
+ * that hold most of the row's quantisation error) carry a second set of 8-bit codes: those of the residual x - d q of the first codes, with their own scale.  The kernels add, for
  * each selected block, the sums of its residual codes (in a separate accumulator of the row, added to the row's
  * result at the end), reusing the unpacked weight codes: about 16 bits of precision where the 8-bit codes lose
  * most.  The selection depends on

@@ -200,6 +200,25 @@ LMX_API void lmx_set_act_refine(int num, int den) {
     refine_den = den;
 }
 
+/* With t > 0 a row refines only its blocks whose squared scale d^2 is at least t times the mean of d^2 over the
+ * row's blocks (still at most refine_count of them, the largest): the 8-bit codes' error in a block is
+ * proportional to d, so those blocks carry most of the row's error (the outliers), and a row without outliers
+ * refines few blocks or none.  0: the fixed fraction (refine_count blocks of every row). */
+static float refine_thr = 2.0f;
+
+LMX_API void lmx_set_act_refine_threshold(float t) { refine_thr = t > 0.0f ? t : 0.0f; }
+
+LMX_API float lmx_act_refine_threshold(void) { return refine_thr; }
+
+/* Blocks refined and blocks seen by lmx_act_refine since the last reset (approximate under concurrent calls). */
+static int64_t refine_seen[2];
+
+LMX_API void lmx_act_refine_stats(int64_t *out, int reset) {
+    out[0] = refine_seen[0];
+    out[1] = refine_seen[1];
+    if (reset) refine_seen[0] = refine_seen[1] = 0;
+}
+
 /* refine_num / refine_den as a double (0 when off). */
 LMX_API double lmx_act_refine_fraction(void) { return (double)refine_num / (double)refine_den; }
 
@@ -251,6 +270,7 @@ int lmx_act_refine(int64_t M, int64_t K, const float *x, int64_t xs, const int8_
                    int64_t KP, int64_t BP, int nt, lmx_refine_t *out) {
     memset(out, 0, sizeof *out);
     const int64_t nb = K / 32, k32 = refine_count(nb);
+    const float thr = refine_thr;
     if (!k32 || M <= 0) return 0;
     const size_t abytes = act_bytes(M, K);
     const int nts = nt > 0 ? nt : 1;
@@ -281,13 +301,28 @@ int lmx_act_refine(int64_t M, int64_t K, const float *x, int64_t xs, const int8_
                 for (int j = 0; j < 32; j++) rr[b * 32 + j] = xr[b * 32 + j] - d[b] * (float)q[b * 32 + j];
             act_row(&r, rr, m);
             memset(fl + m * BP + nb, 0, (size_t)(BP - nb));
-            select_top(d, nb, k32, tmp, fl + m * BP);
+            if (thr > 0.0f && k32 < nb) {
+                double e = 0.0;
+                for (int64_t b = 0; b < nb; b++) e += (double)d[b] * (double)d[b];
+                const double t2 = (double)thr * e / (double)nb;
+                int64_t above = 0;
+                for (int64_t b = 0; b < nb; b++) above += e > 0.0 && (double)d[b] * (double)d[b] >= t2;
+                if (above > k32) /* the largest k32 of them: the largest k32 of the row */
+                    select_top(d, nb, k32, tmp, fl + m * BP);
+                else
+                    for (int64_t b = 0; b < nb; b++) fl[m * BP + b] = e > 0.0 && (double)d[b] * (double)d[b] >= t2;
+            } else
+                select_top(d, nb, k32, tmp, fl + m * BP);
         }
     }
     memset(rows, 0, mbytes);
+    int64_t any = 0;
     for (int64_t m = 0; m < M; m++)
         for (int64_t b = 0; b < nb; b++)
-            if (fl[m * BP + b]) rows[b * rw + (m >> 6)] |= (uint64_t)1 << (m & 63);
+            if (fl[m * BP + b]) rows[b * rw + (m >> 6)] |= (uint64_t)1 << (m & 63), any++;
+    refine_seen[0] += any;
+    refine_seen[1] += M * nb;
+    if (!any) return 0; /* no row refines a block (the threshold): the kernels skip the refinement altogether */
     out->rows = rows;
     out->rw = rw;
     out->rq = r.xq;
