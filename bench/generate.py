@@ -210,8 +210,9 @@ def run_llama_cpp(path: str, n: int, prompt_tokens: int, threads: int, contexts:
         prefill = complete(p, 1)  # the prefill of c tokens (and the first new one)
         t = time.perf_counter()  # the same prompt again, without reset: its c - 1 first tokens are reused
         llm.create_completion(p, max_tokens=n, temperature=0.0, top_k=1)
-        tpot = (time.perf_counter() - t) / n  # n single-token steps after the c-token prefix
-        ctx[str(c)] = {"prefill_s": prefill, "tpot_s": tpot, "prompt_tokens": len(llm.tokenize(p.encode(), add_bos=False))}
+        ctx_tpot = (time.perf_counter() - t) / n  # n single-token steps after the c-token prefix
+        ctx[str(c)] = {"prefill_s": prefill, "tpot_s": ctx_tpot,
+                       "prompt_tokens": len(llm.tokenize(p.encode(), add_bos=False))}
     try:
         import llama_cpp
 
