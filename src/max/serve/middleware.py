@@ -127,7 +127,9 @@ async def _bounded_body(scope: Any, receive: Any, limit: Any) -> tuple[Any, Any]
 
 
 def endpoint_of(path: str) -> str:
-    """The metrics label of a request path (one of :data:`ENDPOINTS`, else ``"other"``)."""
+    """The metrics label of a request path (one of :data:`ENDPOINTS`, else ``"other"``); a root alias
+    (``/tokenize``) counts as its ``/v1`` route."""
+    path = _api_path(path)
     for k in ENDPOINTS:
         if path == k or path.startswith(k + "/"):
             return k
