@@ -141,11 +141,12 @@ def stub_server():
 
 
 def _open(browser, url: str, width: int, **ctx):
-    """A fresh browser context and page at ``url``, ready; requests to other hosts are collected."""
+    """A fresh browser context and page at ``url``, ready; requests to other hosts and 404s are collected."""
     context = browser.new_context(viewport={"width": width, "height": 800}, **ctx)
     page = context.new_page()
-    page.external = []
+    page.external, page.missing = [], []
     page.on("request", lambda r: None if r.url.startswith(url) else page.external.append(r.url))
+    page.on("response", lambda r: page.missing.append(r.url) if r.status == 404 else None)
     page.goto(url + "/")
     page.wait_for_selector("body[data-ready='1']")
     return context, page
@@ -339,6 +340,7 @@ def test_chat_in_the_browser(browser, page_server, tmp_path):
     page.click("#clear")
     assert page.locator(".msg").count() == 0
     assert not page.external  # nothing fetched from outside this server
+    assert not page.missing  # every file the page asks for is there (the icon too)
     context.close()
 
 
