@@ -7,15 +7,19 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from max.pipelines.lib.tokenizer import TextAndVisionTokenizer
 from max.serve.state import AppState, serve_state
 
 router = APIRouter()
 
 
 def model_card(state: AppState) -> dict[str, Any]:
+    """The served model's card; ``capabilities.vision``: whether chat messages may carry images (the chat
+    page shows its image button only then)."""
     eng = state.generator or state.embedder or state.transcriber
+    vision = state.generator is not None and isinstance(state.generator.tokenizer, TextAndVisionTokenizer)
     return {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "libremax",
-            "max_model_len": getattr(eng, "max_length", None)}
+            "max_model_len": getattr(eng, "max_length", None), "capabilities": {"vision": vision}}
 
 
 def adapter_cards(state: AppState) -> list[dict[str, Any]]:
