@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from max.dtype import DType
-from max.experimental._context import defaults
+from max.experimental._context import _resolve
 from max.experimental.tensor import Tensor, functional
 from max.graph import ops as _ops
 from max.graph.graph import _ACTIVE
@@ -69,7 +69,7 @@ def _in_graph() -> bool:
 
 
 def _full(shape: Any, value: Any, *, dtype: DType | None = None, device: Any = None) -> Any:
-    dtype, dev = defaults(dtype, device.to_device() if isinstance(device, DeviceRef) else device)
+    dtype, dev = _resolve(dtype, device.to_device() if isinstance(device, DeviceRef) else device)
     dims = [int(shape)] if isinstance(shape, int) else list(shape)
     return _ops.broadcast_to(_ops.constant(value, dtype, _device_ref(dev)), dims)
 
@@ -121,7 +121,7 @@ def arange(start: Any = 0, stop: Any = None, step: Any = 1, out_dim: Any = None,
     """``start, start + step, ...`` below ``stop`` (``arange(n)`` counts from 0); ``ops.range``."""
     if stop is None:
         start, stop = 0, start
-    dtype, dev = defaults(dtype, device.to_device() if isinstance(device, DeviceRef) else device)
+    dtype, dev = _resolve(dtype, device.to_device() if isinstance(device, DeviceRef) else device)
     return range(start, stop, step, out_dim, dtype=dtype, device=_device_ref(dev))  # noqa: F821
 
 
@@ -136,7 +136,7 @@ def _from_dim(dim: Any, *, dtype: DType | None = None, device: Any = None) -> An
     if not isinstance(d, StaticDim) and not _in_graph():
         raise ValueError(f"from_dim: {d!r} is symbolic; its value is known only inside a graph (static dims "
                          "work everywhere)")
-    _, dev = defaults(None, device.to_device() if isinstance(device, DeviceRef) else device)
+    _, dev = _resolve(None, device.to_device() if isinstance(device, DeviceRef) else device)
     ref = _device_ref(dev)
     v = _ops.cast(dim_to_tensor(d), dtype or DType.int64)
     return v if v.device == ref else _ops.transfer_to(v, ref)

@@ -87,9 +87,9 @@ class Module(Generic[_P, _R]):
         """The device of the parameters (the default device when there are none)."""
         for _, t in self.parameters:
             return t.device
-        from max.experimental.tensor import defaults
+        from max.experimental._context import _resolve
 
-        return defaults()[1]
+        return _resolve(None, None)[1]
 
     # ---------------------------------------------------------------- transforming parameters
     def apply_to_local_parameters(self, f: Callable[[str, Tensor], Tensor]) -> None:
