@@ -94,3 +94,111 @@ def test_B14_15_defaults_like_and_driver_tensor_type():
     buf = Buffer.from_numpy(np.arange(6, dtype=np.int16).reshape(2, 3))
     assert T.driver_tensor_type(buf) == TensorType(DType.int16, [2, 3], DeviceRef.CPU())
     assert "defaults_like" in T.__all__ and "driver_tensor_type" in T.__all__
+
+
+# ----------------------------------------------------------------------------- functional (MAX 26.7 names)
+import torch  # noqa: E402
+
+from max.experimental import functional as F  # noqa: E402
+from max.experimental import sharding as S  # noqa: E402
+from max.experimental.tensor import Tensor  # noqa: E402
+from max.graph import Graph, ops  # noqa: E402
+
+
+def test_B15_1_complex_mul_fact_and_reference():
+    r = F.complex_mul(Tensor.ones([2, 2]), Tensor.ones([2, 1, 2]))
+    assert list(r.shape) == [2, 2, 2]
+    assert r.to_numpy().tolist() == [[[0.0, 2.0]] * 2] * 2
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((3, 1, 4, 2)), rng.standard_normal((5, 1, 2))
+    got = F.complex_mul(Tensor(a.astype(np.float32)), Tensor(b.astype(np.float32))).to_numpy()
+    ref = (a[..., 0] + 1j * a[..., 1]) * (b[..., 0] + 1j * b[..., 1])
+    np.testing.assert_allclose(got, np.stack([ref.real, ref.imag], -1), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="last dimension of size 2"):
+        F.complex_mul(Tensor.ones([2, 3]), Tensor.ones([2, 2]))
+
+
+def test_complex_mul_inside_a_graph():
+    t = TensorType(DType.float32, [4, 2], DeviceRef.CPU())
+    with Graph("cm", input_types=[t, t]) as g:
+        out = F.complex_mul(*g.inputs)
+        assert out.type == t
+
+
+def test_elementwise_max_min_broadcast():
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((4,)).astype(np.float32)
+    np.testing.assert_array_equal(F.elementwise_max(Tensor(a), Tensor(b)).to_numpy(), np.maximum(a, b))
+    np.testing.assert_array_equal(F.elementwise_min(Tensor(a), Tensor(b)).to_numpy(), np.minimum(a, b))
+
+
+def test_rebind_and_shape_to_tensor():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(F.rebind(Tensor(x), [2, 3]).to_numpy(), x)
+    s = F.shape_to_tensor([2, 3, 7])
+    assert s.dtype == DType.int64 and s.to_numpy().tolist() == [2, 3, 7]
+
+
+def test_dequantize_matches_gguf_reference():
+    gguf = pytest.importorskip("gguf")
+    from gguf import quants
+
+    from max.graph.quantization import QuantizationEncoding
+
+    w = np.random.default_rng(2).standard_normal((4, 64)).astype(np.float32)
+    qb = quants.quantize(w, gguf.GGMLQuantizationType.Q8_0)
+    got = F.dequantize(QuantizationEncoding.Q8_0, Tensor(qb)).to_numpy()
+    np.testing.assert_array_equal(got, quants.dequantize(qb, gguf.GGMLQuantizationType.Q8_0))
+
+
+def test_random_names_in_functional():
+    from max.experimental import random as R
+
+    assert F.normal is R.normal and F.uniform_like is R.uniform_like
+    g = F.gaussian([4000], mean=2.0, std=0.5, dtype=DType.float32, device=CPU()).to_numpy()
+    assert g.shape == (4000,) and abs(g.mean() - 2.0) < 0.05 and abs(g.std() - 0.5) < 0.05
+    u = F.uniform([4000], range=(-1, 3)).to_numpy()
+    assert u.min() >= -1 and u.max() < 3 and abs(u.mean() - 1.0) < 0.1
+    like = F.gaussian_like(TensorType(DType.float32, [2, 3], DeviceRef.CPU()))
+    assert list(like.shape) == [2, 3]
+    assert list(F.normal_like(TensorType(DType.float32, [5], DeviceRef.CPU())).shape) == [5]
+    for n in ("gaussian", "gaussian_like", "normal", "normal_like", "uniform", "uniform_like", "complex_mul",
+              "elementwise_max", "elementwise_min", "rebind", "shape_to_tensor", "dequantize", "reduce_scatter",
+              "distributed_broadcast"):
+        assert n in F.__all__ and callable(getattr(F, n))
+
+
+def _mesh2():
+    return DeviceMesh((CPU(), CPU()), (2,), ("tp",))
+
+
+def test_reduce_scatter_sums_partials_and_shards():
+    rng = np.random.default_rng(3)
+    parts = [rng.standard_normal((4, 3)).astype(np.float32) for _ in range(2)]
+    cells = np.empty((2,), dtype=object)
+    for i, p in enumerate(parts):
+        cells[i] = torch.from_numpy(p.copy())
+    x = S.DistributedTensor(cells, S.PlacementMapping(_mesh2(), (S.Partial(),)))
+    y = F.reduce_scatter(x, scatter_axis=0, mesh_axis="tp")
+    assert y.placements == (S.Sharded(0),)
+    total = parts[0] + parts[1]
+    np.testing.assert_allclose(y.local_shards[0].to_numpy(), total[:2], rtol=1e-6)
+    np.testing.assert_allclose(y.local_shards[1].to_numpy(), total[2:], rtol=1e-6)
+    # ordinary tensor: one device, nothing to reduce or split
+    t = Tensor(parts[0])
+    assert F.reduce_scatter(t) is t
+    with pytest.raises(ValueError):
+        F.reduce_scatter(y, 0, 0)  # already sharded on that axis
+
+
+def test_distributed_broadcast_copies_root_shard():
+    a = np.arange(8, dtype=np.float32).reshape(4, 2)
+    x = F.transfer_to(Tensor(a), S.PlacementMapping(_mesh2(), (S.Sharded(0),)))
+    y = F.distributed_broadcast(x, mesh_axis=0, root=1)
+    assert y.placements == (S.Replicated(),)
+    for sh in y.local_shards:
+        np.testing.assert_array_equal(sh.to_numpy(), a[2:])
+    t = Tensor(a)
+    assert F.distributed_broadcast(t) is t
+    with pytest.raises(ValueError):
+        F.distributed_broadcast(x, root=2)

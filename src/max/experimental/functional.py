@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+import numpy as np
+
 from max.dtype import DType
 from max.experimental._context import _resolve
 from max.experimental.tensor import Tensor, functional
@@ -165,6 +167,112 @@ clamp.__doc__ = "``x`` limited to ``[min, max]`` (either bound may be None; scal
 clip = clamp
 
 
+# ----------------------------------------------------------------------------- MAX 26.7 names
+# Random draws (max.experimental.random, which defines them once).
+from max.experimental.random import (  # noqa: E402
+    gaussian,
+    gaussian_like,
+    normal,
+    normal_like,
+    uniform,
+    uniform_like,
+)
+
+
+def _elementwise_max(lhs: Any, rhs: Any) -> Any:
+    return _ops.max(lhs, rhs)
+
+
+def _elementwise_min(lhs: Any, rhs: Any) -> Any:
+    return _ops.min(lhs, rhs)
+
+
+elementwise_max = functional(_elementwise_max)
+elementwise_max.__doc__ = "The elementwise maximum of ``lhs`` and ``rhs`` (broadcast; ``ops.max(lhs, rhs)``)."
+elementwise_min = functional(_elementwise_min)
+elementwise_min.__doc__ = "The elementwise minimum of ``lhs`` and ``rhs`` (broadcast; ``ops.min(lhs, rhs)``)."
+rebind = functional(_ops.rebind)
+shape_to_tensor = functional(_ops.shape_to_tensor)
+dequantize = functional(_ops.dequantize)
+
+
+def _complex_mul(lhs: Any, rhs: Any) -> Any:
+    """Complex product of two tensors whose last dim holds (real, imag); the other dims broadcast."""
+    from max.graph.ops._common import as_tensor
+
+    lhs, rhs = as_tensor(lhs, op="complex_mul"), as_tensor(rhs, op="complex_mul")
+    for name, v in (("lhs", lhs), ("rhs", rhs)):
+        if v.rank == 0 or not v.shape[-1] == 2:
+            raise ValueError(f"complex_mul: {name} must have a last dimension of size 2 (real, imag), "
+                             f"got {v.type}")
+    ar, ai = _ops.split(lhs, [1, 1], axis=-1)
+    br, bi = _ops.split(rhs, [1, 1], axis=-1)
+    real = _ops.sub(_ops.mul(ar, br), _ops.mul(ai, bi))
+    imag = _ops.add(_ops.mul(ar, bi), _ops.mul(ai, br))
+    return _ops.concat([real, imag], axis=-1)
+
+
+complex_mul = functional(_complex_mul)
+complex_mul.__doc__ = _complex_mul.__doc__
+
+
+def _mesh_axis_of(x: Any, mesh_axis: int | str, who: str) -> int:
+    return x.mesh.axis_index(mesh_axis)
+
+
+def reduce_scatter(x: Any, scatter_axis: int = 0, mesh_axis: int | str = 0) -> Any:
+    """Reduce the partial values of ``x`` along mesh axis ``mesh_axis`` and scatter the result along tensor
+    axis ``scatter_axis``: that mesh axis's placement becomes ``Sharded(scatter_axis)`` (the others stay).
+
+    ``x`` is a distributed tensor whose placement on ``mesh_axis`` is ``Partial`` (reduced with its
+    ``reduce_op``) or ``Replicated`` (already reduced: only the scatter happens).  An ordinary tensor lives
+    on a one-device mesh, where reducing over one device and scattering into one piece leave it as it is.
+    """
+    from max.experimental import sharding as S
+
+    if not isinstance(x, S.DistributedTensor):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"reduce_scatter: expected a Tensor, got {type(x).__name__}")
+        if not -max(x.rank, 1) <= scatter_axis < max(x.rank, 1):
+            raise ValueError(f"reduce_scatter: scatter_axis {scatter_axis} out of range for rank {x.rank}")
+        return x
+    ax = _mesh_axis_of(x, mesh_axis, "reduce_scatter")
+    if not -x.rank <= scatter_axis < x.rank:
+        raise ValueError(f"reduce_scatter: scatter_axis {scatter_axis} out of range for rank {x.rank}")
+    p = x.placements[ax]
+    if isinstance(p, S.Sharded):
+        raise ValueError(f"reduce_scatter: mesh axis {mesh_axis} is {p}; expected Partial or Replicated")
+    placements = list(x.placements)
+    placements[ax] = S.Sharded(scatter_axis)
+    # The global value reduces every Partial axis; the other Partial axes are laid out again as partials.
+    return S.distribute(x.full_tensor(), S.PlacementMapping(x.mesh, tuple(placements)))
+
+
+def distributed_broadcast(x: Any, mesh_axis: int | str = 0, root: int = 0) -> Any:
+    """Copy the local tensor of device ``root`` along mesh axis ``mesh_axis`` to every device on that axis
+    (its placement becomes ``Replicated``).  An ordinary tensor (one device) is returned as it is."""
+    from max.experimental import sharding as S
+
+    if not isinstance(x, S.DistributedTensor):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"distributed_broadcast: expected a Tensor, got {type(x).__name__}")
+        if root != 0:
+            raise ValueError(f"distributed_broadcast: root {root} out of range for a one-device tensor")
+        return x
+    ax = _mesh_axis_of(x, mesh_axis, "distributed_broadcast")
+    n = x.mesh.mesh_shape[ax]
+    if not 0 <= root < n:
+        raise ValueError(f"distributed_broadcast: root {root} out of range for mesh axis of size {n}")
+    cells = np.empty(x.mesh.mesh_shape, dtype=object)
+    for c in x.mesh.coords():
+        src = list(c)
+        src[ax] = root
+        cells[c] = x._cells[tuple(src)].clone().to(x._cells[c].device)
+    placements = list(x.placements)
+    placements[ax] = S.Replicated()
+    return S.DistributedTensor(cells, S.PlacementMapping(x.mesh, tuple(placements)))
+
+
 # ----------------------------------------------------------------------------- control flow
 def cond(pred: Any, out_types: Iterable[Any] | None, then_fn: Callable[[], Any], else_fn: Callable[[], Any]) -> Any:
     """``then_fn()`` if ``pred`` else ``else_fn()``: the graph op inside a graph, Python control flow on
@@ -192,7 +300,11 @@ def while_loop(initial_values: Any, predicate: Callable[..., Any], body: Callabl
 
 
 _COMPOSITES = ("arange", "clamp", "clip", "cond", "from_dim", "full", "full_like", "ones", "ones_like", "while_loop", "zeros",
-               "zeros_like")
+               "zeros_like",
+               # MAX 26.7 names
+               "complex_mul", "dequantize", "distributed_broadcast", "elementwise_max", "elementwise_min",
+               "gaussian", "gaussian_like", "normal", "normal_like", "rebind", "reduce_scatter", "shape_to_tensor",
+               "uniform", "uniform_like")
 __all__ = ["functional", *_OPS, *_COMPOSITES]
 
 from max.experimental import tensor as _tensor  # noqa: E402
