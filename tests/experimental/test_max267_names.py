@@ -202,3 +202,195 @@ def test_distributed_broadcast_copies_root_shard():
     assert F.distributed_broadcast(t) is t
     with pytest.raises(ValueError):
         F.distributed_broadcast(x, root=2)
+
+
+# ----------------------------------------------------------------------------- experimental.nn (MAX 26.7 names)
+from max.experimental import nn as enn  # noqa: E402
+from max.experimental.nn import module as enn_module  # noqa: E402
+
+
+def _rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def test_nn_norms_exported_and_match_numpy():
+    x = _rand(3, 8)
+    x64 = x.astype(np.float64)
+    rms = enn.RMSNorm(8, eps=1e-6)
+    rms.weight = Tensor(_rand(8, seed=1))
+    ref = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6) * _rand(8, seed=1)
+    np.testing.assert_allclose(rms(Tensor(x)).to_numpy(), ref, rtol=1e-5, atol=1e-5)
+    g = enn.GemmaRMSNorm(8)
+    g.weight = Tensor(_rand(8, seed=2))
+    ref = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6) * (1 + _rand(8, seed=2))
+    np.testing.assert_allclose(g(Tensor(x)).to_numpy(), ref, rtol=1e-5, atol=1e-5)
+    ln = enn.LayerNorm(8)
+    ref = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(ln(Tensor(x)).to_numpy(), ref, rtol=1e-4, atol=1e-5)
+    gn = enn.GroupNorm(2, 4)
+    xg = _rand(2, 4, 3)
+    xr = xg.astype(np.float64).reshape(2, 2, 6)
+    ref = ((xr - xr.mean(-1, keepdims=True)) / np.sqrt(xr.var(-1, keepdims=True) + 1e-5)).reshape(2, 4, 3)
+    np.testing.assert_allclose(gn(Tensor(xg)).to_numpy(), ref, rtol=1e-4, atol=1e-5)
+    for n in ("LayerNorm", "RMSNorm", "GemmaRMSNorm", "GroupNorm", "RotaryEmbedding", "TransposedRotaryEmbedding",
+              "LoRA", "lora_layers", "lora_parameters", "PinnedDeviceTensor", "TransparentModule", "as_subgraph"):
+        assert n in enn.__all__ and hasattr(enn, n)
+
+
+def _rope_ref(x, start, base, interleaved):
+    b, s, h, d = x.shape
+    inv = base ** (-np.arange(0, d, 2) / d)
+    ang = (np.arange(start, start + s)[:, None] * inv[None, :])[None, :, None, :]
+    cos, sin = np.cos(ang), np.sin(ang)
+    x = x.astype(np.float64)
+    if interleaved:
+        a, c = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2], out[..., 1::2] = a * cos - c * sin, a * sin + c * cos
+        return out
+    a, c = x[..., : d // 2], x[..., d // 2:]
+    return np.concatenate([a * cos - c * sin, a * sin + c * cos], -1)
+
+
+@pytest.mark.parametrize("cls,interleaved", [("RotaryEmbedding", True), ("TransposedRotaryEmbedding", False)])
+def test_nn_rotary_embeddings_match_numpy(cls, interleaved):
+    from max.experimental.nn.rope import positional_embedding
+
+    x = _rand(2, 5, 3, 8)
+    rope = getattr(enn, cls)(positional_embedding(8, base=10000.0, max_sequence_length=16, dtype=DType.float32))
+    np.testing.assert_allclose(rope(Tensor(x), start_pos=3).to_numpy(), _rope_ref(x, 3, 10000.0, interleaved),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_lora_forward_matches_numpy_and_names():
+    base = enn.Linear(6, 4)
+    lora = enn.LoRA(base, rank=2, alpha=4.0)
+    assert float(np.abs(lora.lora_B.to_numpy()).max()) == 0.0  # a fresh adapter changes nothing
+    x = _rand(3, 6)
+    np.testing.assert_allclose(lora(Tensor(x)).to_numpy(), base(Tensor(x)).to_numpy(), rtol=1e-6)
+    lora.lora_B = Tensor(_rand(4, 2, seed=5))
+    w, b = base.weight.to_numpy().astype(np.float64), base.bias.to_numpy().astype(np.float64)
+    a_, b_ = lora.lora_A.to_numpy().astype(np.float64), lora.lora_B.to_numpy().astype(np.float64)
+    ref = x @ w.T + b + (4.0 / 2) * (x @ a_.T) @ b_.T
+    np.testing.assert_allclose(lora(Tensor(x)).to_numpy(), ref, rtol=1e-5, atol=1e-5)
+    # transparent: the base parameters keep their names, so a plain checkpoint loads
+    assert sorted(n for n, _ in lora.parameters) == ["bias", "lora_A", "lora_B", "weight"]
+    model = enn.Sequential(enn.LoRA(enn.Linear(6, 4), 1), enn.Linear(4, 2), enn.LoRA(enn.Linear(2, 2), 1))
+    assert [n for n, _ in enn.lora_layers(model)] == ["0", "2"]
+    assert [n for n, _ in enn.lora_parameters(model)] == ["0.lora_A", "0.lora_B", "2.lora_A", "2.lora_B"]
+    plain = enn.Sequential(enn.Linear(6, 4), enn.Linear(4, 2), enn.Linear(2, 2))
+    model.load_state_dict({**dict(plain.parameters), **dict(enn.lora_parameters(model))})
+    np.testing.assert_array_equal(model[0].module.weight.to_numpy(), plain[0].weight.to_numpy())
+    with pytest.raises(ValueError):
+        enn.LoRA(enn.Linear(2, 2), 0)
+
+
+def test_transparent_module_forwards_and_flattens_names():
+    inner = enn.Linear(3, 2)
+    t = enn.TransparentModule(inner)
+    x = _rand(4, 3)
+    np.testing.assert_array_equal(t(Tensor(x)).to_numpy(), inner(Tensor(x)).to_numpy())
+    assert [n for n, _ in t.parameters] == [n for n, _ in inner.parameters]
+    with pytest.raises(TypeError):
+        enn.TransparentModule(3)
+
+
+def test_B14_18_pinned_device_tensor(monkeypatch):
+    import typing
+
+    P = enn_module.PinnedDeviceTensor
+    assert typing.get_origin(P) is typing.Annotated and typing.get_args(P)[0] is Tensor
+    marker = typing.get_args(P)[1]
+    assert marker.__name__ == "_DevicePinned" and vars(marker).keys() <= {"__module__", "__doc__", "__dict__",
+                                                                          "__weakref__", "__qualname__"}
+    t = P([1.0, 2.0])
+    assert type(t) is Tensor and t.to_numpy().tolist() == [1.0, 2.0]
+
+    @enn.module_dataclass
+    class Scaled(enn.Module):
+        weight: Tensor
+        scale: enn.PinnedDeviceTensor
+
+        def forward(self, x):
+            return x * self.weight * self.scale
+
+    class Outer(enn.Module):
+        def __init__(self):
+            self.inner = Scaled(weight=Tensor([1.0, 2.0]), scale=Tensor([3.0, 4.0]))
+            self.bias = Tensor([0.5, 0.5])
+
+    class Sub(Scaled):
+        pass
+
+    m = Scaled(weight=Tensor([1.0, 2.0]), scale=Tensor([3.0, 4.0]))
+    assert [n for n, _ in m.parameters] == ["weight", "scale"]
+    assert m.to(CPU()) is m
+    # Module.to moves every tensor but the pinned ones, in children and subclasses too
+    moved = []
+    orig = Tensor.to
+
+    def spy(self, device):
+        moved.append(id(self))
+        return orig(self, device)
+
+    monkeypatch.setattr(Tensor, "to", spy)
+    o = Outer()
+    ids = {n: id(t) for n, t in o.parameters}
+    o.to(CPU())
+    assert ids["inner.scale"] not in moved and ids["inner.weight"] in moved and ids["bias"] in moved
+    s = Sub(weight=Tensor([1.0]), scale=Tensor([2.0]))
+    moved.clear()
+    sid = id(s.scale)
+    s.to(CPU())
+    assert sid not in moved and len(moved) == 1
+
+
+class _Block(enn.Module):
+    def __init__(self, seed):
+        self.lin = enn.Linear(4, 4)
+        self.lin.weight = Tensor(_rand(4, 4, seed=seed))
+
+    def forward(self, x):
+        return x + F.relu(self.lin(x))
+
+
+class _Net(enn.Module):
+    def __init__(self, blocks):
+        self.layers = enn.ModuleList(blocks)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_as_subgraph_shares_one_body_and_keeps_each_layers_weights():
+    blocks = [enn.as_subgraph(_Block(i)) for i in range(3)]
+    net = _Net(blocks)
+    x = _rand(2, 4, seed=9)
+    ref = x.astype(np.float64)
+    for b in blocks:
+        w, bias = b.lin.weight.to_numpy().astype(np.float64), b.lin.bias.to_numpy().astype(np.float64)
+        ref = ref + np.maximum(ref @ w.T + bias, 0)
+    np.testing.assert_allclose(net(Tensor(x)).to_numpy(), ref, rtol=1e-5, atol=1e-5)  # eager: plain forward
+    cm = net.compile(TensorType(DType.float32, [2, 4], DeviceRef.CPU()))
+    assert len(cm.graph._subgraphs) == 1
+    out = cm(Tensor(x))
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    np.testing.assert_allclose(out.to_numpy(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_as_subgraph_class_decorator_and_name():
+    @enn.as_subgraph(name="blk")
+    class Named(_Block):
+        pass
+
+    class Plain(_Block):
+        pass
+
+    assert enn.as_subgraph(Plain) is Plain
+    net = _Net([Named(i) for i in range(2)])
+    cm = net.compile(TensorType(DType.float32, [3, 4], DeviceRef.CPU()))
+    assert list(cm.graph._subgraphs) == ["blk"]
+    with pytest.raises(TypeError):
+        enn.as_subgraph(3)
