@@ -265,7 +265,7 @@ def _bilinear_mean(a):
 # collectives, quantized blocks, buffers) or that return nothing (print)
 OTHER = {"custom", "constant_external", "functional", "inplace_custom", "allgather", "allreduce_sum",
          "buffer_store", "buffer_store_slice", "qmatmul", "print",
-         # MAX 26.7 names, covered in tests/experimental/test_max267_names.py
+         # MAX 26.7 names, covered in tests/experimental/test_experimental_max267_names.py
          "complex_mul", "dequantize", "distributed_broadcast", "elementwise_max", "elementwise_min", "gaussian",
          "gaussian_like", "normal", "normal_like", "rebind", "reduce_scatter", "shape_to_tensor", "uniform",
          "uniform_like"}
