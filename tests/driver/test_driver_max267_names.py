@@ -31,7 +31,7 @@ def test_device_queue_is_device_stream():
     assert "DeviceQueue" in driver.__all__ and "DeviceStream" in driver.__all__
 
 
-def test_virtual_device_mode(no_virtual):
+def test_virtual_device_mode(no_virtual, tmp_path):
     real = driver.accelerator_count()
     assert not driver.is_virtual_device_mode() and driver.get_virtual_device_count() == 0
     driver.set_virtual_device_api("hip")
@@ -52,6 +52,12 @@ def test_virtual_device_mode(no_virtual):
     with Graph("v", input_types=[TensorType(DType.float32, [2], DeviceRef.from_device(gpu))]) as g:
         g.output(ops.abs(g.inputs[0]))
     assert g.output_types[0].device == DeviceRef.GPU(3)
+    # ... and compile for it, to a MEF another machine can load (cross-compilation)
+    with Graph("v0", input_types=[TensorType(DType.float32, [2], DeviceRef.GPU(0))]) as g0:
+        g0.output(ops.abs(g0.inputs[0]))
+    compiled = InferenceSession(devices=[driver.Accelerator(0)]).compile(g0)
+    compiled.export_mef(tmp_path / "v0.mef")
+    assert (tmp_path / "v0.mef").stat().st_size > 0
     driver.set_virtual_device_count(0)
     assert not driver.is_virtual_device_mode() and driver.accelerator_count() == real
     with pytest.raises(ValueError):

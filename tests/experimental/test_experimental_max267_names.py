@@ -200,6 +200,10 @@ def test_distributed_broadcast_copies_root_shard():
         np.testing.assert_array_equal(sh.to_numpy(), a[2:])
     t = Tensor(a)
     assert F.distributed_broadcast(t) is t
+    r = F.distributed_broadcast(t, mesh=_mesh2())
+    assert r.placements == (S.Replicated(),) and len(r.local_shards) == 2
+    for sh in r.local_shards:
+        np.testing.assert_array_equal(sh.to_numpy(), a)
     with pytest.raises(ValueError):
         F.distributed_broadcast(x, root=2)
 

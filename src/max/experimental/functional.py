@@ -248,9 +248,11 @@ def reduce_scatter(x: Any, scatter_axis: int = 0, mesh_axis: int | str = 0) -> A
     return S.distribute(x.full_tensor(), S.PlacementMapping(x.mesh, tuple(placements)))
 
 
-def distributed_broadcast(x: Any, mesh_axis: int | str = 0, root: int = 0) -> Any:
+def distributed_broadcast(x: Any, mesh_axis: int | str = 0, root: int = 0, *, mesh: Any = None) -> Any:
     """Copy the local tensor of device ``root`` along mesh axis ``mesh_axis`` to every device on that axis
-    (its placement becomes ``Replicated``).  An ordinary tensor (one device) is returned as it is."""
+    (its placement becomes ``Replicated``).  An ordinary tensor is one device's value: with ``mesh`` it is
+    copied to every device of that mesh (a fully replicated distributed tensor), without it returned as
+    it is."""
     from max.experimental import sharding as S
 
     if not isinstance(x, S.DistributedTensor):
@@ -258,7 +260,13 @@ def distributed_broadcast(x: Any, mesh_axis: int | str = 0, root: int = 0) -> An
             raise TypeError(f"distributed_broadcast: expected a Tensor, got {type(x).__name__}")
         if root != 0:
             raise ValueError(f"distributed_broadcast: root {root} out of range for a one-device tensor")
-        return x
+        if mesh is None:
+            return x
+        if not isinstance(mesh, S.DeviceMesh):
+            raise TypeError(f"distributed_broadcast: mesh must be a DeviceMesh, got {type(mesh).__name__}")
+        return S.distribute(x, S.PlacementMapping(mesh, (S.Replicated(),) * mesh.ndim))
+    if mesh is not None and mesh != x.mesh:
+        raise ValueError(f"distributed_broadcast: x lives on {x.mesh}, not on {mesh}")
     ax = _mesh_axis_of(x, mesh_axis, "distributed_broadcast")
     n = x.mesh.mesh_shape[ax]
     if not 0 <= root < n:
