@@ -289,6 +289,22 @@ def test_lora_forward_matches_numpy_and_names():
         enn.LoRA(enn.Linear(2, 2), 0)
 
 
+def test_lora_names_below_transparent_wrappers():
+    class Block(enn.Module):
+        def __init__(self):
+            self.proj = enn.LoRA(enn.Linear(3, 3), 1)
+
+        def forward(self, x):
+            return self.proj(x)
+
+    model = enn.Sequential(enn.TransparentModule(Block()), Block())
+    params = [n for n, _ in model.parameters]
+    assert "0.proj.lora_A" in params and "1.proj.weight" in params
+    assert [n for n, _ in enn.lora_layers(model)] == ["0.proj", "1.proj"]
+    assert [n for n, _ in enn.lora_parameters(model)] == ["0.proj.lora_A", "0.proj.lora_B", "1.proj.lora_A",
+                                                          "1.proj.lora_B"]
+
+
 def test_transparent_module_forwards_and_flattens_names():
     inner = enn.Linear(3, 2)
     t = enn.TransparentModule(inner)

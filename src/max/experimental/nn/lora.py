@@ -99,9 +99,10 @@ def lora_layers(module: Module) -> Iterator[tuple[str, LoRA]]:
 
 def _walk(module: Module, prefix: str) -> Iterator[tuple[str, Module]]:
     # Qualified names of modules as parameters name them (a TransparentModule adds no level).
-    own = Module.children.fget(module) if isinstance(module, TransparentModule) else module.children  # type: ignore[attr-defined]
+    transparent = isinstance(module, TransparentModule)
+    own = Module.children.fget(module) if transparent else module.children  # type: ignore[attr-defined]
     for name, child in own:
-        q = prefix if isinstance(module, TransparentModule) and child is module.module else f"{prefix}{name}"
+        q = prefix.rstrip(".") if transparent and child is module.module else f"{prefix}{name}"
         yield q, child
         yield from _walk(child, q + "." if q else "")
 
