@@ -14,7 +14,8 @@ from typing import Any, Iterable
 
 from max.dtype import DType
 from max.engine.kernels.random import seed
-from max.experimental.tensor import Tensor, defaults, functional
+from max.experimental._context import _resolve
+from max.experimental.tensor import Tensor, functional
 from max.graph.ops import random as _random
 from max.graph.type import DeviceRef, TensorType
 
@@ -31,7 +32,7 @@ uniform_like.__name__ = uniform_like.__qualname__ = "uniform_like"
 
 
 def _like(shape: Iterable[Any], dtype: DType | None, device: Any) -> TensorType:
-    dtype, device = defaults(dtype, device)
+    dtype, device = _resolve(dtype, device)
     if isinstance(shape, (int,)):
         shape = [shape]
     return TensorType(dtype, list(shape), DeviceRef.from_device(device))
