@@ -61,10 +61,10 @@ def create_app(model_name: str, *, generator: Optional[GenerationEngine] = None,
     state.reasoning_parser = check_reasoning_parser(reasoning_parser)
     state.transcriber = transcriber
     state.speaker = speaker  # a SpeechEngine: /v1/audio/speech
-    engines = [e for e in (generator, embedder, transcriber, speaker) if e is not None]
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engines = [e for st in state.all_states() for e in st.engines()]  # every model the server serves
         for eng in engines:
             eng.start()
         try:

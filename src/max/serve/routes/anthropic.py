@@ -281,9 +281,8 @@ async def create_message(request: Request) -> Response:
 
 
 async def _create(request: Request) -> Response:
-    state = serve_state(request)
     req = parse(MessagesRequest, await read_json(request))
-    state.check_model(req.model)
+    state = serve_state(request).for_model(req.model)
     gen = state.need_generator("/v1/messages")
     messages = chat_messages(req.system, req.messages)
     creq = chat_request(req, messages)
@@ -412,9 +411,8 @@ async def count_tokens(request: Request) -> Response:
     try:
         import asyncio
 
-        state = serve_state(request)
         req = parse(CountTokensRequest, await read_json(request))
-        state.check_model(req.model)
+        state = serve_state(request).for_model(req.model)
         gen = state.need_generator("/v1/messages/count_tokens")
         messages = chat_messages(req.system, req.messages)
         tools = chat_tools(req.tools)

@@ -130,9 +130,8 @@ def _final(state: AppState, job: Job, c: Choice, req: InfillRequest, prompt_text
 
 @router.post("/infill")
 async def infill(request: Request) -> Response:
-    state = serve_state(request)
     req = parse(InfillRequest, await read_json(request))
-    state.check_model(req.model)
+    state = serve_state(request).for_model(req.model)
     gen = state.need_generator("/infill")
     ids, truncated, max_new = await asyncio.get_running_loop().run_in_executor(None, _build_prompt, state, req)
     creq = _completion_request(req, ids, max_new)

@@ -250,9 +250,8 @@ def _remember(state: AppState, req: ResponsesRequest, history: list[dict[str, An
 # ----------------------------------------------------------------------------- routes
 @router.post("/v1/responses")
 async def create_response(request: Request) -> Response:
-    state = serve_state(request)
     req = parse(ResponsesRequest, await read_json(request))
-    state.check_model(req.model)
+    state = serve_state(request).for_model(req.model)
     gen = state.need_generator("/v1/responses")
     history: list[dict[str, Any]] = []
     if req.previous_response_id is not None:
