@@ -170,3 +170,34 @@ def test_errors_in_anthropics_shape(ac, aserver):
     r = httpx.post(aserver.url + "/v1/messages", json={"model": "tiny", "max_tokens": 4, "messages": [
         {"role": "system", "content": "x"}]}, headers=h)
     assert r.status_code == 400 and "messages[0].role" in r.json()["error"]["message"]
+
+
+def test_image_blocks_on_a_vision_model():
+    """A base64 ``image`` block reaches a vision model as the chat route's image part does: the same text."""
+    import base64
+
+    pytest.importorskip("PIL")
+    import openai
+
+    from max.entrypoints.cli import build_config
+    from max.serve.server import ServerThread, build_app
+    from vlm_support import image_bytes, tiny_gemma3_vlm
+
+    app = build_app(build_config(tiny_gemma3_vlm()[0], None, "cpu", 128, 2), served_model_name="vlm")
+    with ServerThread(app) as srv:
+        ac = anthropic.Anthropic(base_url=srv.url, api_key="unused", max_retries=0, timeout=60)
+        oc = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        texts = []
+        for seed in (21, 22):
+            data = base64.b64encode(image_bytes(seed, (50, 30))).decode()
+            r = ac.messages.create(model="vlm", max_tokens=10, extra_body={"temperature": 0}, messages=[
+                {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                          "data": data}},
+                                             {"type": "text", "text": "What is this?"}]}])
+            o = oc.chat.completions.create(model="vlm", max_tokens=10, temperature=0, messages=[
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}},
+                                             {"type": "text", "text": "What is this?"}]}])
+            assert _text(r) == o.choices[0].message.content
+            assert r.usage.input_tokens + r.usage.cache_read_input_tokens == o.usage.prompt_tokens
+            texts.append(_text(r))
+        assert texts[0] != texts[1]  # the image matters
