@@ -170,6 +170,14 @@ def test_errors_in_anthropics_shape(ac, aserver):
     r = httpx.post(aserver.url + "/v1/messages", json={"model": "tiny", "max_tokens": 4, "messages": [
         {"role": "system", "content": "x"}]}, headers=h)
     assert r.status_code == 400 and "messages[0].role" in r.json()["error"]["message"]
+    r = httpx.post(aserver.url + "/v1/messages", headers=h, json={
+        "model": "tiny", "max_tokens": 4, "messages": MSG, "tools": TOOLS, "guided_regex": "a+",
+        "tool_choice": {"type": "tool", "name": "get_weather"}})
+    assert r.status_code == 400 and "constrains the output already" in r.json()["error"]["message"]
+    r = httpx.post(aserver.url + "/v1/messages", headers=h, json={
+        "model": "tiny", "max_tokens": 4, "messages": MSG, "tools": TOOLS, "tool_choice": {"type": "tool",
+                                                                                           "name": "nope"}})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
 
 
 def test_image_blocks_on_a_vision_model():

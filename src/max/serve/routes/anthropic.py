@@ -289,6 +289,10 @@ async def _create(request: Request) -> Response:
     plan = _tool_plan(state, gen, creq)
     constraint = None
     if plan.constrained:
+        own, field = creq.constraint()
+        if own is not None:
+            raise APIError(400, f"tool_choice {req.tool_choice.get('type')!r} constrains the output already; drop "
+                           f"{field}", param=field)
         constraint = (tool_constraint(creq.tools, plan.mode, plan.name), "tool_choice")
     chat_msgs = messages_for_template(messages) if creq.tools else messages
     rid = f"msg_{uuid.uuid4().hex}"
