@@ -17,6 +17,7 @@ anthropic = pytest.importorskip("anthropic")
 KEY = "sekrit"
 TOOLS = [{"name": "get_weather", "description": "Weather in a city", "input_schema": WEATHER}]
 MSG = [{"role": "user", "content": "What is the weather in Paris?"}]
+T0 = {"temperature": 0}  # greedy
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,7 @@ def _text(msg) -> str:
 
 
 def test_plain_message_matches_chat_completions(ac, oc):
-    r = ac.messages.create(model="tiny", max_tokens=12, system="You are terse.", messages=MSG, extra_body={"temperature": 0})
+    r = ac.messages.create(model="tiny", max_tokens=12, system="You are terse.", messages=MSG, extra_body=T0)
     assert r.type == "message" and r.role == "assistant" and r.model == "tiny" and r.id.startswith("msg_")
     assert r.stop_reason == "max_tokens" and r.stop_sequence is None
     o = oc.chat.completions.create(model="tiny", max_tokens=12, temperature=0,
@@ -57,24 +58,25 @@ def test_plain_message_matches_chat_completions(ac, oc):
     assert r.usage.output_tokens == o.usage.completion_tokens == 12
     assert r.usage.input_tokens + r.usage.cache_read_input_tokens == o.usage.prompt_tokens
     # system as blocks, content as blocks: the same prompt
-    r2 = ac.messages.create(model="tiny", max_tokens=12, extra_body={"temperature": 0},
+    r2 = ac.messages.create(model="tiny", max_tokens=12, extra_body=T0,
                             system=[{"type": "text", "text": "You are terse."}],
                             messages=[{"role": "user", "content": [{"type": "text", "text": MSG[0]["content"]}]}])
     assert _text(r2) == _text(r)
     # top_k=1 at temperature 1 is greedy
-    r3 = ac.messages.create(model="tiny", max_tokens=12, system="You are terse.", messages=MSG, extra_body={"temperature": 1.0, "top_k": 1})
+    r3 = ac.messages.create(model="tiny", max_tokens=12, system="You are terse.", messages=MSG,
+                            extra_body={"temperature": 1.0, "top_k": 1})
     assert _text(r3) == _text(r)
 
 
 def test_stop_sequences(ac):
-    full = _text(ac.messages.create(model="tiny", max_tokens=24, messages=MSG, extra_body={"temperature": 0}))
+    full = _text(ac.messages.create(model="tiny", max_tokens=24, messages=MSG, extra_body=T0))
     stop = full[len(full) // 2:len(full) // 2 + 3]
     assert stop.strip()
-    r = ac.messages.create(model="tiny", max_tokens=24, messages=MSG, extra_body={"temperature": 0}, stop_sequences=["@@@", stop])
+    r = ac.messages.create(model="tiny", max_tokens=24, messages=MSG, extra_body=T0, stop_sequences=["@@@", stop])
     assert r.stop_reason == "stop_sequence" and r.stop_sequence == stop
     assert _text(r) == full[:full.index(stop)]
     chunks = []
-    with ac.messages.stream(model="tiny", max_tokens=24, messages=MSG, extra_body={"temperature": 0}, stop_sequences=[stop]) as s:
+    with ac.messages.stream(model="tiny", max_tokens=24, messages=MSG, extra_body=T0, stop_sequences=[stop]) as s:
         for t in s.text_stream:
             chunks.append(t)
         final = s.get_final_message()
@@ -82,14 +84,14 @@ def test_stop_sequences(ac):
 
 
 def test_streaming_events_and_text(ac, aserver):
-    plain = ac.messages.create(model="tiny", max_tokens=16, messages=MSG, extra_body={"temperature": 0})
-    with ac.messages.stream(model="tiny", max_tokens=16, messages=MSG, extra_body={"temperature": 0}) as s:
+    plain = ac.messages.create(model="tiny", max_tokens=16, messages=MSG, extra_body=T0)
+    with ac.messages.stream(model="tiny", max_tokens=16, messages=MSG, extra_body=T0) as s:
         text = "".join(s.text_stream)
         final = s.get_final_message()
     assert text == _text(plain) and _text(final) == text
     assert final.stop_reason == "max_tokens" and final.usage.output_tokens == 16
     # the raw event sequence (stream=True)
-    events = list(ac.messages.create(model="tiny", max_tokens=16, messages=MSG, extra_body={"temperature": 0}, stream=True))
+    events = list(ac.messages.create(model="tiny", max_tokens=16, messages=MSG, extra_body=T0, stream=True))
     kinds = [e.type for e in events]
     assert kinds[:2] == ["message_start", "content_block_start"]
     assert kinds[-3:] == ["content_block_stop", "message_delta", "message_stop"]
@@ -106,7 +108,8 @@ def test_streaming_events_and_text(ac, aserver):
 
 
 def test_tool_round_trip(ac, oc):
-    r = ac.messages.create(model="tiny", max_tokens=200, messages=MSG, tools=TOOLS, extra_body={"temperature": 1.0, "seed": 1},
+    r = ac.messages.create(model="tiny", max_tokens=200, messages=MSG, tools=TOOLS,
+                           extra_body={"temperature": 1.0, "seed": 1},
                            tool_choice={"type": "tool", "name": "get_weather"})
     assert r.stop_reason == "tool_use"
     uses = [b for b in r.content if b.type == "tool_use"]
@@ -118,7 +121,7 @@ def test_tool_round_trip(ac, oc):
     convo = [*MSG, {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in r.content]},
              {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id,
                                            "content": json.dumps(result)}]}]
-    answer = ac.messages.create(model="tiny", max_tokens=10, messages=convo, tools=TOOLS, extra_body={"temperature": 0})
+    answer = ac.messages.create(model="tiny", max_tokens=10, messages=convo, tools=TOOLS, extra_body=T0)
     assert answer.stop_reason in ("end_turn", "max_tokens")
     # the same conversation through the OpenAI route renders the same prompt and gives the same answer
     oai = [*MSG, {"role": "assistant", "content": None, "tool_calls": [
@@ -134,7 +137,8 @@ def test_tool_round_trip(ac, oc):
     counted = ac.messages.count_tokens(model="tiny", messages=convo, tools=TOOLS)
     assert counted.input_tokens == o.usage.prompt_tokens
     # auto: the model's own Hermes text parsed into a tool_use block, streamed as input_json_delta
-    kw = dict(model="tiny", max_tokens=100, messages=MSG, tools=TOOLS, extra_body={"temperature": 0.7, "seed": 2, "guided_regex": CALL_RE})
+    kw = dict(model="tiny", max_tokens=100, messages=MSG, tools=TOOLS,
+              extra_body={"temperature": 0.7, "seed": 2, "guided_regex": CALL_RE})
     r = ac.messages.create(**kw)
     assert r.stop_reason == "tool_use" and [b.type for b in r.content] == ["text", "tool_use"]
     assert r.content[0].text == "Sure. "
@@ -198,12 +202,13 @@ def test_image_blocks_on_a_vision_model():
         texts = []
         for seed in (21, 22):
             data = base64.b64encode(image_bytes(seed, (50, 30))).decode()
-            r = ac.messages.create(model="vlm", max_tokens=10, extra_body={"temperature": 0}, messages=[
+            r = ac.messages.create(model="vlm", max_tokens=10, extra_body=T0, messages=[
                 {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                                                           "data": data}},
                                              {"type": "text", "text": "What is this?"}]}])
             o = oc.chat.completions.create(model="vlm", max_tokens=10, temperature=0, messages=[
-                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}},
+                {"role": "user", "content": [{"type": "image_url",
+                                              "image_url": {"url": f"data:image/png;base64,{data}"}},
                                              {"type": "text", "text": "What is this?"}]}])
             assert _text(r) == o.choices[0].message.content
             assert r.usage.input_tokens + r.usage.cache_read_input_tokens == o.usage.prompt_tokens

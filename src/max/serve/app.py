@@ -6,8 +6,8 @@ Routes, one module per family in :mod:`max.serve.routes`: ``POST /v1/chat/comple
 ``GET /v1/models`` + ``/v1/models/{id}`` (``models``), ``GET /health`` and
 ``GET /metrics`` (``health``), Anthropic's ``POST /v1/messages`` (``anthropic``), llama-server's
 ``POST /infill`` (``infill``) and ``POST /apply-template`` (``tokenize``).  A server with several models
-routes each request to the one its ``model`` names (:meth:`AppState.for_model`).  Model work never runs on the event loop: generation requests
-go to the shared scheduler (:mod:`max.serve.jobs`), embeddings to one worker thread.
+routes each request to the one its ``model`` names (:meth:`AppState.for_model`).  Model work never runs on
+the event loop: generation requests go to the shared scheduler (:mod:`max.serve.jobs`), embeddings to one worker thread.
 """
 
 from __future__ import annotations
