@@ -1,4 +1,4 @@
-"""``GET /v1/models`` and ``GET /v1/models/{id}``."""
+"""``GET /v1/models`` (every model the server serves, and their LoRA adapters) and ``GET /v1/models/{id}``."""
 
 from __future__ import annotations
 
@@ -32,14 +32,13 @@ def adapter_cards(state: AppState) -> list[dict[str, Any]]:
 
 @router.get("/v1/models")
 async def list_models(request: Request) -> JSONResponse:
-    state = serve_state(request)
-    return JSONResponse({"object": "list", "data": [model_card(state), *adapter_cards(state)]})
+    cards = [c for st in serve_state(request).all_states() for c in (model_card(st), *adapter_cards(st))]
+    return JSONResponse({"object": "list", "data": cards})
 
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, request: Request) -> JSONResponse:
-    state = serve_state(request)
-    state.check_model(model_id)
+    state = serve_state(request).for_model(model_id)
     for card in adapter_cards(state):
         if card["id"] == model_id:
             return JSONResponse(card)
