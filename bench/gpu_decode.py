@@ -203,7 +203,7 @@ def run_libremax(path: str, device: str, n: int, prompt_tokens: int, batches: li
             out["tpot_s"] = r["tpot"]
     g = getattr(pm, "decode_graphs", None)
     out["cuda_graphs"] = None if g is None else {"captures": g.captures, "replays": g.replays,
-                                                 "keys": [list(k) for k in g.keys]}
+                                                 "keys": [list(k) for k in g.keys], "disabled": g.disabled}
     out["compute_dtype"] = str(pm.compute_dtype)
     out.update(_peak_gpu())
     out["context_mean"] = 8 + n / 2

@@ -179,6 +179,21 @@ def test_run_checks_and_falls_back(torch_kernels, tiny_dir):
         DecodeGraphs(g.model, g.blocks, 16, 8, 4, 0)
 
 
+def test_failed_capture_turns_the_graphs_off(torch_kernels, tiny_dir):
+    """A step that cannot be captured runs eagerly from then on, with the reason kept."""
+    llm = _llm(tiny_dir, graphs=True)
+    g = llm.pipeline.pipeline_model.decode_graphs
+
+    class Broken(EagerReplay):
+        def capture(self, fn):
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    g.backend = Broken()
+    ref = _llm(tiny_dir, graphs=False).generate(PROMPTS[:2], max_new_tokens=5, use_tqdm=False)
+    assert llm.generate(PROMPTS[:2], max_new_tokens=5, use_tqdm=False) == ref
+    assert "stream is capturing" in g.disabled and g.replays == 0 and g.captures == 0
+
+
 def test_plain_greedy():
     from max.interfaces import SamplingParams
 
@@ -219,5 +234,6 @@ def test_cuda_graph_decode_on_gpu(tiny_dir):
     _, ref = run(False)
     llm, got = run(True)
     graphs = llm.pipeline.pipeline_model.decode_graphs
-    assert graphs is not None and graphs.captures >= 1 and graphs.replays >= 20
+    assert graphs is not None and graphs.disabled is None, graphs.disabled
+    assert graphs.captures >= 1 and graphs.replays >= 20
     assert got == ref

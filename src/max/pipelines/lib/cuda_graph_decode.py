@@ -141,6 +141,8 @@ class DecodeGraphs:
         self._entries: dict[tuple[int, int], _Entry] = {}
         self.captures = 0
         self.replays = 0
+        self.disabled: Optional[str] = None
+        """Why the graphs were turned off (a capture failed: every step then runs eagerly), or None."""
 
     # ---------------------------------------------------------------- keys
     def key_for(self, n: int, width: int) -> Optional[tuple[int, int]]:
@@ -231,9 +233,14 @@ class DecodeGraphs:
                 raise ValueError(f"DecodeGraphs.run: request {i} writes position {int(cl[i])} but holds "
                                  f"{len(row)} page(s) of {self.page_size}")
         key = self.key_for(n, max(len(r) for r in pages))
-        if key is None:
+        if key is None or self.disabled is not None:
             return None
-        e = self._entry(key)
+        try:
+            e = self._entry(key)
+        except Exception as exc:  # noqa: BLE001 - a step that cannot be captured runs eagerly from now on
+            self.disabled = f"capture of batch {key[0]}, {key[1]} pages failed: {type(exc).__name__}: {exc}"
+            logger.warning("CUDA-graph decode off: %s", self.disabled)
+            return None
         self._stage(e, np.asarray(tokens, np.int64), cl, pages)
         self.backend.replay(e.handle)
         e.replays += 1
