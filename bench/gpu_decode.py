@@ -9,6 +9,10 @@ the real shapes, built where the benchmark runs (no model travels to a GPU machi
 Random weights of a shape cost what the real ones cost per token (same bytes, same kernels; greedy
 decoding with ``ignore_eos`` runs every token).  ``tiny`` is a 2-layer model for the CPU dry run.
 
+The ``transformers:compile`` row (static cache, which makes ``generate`` compile the forward with
+``torch.compile`` on CUDA) runs batch 1 only, for ``--compile-models``.  ``--budget-s`` bounds the whole
+run: work that would start after it is reported as skipped.
+
 Per model and engine, in its own process: TTFT of a ``--prompt-tokens`` prompt, TPOT and tokens/s at
 batch 1, aggregate tokens/s at each ``--batches`` size, peak GPU memory (``max_memory_allocated``),
 and the HBM roofline share at batch 1: bytes read per token (every weight the step reads once, plus
@@ -220,9 +224,9 @@ def run_transformers(path: str, device: str, n: int, prompt_tokens: int, batches
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(dev).eval()
     load = time.perf_counter() - t0
     kw: dict = {}
-    if compiled:
+    if compiled:  # a static cache on CUDA: generate() compiles the forward itself (generation_config.compile_config)
         kw = dict(cache_implementation="static")
-        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+        batches = [1]  # every batch size would compile again (a minute each)
 
     def sync() -> None:
         if dev.type == "cuda":
@@ -318,7 +322,7 @@ def roofline(res: dict, weights: int, kv_per_token: int, bw: float | None) -> No
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--devices", default="gpu", choices=["gpu", "cpu"])
-    ap.add_argument("--models", default="smollm2-135m,qwen2.5-coder-1.5b", help=f"from {sorted(SHAPES)}")
+    ap.add_argument("--models", default="qwen2.5-coder-1.5b,smollm2-135m", help=f"from {sorted(SHAPES)}")
     ap.add_argument("--engines", default="libremax,transformers,transformers:compile")
     ap.add_argument("--compile-models", default="qwen2.5-coder-1.5b",
                     help="models that get the transformers:compile row (compiling costs a minute or more)")
@@ -382,6 +386,10 @@ def main(argv: list[str] | None = None) -> dict:
                 else None,
             }
     report["elapsed_s"] = time.perf_counter() - start
+    if args.workdir is None:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
     _print(report)
     if args.json:
         with open(args.json, "w") as f:
