@@ -322,8 +322,10 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
         kv = kv_cache_inputs[0] if isinstance(kv_cache_inputs, (list, tuple)) else kv_cache_inputs
         if self.signals is not None:  # tensor parallel: every device's cache inputs, in device order
             kv = [b for per_dev in kv_cache_inputs for b in per_dev]
-        inputs = ModelInputs(tokens=Buffer.from_numpy(flat), input_row_offsets=Buffer.from_numpy(offsets),
-                             kv_cache_inputs=kv, return_n_logits=self._n_logits)
+        dev = self.devices[0]  # the graph's tokens and offsets live on its device (a no-op on the CPU)
+        inputs = ModelInputs(tokens=Buffer.from_numpy(flat).to(dev),
+                             input_row_offsets=Buffer.from_numpy(offsets).to(dev), kv_cache_inputs=kv,
+                             return_n_logits=self._n_logits)
         if self.decode_graphs is not None and lens and all(n == 1 for n in lens):
             inputs.decode_rows = (flat, [c.start_idx for c in context_batch],
                                   [self.kv_manager.get_req_blocks(c.request_id) for c in context_batch])
