@@ -322,13 +322,14 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
         kv = kv_cache_inputs[0] if isinstance(kv_cache_inputs, (list, tuple)) else kv_cache_inputs
         if self.signals is not None:  # tensor parallel: every device's cache inputs, in device order
             kv = [b for per_dev in kv_cache_inputs for b in per_dev]
-        dev = self.devices[0]  # the graph's tokens and offsets live on its device (a no-op on the CPU)
-        inputs = ModelInputs(tokens=Buffer.from_numpy(flat).to(dev),
-                             input_row_offsets=Buffer.from_numpy(offsets).to(dev), kv_cache_inputs=kv,
-                             return_n_logits=self._n_logits)
+        inputs = ModelInputs(tokens=Buffer.from_numpy(flat), input_row_offsets=Buffer.from_numpy(offsets),
+                             kv_cache_inputs=kv, return_n_logits=self._n_logits)
         if self.decode_graphs is not None and lens and all(n == 1 for n in lens):
+            # a CUDA-graph step stages these itself; the eager fallback moves tokens and offsets in execute
             inputs.decode_rows = (flat, [c.start_idx for c in context_batch],
                                   [self.kv_manager.get_req_blocks(c.request_id) for c in context_batch])
+        else:
+            self._to_device(inputs)
         if self._lora is not None:  # each request's adapter: its model name when that names a loaded one
             names = [getattr(c, "model_name", None) for c in context_batch]
             inputs.lora_inputs = [Buffer.from_dlpack(t) for t in self._lora.inputs(names, lens)]
@@ -346,8 +347,15 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
             got = self.decode_graphs.run(*rows)
             if got is not None:
                 return ModelOutputs(logits=got[0], greedy_tokens=got[1])
+            self._to_device(model_inputs)
         (logits,) = self.run_graph(model_inputs)
         return ModelOutputs(logits=logits._torch())
+
+    def _to_device(self, inputs: ModelInputs) -> None:
+        """Tokens and row offsets onto the graph's device (a no-op on the CPU)."""
+        dev = self.devices[0]
+        inputs.tokens = inputs.tokens.to(dev)
+        inputs.input_row_offsets = inputs.input_row_offsets.to(dev)
 
     def run_graph(self, model_inputs: ModelInputs) -> list[Any]:
         """The compiled step graph's outputs (driver buffers) for ``model_inputs``."""
