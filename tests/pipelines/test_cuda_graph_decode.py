@@ -111,6 +111,7 @@ def test_greedy_decode_matches_eager_engine(torch_kernels, tiny_dir, monkeypatch
     assert graphs.replays >= 39  # every decode step after each prompt's first token
     assert calls["sampled"] <= 2  # the prefill steps; every decode step took the device's argmax
     assert mgr.pool.refcount[graphs.scratch_page] == 1
+    mgr.check_invariants()  # the scratch page is the manager's own (reserve_page)
 
 
 def test_odd_batches_pad_on_the_scratch_page(torch_kernels, tiny_dir):

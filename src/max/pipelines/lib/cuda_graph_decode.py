@@ -286,6 +286,6 @@ def decode_graphs_for(pipeline_model: Any, backend: Any = None) -> Optional[Deco
         return None
     if len(pipeline_model.model.input_metadata) != 7:  # tokens, offsets, n_logits, the cache's four inputs
         return None
-    scratch = mgr.pool.alloc()  # held for good: never registered, never released
+    scratch = mgr.reserve_page()  # held for good: never registered, never released
     return DecodeGraphs(pipeline_model.model, blocks, mgr.page_size, mgr.max_batch_size, mgr.max_pages_per_seq,
                         scratch, backend=backend)
