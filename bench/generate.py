@@ -264,8 +264,7 @@ def main() -> None:
     if any(a == "--devices" or a.startswith("--devices=") for a in sys.argv[1:]):  # GPU decode: bench/gpu_decode.py
         import gpu_decode
 
-        gpu_decode.main()
-        return
+        sys.exit(1 if gpu_decode.main().get("failed") else 0)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model-path", default=None, help="a GGUF file (default: the bundled SmolLM2-135M Q4_1)")
     ap.add_argument("--new-tokens", type=int, default=64)

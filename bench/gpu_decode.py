@@ -353,6 +353,8 @@ def main(argv: list[str] | None = None) -> dict:
                     "here in bfloat16)", "models": {}}
     bw = spawn("bandwidth", args, "-", "-", min(60.0, left()))
     report["copy_bytes_per_s"] = bw.get("copy_bytes_per_s")
+    if "error" in bw:
+        report["copy_bandwidth_error"] = bw["error"]
     engines = [e for e in args.engines.split(",") if e]
     models = [m for m in args.models.split(",") if m]
     for model in models:
@@ -413,6 +415,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
+    report["failed"] = [m for m, e in report["models"].items()
+                        if "error" in e or "error" in e.get("libremax", {})]
     return report
 
 
@@ -441,4 +445,4 @@ def _print(report: dict) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(1 if main().get("failed") else 0)
