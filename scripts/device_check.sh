@@ -79,7 +79,7 @@ else
   if [ -d .whl ] && "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
        --target /tmp/site .whl/*.whl; then
     export PYTHONPATH="$ROOT/src:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-    if "$PY" -c "import max, max.engine, max.pipelines, gguf, msgspec, llguidance, fastapi, uvicorn, soundfile, soxr, multipart; print('imports ok')"; then
+    if "$PY" -c "import max, max.engine, max.pipelines, gguf, msgspec, llguidance, fastapi, uvicorn, soundfile, soxr, python_multipart, opentelemetry, pydantic; print('imports ok')"; then
       step install ok $(( $(date +%s) - t )) "wheels into /tmp/site, libremax from src/"
     else
       step install failed $(( $(date +%s) - t )) "an import failed after installing the wheels"
