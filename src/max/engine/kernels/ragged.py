@@ -241,7 +241,7 @@ def flash_attention_ragged(q: torch.Tensor, blocks: torch.Tensor, q_index: torch
         # padding slots may hold stale or uninitialised (even NaN) memory: zero them
         kv.masked_fill_(~key_valid[:, :, None, None, None], 0)
     k, v = kv[:, :, 0], kv[:, :, 1]
-    qp = q3[q_index.clamp(min=0)]  # [B, qmax, H, D]
+    qp = q3[:, None] if static else q3[q_index.clamp(min=0)]  # [B, qmax, H, D] (decode: query b is token b)
     if causal:
         mask = causal_mask
         mask = local_mask(mask, q_pos, k.shape[1], window, chunk)
