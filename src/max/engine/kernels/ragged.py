@@ -5,13 +5,20 @@ Pool layout: ``blocks[page, 0 (K) | 1 (V), layer, offset, kv_head, head_dim]``.
 where each new token's K/V is written, and for attention a padded
 ``[batch, q_max]`` query layout and ``[batch, kv_max]`` key layout with a
 validity mask, so one SDPA call serves a mixed prefill/decode batch.
+
+:func:`static_decode` (entered while a decode step is captured as a CUDA graph and replayed,
+``max.pipelines.lib.cuda_graph_decode``): every request has exactly one new token and keys are
+laid out over the lookup table's whole width, so the plans read no value back to the host
+(no ``int(tensor)``, no boolean indexing) and every shape follows from the input shapes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ctypes
 import weakref
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -66,6 +73,25 @@ def kv_store(blocks: torch.Tensor, index: tuple, x: torch.Tensor) -> None:
         blocks[index] = x.to(blocks.dtype)
 
 
+_STATIC_DECODE: contextvars.ContextVar[bool] = contextvars.ContextVar("libremax_static_decode", default=False)
+
+
+@contextlib.contextmanager
+def static_decode() -> Iterator[None]:
+    """Inside: the ragged kernels assume a decode step (one new token per request) and attend over
+    ``lookup.shape[1] * page_size`` key slots per request (masked by its length), reading nothing back
+    to the host: what a CUDA graph capture needs.  Outside: the general ragged plans."""
+    token = _STATIC_DECODE.set(True)
+    try:
+        yield
+    finally:
+        _STATIC_DECODE.reset(token)
+
+
+def is_static_decode() -> bool:
+    return _STATIC_DECODE.get()
+
+
 def _token_layout(offsets: torch.Tensor, cache_lengths: torch.Tensor, dev: torch.device) -> tuple:
     offs = offsets.to(torch.int64).to(dev)
     cl = cache_lengths.to(torch.int64).to(dev)
@@ -80,6 +106,9 @@ def ragged_write_plan(offsets: torch.Tensor, cache_lengths: torch.Tensor, lookup
     offs, cl, n_new = _token_layout(offsets, cache_lengths, dev)
     lk = lookup.to(torch.int64)
     B = cl.shape[0]
+    if _STATIC_DECODE.get():  # one token per request: token b is request b's, at position cache_lengths[b]
+        rows = torch.arange(B, device=dev)
+        return cl, lk[rows, cl // page_size], cl % page_size
     T = int(offs[-1])
     tok_batch = torch.repeat_interleave(torch.arange(B, device=dev), n_new, output_size=T)
     tok_i = torch.arange(T, device=dev) - offs[:-1][tok_batch]
@@ -96,9 +125,12 @@ def ragged_read_plan(offsets: torch.Tensor, cache_lengths: torch.Tensor, lookup:
     offs, cl, n_new = _token_layout(offsets, cache_lengths, dev)
     lk = lookup.to(torch.int64)
     B = cl.shape[0]
-    qmax = int(n_new.max()) if B else 0
+    if _STATIC_DECODE.get():  # one query per request; every key slot of the lookup table, masked by length
+        qmax, lmax = 1, lk.shape[1] * page_size
+    else:
+        qmax = int(n_new.max()) if B else 0
+        lmax = int((cl + n_new).max()) if B else 0
     total = cl + n_new
-    lmax = int(total.max()) if B else 0
     qi = torch.arange(qmax, device=dev)
     q_index = offs[:-1, None] + qi[None, :]  # [B, qmax]
     q_valid = qi[None, :] < n_new[:, None]
@@ -203,12 +235,13 @@ def flash_attention_ragged(q: torch.Tensor, blocks: torch.Tensor, q_index: torch
     B, qmax = q_index.shape
     if B == 0 or T == 0:
         return q.clone()
+    static = _STATIC_DECODE.get()
     kv = kv_load(blocks, (read_page, slice(None), layer, read_off))  # [B, L, 2, Hkv, D]: one gather for K and V
-    if not bool(key_valid.all()):
+    if static or not bool(key_valid.all()):
         # padding slots may hold stale or uninitialised (even NaN) memory: zero them
         kv.masked_fill_(~key_valid[:, :, None, None, None], 0)
     k, v = kv[:, :, 0], kv[:, :, 1]
-    qp = q3[q_index.clamp(min=0)]  # [B, qmax, H, D]
+    qp = q3[:, None] if static else q3[q_index.clamp(min=0)]  # [B, qmax, H, D] (decode: query b is token b)
     if causal:
         mask = causal_mask
         mask = local_mask(mask, q_pos, k.shape[1], window, chunk)
@@ -223,6 +256,8 @@ def flash_attention_ragged(q: torch.Tensor, blocks: torch.Tensor, q_index: torch
                                          attn_mask=mask[:, None], scale=scale,
                                          enable_gqa=qp.shape[2] != k.shape[2])  # [B, H, qmax, D]
     out = out.transpose(1, 2).to(dt)  # [B, qmax, H, D]
+    if static:  # decode: query b is token b (qmax == 1), no padding rows to drop
+        return out[:, 0].reshape(shape)
     valid = q_index >= 0
     res = torch.empty_like(q3)
     res[q_index[valid]] = out[valid]

@@ -263,6 +263,7 @@ class PagedKVCacheManager(KVCacheManager[Any]):
         self.total_num_pages = total_num_pages
         self.pool = PagePool(total_num_pages)
         self._reqs: dict[str, _Request] = {}
+        self._reserved: list[int] = []  # pages held by the manager itself (reserve_page)
         self.prefix_cache_hit_tokens = 0
         self.prefix_cache_queried_tokens = 0
         self.spill_hit_tokens = 0
@@ -441,6 +442,8 @@ class PagedKVCacheManager(KVCacheManager[Any]):
         """Assert that refcounts equal the number of requests holding each page (tests)."""
         self.pool.check()
         expect = np.zeros(self.total_num_pages, dtype=np.int64)
+        for p in self._reserved:
+            expect[p] += 1
         for r in self._reqs.values():
             assert len(set(r.pages)) == len(r.pages)
             for p in r.pages:
@@ -448,6 +451,13 @@ class PagedKVCacheManager(KVCacheManager[Any]):
             for p, h in zip(r.pages, r.hashes):
                 assert self.pool.lookup(h) == p
         assert (expect == self.pool.refcount).all()
+
+    def reserve_page(self) -> int:
+        """A page taken out of circulation for good, held by the manager itself (no request, never in the
+        prefix cache): e.g. where the padding rows of a CUDA-graph decode step write their K/V."""
+        page = self.pool.alloc()
+        self._reserved.append(page)
+        return page
 
     def _req(self, request_id: str) -> _Request:
         if request_id not in self._claimed:

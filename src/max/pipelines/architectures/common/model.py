@@ -248,6 +248,20 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
         if callable(release):
             release()
         self._n_logits = Buffer.from_numpy(np.array([1], np.int64))
+        self.decode_graphs: Any = None
+        """``DecodeGraphs`` (CUDA-graph decode steps) on one CUDA device; None on the CPU."""
+        if self._graphs_apply():
+            from max.pipelines.lib.cuda_graph_decode import decode_graphs_for
+
+            self.decode_graphs = decode_graphs_for(self)
+
+    def _graphs_apply(self) -> bool:
+        """Whether this family runs the shared step graph as it is (a family that overrides how the step is
+        built, prepared or run keeps the eager engine) on a CUDA device."""
+        cls, base = type(self), DecoderPipelineModel
+        same = all(getattr(cls, m) is getattr(base, m) for m in ("execute", "run_graph", "build_step_graph",
+                                                                  "prepare_initial_token_inputs"))
+        return same and any(r.is_gpu() for r in self.device_refs)
 
     def make_kv_manager(self, kv_params: KVCacheParams, max_batch: int, cfg: DecoderConfig, devices: list,
                         session: Any, kvc: Any) -> Any:
@@ -310,6 +324,12 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
             kv = [b for per_dev in kv_cache_inputs for b in per_dev]
         inputs = ModelInputs(tokens=Buffer.from_numpy(flat), input_row_offsets=Buffer.from_numpy(offsets),
                              kv_cache_inputs=kv, return_n_logits=self._n_logits)
+        if self.decode_graphs is not None and lens and all(n == 1 for n in lens):
+            # a CUDA-graph step stages these itself; the eager fallback moves tokens and offsets in execute
+            inputs.decode_rows = (flat, [c.start_idx for c in context_batch],
+                                  [self.kv_manager.get_req_blocks(c.request_id) for c in context_batch])
+        else:
+            self._to_device(inputs)
         if self._lora is not None:  # each request's adapter: its model name when that names a loaded one
             names = [getattr(c, "model_name", None) for c in context_batch]
             inputs.lora_inputs = [Buffer.from_dlpack(t) for t in self._lora.inputs(names, lens)]
@@ -322,8 +342,20 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
         return self._lora
 
     def execute(self, model_inputs: ModelInputs) -> ModelOutputs:
+        rows = getattr(model_inputs, "decode_rows", None)
+        if rows is not None:  # a decode step on CUDA: the captured graph of its bucket
+            got = self.decode_graphs.run(*rows)
+            if got is not None:
+                return ModelOutputs(logits=got[0], greedy_tokens=got[1])
+            self._to_device(model_inputs)
         (logits,) = self.run_graph(model_inputs)
         return ModelOutputs(logits=logits._torch())
+
+    def _to_device(self, inputs: ModelInputs) -> None:
+        """Tokens and row offsets onto the graph's device (a no-op on the CPU)."""
+        dev = self.devices[0]
+        inputs.tokens = inputs.tokens.to(dev)
+        inputs.input_row_offsets = inputs.input_row_offsets.to(dev)
 
     def run_graph(self, model_inputs: ModelInputs) -> list[Any]:
         """The compiled step graph's outputs (driver buffers) for ``model_inputs``."""
