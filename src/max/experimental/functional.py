@@ -29,7 +29,7 @@ _OPS = (
     "gather_nd", "gelu", "greater", "greater_equal", "group_norm", "hann_window", "inplace_custom", "irfft",
     "is_inf", "is_nan", "layer_norm", "log", "log1p", "logical_and", "logical_not", "logical_or", "logical_xor",
     "logsoftmax", "masked_scatter", "matmul", "max", "max_pool2d", "mean", "min", "mod", "mul", "negate",
-    "non_maximum_suppression", "nonzero", "not_equal", "outer", "pad", "permute", "pow", "print", "prod",
+    "non_maximum_suppression", "nonzero", "not_equal", "outer", "pad", "permute", "pow", "prod",
     "qmatmul", "range", "relu", "repeat_interleave", "reshape", "resize", "resize_bicubic", "resize_linear",
     "resize_nearest", "rms_norm", "roi_align", "round", "rsqrt", "scatter", "scatter_add", "scatter_max",
     "scatter_min", "scatter_mul", "scatter_nd", "scatter_nd_add", "scatter_nd_max", "scatter_nd_min",
@@ -165,6 +165,24 @@ clamp.__doc__ = "``x`` limited to ``[min, max]`` (either bound may be None; scal
 clip = clamp
 
 
+# ----------------------------------------------------------------------------- print
+_print_op = functional(_ops.print)
+
+
+def print(value: Any, label: str = "debug_tensor") -> None:  # noqa: A001 - reference name
+    """Print ``value``: inside a graph the ``ops.print`` node (it prints when the model runs); on an
+    eager tensor at once, as ``Tensor <label>= <repr(value)>`` (a str is printed as it is)."""
+    if _in_graph() or not isinstance(value, (Tensor, str)) or not isinstance(label, str):
+        return _print_op(value, label)
+    import builtins
+
+    builtins.print(value if isinstance(value, str) else f"Tensor {label}= {value!r}", flush=True)
+    return None
+
+
+print.__wrapped_op__ = _ops.print  # type: ignore[attr-defined]
+
+
 # ----------------------------------------------------------------------------- control flow
 def cond(pred: Any, out_types: Iterable[Any] | None, then_fn: Callable[[], Any], else_fn: Callable[[], Any]) -> Any:
     """``then_fn()`` if ``pred`` else ``else_fn()``: the graph op inside a graph, Python control flow on
@@ -191,7 +209,8 @@ def while_loop(initial_values: Any, predicate: Callable[..., Any], body: Callabl
     return vals
 
 
-_COMPOSITES = ("arange", "clamp", "clip", "cond", "from_dim", "full", "full_like", "ones", "ones_like", "while_loop", "zeros",
+_COMPOSITES = ("arange", "clamp", "clip", "cond", "from_dim", "full", "full_like", "ones", "ones_like", "print", "while_loop",
+               "zeros",
                "zeros_like")
 __all__ = ["functional", *_OPS, *_COMPOSITES]
 
