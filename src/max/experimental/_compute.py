@@ -69,6 +69,7 @@ class _ComputeIR(Graph):
     def __init__(self, owner: "ComputeGraph") -> None:
         super().__init__("compute_graph")
         self._owner = weakref.ref(owner)
+        self._random_seed = "global"  # seeded: random ops draw from max.experimental.random's generators
         self._rec: _Recorder | None = None
         self._env: dict = {}
         self._base_nodes = list(self._nodes)

@@ -118,6 +118,7 @@ def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[st
                             f"(e.g. TensorType(DType.float32, ['batch', 5], device)), got {type(t).__name__}")
     params = {id(t): name for name, t in module.parameters}
     graph = Graph(type(module).__name__, input_types=list(input_types))
+    graph._random_seed = "global"  # random ops draw from the generators of max.experimental.random.seed
     trace = _Trace(graph, params)
     with graph, contextvar_context(_TRACE, trace):
         out = module.forward(*[trace._out(v) for v in graph.inputs])
