@@ -138,3 +138,31 @@ def test_B14_17_constant_is_deprecated():
         warnings.simplefilter("error", DeprecationWarning)
         Tensor(1, dtype=DType.float32, device=CPU_)  # the replacement does not warn
         Tensor([1, 2])
+
+
+# ----------------------------------------------------------------------------- B13 eager control flow
+def test_B13_3_eager_cond_returns_a_list():
+    pred = T(True, DType.bool)
+    out_t = T(0.0).type
+
+    def then_fn():
+        return F.mul(F.constant(21.0, DType.float32, CPU_), 2)
+
+    def else_fn():
+        return F.negate(F.constant(42.0, DType.float32, CPU_))
+
+    res = F.cond(pred, [out_t], then_fn, else_fn)
+    assert isinstance(res, list) and len(res) == 1 and isinstance(res[0], Tensor)
+    assert res[0].item() == 42.0
+    assert F.cond(T(False, DType.bool), [out_t], then_fn, else_fn)[0].item() == -42.0
+    two = F.cond(pred, [out_t, out_t], lambda: (T(1.0), T(2.0)), lambda: (T(3.0), T(4.0)))
+    assert [t.item() for t in two] == [1.0, 2.0]
+    with pytest.raises(ValueError, match="returned 1 value"):
+        F.cond(pred, None, then_fn, else_fn)
+
+
+def test_B13_4_eager_cond_with_no_results():
+    seen = []
+    assert F.cond(T(True, DType.bool), None, lambda: seen.append("then"), lambda: seen.append("else")) == []
+    assert F.cond(T(False, DType.bool), None, lambda: seen.append("then"), lambda: seen.append("else")) == []
+    assert seen == ["then", "else"]

@@ -214,3 +214,58 @@ def test_B12_11_seed_returns_global_seed_tensor():
     a = random.uniform([5], device=CPU()).to_numpy()
     random.set_seed(int(s.item()))
     np.testing.assert_array_equal(random.uniform([5], device=CPU()).to_numpy(), a)
+
+
+# ----------------------------------------------------------------------------- B13 control flow
+def test_B13_1_bool_of_tensor_value_is_true():
+    with Graph("g", input_types=[tt(DType.float32, [2, 3]), tt(DType.float32, [])]) as g:
+        x, s = g.inputs[0].tensor, g.inputs[1].tensor
+        assert bool(x) is True and bool(x > 100) is True and bool(s) is True
+        assert (x if x else None) is x
+        y = x < 10
+        z = s < 10
+        assert (y and z) is z and (y or z) is y
+
+
+def test_B13_1_python_and_in_while_predicate_is_its_second_operand():
+    i64 = tt(DType.int64, [])
+    with Graph("w", input_types=[i64, i64]) as g:
+        out = ops.while_loop(
+            (g.inputs[0], g.inputs[1]),
+            lambda x, y: ops.transfer_to(x < 10 and y < 10, DeviceRef.CPU()),
+            lambda x, y: [x + 1, y + 1])
+        g.output(*out)
+    x, y = run(g, np.array(0, np.int64), np.array(3, np.int64))
+    assert (int(x), int(y)) == (7, 10)  # only `y < 10` decided
+
+
+def test_B13_2_len_of_tensor_value_is_a_type_error():
+    with Graph("g", input_types=[tt(DType.float32, [4, 3]), tt(DType.float32, ["n"])]) as g:
+        for v in (g.inputs[0].tensor, g.inputs[1].tensor):
+            with pytest.raises(TypeError, match=r"^object of type 'TensorValue' has no len\(\)$"):
+                len(v)
+        assert g.inputs[0].tensor.shape[0] == 4  # the size is the shape's
+
+
+def test_B13_5_subgraph_input_devices_not_checked_against_devices():
+    cpu_bool = TensorType(DType.bool, [], DeviceRef.CPU())
+    gpu_bool = TensorType(DType.bool, [], DeviceRef.GPU(0))
+    g = Graph("root", input_types=[cpu_bool, gpu_bool])
+    sub = g.add_subgraph("sub", input_types=[cpu_bool, gpu_bool], devices=[DeviceRef.GPU(0)])
+    with sub:
+        p, x1 = sub.inputs[0].tensor, sub.inputs[1].tensor
+        (r,) = ops.cond(p, [TensorType(DType.bool, [], DeviceRef.GPU(1))],
+                        lambda: ops.transfer_to(x1, DeviceRef.GPU(1)),
+                        lambda: ops.transfer_to(x1, DeviceRef.GPU(1)))
+        sub.output(r)
+    with g:
+        (y,) = ops.call(sub, g.inputs[0], g.inputs[1])
+        assert y.type == TensorType(DType.bool, [], DeviceRef.GPU(1))
+        g.output(y)
+    assert sub.devices == [DeviceRef.GPU(0)]
+
+
+def test_B13_6_cond_with_no_results_returns_empty_list():
+    with Graph("g", input_types=[tt(DType.bool, [])]) as g:
+        assert ops.cond(g.inputs[0], None, lambda: None, lambda: None) == []
+        g.output()

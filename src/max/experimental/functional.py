@@ -186,12 +186,19 @@ print.__wrapped_op__ = _ops.print  # type: ignore[attr-defined]
 # ----------------------------------------------------------------------------- control flow
 def cond(pred: Any, out_types: Iterable[Any] | None, then_fn: Callable[[], Any], else_fn: Callable[[], Any]) -> Any:
     """``then_fn()`` if ``pred`` else ``else_fn()``: the graph op inside a graph, Python control flow on
-    eager tensors (``pred`` a bool or one-element bool tensor)."""
+    eager tensors (``pred`` a bool or one-element bool tensor).  Either way the results come back as a
+    list, one per ``out_types`` entry (``[]`` when ``out_types`` is None), as ``ops.cond`` returns them."""
     if _in_graph():
         return _ops.cond(pred, out_types, then_fn, else_fn)
     if isinstance(pred, Tensor) and pred.dtype is not DType.bool:
         raise TypeError(f"cond: pred must be a bool tensor, got {pred.dtype}")
-    return then_fn() if bool(pred) else else_fn()
+    name = "then" if bool(pred) else "else"
+    out = then_fn() if name == "then" else else_fn()
+    results = [] if out is None else list(out) if isinstance(out, (list, tuple)) else [out]
+    n = 0 if out_types is None else len(list(out_types))
+    if len(results) != n:
+        raise ValueError(f"cond: {name}_fn returned {len(results)} value(s), out_types has {n}")
+    return results
 
 
 def while_loop(initial_values: Any, predicate: Callable[..., Any], body: Callable[..., Any]) -> Any:
