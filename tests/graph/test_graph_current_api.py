@@ -34,7 +34,8 @@ def test_cast_tensor_to_matches_numpy(src, dst):
     assert buffer_utils.cast_tensor_to(same, src) is same
     outs = buffer_utils.cast_tensors_to([Buffer.from_numpy(a), Buffer.from_numpy(a)], dst)
     assert [o.dtype for o in outs] == [dst, dst]
-    d = buffer_utils.cast_dlpack_to(torch.from_numpy(np.array([1.5, 2.5])), DType.bfloat16)
+    d = buffer_utils.cast_dlpack_to(torch.from_numpy(np.array([1.5, 2.5])), DType.float64, DType.bfloat16,
+                                    driver.CPU())
     assert d.dtype is DType.bfloat16 and d.to_numpy().astype(np.float32).tolist() == [1.5, 2.5]
     with pytest.raises(TypeError, match="cast_tensor_to: dtype must be a max.dtype.DType"):
         buffer_utils.cast_tensor_to(same, np.float32)

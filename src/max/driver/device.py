@@ -211,9 +211,7 @@ class Device:
 
     def _arch_name(self) -> str:
         if self._label == "cpu":
-            raise ValueError(
-                f"architecture_name is only defined for accelerators; {self} is a CPU device"
-            )
+            raise ValueError(f"failed to get device architecture name: Not implemented for device: {self._label}")
         if _is_hip():
             props = torch.cuda.get_device_properties(self._id)
             return str(getattr(props, "gcnArchName", "gfx")).split(":")[0]
