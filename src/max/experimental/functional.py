@@ -56,6 +56,25 @@ def transfer_to(x: Any, device: Any) -> Any:  # noqa: F811
 transfer_to.__wrapped_op__ = _ops.transfer_to  # type: ignore[attr-defined]
 
 
+# ----------------------------------------------------------------------------- print
+_print_op = functional(_ops.print)
+
+
+def print(value: Any, label: str = "debug_tensor") -> None:  # noqa: A001 - reference name
+    """Print ``value``: inside a graph the ``ops.print`` node (it prints when the model runs); on an
+    eager tensor at once, as ``Tensor <label>= <repr(value)>`` (a str is printed as it is)."""
+    if _in_graph() or not isinstance(value, (Tensor, str)) or not isinstance(label, str):
+        return _print_op(value, label)
+    import builtins
+
+    builtins.print(value if isinstance(value, str) else f"Tensor {label}= {value!r}", flush=True)
+    return None
+
+
+print.__wrapped_op__ = _ops.print  # type: ignore[attr-defined]
+_EAGER_COMPOSITES = ("print",)
+
+
 # ----------------------------------------------------------------------------- creation
 def _device_ref(device: Any) -> DeviceRef:
     return device if isinstance(device, DeviceRef) else DeviceRef.from_device(device)
@@ -165,24 +184,6 @@ clamp.__doc__ = "``x`` limited to ``[min, max]`` (either bound may be None; scal
 clip = clamp
 
 
-# ----------------------------------------------------------------------------- print
-_print_op = functional(_ops.print)
-
-
-def print(value: Any, label: str = "debug_tensor") -> None:  # noqa: A001 - reference name
-    """Print ``value``: inside a graph the ``ops.print`` node (it prints when the model runs); on an
-    eager tensor at once, as ``Tensor <label>= <repr(value)>`` (a str is printed as it is)."""
-    if _in_graph() or not isinstance(value, (Tensor, str)) or not isinstance(label, str):
-        return _print_op(value, label)
-    import builtins
-
-    builtins.print(value if isinstance(value, str) else f"Tensor {label}= {value!r}", flush=True)
-    return None
-
-
-print.__wrapped_op__ = _ops.print  # type: ignore[attr-defined]
-
-
 # ----------------------------------------------------------------------------- control flow
 def cond(pred: Any, out_types: Iterable[Any] | None, then_fn: Callable[[], Any], else_fn: Callable[[], Any]) -> Any:
     """``then_fn()`` if ``pred`` else ``else_fn()``: the graph op inside a graph, Python control flow on
@@ -216,8 +217,7 @@ def while_loop(initial_values: Any, predicate: Callable[..., Any], body: Callabl
     return vals
 
 
-_COMPOSITES = ("arange", "clamp", "clip", "cond", "from_dim", "full", "full_like", "ones", "ones_like", "print", "while_loop",
-               "zeros",
+_COMPOSITES = ("arange", "clamp", "clip", "cond", "from_dim", "full", "full_like", "ones", "ones_like", "while_loop", "zeros",
                "zeros_like")
 __all__ = ["functional", *_OPS, *_COMPOSITES]
 
@@ -225,3 +225,4 @@ from max.experimental import tensor as _tensor  # noqa: E402
 
 _tensor._add, _tensor._sub, _tensor._mul, _tensor._div = add, sub, mul, div  # type: ignore[name-defined]  # noqa: F821
 del _name
+__all__ += list(_EAGER_COMPOSITES)
