@@ -16,6 +16,7 @@ from max.dtype import DType
 from max.experimental import functional as F
 from max.experimental import tensor as T
 from max.experimental.tensor import ComputeGraph, Tensor
+from max.experimental.sharding import DeviceMesh
 from max.graph import DeviceRef, Graph, Shape, TensorType
 
 CPU_ = CPU()
@@ -210,21 +211,21 @@ def test_compute_graph_members():
 def test_defaults_cpu_float32_without_accelerator():
     if driver.accelerator_count():
         dt, dev = T.defaults()
-        assert dt == DType.bfloat16 and not dev.is_host
+        assert dt == DType.bfloat16 and not dev.devices[0].is_host
     else:
-        assert T.defaults() == (DType.float32, CPU_)
+        assert T.defaults() == (DType.float32, DeviceMesh.single(CPU_))
         t = Tensor.ones((2,))
         assert t.dtype == DType.float32 and t.device == CPU_
-    assert T.defaults(DType.int8, CPU_) == (DType.int8, CPU_)
-    assert T.defaults(None, CPU_) == (DType.float32, CPU_)
-    assert T.defaults(device=DeviceRef.CPU()) [1] == CPU_
+    assert T.defaults(DType.int8, CPU_) == (DType.int8, DeviceMesh.single(CPU_))
+    assert T.defaults(None, CPU_) == (DType.float32, DeviceMesh.single(CPU_))
+    assert T.defaults(device=DeviceRef.CPU()) [1] == DeviceMesh.single(CPU_)
 
 
 def test_default_dtype_and_device_context_managers():
     with T.default_dtype(DType.float64):
         assert Tensor.zeros((2,), device=CPU_).dtype == DType.float64
         with T.default_device(CPU_):
-            assert T.defaults() == (DType.float64, CPU_)
+            assert T.defaults() == (DType.float64, DeviceMesh.single(CPU_))
         with T.default_dtype(DType.int32):
             assert Tensor.arange(3, device=CPU_).dtype == DType.int32
     assert Tensor.zeros((2,), device=CPU_).dtype == DType.float32
@@ -272,7 +273,7 @@ def test_ops_on_tensors_from_different_devices_fail_at_the_call():
 @pytest.mark.gpu
 def test_gpu_tensors():
     gpu = driver.Accelerator()
-    assert T.defaults() == (DType.bfloat16, gpu)
+    assert T.defaults() == (DType.bfloat16, DeviceMesh.single(gpu))
     x = Tensor.ones((2, 3), dtype=DType.float32, device=gpu)
     y = x + 1
     assert y.device == gpu and y.real

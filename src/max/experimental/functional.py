@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+import numpy as np
+
 from max.dtype import DType
-from max.experimental._context import defaults
+from max.experimental._context import _resolve
 from max.experimental.tensor import Tensor, functional
 from max.graph import ops as _ops
 from max.graph.graph import _ACTIVE
@@ -88,7 +90,7 @@ def _in_graph() -> bool:
 
 
 def _full(shape: Any, value: Any, *, dtype: DType | None = None, device: Any = None) -> Any:
-    dtype, dev = defaults(dtype, device.to_device() if isinstance(device, DeviceRef) else device)
+    dtype, dev = _resolve(dtype, device.to_device() if isinstance(device, DeviceRef) else device)
     dims = [int(shape)] if isinstance(shape, int) else list(shape)
     return _ops.broadcast_to(_ops.constant(value, dtype, _device_ref(dev)), dims)
 
@@ -140,7 +142,7 @@ def arange(start: Any = 0, stop: Any = None, step: Any = 1, out_dim: Any = None,
     """``start, start + step, ...`` below ``stop`` (``arange(n)`` counts from 0); ``ops.range``."""
     if stop is None:
         start, stop = 0, start
-    dtype, dev = defaults(dtype, device.to_device() if isinstance(device, DeviceRef) else device)
+    dtype, dev = _resolve(dtype, device.to_device() if isinstance(device, DeviceRef) else device)
     return range(start, stop, step, out_dim, dtype=dtype, device=_device_ref(dev))  # noqa: F821
 
 
@@ -155,7 +157,7 @@ def _from_dim(dim: Any, *, dtype: DType | None = None, device: Any = None) -> An
     if not isinstance(d, StaticDim) and not _in_graph():
         raise ValueError(f"from_dim: {d!r} is symbolic; its value is known only inside a graph (static dims "
                          "work everywhere)")
-    _, dev = defaults(None, device.to_device() if isinstance(device, DeviceRef) else device)
+    _, dev = _resolve(None, device.to_device() if isinstance(device, DeviceRef) else device)
     ref = _device_ref(dev)
     v = _ops.cast(dim_to_tensor(d), dtype or DType.int64)
     return v if v.device == ref else _ops.transfer_to(v, ref)
@@ -182,6 +184,120 @@ clamp = functional(_clamp)
 clamp.__name__ = clamp.__qualname__ = "clamp"
 clamp.__doc__ = "``x`` limited to ``[min, max]`` (either bound may be None; scalars are weak)."
 clip = clamp
+
+
+# ----------------------------------------------------------------------------- MAX 26.7 names
+# Random draws (max.experimental.random, which defines them once).
+from max.experimental.random import (  # noqa: E402
+    gaussian,
+    gaussian_like,
+    normal,
+    normal_like,
+    uniform,
+    uniform_like,
+)
+
+
+def _elementwise_max(lhs: Any, rhs: Any) -> Any:
+    return _ops.max(lhs, rhs)
+
+
+def _elementwise_min(lhs: Any, rhs: Any) -> Any:
+    return _ops.min(lhs, rhs)
+
+
+elementwise_max = functional(_elementwise_max)
+elementwise_max.__doc__ = "The elementwise maximum of ``lhs`` and ``rhs`` (broadcast; ``ops.max(lhs, rhs)``)."
+elementwise_min = functional(_elementwise_min)
+elementwise_min.__doc__ = "The elementwise minimum of ``lhs`` and ``rhs`` (broadcast; ``ops.min(lhs, rhs)``)."
+rebind = functional(_ops.rebind)
+shape_to_tensor = functional(_ops.shape_to_tensor)
+dequantize = functional(_ops.dequantize)
+
+
+def _complex_mul(lhs: Any, rhs: Any) -> Any:
+    """Complex product of two tensors whose last dim holds (real, imag); the other dims broadcast."""
+    from max.graph.ops._common import as_tensor
+
+    lhs, rhs = as_tensor(lhs, op="complex_mul"), as_tensor(rhs, op="complex_mul")
+    for name, v in (("lhs", lhs), ("rhs", rhs)):
+        if v.rank == 0 or not v.shape[-1] == 2:
+            raise ValueError(f"complex_mul: {name} must have a last dimension of size 2 (real, imag), "
+                             f"got {v.type}")
+    ar, ai = _ops.split(lhs, [1, 1], axis=-1)
+    br, bi = _ops.split(rhs, [1, 1], axis=-1)
+    real = _ops.sub(_ops.mul(ar, br), _ops.mul(ai, bi))
+    imag = _ops.add(_ops.mul(ar, bi), _ops.mul(ai, br))
+    return _ops.concat([real, imag], axis=-1)
+
+
+complex_mul = functional(_complex_mul)
+complex_mul.__doc__ = _complex_mul.__doc__
+
+
+def _mesh_axis_of(x: Any, mesh_axis: int | str, who: str) -> int:
+    return x.mesh.axis_index(mesh_axis)
+
+
+def reduce_scatter(x: Any, scatter_axis: int = 0, mesh_axis: int | str = 0) -> Any:
+    """Reduce the partial values of ``x`` along mesh axis ``mesh_axis`` and scatter the result along tensor
+    axis ``scatter_axis``: that mesh axis's placement becomes ``Sharded(scatter_axis)`` (the others stay).
+
+    ``x`` is a distributed tensor whose placement on ``mesh_axis`` is ``Partial`` (reduced with its
+    ``reduce_op``) or ``Replicated`` (already reduced: only the scatter happens).  An ordinary tensor lives
+    on a one-device mesh, where reducing over one device and scattering into one piece leave it as it is.
+    """
+    from max.experimental import sharding as S
+
+    if not isinstance(x, S.DistributedTensor):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"reduce_scatter: expected a Tensor, got {type(x).__name__}")
+        if not -max(x.rank, 1) <= scatter_axis < max(x.rank, 1):
+            raise ValueError(f"reduce_scatter: scatter_axis {scatter_axis} out of range for rank {x.rank}")
+        return x
+    ax = _mesh_axis_of(x, mesh_axis, "reduce_scatter")
+    if not -x.rank <= scatter_axis < x.rank:
+        raise ValueError(f"reduce_scatter: scatter_axis {scatter_axis} out of range for rank {x.rank}")
+    p = x.placements[ax]
+    if isinstance(p, S.Sharded):
+        raise ValueError(f"reduce_scatter: mesh axis {mesh_axis} is {p}; expected Partial or Replicated")
+    placements = list(x.placements)
+    placements[ax] = S.Sharded(scatter_axis)
+    # The global value reduces every Partial axis; the other Partial axes are laid out again as partials.
+    return S.distribute(x.full_tensor(), S.PlacementMapping(x.mesh, tuple(placements)))
+
+
+def distributed_broadcast(x: Any, mesh_axis: int | str = 0, root: int = 0, *, mesh: Any = None) -> Any:
+    """Copy the local tensor of device ``root`` along mesh axis ``mesh_axis`` to every device on that axis
+    (its placement becomes ``Replicated``).  An ordinary tensor is one device's value: with ``mesh`` it is
+    copied to every device of that mesh (a fully replicated distributed tensor), without it returned as
+    it is."""
+    from max.experimental import sharding as S
+
+    if not isinstance(x, S.DistributedTensor):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"distributed_broadcast: expected a Tensor, got {type(x).__name__}")
+        if root != 0:
+            raise ValueError(f"distributed_broadcast: root {root} out of range for a one-device tensor")
+        if mesh is None:
+            return x
+        if not isinstance(mesh, S.DeviceMesh):
+            raise TypeError(f"distributed_broadcast: mesh must be a DeviceMesh, got {type(mesh).__name__}")
+        return S.distribute(x, S.PlacementMapping(mesh, (S.Replicated(),) * mesh.ndim))
+    if mesh is not None and mesh != x.mesh:
+        raise ValueError(f"distributed_broadcast: x lives on {x.mesh}, not on {mesh}")
+    ax = _mesh_axis_of(x, mesh_axis, "distributed_broadcast")
+    n = x.mesh.mesh_shape[ax]
+    if not 0 <= root < n:
+        raise ValueError(f"distributed_broadcast: root {root} out of range for mesh axis of size {n}")
+    cells = np.empty(x.mesh.mesh_shape, dtype=object)
+    for c in x.mesh.coords():
+        src = list(c)
+        src[ax] = root
+        cells[c] = x._cells[tuple(src)].clone().to(x._cells[c].device)
+    placements = list(x.placements)
+    placements[ax] = S.Replicated()
+    return S.DistributedTensor(cells, S.PlacementMapping(x.mesh, tuple(placements)))
 
 
 # ----------------------------------------------------------------------------- control flow
@@ -218,7 +334,11 @@ def while_loop(initial_values: Any, predicate: Callable[..., Any], body: Callabl
 
 
 _COMPOSITES = ("arange", "clamp", "clip", "cond", "from_dim", "full", "full_like", "ones", "ones_like", "while_loop", "zeros",
-               "zeros_like")
+               "zeros_like",
+               # MAX 26.7 names
+               "complex_mul", "dequantize", "distributed_broadcast", "elementwise_max", "elementwise_min",
+               "gaussian", "gaussian_like", "normal", "normal_like", "rebind", "reduce_scatter", "shape_to_tensor",
+               "uniform", "uniform_like")
 __all__ = ["functional", *_OPS, *_COMPOSITES]
 
 from max.experimental import tensor as _tensor  # noqa: E402

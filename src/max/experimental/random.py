@@ -16,7 +16,8 @@ import numbers
 
 from max.dtype import DType
 from max.engine.kernels import random as _kernels
-from max.experimental.tensor import Tensor, defaults, functional
+from max.experimental._context import _resolve
+from max.experimental.tensor import Tensor, functional
 from max.graph.dtype_promotion import weak_scalar_fits
 from max.graph.ops import random as _random
 from max.graph.type import DeviceRef, TensorType
@@ -53,7 +54,7 @@ uniform_like.__name__ = uniform_like.__qualname__ = "uniform_like"
 
 
 def _like(shape: Iterable[Any], dtype: DType | None, device: Any) -> TensorType:
-    dtype, device = defaults(dtype, device)
+    dtype, device = _resolve(dtype, device)
     if isinstance(shape, (int,)):
         shape = [shape]
     return TensorType(dtype, list(shape), DeviceRef.from_device(device))

@@ -52,10 +52,14 @@ from max.experimental._compute import (  # noqa: F401 - re-exported
 )
 from max.experimental._context import (  # noqa: F401 - re-exported
     _TRACE,
+    _default_device,
+    _default_dtype,
+    _resolve,
     contextvar_context,
     default_device,
     default_dtype,
     defaults,
+    defaults_like,
     lazy,
 )
 from max.experimental._dispatch import functional  # noqa: F401 - re-exported
@@ -71,6 +75,7 @@ __all__ = [
     "default_device",
     "default_dtype",
     "defaults",
+    "defaults_like",
     "driver_tensor_type",
     "functional",
     "lazy",
@@ -224,13 +229,13 @@ class Tensor:
 
     @classmethod
     def _constant(cls, value: Any, *, dtype: DType | None = None, device: Any = None) -> "Tensor":
-        dtype, device = defaults(dtype, device)
+        dtype, device = _resolve(dtype, device)
         return _F().constant(value, dtype, device)
 
     @classmethod
     def full(cls, shape: Any, value: Any, *, dtype: DType | None = None, device: Any = None) -> "Tensor":
         """A tensor of ``shape`` filled with ``value``."""
-        dtype, device = defaults(dtype, device)
+        dtype, device = _resolve(dtype, device)
         F = _F()
         return F.broadcast_to(F.constant(value, dtype, device), _shape_arg(shape))
 
@@ -264,7 +269,7 @@ class Tensor:
         """``start, start + step, ...`` below ``stop`` (``arange(n)`` counts from 0)."""
         if stop is None:
             start, stop = 0, start
-        dtype, device = defaults(dtype, device)
+        dtype, device = _resolve(dtype, device)
         return _F().range(start, stop, step, dtype=dtype, device=device)
 
     @classmethod
@@ -704,7 +709,7 @@ def _from_data(data: Any, dtype: DType | None, device: Any) -> Tensor:
         if dtype is not None and t.dtype is not dtype:
             t = t.cast(dtype)
         if device is not None:
-            dev = defaults(None, device)[1]
+            dev = _resolve(None, device)[1]
             if t.device != dev:
                 t = t.to(dev)
         return t
@@ -717,7 +722,7 @@ def _from_data(data: Any, dtype: DType | None, device: Any) -> Tensor:
         data = _as_lists(data)  # lists may nest ranges / other sequences
     if dtype is None and _all_bool(data):
         dtype = DType.bool
-    dtype, dev = defaults(dtype, device)
+    dtype, dev = _resolve(dtype, device)
     return Tensor._constant(data, dtype=dtype, device=dev)
 
 

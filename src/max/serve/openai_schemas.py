@@ -55,6 +55,16 @@ class APIError(Exception):
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
+    def anthropic_body(self) -> dict[str, Any]:
+        """The error in Anthropic's shape (``/v1/messages``): ``{"type": "error", "error": {type, message}}``."""
+        kind = _ANTHROPIC_TYPES.get(self.status, "api_error" if self.status >= 500 else "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": self.message}}
+
+
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 413: "request_too_large", 415: "invalid_request_error",
+                    429: "rate_limit_error", 503: "overloaded_error"}
+
 
 def _default_type(status: int) -> str:
     if status == 401:

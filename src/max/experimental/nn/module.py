@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, ParamSpec, TypeVar
+import typing
+from typing import Annotated, Any, Callable, Generic, Iterable, Iterator, Mapping, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -31,11 +32,53 @@ from max.dtype import DType
 from max.experimental import _trace as trace_graph
 from max.experimental.tensor import Tensor
 
-__all__ = ["CompiledModel", "Module", "ModuleList", "Sequential", "module_dataclass"]
+__all__ = ["CompiledModel", "Module", "ModuleList", "PinnedDeviceTensor", "Sequential", "module_dataclass"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 _M = TypeVar("_M", bound="Module")
+
+
+class _DevicePinned:
+    """Marker in ``PinnedDeviceTensor``: the field keeps its device when the module moves."""
+
+
+# A Tensor field that ``Module.to`` leaves on its device (still a parameter).  Calling it builds a
+# plain Tensor, as ``Tensor(...)`` does (``typing.Annotated`` forwards the call to its origin).
+PinnedDeviceTensor = Annotated[Tensor, _DevicePinned]
+
+
+def _is_pinned_annotation(ann: Any) -> bool:
+    if isinstance(ann, str):
+        return "PinnedDeviceTensor" in ann or "_DevicePinned" in ann
+    return any(m is _DevicePinned or isinstance(m, _DevicePinned) for m in getattr(ann, "__metadata__", ()))
+
+
+def _pinned_fields(cls: type) -> frozenset[str]:
+    """Names of the attributes that ``cls`` (or a base class) annotates as ``PinnedDeviceTensor``."""
+    cached = cls.__dict__.get("_pinned_fields_cache")
+    if cached is not None:
+        return cached
+    names = set()
+    for klass in reversed(cls.__mro__):
+        for name, ann in vars(klass).get("__annotations__", {}).items():
+            if _is_pinned_annotation(ann):
+                names.add(name)
+    out = frozenset(names)
+    try:
+        type.__setattr__(cls, "_pinned_fields_cache", out)
+    except (TypeError, AttributeError):
+        pass
+    return out
+
+
+def _move_unpinned(m: "Module", device: Any) -> None:
+    pinned = _pinned_fields(type(m))
+    for name, t in list(m.local_parameters):
+        if name not in pinned:
+            object.__setattr__(m, name, t.to(device))
+    for _name, child in list(m.children):
+        _move_unpinned(child, device)
 
 
 class Module(Generic[_P, _R]):
@@ -83,9 +126,9 @@ class Module(Generic[_P, _R]):
         """The device of the parameters (the default device when there are none)."""
         for _, t in self.parameters:
             return t.device
-        from max.experimental.tensor import defaults
+        from max.experimental._context import _resolve
 
-        return defaults()[1]
+        return _resolve(None, None)[1]
 
     # ---------------------------------------------------------------- loading parameters
     # (MAX 26.7's Module has no public apply_to_*/map_parameters/load_state/state_dict: use
@@ -131,8 +174,9 @@ class Module(Generic[_P, _R]):
         self._apply_to_parameters(load)
 
     def to(self: _M, device: Any) -> _M:
-        """Move every parameter to ``device`` (in place); returns the module."""
-        self._apply_to_parameters(lambda _n, t: t.to(device))
+        """Move every parameter to ``device`` (in place); returns the module.  Fields annotated
+        ``PinnedDeviceTensor`` (in this module, its children and subclasses) stay where they are."""
+        _move_unpinned(self, device)
         return self
 
     # ---------------------------------------------------------------- compile

@@ -172,6 +172,10 @@ class KVCacheManager(ABC, Generic[T]):
             raise ValueError(f"cannot release request {request_id!r}: it is not claimed")
         self._claimed.discard(request_id)
 
+    def cached_tokens(self, request_id: str) -> int:
+        """Tokens of ``request_id`` reused from a prefix cache (0: this manager has none)."""
+        return 0
+
     @property
     def claimed_requests(self) -> frozenset:
         """The request ids currently claimed."""

@@ -454,6 +454,12 @@ class PagedKVCacheManager(KVCacheManager[Any]):
             raise ValueError(f"request {request_id!r} is not claimed by this KV cache manager")
         return self._reqs[request_id]
 
+    def cached_tokens(self, request_id: str) -> int:
+        """Tokens of ``request_id`` whose K/V came from the prefix cache instead of being computed (0 for a
+        request this manager does not hold)."""
+        req = self._reqs.get(request_id)
+        return req.cached_tokens_hit if req is not None else 0
+
     # ----------------------------------------------------------- lifecycle
     def external_claim(self, request_id: str) -> None:
         super().external_claim(request_id)
