@@ -166,3 +166,142 @@ def test_B13_4_eager_cond_with_no_results():
     assert F.cond(T(True, DType.bool), None, lambda: seen.append("then"), lambda: seen.append("else")) == []
     assert F.cond(T(False, DType.bool), None, lambda: seen.append("then"), lambda: seen.append("else")) == []
     assert seen == ["then", "else"]
+
+
+# ----------------------------------------------------------------------------- B14.16 mesh / placements
+def test_B14_16_ordinary_tensor_mesh_and_placements():
+    from max.experimental.sharding import DeviceMesh, Replicated
+
+    t = T([1.0, 2.0])
+    assert repr(t.mesh) == "DeviceMesh(_=1)"
+    assert t.mesh == DeviceMesh.single(CPU_) and t.mesh.devices == (CPU_,)
+    assert t.placements == (Replicated(),)
+    # a distributed tensor keeps its own
+    from max.experimental.sharding import PlacementMapping, Sharded, distribute
+
+    mesh = DeviceMesh(devices=(CPU_, CPU_), mesh_shape=(2,), axis_names=("tp",))
+    d = distribute(T(np.arange(4.0)), PlacementMapping(mesh, (Sharded(0),)))
+    assert d.mesh == mesh and d.placements == (Sharded(0),)
+
+
+# ----------------------------------------------------------------------------- B15 functional collectives
+def test_B15_2_functional_graph_collectives_on_one_cpu():
+    from max.graph import ops
+
+    t = T(np.arange(8, dtype=np.float32).reshape(2, 4))
+    signal = Tensor.zeros([], device=CPU_)
+    for op in (ops.allgather, ops.allreduce.sum):
+        out = F.functional(op)([t], [signal])
+        assert isinstance(out, list) and len(out) == 1
+        assert out[0].real and list(out[0].shape) == [2, 4]
+        np.testing.assert_array_equal(out[0].to_numpy(), np.arange(8).reshape(2, 4))
+
+
+def test_B15_2_graph_signal_must_be_a_buffer():
+    from max.graph import BufferType, DeviceRef, Graph, TensorType, ops
+
+    tt = TensorType(DType.float32, [2, 4], DeviceRef.CPU())
+    with Graph("g", input_types=[tt, TensorType(DType.float32, [], DeviceRef.CPU()),
+                                 BufferType(DType.float32, [], DeviceRef.CPU())]) as g:
+        x, sig_t, sig_b = g.inputs[0].tensor, g.inputs[1].tensor, g.inputs[2].buffer
+        for op in (ops.allgather, ops.allreduce.sum):
+            with pytest.raises(TypeError, match=r"^BufferValue\(\) argument must be an mlir\.Value of buffer type "
+                               r"or a graph\.BufferValue, not 'TensorValue'"):
+                op([x], [sig_t])
+            assert op([x], [sig_b])[0].type == tt
+
+
+def test_B15_3_signatures():
+    import inspect
+
+    from max.graph import ops
+
+    assert list(inspect.signature(F.allgather).parameters) == ["t", "tensor_axis", "mesh_axis"]
+    assert [p.default for p in inspect.signature(F.allgather).parameters.values()][1:] == [0, 0]
+    assert list(inspect.signature(F.allreduce_sum).parameters) == ["t", "mesh_axis"]
+    assert inspect.signature(ops.allgather).parameters["group_size"].default is None
+    assert inspect.signature(ops.allreduce.sum).parameters["group_size"].default is None
+    sig = inspect.signature(F.functional)
+    assert list(sig.parameters) == ["graph_op", "rule"]
+    assert sig.parameters["rule"].default is None
+
+
+def _mesh(n=2):
+    from max.experimental.sharding import DeviceMesh
+
+    return DeviceMesh(devices=(CPU_,) * n, mesh_shape=(n,), axis_names=("tp",))
+
+
+def test_B15_3_allgather_of_a_sharded_tensor():
+    from max.experimental.sharding import PlacementMapping, Replicated, Sharded, distribute
+
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    for axis in (0, 1):
+        d = distribute(T(a), PlacementMapping(_mesh(), (Sharded(axis),)))
+        g = F.allgather(d, tensor_axis=axis)
+        assert g.placements == (Replicated(),)
+        for local in g.local_shards:
+            np.testing.assert_array_equal(local.to_numpy(), a)
+        np.testing.assert_array_equal(g.full_tensor().to_numpy(), a)
+    plain = T(a)
+    assert F.allgather(plain) is plain
+    with pytest.raises(ValueError, match="tensor_axis"):
+        F.allgather(plain, tensor_axis=2)
+
+
+def test_B15_3_allreduce_sum_of_partials():
+    from max.experimental.sharding import Partial, PlacementMapping, Replicated, distribute
+
+    a = np.arange(6, dtype=np.float64).reshape(2, 3)
+    d = distribute(T(a, DType.float64), PlacementMapping(_mesh(3), (Partial(),)))
+    parts = [s.to_numpy() for s in d.local_shards]
+    r = F.allreduce_sum(d)
+    assert r.placements == (Replicated(),)
+    for local in r.local_shards:
+        np.testing.assert_allclose(local.to_numpy(), sum(parts))
+    np.testing.assert_allclose(r.full_tensor().to_numpy(), a)
+    with pytest.raises(ValueError, match="partial"):
+        F.allgather(d)
+
+
+def test_B15_3_grouped_graph_collectives():
+    from max.graph import BufferType, DeviceRef, Graph, TensorType, ops
+    from max.engine import InferenceSession
+    from max.driver import Buffer
+
+    tt = TensorType(DType.float32, [2], DeviceRef.CPU())
+    bt = BufferType(DType.uint8, [4], DeviceRef.CPU())
+    with Graph("g", input_types=[tt] * 4 + [bt] * 4) as g:
+        xs = [v.tensor for v in g.inputs[:4]]
+        sigs = [v.buffer for v in g.inputs[4:]]
+        sums = ops.allreduce.sum(xs, sigs, group_size=2)
+        gathered = ops.allgather(xs, sigs, axis=0, group_size=2)
+        assert [v.shape[0] for v in gathered] == [4, 4, 4, 4]
+        with pytest.raises(ValueError, match="group_size=3"):
+            ops.allgather(xs, sigs, group_size=3)
+        g.output(*sums, *gathered)
+    vals = [np.array([i, 10 * i], np.float32) for i in range(1, 5)]
+    outs = InferenceSession().load(g).execute(*[Buffer.from_numpy(v) for v in vals],
+                                               *[Buffer.from_numpy(np.zeros(4, np.uint8)) for _ in range(4)])
+    got = [o.to_numpy() for o in outs]
+    for i in range(4):
+        grp = vals[0:2] if i < 2 else vals[2:4]
+        np.testing.assert_array_equal(got[i], grp[0] + grp[1])
+        np.testing.assert_array_equal(got[4 + i], np.concatenate(grp))
+
+
+def test_B15_3_functional_with_a_sharding_rule():
+    from max.experimental.sharding import PlacementMapping, Sharded, distribute
+    from max.graph import ops
+
+    calls = []
+
+    def rule(x):
+        calls.append(x.placements)
+        return x.placements  # elementwise: the result is laid out like x
+
+    neg = F.functional(ops.negate, rule=rule)
+    d = distribute(T(np.arange(6.0)), PlacementMapping(_mesh(), (Sharded(0),)))
+    r = neg(d)
+    assert calls == [(Sharded(0),)] and r.placements == (Sharded(0),)
+    np.testing.assert_array_equal(r.full_tensor().to_numpy(), -np.arange(6.0))

@@ -70,6 +70,7 @@ class _ComputeIR(Graph):
         super().__init__("compute_graph")
         self._owner = weakref.ref(owner)
         self._random_seed = "global"  # seeded: random ops draw from max.experimental.random's generators
+        self._eager_signals = True  # collectives take any tensor as a signal buffer (ops.distributed)
         self._rec: _Recorder | None = None
         self._env: dict = {}
         self._base_nodes = list(self._nodes)

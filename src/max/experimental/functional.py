@@ -24,7 +24,7 @@ from max.graph.graph import _ACTIVE
 from max.graph.type import DeviceRef, TensorType
 
 _OPS = (
-    "abs", "acos", "add", "allgather", "allreduce_sum", "argmax", "argmin", "argsort", "as_interleaved_complex",
+    "abs", "acos", "add", "argmax", "argmin", "argsort", "as_interleaved_complex",
     "atanh", "avg_pool2d", "band_part", "bottom_k", "broadcast_to", "buffer_store", "buffer_store_slice", "cast",
     "ceil", "chunk", "concat", "constant", "constant_external", "conv2d", "conv2d_transpose", "conv3d", "cos",
     "cumsum", "custom", "div", "equal", "erf", "exp", "flatten", "floor", "floor_div", "fold", "gather",
@@ -74,7 +74,82 @@ def print(value: Any, label: str = "debug_tensor") -> None:  # noqa: A001 - refe
 
 
 print.__wrapped_op__ = _ops.print  # type: ignore[attr-defined]
-_EAGER_COMPOSITES = ("print",)
+
+
+# ----------------------------------------------------------------------------- collectives on distributed tensors
+# (the graph collectives over per-device lists are ``functional(ops.allgather)`` / ``ops.allreduce.sum``)
+def _mesh_group(x: Any, mesh_axis: int | str, who: str) -> tuple[Any, int]:
+    from max.experimental import sharding as S
+
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{who}: expected a Tensor, got {type(x).__name__}")
+    if not isinstance(x, S.DistributedTensor):
+        if mesh_axis not in (0, "_"):
+            raise ValueError(f"{who}: mesh_axis {mesh_axis!r} out of range for a one-device tensor (mesh {x.mesh})")
+        return None, 0
+    return x, x.mesh.axis_index(mesh_axis)
+
+
+def _along(x: Any, ax: int, combine: Callable[[list], Any], placement: Any) -> Any:
+    """Every device's local replaced by ``combine`` of the locals of its group on mesh axis ``ax``."""
+    import builtins
+
+    import numpy as np
+
+    from max.experimental import sharding as S
+
+    cells = np.empty(x.mesh.mesh_shape, dtype=object)
+    n = x.mesh.mesh_shape[ax]
+    for c in x.mesh.coords():
+        group = [x._cells[tuple(c[:ax]) + (k,) + tuple(c[ax + 1:])] for k in builtins.range(n)]  # F.range shadows
+        cells[c] = combine([g.to(x._cells[c].device) for g in group])
+    placements = list(x.placements)
+    placements[ax] = placement
+    return S.DistributedTensor(cells, S.PlacementMapping(x.mesh, tuple(placements)))
+
+
+def allgather(t: Any, tensor_axis: int = 0, mesh_axis: int | str = 0) -> Any:
+    """Concatenate the local tensors of ``t`` along ``tensor_axis`` over mesh axis ``mesh_axis``: every
+    device of that axis gets the whole (``Sharded(tensor_axis)`` becomes ``Replicated``).  An ordinary
+    tensor lives on a one-device mesh, where gathering one piece gives it back."""
+    import torch
+
+    from max.experimental import sharding as S
+
+    x, ax = _mesh_group(t, mesh_axis, "allgather")
+    rank = t.rank
+    if not -max(rank, 1) <= tensor_axis < max(rank, 1):
+        raise ValueError(f"allgather: tensor_axis {tensor_axis} out of range for a rank-{rank} tensor")
+    if x is None:
+        return t
+    if isinstance(x.placements[ax], S.Partial):
+        raise ValueError(f"allgather: mesh axis {mesh_axis!r} holds partial values ({x.placements[ax]}); "
+                         "reduce them first (allreduce_sum / reduce_scatter)")
+    return _along(x, ax, lambda parts: torch.cat(parts, dim=tensor_axis), S.Replicated())
+
+
+def allreduce_sum(t: Any, mesh_axis: int | str = 0) -> Any:
+    """Sum the local tensors of ``t`` over mesh axis ``mesh_axis``; every device of that axis gets the sum
+    (``Partial(SUM)`` becomes ``Replicated``).  An ordinary tensor (one device) is its own sum."""
+    from max.experimental import sharding as S
+
+    x, ax = _mesh_group(t, mesh_axis, "allreduce_sum")
+    if x is None:
+        return t
+    shapes = {tuple(c.shape) for c in x._cells.flat}
+    if len(shapes) != 1:
+        raise ValueError(f"allreduce_sum: the local tensors have different shapes {sorted(shapes)}")
+
+    def total(parts: list) -> Any:
+        out = parts[0].clone()
+        for p in parts[1:]:
+            out += p
+        return out
+
+    return _along(x, ax, total, S.Replicated())
+
+
+_EAGER_COMPOSITES = ("allgather", "allreduce_sum", "print")
 
 
 # ----------------------------------------------------------------------------- creation

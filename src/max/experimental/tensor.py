@@ -378,12 +378,17 @@ class Tensor:
 
     @property
     def placements(self) -> tuple:
-        """The per-mesh-axis placements of a distributed tensor; ``()`` for an ordinary one."""
-        return ()
+        """The per-mesh-axis placements: ``(Replicated(),)`` for an ordinary tensor (one device, whole)."""
+        from max.experimental.sharding import Replicated
+
+        return (Replicated(),)
 
     @property
     def mesh(self) -> Any:
-        return None
+        """The device mesh: a one-device ``DeviceMesh.single(self.device)`` for an ordinary tensor."""
+        from max.experimental.sharding import DeviceMesh
+
+        return DeviceMesh.single(self.device)
 
     @property
     def local_shards(self) -> list["Tensor"]:
