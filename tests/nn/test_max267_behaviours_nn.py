@@ -168,3 +168,26 @@ def test_B16_6_trace_builds_a_graph_of_the_forward():
     out = m.execute(Buffer.from_numpy(x))[0].to_numpy()
     np.testing.assert_allclose(out, x @ np.arange(6, dtype=np.float32).reshape(3, 2).T + [1, 2, 3])
     np.testing.assert_allclose(lin(Tensor(x)).to_numpy(), out)
+
+
+def test_B16_3_state_dict_buffers_load_back_into_a_quantized_weight():
+    """A quantized weight's state_dict() value is the raw Buffer of its blocks; loading it back (into
+    the same or another module) keeps the weight's encoding."""
+    from max.graph.quantization import QuantizationEncoding
+
+    class Q(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = Weight("w", DType.uint8, (2, 36), DeviceRef.CPU(),
+                            quantization_encoding=QuantizationEncoding.Q8_0)
+
+    a, b = Q(), Q()
+    blocks = np.arange(72, dtype=np.uint8).reshape(2, 36)
+    from max.graph.weights import WeightData
+
+    a.load_state_dict({"w": WeightData(blocks, "w", DType.uint8, [2, 36], QuantizationEncoding.Q8_0)})
+    sd = a.state_dict()
+    assert isinstance(sd["w"], Buffer)
+    b.load_state_dict(sd)
+    assert b.w.quantization_encoding is QuantizationEncoding.Q8_0
+    np.testing.assert_array_equal(b.state_dict()["w"].to_numpy(), blocks)

@@ -430,6 +430,12 @@ def _zeros(w: Weight, name: str) -> np.ndarray:
     return np.zeros(shape, dtype=w.dtype.to_numpy())
 
 
+def _weight_data_type() -> type:
+    from max.graph.weights import WeightData
+
+    return WeightData
+
+
 def _as_buffer(value: Any) -> Any:
     """A stored weight value as a ``driver.Buffer`` over the same memory where it can be (a
     ``WeightData``'s data; numpy, torch and other DLPack arrays)."""
@@ -501,6 +507,8 @@ def _data_ptr(data: Any) -> int | None:
 
 def _check_value(w: Weight, name: str, value: Any, override: bool, alignment: int | None) -> tuple:
     data, dtype, shape, enc, ptr = _value_meta(value, name)
+    if enc is None and not isinstance(value, _weight_data_type()):
+        enc = w.quantization_encoding  # a raw array (a state_dict() Buffer) holds the weight's encoding
     if enc != w.quantization_encoding and not override:
         raise ValueError(
             f"load_state_dict: weight {name!r} has quantization encoding {w.quantization_encoding}, "
