@@ -305,3 +305,20 @@ def test_B15_3_functional_with_a_sharding_rule():
     r = neg(d)
     assert calls == [(Sharded(0),)] and r.placements == (Sharded(0),)
     np.testing.assert_array_equal(r.full_tensor().to_numpy(), -np.arange(6.0))
+
+
+def test_tensor_from_data_inside_a_compiled_forward_is_a_traced_constant():
+    """``Tensor(data)`` inside ``Module.compile`` stands for a constant of the traced graph (and is not
+    left behind as an unrealized tensor of the eager compute graph)."""
+    from max.experimental.nn import Module
+    from max.experimental.tensor import GRAPH
+    from max.graph import DeviceRef, TensorType
+
+    class AddConst(Module):
+        def forward(self, x):
+            return x + Tensor([1.0, 2.0], dtype=DType.float32, device=CPU_)
+
+    c = AddConst().compile(TensorType(DType.float32, [2], DeviceRef.CPU()))
+    assert not any(t._symbolic for t in GRAPH.unrealized)
+    np.testing.assert_array_equal(c(T([10.0, 20.0])).to_numpy(), [11.0, 22.0])
+    np.testing.assert_array_equal((T([1.0, 1.0]) * 3).to_numpy(), [3.0, 3.0])  # eager still works

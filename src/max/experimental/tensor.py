@@ -121,8 +121,8 @@ class Tensor:
                 raise TypeError("Tensor: pass data, storage= or value=, not several")
             src = _from_data(data, dtype, device)
             self._t, self._storage, self._value = src._t, src._storage, src._value
-            if self._t is None:  # built inside lazy(): computed with the graph
-                GRAPH.unrealized.add(self)
+            if self._t is None and self._value is not None and self._value._graph is GRAPH.graph:
+                GRAPH.unrealized.add(self)  # built inside lazy(): computed with the compute graph
             return
         if storage is None and value is None:
             raise TypeError(
