@@ -322,3 +322,9 @@ def test_tensor_from_data_inside_a_compiled_forward_is_a_traced_constant():
     assert not any(t._symbolic for t in GRAPH.unrealized)
     np.testing.assert_array_equal(c(T([10.0, 20.0])).to_numpy(), [11.0, 22.0])
     np.testing.assert_array_equal((T([1.0, 1.0]) * 3).to_numpy(), [3.0, 3.0])  # eager still works
+
+
+def test_B17_5_eager_item_has_the_buffer_text():
+    with pytest.raises(ValueError, match=r"^calling `item` on a tensor with 2 items but expected only 1"):
+        T([1.0, 2.0]).item()
+    assert T([[3.0]]).item() == 3.0

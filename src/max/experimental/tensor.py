@@ -485,7 +485,8 @@ class Tensor:
         """The single element as a Python number."""
         t = self._data()
         if t.numel() != 1:
-            raise ValueError(f"Tensor.item: the tensor has {t.numel()} elements (shape {list(t.shape)}); item() needs exactly 1")
+            raise ValueError(f"calling `item` on a tensor with {t.numel()} items but expected only 1 "
+                             f"(Tensor.item: shape {list(t.shape)})")  # MAX's Buffer.item text (B17.5)
         return t.item()
 
     # -- interop ---------------------------------------------------------------------
