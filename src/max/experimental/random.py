@@ -2,17 +2,19 @@
 
 The ops are ``max.graph.ops.random`` (type rules) with kernels in
 ``max.engine.kernels.random``: one torch generator per device, seeded with
-:func:`seed` (0 at import), so a program that seeds and then draws in the
-same order gets the same numbers.  The ``*_like`` functions are those graph
-ops made usable on eager tensors through ``functional``; inside a ``Graph``
-they stage a node that draws when the model runs.
+:func:`set_seed` (0 at import), so a program that seeds and then draws in the
+same order gets the same numbers; :func:`seed` returns that global seed as a
+uint64 ``[1]`` Tensor.  The ``*_like`` functions are those graph ops made
+usable on eager tensors through ``functional``; inside a ``Graph`` they stage
+a node that draws when the model runs (after ``ops.random.set_seed``).
 """
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Iterable
 
-import numbers
+import numpy as np
 
 from max.dtype import DType
 from max.engine.kernels import random as _kernels
@@ -41,9 +43,8 @@ def seed(value: int | None = None) -> Tensor:
     sets it, as :func:`set_seed` does."""
     if value is not None:
         set_seed(value)
-    import numpy as np
+    return Tensor(np.array([_kernels.current_seed()], dtype=np.uint64))
 
-    return Tensor(np.array([_kernels._SEED[0]], dtype=np.uint64))
 
 # Graph ops usable inside a Graph and on eager tensors (functional), like functional.X.
 gaussian_like = functional(_random.gaussian)

@@ -27,6 +27,11 @@ def seed(value: int) -> None:
     _GENERATORS.clear()
 
 
+def current_seed() -> int:
+    """The global seed the generators start from."""
+    return _SEED[0]
+
+
 def generator(device: torch.device) -> torch.Generator:
     g = _GENERATORS.get(device)
     if g is None:
