@@ -228,7 +228,8 @@ CASES.update({
     "from_dim": (lambda: F.from_dim(Dim(6) * 2, dtype=DType.int32), lambda: np.array(12, np.int32)),
     "clamp": (lambda: F.clamp(c(A), -0.5, 0.5), lambda: np.clip(A, -0.5, 0.5)),
     "clip": (lambda: F.clip(c(I), max=2), lambda: np.minimum(I, 2)),
-    "cond": (lambda: F.cond(c(np.array(True)), None, lambda: c(A) + 1, lambda: c(A) - 1), lambda: A + 1),
+    "cond": (lambda: F.cond(c(np.array(True)), [c(A).type], lambda: c(A) + 1, lambda: c(A) - 1),
+             lambda: [A + 1]),  # a list, as in MAX (max-behaviours.md B13.3)
     "while_loop": (lambda: F.while_loop([c(np.array(0, np.int64))], lambda i: i < 5, lambda i: i + 2),
                    lambda: [np.array(6)]),
 })

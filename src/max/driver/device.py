@@ -228,9 +228,7 @@ class Device:
 
     def _arch_name(self) -> str:
         if self._label == "cpu":
-            raise ValueError(
-                f"architecture_name is only defined for accelerators; {self} is a CPU device"
-            )
+            raise ValueError(f"failed to get device architecture name: Not implemented for device: {self._label}")
         if self._tdev.type == "meta":  # a virtual device (max.driver.virtual)
             from max.driver import virtual
 

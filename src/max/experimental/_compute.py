@@ -69,6 +69,8 @@ class _ComputeIR(Graph):
     def __init__(self, owner: "ComputeGraph") -> None:
         super().__init__("compute_graph")
         self._owner = weakref.ref(owner)
+        self._random_seed = "global"  # seeded: random ops draw from max.experimental.random's generators
+        self._eager_signals = True  # collectives take any tensor as a signal buffer (ops.distributed)
         self._rec: _Recorder | None = None
         self._env: dict = {}
         self._base_nodes = list(self._nodes)
@@ -79,14 +81,14 @@ class _ComputeIR(Graph):
             if v._graph is not self:
                 raise ValueError(
                     f"{op}: operand {v._short()} belongs to graph {v._graph.name!r}; graph values cannot be "
-                    "mixed with eager tensors (use them inside that graph, or make tensors with Tensor.constant)"
+                    "mixed with eager tensors (use them inside that graph, or make tensors with Tensor(value, dtype=..., device=...))"
                 )
         if regions:
             raise NotImplementedError(f"{op}: ops with nested regions (cond, while_loop, call) only work inside a Graph")
         if op == "weight":
             raise TypeError(
                 f"{(attrs or {}).get('name', op)!r}: weights and external constants need a Graph compiled with a "
-                "weights_registry; for eager tensors use Tensor.constant / Tensor.from_dlpack"
+                "weights_registry; for eager tensors use Tensor(value, ...) / Tensor.from_dlpack"
             )
         node = _ENode(self, op, tuple(inputs), attrs or {}, loc or _user_location(), side_effects, regions)
         node.data = None

@@ -20,7 +20,7 @@ from max.graph.graph import _ACTIVE, Graph
 from max.graph.type import DeviceRef, Type
 from max.graph.value import TensorValue, Value
 
-__all__ = ["call_module", "compile_module", "run_compiled"]
+__all__ = ["call_module", "compile_module", "run_compiled", "trace_module"]
 
 
 class _Trace:
@@ -202,23 +202,32 @@ def _call_as_subgraph(module: Any, g: Graph, trace: "_Trace", args: tuple, kwarg
     return res[0] if single else seq(res)
 
 
-def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[str, Any] | None) -> Any:
-    """Trace ``module.forward`` against ``input_types`` and compile it (see ``Module.compile``)."""
-    from max.engine import InferenceSession
-    from max.experimental.nn.module import CompiledModel
-
+def trace_module(module: Any, input_types: Sequence[Type], who: str = "trace") -> tuple[Graph, "_Trace", bool, Any]:
+    """Trace ``module.forward`` against ``input_types`` into a new Graph (see ``Module.trace``):
+    ``(graph, trace, single_output, output)``."""
     for i, t in enumerate(input_types):
         if not isinstance(t, Type):
-            raise TypeError(f"{type(module).__name__}.compile: input_types[{i}] must be a graph Type "
+            raise TypeError(f"{type(module).__name__}.{who}: input_types[{i}] must be a graph Type "
                             f"(e.g. TensorType(DType.float32, ['batch', 5], device)), got {type(t).__name__}")
     params = {id(t): name for name, t in module.parameters}
     graph = Graph(type(module).__name__, input_types=list(input_types))
+    graph._random_seed = "global"  # random ops draw from the generators of max.experimental.random.seed
     trace = _Trace(graph, params)
     with graph, contextvar_context(_TRACE, trace):
         out = module.forward(*[trace._out(v) for v in graph.inputs])
         single = not isinstance(out, (list, tuple))
         outs = [out] if single else list(out)
         graph.output(*[_unwrap(o) for o in outs])
+    return graph, trace, single, out
+
+
+def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[str, Any] | None) -> Any:
+    """Trace ``module.forward`` against ``input_types`` and compile it (see ``Module.compile``)."""
+    from max.engine import InferenceSession
+    from max.experimental.nn.module import CompiledModel
+
+    params = {id(t): name for name, t in module.parameters}
+    graph, trace, single, out = trace_module(module, input_types, "compile")
     registry: dict[str, Any] = {}
     for name, t in trace.weights.items():
         src = weights[name] if weights is not None and name in weights else t

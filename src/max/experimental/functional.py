@@ -24,14 +24,14 @@ from max.graph.graph import _ACTIVE
 from max.graph.type import DeviceRef, TensorType
 
 _OPS = (
-    "abs", "acos", "add", "allgather", "allreduce_sum", "argmax", "argmin", "argsort", "as_interleaved_complex",
+    "abs", "acos", "add", "argmax", "argmin", "argsort", "as_interleaved_complex",
     "atanh", "avg_pool2d", "band_part", "bottom_k", "broadcast_to", "buffer_store", "buffer_store_slice", "cast",
     "ceil", "chunk", "concat", "constant", "constant_external", "conv2d", "conv2d_transpose", "conv3d", "cos",
     "cumsum", "custom", "div", "equal", "erf", "exp", "flatten", "floor", "floor_div", "fold", "gather",
     "gather_nd", "gelu", "greater", "greater_equal", "group_norm", "hann_window", "inplace_custom", "irfft",
     "is_inf", "is_nan", "layer_norm", "log", "log1p", "logical_and", "logical_not", "logical_or", "logical_xor",
     "logsoftmax", "masked_scatter", "matmul", "max", "max_pool2d", "mean", "min", "mod", "mul", "negate",
-    "non_maximum_suppression", "nonzero", "not_equal", "outer", "pad", "permute", "pow", "print", "prod",
+    "non_maximum_suppression", "nonzero", "not_equal", "outer", "pad", "permute", "pow", "prod",
     "qmatmul", "range", "relu", "repeat_interleave", "reshape", "resize", "resize_bicubic", "resize_linear",
     "resize_nearest", "rms_norm", "roi_align", "round", "rsqrt", "scatter", "scatter_add", "scatter_max",
     "scatter_min", "scatter_mul", "scatter_nd", "scatter_nd_add", "scatter_nd_max", "scatter_nd_min",
@@ -56,6 +56,100 @@ def transfer_to(x: Any, device: Any) -> Any:  # noqa: F811
 
 
 transfer_to.__wrapped_op__ = _ops.transfer_to  # type: ignore[attr-defined]
+
+
+# ----------------------------------------------------------------------------- print
+_print_op = functional(_ops.print)
+
+
+def print(value: Any, label: str = "debug_tensor") -> None:  # noqa: A001 - reference name
+    """Print ``value``: inside a graph the ``ops.print`` node (it prints when the model runs); on an
+    eager tensor at once, as ``Tensor <label>= <repr(value)>`` (a str is printed as it is)."""
+    if _in_graph() or not isinstance(value, (Tensor, str)) or not isinstance(label, str):
+        return _print_op(value, label)
+    import builtins
+
+    builtins.print(value if isinstance(value, str) else f"Tensor {label}= {value!r}", flush=True)
+    return None
+
+
+print.__wrapped_op__ = _ops.print  # type: ignore[attr-defined]
+
+
+# ----------------------------------------------------------------------------- collectives on distributed tensors
+# (the graph collectives over per-device lists are ``functional(ops.allgather)`` / ``ops.allreduce.sum``)
+def _mesh_group(x: Any, mesh_axis: int | str, who: str) -> tuple[Any, int]:
+    from max.experimental import sharding as S
+
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{who}: expected a Tensor, got {type(x).__name__}")
+    if not isinstance(x, S.DistributedTensor):
+        if mesh_axis not in (0, "_"):
+            raise ValueError(f"{who}: mesh_axis {mesh_axis!r} out of range for a one-device tensor (mesh {x.mesh})")
+        return None, 0
+    return x, x.mesh.axis_index(mesh_axis)
+
+
+def _along(x: Any, ax: int, combine: Callable[[list], Any], placement: Any) -> Any:
+    """Every device's local replaced by ``combine`` of the locals of its group on mesh axis ``ax``."""
+    import builtins
+
+    import numpy as np
+
+    from max.experimental import sharding as S
+
+    cells = np.empty(x.mesh.mesh_shape, dtype=object)
+    n = x.mesh.mesh_shape[ax]
+    for c in x.mesh.coords():
+        group = [x._cells[tuple(c[:ax]) + (k,) + tuple(c[ax + 1:])] for k in builtins.range(n)]  # F.range shadows
+        cells[c] = combine([g.to(x._cells[c].device) for g in group])
+    placements = list(x.placements)
+    placements[ax] = placement
+    return S.DistributedTensor(cells, S.PlacementMapping(x.mesh, tuple(placements)))
+
+
+def allgather(t: Any, tensor_axis: int = 0, mesh_axis: int | str = 0) -> Any:
+    """Concatenate the local tensors of ``t`` along ``tensor_axis`` over mesh axis ``mesh_axis``: every
+    device of that axis gets the whole (``Sharded(tensor_axis)`` becomes ``Replicated``).  An ordinary
+    tensor lives on a one-device mesh, where gathering one piece gives it back."""
+    import torch
+
+    from max.experimental import sharding as S
+
+    x, ax = _mesh_group(t, mesh_axis, "allgather")
+    rank = t.rank
+    if not -max(rank, 1) <= tensor_axis < max(rank, 1):
+        raise ValueError(f"allgather: tensor_axis {tensor_axis} out of range for a rank-{rank} tensor")
+    if x is None:
+        return t
+    if isinstance(x.placements[ax], S.Partial):
+        raise ValueError(f"allgather: mesh axis {mesh_axis!r} holds partial values ({x.placements[ax]}); "
+                         "reduce them first (allreduce_sum / reduce_scatter)")
+    return _along(x, ax, lambda parts: torch.cat(parts, dim=tensor_axis), S.Replicated())
+
+
+def allreduce_sum(t: Any, mesh_axis: int | str = 0) -> Any:
+    """Sum the local tensors of ``t`` over mesh axis ``mesh_axis``; every device of that axis gets the sum
+    (``Partial(SUM)`` becomes ``Replicated``).  An ordinary tensor (one device) is its own sum."""
+    from max.experimental import sharding as S
+
+    x, ax = _mesh_group(t, mesh_axis, "allreduce_sum")
+    if x is None:
+        return t
+    shapes = {tuple(c.shape) for c in x._cells.flat}
+    if len(shapes) != 1:
+        raise ValueError(f"allreduce_sum: the local tensors have different shapes {sorted(shapes)}")
+
+    def total(parts: list) -> Any:
+        out = parts[0].clone()
+        for p in parts[1:]:
+            out += p
+        return out
+
+    return _along(x, ax, total, S.Replicated())
+
+
+_EAGER_COMPOSITES = ("allgather", "allreduce_sum", "print")
 
 
 # ----------------------------------------------------------------------------- creation
@@ -284,12 +378,19 @@ def distributed_broadcast(x: Any, mesh_axis: int | str = 0, root: int = 0, *, me
 # ----------------------------------------------------------------------------- control flow
 def cond(pred: Any, out_types: Iterable[Any] | None, then_fn: Callable[[], Any], else_fn: Callable[[], Any]) -> Any:
     """``then_fn()`` if ``pred`` else ``else_fn()``: the graph op inside a graph, Python control flow on
-    eager tensors (``pred`` a bool or one-element bool tensor)."""
+    eager tensors (``pred`` a bool or one-element bool tensor).  Either way the results come back as a
+    list, one per ``out_types`` entry (``[]`` when ``out_types`` is None), as ``ops.cond`` returns them."""
     if _in_graph():
         return _ops.cond(pred, out_types, then_fn, else_fn)
     if isinstance(pred, Tensor) and pred.dtype is not DType.bool:
         raise TypeError(f"cond: pred must be a bool tensor, got {pred.dtype}")
-    return then_fn() if bool(pred) else else_fn()
+    name = "then" if bool(pred) else "else"
+    out = then_fn() if name == "then" else else_fn()
+    results = [] if out is None else list(out) if isinstance(out, (list, tuple)) else [out]
+    n = 0 if out_types is None else len(list(out_types))
+    if len(results) != n:
+        raise ValueError(f"cond: {name}_fn returned {len(results)} value(s), out_types has {n}")
+    return results
 
 
 def while_loop(initial_values: Any, predicate: Callable[..., Any], body: Callable[..., Any]) -> Any:
@@ -319,3 +420,4 @@ from max.experimental import tensor as _tensor  # noqa: E402
 
 _tensor._add, _tensor._sub, _tensor._mul, _tensor._div = add, sub, mul, div  # type: ignore[name-defined]  # noqa: F821
 del _name
+__all__ += list(_EAGER_COMPOSITES)

@@ -617,13 +617,20 @@ def _replicate_args(x: Any, why: str) -> Any:
     return x
 
 
-def dispatch(fn: Any, name: str, args: tuple, kwargs: dict) -> Any:
-    """Run functional op ``fn`` (named ``name``) on distributed tensor arguments."""
+def dispatch(fn: Any, name: str, args: tuple, kwargs: dict, rule: Any = None) -> Any:
+    """Run functional op ``fn`` (named ``name``) on distributed tensor arguments (``rule``: the op's own
+    placement rule, given to ``functional``; it returns the result's placements)."""
     dts = _flat((args, kwargs))
     mesh = dts[0].mesh
     for d in dts[1:]:
         if d.mesh != mesh:
             raise ValueError(f"{name}: distributed operands live on different meshes ({d.mesh} vs {mesh})")
+    if rule is not None:
+        placements = tuple(rule(*args, **kwargs))
+        if len(placements) != mesh.ndim or not all(isinstance(p, Placement) for p in placements):
+            raise ValueError(f"{name}: the sharding rule returned {placements!r}; expected one Placement per "
+                             f"mesh axis ({mesh.ndim})")
+        return _run_local(fn, args, kwargs, mesh, placements)
     T = _tensor_cls()
     plain = [a for a in list(args) + list(kwargs.values()) if isinstance(a, T) and not _is_dist(a)]
     if plain:

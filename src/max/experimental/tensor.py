@@ -28,6 +28,7 @@ compute graph (``_compute``), replay (``_replay``), dispatch of an op on tensors
 from __future__ import annotations
 
 import math
+import warnings
 import collections.abc
 import numbers
 from typing import Any, Iterator
@@ -37,6 +38,7 @@ import torch
 
 from max import driver
 from max.driver import Buffer
+from max.driver.values_text import values_text
 from max.dtype import DType
 from max.experimental import _compute, _dispatch, _replay
 from max.experimental._compute import (  # noqa: F401 - re-exported
@@ -118,7 +120,9 @@ class Tensor:
             if storage is not None or value is not None:
                 raise TypeError("Tensor: pass data, storage= or value=, not several")
             src = _from_data(data, dtype, device)
-            self._t, self._storage = src._t, src._storage
+            self._t, self._storage, self._value = src._t, src._storage, src._value
+            if self._t is None and self._value is not None and self._value._graph is GRAPH.graph:
+                GRAPH.unrealized.add(self)  # built inside lazy(): computed with the compute graph
             return
         if storage is None and value is None:
             raise TypeError(
@@ -216,7 +220,15 @@ class Tensor:
     # -- factories -----------------------------------------------------------------
     @classmethod
     def constant(cls, value: Any, *, dtype: DType | None = None, device: Any = None) -> "Tensor":
-        """A tensor holding ``value`` (an array, a number or a nested sequence) as ``dtype``."""
+        """A tensor holding ``value`` (an array, a number or a nested sequence) as ``dtype``.
+
+        Deprecated (as in MAX 26.7): warns ``DeprecationWarning``; use ``Tensor(value, dtype=..., device=...)``."""
+        warnings.warn("Tensor.constant() is deprecated. Use Tensor(value, dtype=dtype, device=device) instead.",
+                      DeprecationWarning, stacklevel=2)
+        return cls._constant(value, dtype=dtype, device=device)
+
+    @classmethod
+    def _constant(cls, value: Any, *, dtype: DType | None = None, device: Any = None) -> "Tensor":
         dtype, device = _resolve(dtype, device)
         return _F().constant(value, dtype, device)
 
@@ -366,12 +378,17 @@ class Tensor:
 
     @property
     def placements(self) -> tuple:
-        """The per-mesh-axis placements of a distributed tensor; ``()`` for an ordinary one."""
-        return ()
+        """The per-mesh-axis placements: ``(Replicated(),)`` for an ordinary tensor (one device, whole)."""
+        from max.experimental.sharding import Replicated
+
+        return (Replicated(),)
 
     @property
     def mesh(self) -> Any:
-        return None
+        """The device mesh: a one-device ``DeviceMesh.single(self.device)`` for an ordinary tensor."""
+        from max.experimental.sharding import DeviceMesh
+
+        return DeviceMesh.single(self.device)
 
     @property
     def local_shards(self) -> list["Tensor"]:
@@ -468,7 +485,8 @@ class Tensor:
         """The single element as a Python number."""
         t = self._data()
         if t.numel() != 1:
-            raise ValueError(f"Tensor.item: the tensor has {t.numel()} elements (shape {list(t.shape)}); item() needs exactly 1")
+            raise ValueError(f"calling `item` on a tensor with {t.numel()} items but expected only 1 "
+                             f"(Tensor.item: shape {list(t.shape)})")  # MAX's Buffer.item text (B17.5)
         return t.item()
 
     # -- interop ---------------------------------------------------------------------
@@ -494,30 +512,27 @@ class Tensor:
         t = self._data().detach()
         if t.dtype in (torch.bfloat16, torch.float16) or t.dtype.is_floating_point and t.element_size() == 1:
             t = t.float()
-        return np.array2string(t.cpu().numpy(), separator=", ", threshold=200)
+        return values_text(t.cpu().numpy())
 
     def __repr__(self) -> str:
+        """``Tensor(<values>, dtype=DType.X, device=Device(type=cpu,id=0))``: the values as
+        ``max.driver.values_text`` prints them, in full; ``str`` is the same."""
         if self._symbolic:
             return f"Tensor(<traced {self._value.type}>)"
-        body = self._values_text().replace("\n", "\n       ")
-        return f"Tensor({body}, dtype={self.dtype}, device={self.device})"
+        return f"Tensor({self._values_text()}, dtype=DType.{self.dtype.name}, device={self.device!r})"
 
-    def __str__(self) -> str:
-        """``TensorType(dtype=..., shape=[Dim(...), ...], device=...): <values>`` (MAX's print form)."""
-        if self._symbolic:
-            return repr(self)
-        shape = ", ".join(f"Dim({d})" for d in self.shape)
-        if self.num_elements() <= 1000:
-            t = self._data().detach().cpu()
-            if not (t.dtype.is_floating_point or t.dtype in (torch.bool,)) and t.dtype.itemsize < 8:
-                t = t.to(torch.int64)
-            elif t.dtype.is_floating_point:
-                t = t.to(torch.float64)
-            values = repr(t.tolist())
-        else:
-            values = self._values_text()
-        return (f"TensorType(dtype={self.dtype.name}, shape=[{shape}], device={DeviceRef.from_device(self.device)}): "
-                f"{values}")
+    __str__ = __repr__
+
+    def _values(self) -> Iterator[Any]:
+        """The elements as Python scalars, in flat (row-major) order."""
+        t = self._data().detach()
+        if t.dtype in (torch.bfloat16, torch.float16) or t.dtype.is_floating_point and t.element_size() == 1:
+            t = t.float()
+        yield from t.cpu().reshape(-1).tolist()
+
+    def _sync_realize(self) -> None:
+        """Realize the tensor now (blocking); returns None."""
+        self._data()
 
     def __bool__(self) -> bool:
         t = self._data()
@@ -714,7 +729,7 @@ def _from_data(data: Any, dtype: DType | None, device: Any) -> Tensor:
     if dtype is None and _all_bool(data):
         dtype = DType.bool
     dtype, dev = _resolve(dtype, device)
-    return Tensor.constant(data, dtype=dtype, device=dev)
+    return Tensor._constant(data, dtype=dtype, device=dev)
 
 
 GRAPH = ComputeGraph()

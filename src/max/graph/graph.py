@@ -340,18 +340,14 @@ class Graph(metaclass=_GraphMeta):
         """Create a subgraph (callable with ``ops.call``); a chain input is appended automatically.
 
         ``devices`` (DeviceRefs or driver Devices) records where the subgraph's work runs
-        (``sub.devices``); every device its input types name must be among them.
+        (``sub.devices``).  As in MAX 26.7, the input types' devices are not checked against it
+        (a subgraph may take a CPU predicate and transfer values to other devices).
         """
         from max.graph.type import _as_device_ref
 
         if name in self._subgraphs:
             raise ValueError(f"add_subgraph: graph {self.name!r} already has a subgraph named {name!r}")
         devs = [_as_device_ref(d, "add_subgraph") for d in devices]
-        if devs:
-            for t in input_types:
-                dev = getattr(t, "device", None)
-                if dev is not None and dev not in devs:
-                    raise ValueError(f"add_subgraph({name!r}): input type {t} is on {dev}, not one of devices {devs}")
         sub = Graph(name, forward, input_types, path, custom_extensions=custom_extensions, _parent=self)
         sub.devices = devs
         self._subgraphs[name] = sub

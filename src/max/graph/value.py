@@ -322,25 +322,16 @@ class TensorValue(_Shaped, Value[TensorType]):
         return _ops().slice_tensor(self, index)
 
     def __bool__(self) -> bool:
-        raise TypeError(
-            "a TensorValue has no truth value while the graph is being built; "
-            "use ops.where / ops.cond for data-dependent choices"
-        )
+        """Always True, as in MAX: a graph value has no data while the graph is built, so Python's
+        ``and``/``or``/``if`` on it do not look at its values (``x < 10 and y < 10`` is ``y < 10``);
+        use ops.logical_and / ops.where / ops.cond for data-dependent logic.  ``len()`` is a TypeError
+        (no ``__len__``)."""
+        return True
 
     def __iter__(self):
         raise TypeError("a TensorValue is not iterable; index it (x[i]) or use ops.split/ops.chunk")
 
-    def __len__(self) -> int:
-        if not self.shape:
-            raise TypeError("len() of a rank-0 TensorValue")
-        d = self.shape[0]
-        return int(d) if hasattr(d, "dim") else _raise_len(d)
-
     __hash__ = Value.__hash__
-
-
-def _raise_len(d: Any) -> int:
-    raise TypeError(f"len() of a TensorValue whose first dim is symbolic ({d})")
 
 
 class BufferValue(_Shaped, Value[BufferType]):

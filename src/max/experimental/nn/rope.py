@@ -28,7 +28,7 @@ def positional_embedding(dim: int, base: float = 10000.0, max_sequence_length: i
     inv = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
     ang = np.arange(max_sequence_length, dtype=np.float64)[:, None] * inv[None, :]
     table = np.stack([np.cos(ang), np.sin(ang)], axis=-1)
-    return Tensor.constant(table, dtype=dtype, device=device)
+    return Tensor._constant(table, dtype=dtype, device=device)
 
 
 def _F():
