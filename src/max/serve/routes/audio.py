@@ -120,8 +120,6 @@ async def _handle(request: Request, task: str) -> Response:
     req = TranscriptionRequest(audio, language=language, task="translate" if task == "translate" else None,
                                timestamps=fmt in ("srt", "vtt", "verbose_json"), temperature=temperature,
                                prompt=prompt, word_timestamps="word" in grans)
-    if task == "transcribe" and language is not None:
-        req.task = "transcribe"
     try:
         out = await engine.transcribe(req)
     except InvalidRequest as e:  # typed where the check is made: its field, no message parsing
