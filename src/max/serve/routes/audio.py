@@ -40,7 +40,7 @@ async def translations(request: Request) -> Response:
 def _engine(state: AppState, path: str) -> Any:
     if state.transcriber is None:
         raise APIError(400, f"the model '{state.model_name}' is not a speech recognition model; {path} is not "
-                       "available", param="model", code="model_not_supported")
+                       "available", param="model", code="model_not_supported", keep=(state.model_name,))
     return state.transcriber
 
 
