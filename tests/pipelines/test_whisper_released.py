@@ -192,3 +192,28 @@ def test_batched_combinations_equal_alone(rel, audio):
     for r, o in zip(reqs, outs):
         ref, prompt = _hf(hf, fe, r.audio, language=r.language, task=r.task, return_timestamps=r.timestamps)
         assert (o.prompt, o.tokens) == (prompt, ref)
+
+
+def test_english_only_generation_config(rel, audio):
+    """``is_multilingual: false``: no language or task may be chosen (transformers refuses both; here English and
+    transcribe are accepted as what the model does anyway, anything else is a clear error), and the prompt is
+    still the generation config's (detection, as transformers does while ``lang_to_id`` is there)."""
+    from max.interfaces.errors import InvalidRequest
+
+    _, pipe, hf, fe = rel
+    pipe.settings.is_multilingual = hf.generation_config.is_multilingual = False
+    try:
+        out = pipe.transcribe([TranscriptionRequest(audio, max_new_tokens=8)])[0]
+        ref, prompt = _hf(hf, fe, audio, max_new_tokens=8)
+        assert (out.prompt, out.tokens) == (prompt, ref)
+        with pytest.raises(ValueError, match="English-only"):
+            _hf(hf, fe, audio, language="en")
+        same = pipe.transcribe([TranscriptionRequest(audio, language="english", task="transcribe",
+                                                     max_new_tokens=8)])[0]
+        assert (same.prompt, same.tokens) == (out.prompt, out.tokens)
+        for kw, param in ((dict(language="de"), "language"), (dict(task="translate"), "task")):
+            with pytest.raises(InvalidRequest, match="English-only") as e:
+                pipe.transcribe([TranscriptionRequest(audio, **kw)])
+            assert e.value.param == param
+    finally:
+        pipe.settings.is_multilingual = hf.generation_config.is_multilingual = True
