@@ -206,6 +206,7 @@ def test_english_only_generation_config(rel, audio):
         out = pipe.transcribe([TranscriptionRequest(audio, max_new_tokens=8)])[0]
         ref, prompt = _hf(hf, fe, audio, max_new_tokens=8)
         assert (out.prompt, out.tokens) == (prompt, ref)
+        assert pipe.settings.lang_to_id[f"<|{out.language}|>"] == out.prompt[1]  # the prompt's language
         with pytest.raises(ValueError, match="English-only"):
             _hf(hf, fe, audio, language="en")
         same = pipe.transcribe([TranscriptionRequest(audio, language="english", task="transcribe",

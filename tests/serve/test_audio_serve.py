@@ -237,3 +237,12 @@ def test_transcription_without_language_follows_the_generation_config(clip):
         tr = oa.audio.translations.create(model="rel", file=("a.wav", _wav(clip)))
         want = _direct(srv, clip, task="translate")
         assert want.prompt[2] == 50358 and tr.text == want.text.strip()
+        settings = srv.state.transcriber.pipeline.settings
+        settings.is_multilingual = False  # as an English-only model: no translation, a 400 naming the model
+        try:
+            r = _post(srv, files={"file": ("a.wav", _wav(clip))}, data={"model": "rel"},
+                      path="/v1/audio/translations")
+            assert r.status_code == 400 and r.json()["error"]["param"] == "model", r.text
+            assert "English-only" in r.json()["error"]["message"]
+        finally:
+            settings.is_multilingual = True

@@ -124,8 +124,8 @@ async def _handle(request: Request, task: str) -> Response:
         out = await engine.transcribe(req)
     except InvalidRequest as e:  # typed where the check is made: its field, no message parsing
         known = ("language", "prompt", "temperature", "timestamp_granularities")
-        raise APIError(400, e.detail, param=e.param if e.param in known else "file",
-                       code=e.code) from None
+        param = "model" if e.param == "task" else e.param if e.param in known else "file"  # e.g. no translation
+        raise APIError(400, e.detail, param=param, code=e.code) from None
     except ValueError as e:
         raise APIError(400, str(e), param="file") from None
     return _render(out, fmt, task, temperature, set(grans) or {"segment"})

@@ -448,7 +448,7 @@ class WhisperPipeline:
         return self.tokenizer.decode(keep, skip_special_tokens=True)
 
     def _result(self, j: _Job) -> Transcription:
-        lang = None
+        lang = None if self.settings.is_multilingual else "en"  # an English-only model's output is English
         if j.prompt_language is not None:
             lang = next((k.strip("<|>") for k, v in self.settings.lang_to_id.items() if v == j.prompt_language), None)
         for seg in j.segments:
