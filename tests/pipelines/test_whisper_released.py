@@ -218,3 +218,44 @@ def test_english_only_generation_config(rel, audio):
             assert e.value.param == param
     finally:
         pipe.settings.is_multilingual = hf.generation_config.is_multilingual = True
+
+
+def test_token_rules_equal_transformers_processors(rel):
+    """The token rules on random logits after histories that reach every timestamp rule (first step and
+    max_initial_timestamp, an open pair, a closed pair, times never going back, the summed timestamp probability
+    forcing a timestamp) equal transformers' SuppressTokensAtBegin + SuppressTokens + WhisperTimeStamp processors
+    (the order ``generate`` builds them in), with and without timestamps."""
+    from transformers.generation.logits_process import (
+        SuppressTokensAtBeginLogitsProcessor,
+        SuppressTokensLogitsProcessor,
+        WhisperTimeStampLogitsProcessor,
+    )
+
+    from max.pipelines.architectures.whisper.decoding import TokenRules
+
+    _, pipe, hf, _ = rel
+    s, gc = pipe.settings, hf.generation_config
+    V, tb = 51865, 50364
+    prompt = [SOT, 50261, TRANSCRIBE]
+    histories = [[], [tb + 3], [tb + 3, 400], [tb + 3, 400, tb + 40], [tb + 3, 400, tb + 40, tb + 40],
+                 [tb, 500, 501, tb + 90, tb + 90, 77], [123, 456], [tb + 10, 9, tb + 30, tb + 30, 8, tb + 60]]
+    rng = np.random.default_rng(0)
+    rules = TokenRules(s, V)
+    forced = 0
+    for h in histories:
+        for boost in (0.0, 4.0):  # 4: timestamps' summed probability beats the best text token's
+            x = rng.standard_normal(V).astype(np.float32) * 3
+            x[tb:] += boost
+            for ts in (False, True):
+                procs = [SuppressTokensAtBeginLogitsProcessor(gc.begin_suppress_tokens, len(prompt)),
+                         SuppressTokensLogitsProcessor(gc.suppress_tokens)]
+                if ts:
+                    procs.append(WhisperTimeStampLogitsProcessor(gc, begin_index=len(prompt)))
+                ids = torch.tensor([prompt + h])
+                ref = torch.from_numpy(x.copy())[None]
+                for p in procs:
+                    ref = p(ids, ref)
+                got = rules.apply(x.copy()[None], [list(h)], [ts])[0]
+                np.testing.assert_array_equal(got, ref[0].numpy())
+                forced += int(ts and bool(h) and h[-1] < tb and bool(np.isneginf(got[:tb]).all()))
+    assert forced >= 1  # the summed-probability rule decided at least once
