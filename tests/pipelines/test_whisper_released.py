@@ -4,8 +4,9 @@
 prompt for prompt, for every combination of language (given / detected), task (none / transcribe / translate)
 and timestamps (off / on), on espeak-ng speech (a synthetic voice where espeak-ng cannot be had); the detected
 language equals ``detect_language``'s on several clips; with no language given the prompt is the detected
-language then ``<|transcribe|>`` (it transcribes, not continues); long audio and a window run to the decoder's
-end match too."""
+language then ``<|transcribe|>`` (it transcribes, not continues); long audio, a window run to the decoder's
+end, batches and an English-only generation config match too; the token rules equal transformers' logits
+processors on random logits."""
 
 from __future__ import annotations
 

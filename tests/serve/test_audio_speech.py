@@ -1,6 +1,7 @@
 """``POST /v1/audio/speech`` on a live server (the tiny random CSM of ``csm_support``) through the ``openai``
 client: the audio equals the pipeline's own (greedy), every response format decodes, ``speed`` resamples,
-streamed bytes (chunked ``pcm`` / ``wav``, ``sse`` events) equal the whole, concurrent requests (batched
+streamed bytes (chunked ``pcm`` / ``wav``, ``sse`` events) equal the whole, a whole ``wav`` has its real sizes
+(a streamed one 0xFFFFFFFF), concurrent requests (batched
 together) equal the alone ones, and bad fields get OpenAI-shaped 400s naming the field while the server
 keeps serving."""
 
