@@ -603,8 +603,9 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
 @click.option("--model-path", "model_path", required=True, help="A Whisper model folder (config.json + weights).")
 @click.option("--devices", default="default", show_default=True, help="'cpu', 'gpu', 'gpu:0' or 'default'.")
 @click.option("--language", default=None, help="Spoken language (code or English name; default: detected).")
-@click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe", show_default=True,
-              help="translate: English text of speech in any language.")
+@click.option("--task", type=click.Choice(["transcribe", "translate"]), default=None,
+              help="translate: English text of speech in any language (default: the checkpoint's generation config, "
+              "transcribe on the released checkpoints).")
 @click.option("--timestamps", is_flag=True, help="Print one line per timed segment.")
 @click.option("--word-timestamps", "word_timestamps", is_flag=True,
               help="Print one line per word with its start and end (needs the model's alignment_heads).")
@@ -646,7 +647,7 @@ def transcribe(files: tuple, model_path: str, devices: str, language: Any, task:
         if temperature_increment:
             n = int((1.0 - temperature) / temperature_increment + 1e-6)
             temps = tuple(round(temperature + k * temperature_increment, 6) for k in range(n + 1))
-        reqs = [TranscriptionRequest(a, language=language, task=task if (language or task == "translate") else None,
+        reqs = [TranscriptionRequest(a, language=language, task=task,
                                      timestamps=timestamps, temperature=temps, prompt=prompt,
                                      max_new_tokens=max_new_tokens, word_timestamps=word_timestamps,
                                      compression_ratio_threshold=compression_ratio_threshold,

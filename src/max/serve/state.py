@@ -78,9 +78,9 @@ class AppState:
         if lora is not None:
             raise APIError(400, f"'{name}' is neither the served model '{self.model_name}' nor a loaded LoRA "
                            f"adapter ({', '.join(sorted(lora.slots)) or 'none loaded'})", param="model",
-                           code="model_not_found")
+                           code="model_not_found", keep=(self.model_name,))
         raise APIError(404, f"The model '{name}' does not exist; this server serves '{self.model_name}'",
-                       param="model", code="model_not_found")
+                       param="model", code="model_not_found", keep=(self.model_name,))
 
     def adapter(self, name: Optional[str]) -> Optional[str]:
         """``name`` when it is a loaded LoRA adapter, else None."""
@@ -90,14 +90,14 @@ class AppState:
     def need_generator(self, path: str) -> GenerationEngine:
         if self.generator is None and self.speaker is not None:
             raise APIError(400, f"the model '{self.model_name}' is a text-to-speech model; {path} is not available "
-                           "(use /v1/audio/speech)", param="model", code="model_not_supported")
+                           "(use /v1/audio/speech)", param="model", code="model_not_supported", keep=(self.model_name,))
         if self.generator is None and self.transcriber is not None:
             raise APIError(400, f"the model '{self.model_name}' is a speech recognition model; {path} is not "
                            "available (use /v1/audio/transcriptions or /v1/audio/translations)", param="model",
-                           code="model_not_supported")
+                           code="model_not_supported", keep=(self.model_name,))
         if self.generator is None:
             raise APIError(400, f"the model '{self.model_name}' is an embeddings model; {path} is not available "
-                           "(use /v1/embeddings)", param="model", code="model_not_supported")
+                           "(use /v1/embeddings)", param="model", code="model_not_supported", keep=(self.model_name,))
         return self.generator
 
 
