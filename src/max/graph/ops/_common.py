@@ -157,6 +157,10 @@ def scalar_operand(x: Any, like: TensorValue, op: str, arg: str) -> TensorValue:
         x = int(x)
     elif isinstance(x, (float, np.floating)) and not dt.is_float():
         x = int(x)
+    elif isinstance(x, (float, np.floating)):
+        # rounded like a literal of the tensor's dtype: a value past its range is inf (MAX: x_f16 + 1e300)
+        with np.errstate(over="ignore"):
+            x = float(np.array([x], dtype=np.float64).astype(dt.to_numpy())[0])
     return constant(x, dt, like.device)
 
 

@@ -100,8 +100,8 @@ def range(  # noqa: A001 - reference name
     attrs: dict = {}
     if out_dim is not None:
         try:
-            od = Dim(out_dim)
-        except (TypeError, ValueError) as e:
+            od = Dim(out_dim)  # ValueError (MAX's) for sizes outside int64 and bad names
+        except TypeError as e:
             fail(op, f"out_dim {out_dim!r} is not a valid dim: {e}", TypeError)
         if isinstance(length, StaticDim) and isinstance(od, StaticDim) and length != od:
             fail(op, f"out_dim is {od} but range({s0}, {s1}, {st}) has {length} elements")

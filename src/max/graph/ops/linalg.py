@@ -20,7 +20,7 @@ def matmul(lhs: Any, rhs: Any) -> TensorValue:
     op = "matmul"
     a = as_tensor(lhs, op=op, arg="lhs")
     b = as_tensor(rhs, op=op, arg="rhs")
-    dev = same_device(op, a, b)
+    dev = same_device(op, a, b, labels=("lhs", "rhs"))
     if a.rank == 0 or b.rank == 0:
         fail(op, f"operands must have rank >= 1, got lhs {a.shape} and rhs {b.shape}")
     sa = Shape([1]) + a.shape if a.rank == 1 else a.shape
@@ -46,7 +46,7 @@ def outer(lhs: Any, rhs: Any) -> TensorValue:
     op = "outer"
     a = as_tensor(lhs, op=op, arg="lhs")
     b = as_tensor(rhs, op=op, arg="rhs")
-    dev = same_device(op, a, b)
+    dev = same_device(op, a, b, labels=("lhs", "rhs"))
     dt = promote(a.dtype, b.dtype, op)
     a, b = cast(a, dt), cast(b, dt)
     na = a.type.num_elements()
