@@ -870,7 +870,7 @@ class Buffer:
     def __repr__(self) -> str:
         # MAX's form: max.driver.Buffer(DType.int8, (4,), cpu[0])
         dev = self.device
-        return f"max.driver.Buffer({self._dtype}, {self.shape}, {dev.label}[{dev.id}])"
+        return f"max.driver.{type(self).__name__}({self._dtype}, {self.shape}, {dev.label}[{dev.id}])"
 
     def __str__(self) -> str:
         # MAX's form: Buffer([0 0 0 0], dtype=DType.int8, shape=(4,), device=Device(type=cpu,id=0))
