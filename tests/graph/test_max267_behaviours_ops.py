@@ -146,6 +146,11 @@ def test_B6_4_unsafe_tensor_promotion_is_a_verifier_error(pair, phrase):
         build([tt(pair[0], [3]), tt(pair[1], [3])], lambda a, b: a - b)
     with raises(ValueError, "Failed to create op 'SelectOp'", phrase, "    condition = TensorValue(dtype=bool"):
         build([tt(B, [3]), tt(pair[0], [3]), tt(pair[1], [3])], ops.where)
+    # the same rule (one formatter, one promotion helper) for the rest of the family and matmul
+    for fn, name in ((ops.add, "AddOp"), (ops.mul, "MulOp"), (ops.pow, "PowOp"), (ops.equal, "EqualOp"),
+                     (ops.matmul, "MatmulOp")):
+        with raises(ValueError, f"Failed to create op '{name}'", phrase):
+            build([tt(pair[0], [3, 3]), tt(pair[1], [3, 3])], fn)
 
 
 def test_B6_5_any_python_float_takes_a_float_dtype():

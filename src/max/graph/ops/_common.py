@@ -264,6 +264,19 @@ def verifier_fail(name: str, rmo: str, inputs: Sequence[tuple[str, Any]], *diagn
     raise verifier_error(name, rmo, inputs, *diagnostics)
 
 
+def promote_operands(op: str, named: Sequence[tuple[str, Any]], shown: Sequence[tuple[str, Any]] | None = None) -> DType:
+    """The common dtype of the named operands (MAX's promotion rules), or MAX's verifier error
+    for ``op`` (``Failed to create op 'SubOp': ... Unsafe cast from ui16 to f16 ...``) listing
+    ``shown`` (default: ``named``) as its inputs."""
+    from max.graph.dtype_promotion import promote_dtypes, promotion_error
+
+    dts = [v.dtype for _, v in named]
+    diag = promotion_error(dts)
+    if diag is not None:
+        verifier_fail(*op_names(op), list(shown or named), diag)
+    return promote_dtypes(*dts)
+
+
 _AXIS_FORMS = ("index", "reduce", "split", "scatter", "value")
 
 

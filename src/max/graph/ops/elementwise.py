@@ -19,7 +19,7 @@ from typing import Any
 
 from max.dtype import DType
 from max.dtype.dtype import BIT_STORED
-from max.graph.dtype_promotion import mlir_name, promote_dtypes, promotion_error
+from max.graph.dtype_promotion import mlir_name
 from max.graph.ops._common import (
     as_tensor,
     binary_operands,
@@ -27,6 +27,7 @@ from max.graph.ops._common import (
     fail,
     host_only,
     op_names,
+    promote_operands,
     same_device,
     stage1,
     verifier_fail,
@@ -100,15 +101,6 @@ def _broadcast(op: str, named: list[tuple[str, TensorValue]]) -> Shape:
     return shape
 
 
-def _promote(op: str, named: list[tuple[str, TensorValue]], shown: list | None = None) -> DType:
-    """The operands' common dtype, or MAX's verifier error (``Unsafe cast from ui16 to f16``)."""
-    dts = [v.dtype for _, v in named]
-    diag = promotion_error(dts)
-    if diag is not None:
-        verifier_fail(*op_names(op), shown or named, diag)
-    return promote_dtypes(*dts)
-
-
 def _binary(op: str, lhs: Any, rhs: Any, *, kind: str = "arith") -> TensorValue:
     """kind: 'arith' (numeric result), 'div' (true division), 'compare' (bool), 'logical' (bool in/out).
 
@@ -122,7 +114,7 @@ def _binary(op: str, lhs: Any, rhs: Any, *, kind: str = "arith") -> TensorValue:
                           f"{op_names(op)[1]}: Inputs must be bools, got {mlir_name(a.dtype)}, {mlir_name(b.dtype)}")
         shape = _broadcast(op, named)
         return stage1(op, [a, b], TensorType(DType.bool, shape, dev))
-    dt = _promote(op, named)
+    dt = promote_operands(op, named)
     shape = _broadcast(op, named)
     if kind in ("arith", "div") and dt is DType.bool and op not in ("max", "min"):
         return _bool_arith(op, [a, b], DType.float32 if kind == "div" else DType.int32)
@@ -336,7 +328,7 @@ def where(condition: Any, x: Any, y: Any) -> TensorValue:
     a, b = binary_operands(x, y, op)
     dev = same_device(op, c, a, b, labels=("condition", "x", "y"))
     named = [("condition", c), ("x", a), ("y", b)]
-    dt = _promote(op, [("x", a), ("y", b)], named)
+    dt = promote_operands(op, [("x", a), ("y", b)], named)
     shape = _broadcast(op, named)
     a, b = cast(a, dt), cast(b, dt)
     return stage1(op, [c, a, b], TensorType(dt, shape, dev))
