@@ -293,6 +293,8 @@ def normalize_axis(axis: Any, rank: int, op: str, arg: str = "axis", form: str =
     - ``"scatter"`` (the scatter family): ValueError ``Invalid axis value a. Axis must be in range [-r, r-1]``.
 
     A non-int ``axis`` is a TypeError naming ``op``."""
+    if form not in _AXIS_FORMS:
+        raise ValueError(f"normalize_axis: unknown form {form!r}; one of {_AXIS_FORMS}")
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         fail(op, f"{arg} must be an int, got {type(axis).__name__} {axis!r}", TypeError)
     a = int(axis)

@@ -10,7 +10,6 @@ tensor bounds the length is data-dependent and must be named with
 from __future__ import annotations
 
 import builtins
-import math
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,7 @@ from max.graph.dim import Dim, StaticDim
 from max.graph.dtype_promotion import check_weak_scalar
 from max.graph.ops._common import as_device_ref, as_tensor, fail, stage1
 from max.graph.shape import Shape
-from max.graph.type import DeviceRef, TensorType
+from max.graph.type import TensorType
 from max.graph.value import TensorValue
 
 __all__ = ["range", "hann_window"]

@@ -27,7 +27,6 @@ extension: the norm after a Mamba-2 / gated DeltaNet mixer), float32 ``input`` /
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
