@@ -303,7 +303,8 @@ def test_len_iter_repr_array_pickle():
     b = Buffer.from_numpy(np.arange(6, dtype=np.int32).reshape(3, 2))
     assert len(b) == 3
     assert [r.to_numpy().tolist() for r in b] == [[0, 1], [2, 3], [4, 5]]
-    assert repr(b) == "Buffer(dtype=DType.int32, shape=(3, 2), device=cpu:0)"
+    assert repr(b) == "max.driver.Buffer(DType.int32, (3, 2), cpu[0])"  # MAX 26.7's form (max-behaviours.md B1.8)
+    assert str(b) == "Buffer([[0 1]\n [2 3]\n [4 5]], dtype=DType.int32, shape=(3, 2), device=Device(type=cpu,id=0))"
     np.testing.assert_array_equal(np.asarray(b), np.arange(6).reshape(3, 2))
     with pytest.raises(TypeError, match="rank-0"):
         len(Buffer.zeros([], DType.int8))

@@ -268,4 +268,4 @@ def test_memmap_tensor(tmp_path):
         w[i] = 1.5
     del w
     np.testing.assert_array_equal(np.fromfile(tmp_path / "new.bin", np.float64), [1.5] * 4)
-    assert "MemMapTensor(dtype=DType.float64" in repr(MemMapTensor(tmp_path / "new.bin", DType.float64, [4]))
+    assert "max.driver.MemMapTensor(DType.float64, (4,), cpu[0])" == repr(MemMapTensor(tmp_path / "new.bin", DType.float64, [4]))

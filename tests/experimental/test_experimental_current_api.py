@@ -58,8 +58,11 @@ def test_factories_take_a_tensor_or_a_type():
     assert f.dtype is DType.float32 and f.to_numpy().tolist() == [[5.0] * 3] * 2
     np.testing.assert_array_equal(Tensor.full([2], 3, dtype=DType.int32, device=CPU_).to_numpy(), [3, 3])
     np.testing.assert_array_equal(Tensor.arange(1, 7, 2, dtype=DType.int64, device=CPU_).to_numpy(), [1, 3, 5])
-    r = Tensor.range_like(TensorType(DType.int32, [4], DeviceRef.CPU()))
+    # MAX 26.7: range_like takes a Tensor (max-behaviours.md B11.9)
+    r = Tensor.range_like(Tensor.zeros([4], dtype=DType.int32, device=CPU_))
     np.testing.assert_array_equal(r.to_numpy(), np.arange(4, dtype=np.int32))
+    with pytest.raises(AttributeError, match="'TensorType' object has no attribute 'layout'"):
+        Tensor.range_like(TensorType(DType.int32, [4], DeviceRef.CPU()))
     with pytest.raises(TypeError, match="full_like: expected a Tensor or a TensorType"):
         Tensor.full_like([1, 2], 0)
 

@@ -900,7 +900,17 @@ class Buffer:
             yield self[i]
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(dtype={self._dtype}, shape={self.shape}, device={self.device})"
+        # MAX's form: max.driver.Buffer(DType.int8, (4,), cpu[0])
+        dev = self.device
+        return f"max.driver.{type(self).__name__}({self._dtype}, {self.shape}, {dev.label}[{dev.id}])"
+
+    def __str__(self) -> str:
+        # MAX's form: Buffer([0 0 0 0], dtype=DType.int8, shape=(4,), device=Device(type=cpu,id=0))
+        try:
+            values = str(self.to_numpy())
+        except Exception:  # noqa: BLE001 - a dtype numpy cannot show: the header alone
+            values = "..."
+        return f"Buffer({values}, dtype={self._dtype}, shape={self.shape}, device={self.device!r})"
 
     def __reduce__(self):
         return (_rebuild, (self._t, self._flip, self._ro))

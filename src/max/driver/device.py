@@ -192,8 +192,7 @@ class Device:
     def __repr__(self) -> str:
         return f"Device(type={self._label},id={self._id})"
 
-    def __str__(self) -> str:
-        return f"{self._label}:{self._id}"
+    __str__ = __repr__  # MAX prints Device(type=cpu,id=0) for both
 
     def __reduce__(self):
         return (_device_by_key, (self._label, self._id))
@@ -300,7 +299,7 @@ class Device:
     def stats(self) -> Mapping[str, Any]:
         """Utilisation data: memory totals in bytes (and allocator counters on GPUs)."""
         if self._label == "cpu":
-            out: dict[str, Any] = {"device": str(self), "cpu_count": os.cpu_count()}
+            out: dict[str, Any] = {"device": f"{self._label}:{self._id}", "cpu_count": os.cpu_count()}
             try:
                 page = os.sysconf("SC_PAGE_SIZE")
                 out["total_memory"] = os.sysconf("SC_PHYS_PAGES") * page
@@ -310,7 +309,7 @@ class Device:
             return out
         free, total = torch.cuda.mem_get_info(self._id)
         return {
-            "device": str(self),
+            "device": f"{self._label}:{self._id}",
             "name": torch.cuda.get_device_name(self._id),
             "free_memory": int(free),
             "total_memory": int(total),

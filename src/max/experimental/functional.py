@@ -230,8 +230,9 @@ def _from_dim(dim: Any, *, dtype: DType | None = None, device: Any = None) -> An
     except (TypeError, ValueError) as e:
         raise TypeError(f"from_dim: expected a Dim, an int or a dim name, got {dim!r} ({e})") from None
     if not isinstance(d, StaticDim) and not _in_graph():
-        raise ValueError(f"from_dim: {d!r} is symbolic; its value is known only inside a graph (static dims "
-                         "work everywhere)")
+        raise ValueError(f"Tensor.from_dim({d}): a symbolic dimension has no value in eager mode. Use a static "
+                         "dimension, or call this while building a graph (e.g. inside Module.compile or "
+                         "F.functional).")
     _, dev = _resolve(None, device.to_device() if isinstance(device, DeviceRef) else device)
     ref = _device_ref(dev)
     v = _ops.cast(dim_to_tensor(d), dtype or DType.int64)

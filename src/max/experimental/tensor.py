@@ -27,6 +27,8 @@ compute graph (``_compute``), replay (``_replay``), dispatch of an op on tensors
 
 from __future__ import annotations
 
+import builtins
+
 import math
 import warnings
 import collections.abc
@@ -273,11 +275,19 @@ class Tensor:
         return _F().range(start, stop, step, dtype=dtype, device=device)
 
     @classmethod
-    def range_like(cls, type: TensorType) -> "Tensor":  # noqa: A002 - reference name
-        """``0, 1, ..., n - 1`` for a rank-1 ``type`` of size ``n`` (its dtype and device)."""
-        if not isinstance(type, TensorType) or len(type.shape) != 1:
-            raise TypeError(f"range_like: type must be a rank-1 TensorType, got {type!r}")
-        return cls.arange(0, type.shape[0], 1, dtype=type.dtype, device=type.device.to_device())
+    def range_like(cls, type: "Tensor") -> "Tensor":  # noqa: A002 - reference name
+        """A tensor with ``type``'s shape, dtype and device whose last axis counts ``0 .. n - 1``
+        at every other index (``r[1, 2, :] == [0, 1, ..., n - 1]``).
+
+        As in MAX 26.7 ``type`` is a Tensor: passing its ``TensorType`` is MAX's
+        AttributeError (``'TensorType' object has no attribute 'layout'``)."""
+        if not isinstance(type, Tensor):
+            raise AttributeError(f"'{builtins.type(type).__name__}' object has no attribute 'layout'")
+        shape = type.shape
+        if len(shape) == 0:
+            return cls.zeros([], dtype=type.dtype, device=type.device)
+        r = cls.arange(0, shape[-1], 1, dtype=type.dtype, device=type.device)
+        return r.broadcast_to(shape)
 
     @classmethod
     def from_dim(cls, dim: Any, *, dtype: DType | None = None, device: Any = None) -> "Tensor":

@@ -431,7 +431,7 @@ def _format_graph(g: Graph, indent: str = "", names: dict | None = None, counter
             counter[0] += 1
         return names[key]
 
-    args = ", ".join(f"{name_of(v)}: {v.type}" for v in g._inputs)
+    args = ", ".join(f"{name_of(v)}: {v.type.to_mlir()}" for v in g._inputs)
     lines = [f"{indent}graph @{g.name}({args}) {{"]
     for node in g._nodes:
         if node.op == "input":
@@ -443,7 +443,7 @@ def _format_graph(g: Graph, indent: str = "", names: dict | None = None, counter
         operands = ", ".join(name_of(v) for v in node.inputs)
         attrs = ", ".join(f"{k}={_format_attr(v)}" for k, v in attrs_shown.items() if v is not None)
         body = f"{node.op}({operands}{', ' if operands and attrs else ''}{attrs})"
-        types = ", ".join(str(r.type) for r in node.results)
+        types = ", ".join(r.type.to_mlir() for r in node.results)
         prefix = f"{res} = " if res else ""
         line = f"{indent}  {prefix}{body} : {types}" if types else f"{indent}  {body}"
         loc = node.loc

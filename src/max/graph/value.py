@@ -90,7 +90,11 @@ class Value(Generic[T]):
         return f"{self._node.op}#{self._index}: {self._type}"
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._type}, from {self._node.op} at {self._node.loc})"
+        t = self._type
+        if hasattr(t, "dtype") and hasattr(t, "shape"):
+            # MAX's form: TensorValue(dtype=float32, shape=[Dim(3)], device=cpu:0)
+            return f"{type(self).__name__}(dtype={t.dtype!r}, shape={t.shape!r}, device={t.device!r})"
+        return f"{type(self).__name__}({t})"
 
     __hash__ = object.__hash__
 
@@ -210,8 +214,10 @@ class TensorValue(_Shaped, Value[TensorType]):
         return _ops().mean(self, axis=axis)
 
     def var(self, axis: int = -1) -> "TensorValue":
-        """Population variance along ``axis`` (keeps rank)."""
+        """Population variance along ``axis`` (keeps rank).  Bool tensors are a TypeError, as in MAX."""
         ops = _ops()
+        if self.dtype is DType.bool:
+            raise TypeError("Variance undefined for boolean values.")
         x = self if self.dtype.is_float() else ops.cast(self, DType.float32)
         mu = ops.mean(x, axis=axis)
         d = x - mu
