@@ -116,8 +116,9 @@ def test_divmod_matches_python(a, b):
 def test_reductions_over_an_axis_or_everything(name, ref, x):
     t = Tensor(x)
     whole = getattr(t, name)(axis=None)
-    assert whole.rank == 0
-    np.testing.assert_allclose(whole.to_numpy(), ref(x), rtol=1e-12)
+    assert list(whole.shape) == [1]  # max-behaviours.md B5.4: every element reduces to shape [1]
+    np.testing.assert_allclose(whole.to_numpy(), [ref(x)], rtol=1e-12)
+    assert whole.item() == pytest.approx(float(ref(x)), rel=1e-12)
     ax = getattr(t, name)(axis=0)
     np.testing.assert_allclose(ax.to_numpy(), ref(x, axis=0, keepdims=True), rtol=1e-12)
     np.testing.assert_allclose(getattr(t, name)().to_numpy(), ref(x, axis=-1, keepdims=True), rtol=1e-12)

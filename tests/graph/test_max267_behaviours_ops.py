@@ -379,3 +379,16 @@ def test_B11_9_eager_range_like_takes_a_tensor():
     np.testing.assert_array_equal(vals, np.broadcast_to(np.arange(5, dtype=np.float32), (3, 4, 5)))
     with raises(AttributeError, "'TensorType' object has no attribute 'layout'"):
         Tensor.range_like(TensorType(F32, [3, 4, 5], C))
+
+
+def test_B5_4_eager_reduction_with_axis_none_is_shape_1():
+    """B5.4: eager ``t.max/min/mean/sum/argmax(axis=None)`` reduce every element to shape [1]; ``.item()`` reads it."""
+    from max.experimental.tensor import Tensor
+
+    data = np.array([[1.2, 3.5, 2.1], [2.3, 1.9, 4.2]], np.float32)
+    t = Tensor(data)
+    for name, ref in [("max", data.max()), ("min", data.min()), ("mean", data.mean()), ("sum", data.sum()),
+                      ("argmax", 5)]:
+        r = getattr(t, name)(axis=None)
+        assert list(r.shape) == [1], name
+        assert r.item() == pytest.approx(float(ref), rel=1e-6), name

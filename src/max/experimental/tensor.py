@@ -463,9 +463,9 @@ class Tensor:
     # (a rank-0 result) with ``axis=None``
     def _reduce(self, name: str, axis: Any) -> "Tensor":
         F = _F()
-        if axis is None:
+        if axis is None:  # every element, as MAX 26.7 does: shape [1] (.item() reads it)
             flat = F.reshape(self, [-1]) if self.rank != 1 else self
-            return F.squeeze(getattr(F, name)(flat, axis=-1), 0)
+            return getattr(F, name)(flat, axis=-1)
         return getattr(F, name)(self, axis=axis)
 
     def sum(self, axis: int | None = -1) -> "Tensor":
