@@ -133,9 +133,10 @@ def lower(prog: Program, policy: Optional[BackendPolicy] = None) -> dict[str, in
     for n in prog.nodes:
         dev = _device(prog, n)
         on_cpu = dev is not None and dev.is_cpu()
-        variant = policy.kernel_variant(on_cpu)
-        if variant and n.op in NATIVE_KERNELS:
-            n = _with(n, native=variant)
+        variant = policy.kernel_variant(on_cpu)  # for the native-only ops made below
+        choice = native_attrs(n.op, dev, policy)
+        if choice:
+            n = _with(n, **choice)
         if n.op == "qmatmul" and policy.fast_int4_qmatmul:
             n = _with(n, fast=True)
         if n.op == linear_fusion.OP:

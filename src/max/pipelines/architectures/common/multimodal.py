@@ -106,7 +106,7 @@ class VisionDecoderPipelineModel(DecoderPipelineModel):
         self.vision_config = cls.vision_config_from_hf(hf)
         checkpoint = cls.vision_adapter(dict(weights.items()))
         factory = self.weight_factory(pipeline_config, encoding, self.compute_dtype, device, checkpoint,
-                                      policy=session_policy(session))
+                                      policy=session_policy(self.session))
         vision = cls.vision_module(self.vision_config, factory)
         load_weights_into(vision, checkpoint, f"{self.config.architecture} (vision)")
         self.vision_model = self.session.load(cls.vision_graph(vision, device), weights_registry=vision.state_dict())
