@@ -114,7 +114,9 @@ class _ComputeIR(Graph):
         return list(node.results)
 
     def _execute(self, node: _ENode) -> None:
+        from max.engine import backend
         from max.engine.compiler.lower import UnboundDimError, _bind_dims, call_kernel
+        from max.engine.compiler.native_lowering import NATIVE_KERNELS, native_attrs
         from max.engine.kernels import KERNELS, load_builtin_kernels
 
         op = node.op
@@ -137,8 +139,12 @@ class _ComputeIR(Graph):
         args = [_vdata(v) for v in node.inputs if not isinstance(v._type, _ChainType)]
         env = self._env
         env_before = len(env)
+        attrs = node.attrs
+        if op in NATIVE_KERNELS:  # the kernel variant the backend policy runs, as the native lowering writes it
+            dev = next((t.device for t in types if isinstance(t, TensorType)), None)
+            attrs = {**attrs, **native_attrs(op, dev, backend.current())}
         try:
-            r, kw = call_kernel(spec, args, node.attrs, env)
+            r, kw = call_kernel(spec, args, attrs, env)
         except UnboundDimError as e:
             raise ValueError(f"{op}: symbolic dim {e} has no value in eager execution") from None
         except Exception as e:  # point at the user's line

@@ -30,6 +30,7 @@ from max.pipelines.architectures.common.weights import (
     compute_dtype,
     int4_checkpoint,
     keeps_quantized,
+    session_policy,
     load_weights_into,
     standard_adapters,
     storage_dtype,
@@ -195,7 +196,8 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
                 raise NotImplementedError("LoRA adapters are not supported with tensor parallelism yet")
             check_tensor_parallel(cfg, n_dev)
         dev_ref = refs[0]
-        dt = compute_dtype(encoding, dev_ref)
+        policy = session_policy(session)
+        dt = compute_dtype(encoding, dev_ref, policy)
         self.compute_dtype = dt
         self.max_seq_len = self.calculate_max_seq_len(pipeline_config, huggingface_config)
         kvc = kv_cache_config
@@ -218,7 +220,8 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
                            pipeline_config=pipeline_config)
         checkpoint = int4_checkpoint(checkpoint, _quantization_config(huggingface_config))
         lora_inputs, lora_targets, startup = _lora_setup(pipeline_config, dt, dev_ref)
-        factory = self.weight_factory(pipeline_config, encoding, dt, dev_ref, checkpoint, lora_inputs, lora_targets)
+        factory = self.weight_factory(pipeline_config, encoding, dt, dev_ref, checkpoint, lora_inputs, lora_targets,
+                                      policy=policy)
         module = self.build_module(cfg, factory, kv_params, self.max_seq_len,
                                    **({"devices": refs} if n_dev > 1 else {}))
         if return_logits is not None:
@@ -284,16 +287,19 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
 
     @staticmethod
     def weight_factory(pipeline_config: Any, encoding: Any, dt: DType, device: DeviceRef,
-                       checkpoint: Mapping[str, Any], lora: Any = None, lora_targets: Any = ()) -> WeightFactory:
+                       checkpoint: Mapping[str, Any], lora: Any = None, lora_targets: Any = (),
+                       policy: Any = None) -> WeightFactory:
         """The factory for this run's encoding: GGML blocks kept as they are on the CPU (the native
         kernels read them), float weights quantised on load when the chosen encoding asks for it,
-        half-precision weights kept half precision; LoRA projections as configured."""
-        keep = keeps_quantized(encoding, device)
+        half-precision weights kept half precision; LoRA projections as configured.  ``policy``: the
+        session's backend policy (:func:`session_policy`)."""
+        keep = keeps_quantized(encoding, device, policy)
         src = getattr(pipeline_config.model_config, "source_encoding", None)
         quantize_to = None
         if keep and src is not None and not src.is_quantized:
             quantize_to = encoding.quantization_encoding
-        return WeightFactory(dt, device, checkpoint, storage=storage_dtype(encoding, device), keep_quantized=keep,
+        return WeightFactory(dt, device, checkpoint, storage=storage_dtype(encoding, device, policy),
+                             keep_quantized=keep,
                              quantize_to=quantize_to, lora=lora, lora_targets=lora_targets)
 
     @classmethod
