@@ -12,6 +12,7 @@ control flow on eager tensors and stage the graph ops inside a graph.
 
 from __future__ import annotations
 
+import builtins
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -118,7 +119,7 @@ def allgather(t: Any, tensor_axis: int = 0, mesh_axis: int | str = 0) -> Any:
 
     x, ax = _mesh_group(t, mesh_axis, "allgather")
     rank = t.rank
-    if not -max(rank, 1) <= tensor_axis < max(rank, 1):
+    if not -builtins.max(rank, 1) <= tensor_axis < builtins.max(rank, 1):
         raise ValueError(f"allgather: tensor_axis {tensor_axis} out of range for a rank-{rank} tensor")
     if x is None:
         return t
@@ -328,7 +329,7 @@ def reduce_scatter(x: Any, scatter_axis: int = 0, mesh_axis: int | str = 0) -> A
     if not isinstance(x, S.DistributedTensor):
         if not isinstance(x, Tensor):
             raise TypeError(f"reduce_scatter: expected a Tensor, got {type(x).__name__}")
-        if not -max(x.rank, 1) <= scatter_axis < max(x.rank, 1):
+        if not -builtins.max(x.rank, 1) <= scatter_axis < builtins.max(x.rank, 1):
             raise ValueError(f"reduce_scatter: scatter_axis {scatter_axis} out of range for rank {x.rank}")
         return x
     ax = _mesh_axis_of(x, mesh_axis, "reduce_scatter")
