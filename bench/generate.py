@@ -27,6 +27,9 @@ streaming bandwidth, measured in the same run (``torch.sum`` over 1 GiB with the
 of several, before and after the engines).  ``--context N[,N2..]`` measures, per engine, the prefill of an
 N-token prompt (tokens/s) and the decode after it (TPOT with the N-token prefix in the cache, reused).
 
+``--devices gpu`` runs the GPU decode benchmark instead (bench/gpu_decode.py: CUDA-graph decode beside
+transformers on the same card; ``--devices cpu`` is its dry run).
+
 Run: .venv/bin/python bench/generate.py [--model-path FILE.gguf] [--new-tokens 64] [--threads N]
          [--engines libremax:quantized,libremax:bfloat16,libremax:float32,llama.cpp,transformers]
          [--isa native|all|avx2,avx512,...] [--context 2048]
@@ -351,6 +354,10 @@ def spawn(engine: str, args: argparse.Namespace, isa: str | None = None, refine:
 
 
 def main() -> None:
+    if any(a == "--devices" or a.startswith("--devices=") for a in sys.argv[1:]):  # GPU decode: bench/gpu_decode.py
+        import gpu_decode
+
+        sys.exit(1 if gpu_decode.main().get("failed") else 0)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model-path", default=None, help="a GGUF file (default: the bundled SmolLM2-135M Q4_1)")
     ap.add_argument("--new-tokens", type=int, default=64)

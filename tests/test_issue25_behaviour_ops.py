@@ -92,33 +92,36 @@ def test_tensor_from_dim():
         assert b.dtype == np.int32 and int(b) == rows
 
 
-def test_reduction_over_an_empty_axis_is_refused_at_build_time():
+def test_reduction_over_an_empty_axis_builds_as_in_max():
     """https://docs.modular.com/max/api/python/graph.ops/ (``sum``, ``mean``, ``argmax``): the pages state
-    the result shape (the axis becomes size 1) and say nothing of empty axes.  libremax keeps its current,
-    pinned behaviour: a ValueError naming the op and the axis when the graph is built (numpy's ``mean`` of
-    nothing would be a NaN with a warning; nothing silently reads undefined values)."""
+    the result shape (the axis becomes size 1) and say nothing of empty axes.  MAX 26.7 accepts a size-0
+    axis (``[2, 0, 3] -> [2, 1, 3]``; max-behaviours.md B5.1); sum/mean/prod then give numpy's values
+    (0, NaN, 1)."""
     for op in (ops.sum, ops.mean, ops.argmax):
         with Graph("empty_axis", input_types=[TensorType(DType.float32, [2, 0, 3], C)]) as g:
             x = g.inputs[0].tensor
-            with pytest.raises(ValueError, match=rf"{op.__name__}: cannot reduce axis 1 .* it has size 0"):
-                op(x, 1)
-            y = op(x, 2)  # a non-empty axis of an empty tensor is fine: the result is empty too
+            assert [int(d) for d in op(x, 1).shape] == [2, 1, 3]
+            y = op(x, 2)  # a non-empty axis of an empty tensor: the result is empty too
             assert [int(d) for d in y.shape] == [2, 0, 1]
+    with Graph("empty_vals", input_types=[TensorType(DType.float32, [2, 0, 3], C)]) as g:
+        x = g.inputs[0].tensor
+        g.output(ops.sum(x, 1), ops.mean(x, 1), ops.prod(x, 1))
+    a = np.zeros((2, 0, 3), np.float32)
+    s, m, p = _run(g, a)
+    np.testing.assert_array_equal(s, a.sum(axis=1, keepdims=True))
+    np.testing.assert_array_equal(m, np.full((2, 1, 3), np.nan, np.float32))  # numpy's mean of nothing
+    np.testing.assert_array_equal(p, a.prod(axis=1, keepdims=True))
 
 
-def test_bool_arithmetic_and_mean_of_bool_are_refused():
+def test_bool_arithmetic_and_mean_of_bool_give_bool():
     """https://docs.modular.com/max/api/python/graph.ops/ (``sub``, ``add``, ``sum``, ``mean``): the pages
-    list the operands' types but not which dtypes the arithmetic accepts; libremax keeps its current, pinned
-    rule: arithmetic and reductions take numeric tensors, and a bool one is a TypeError at build time that
-    says to cast first (numpy also refuses ``bool - bool``).  After the cast the values match numpy."""
+    list the operands' types but not which dtypes the arithmetic accepts; MAX 26.7 accepts bool operands and
+    gives bool (max-behaviours.md B5.2, B6.1: computed as integers, non-zero is True).  The float path
+    still matches numpy."""
     with Graph("bools", input_types=[TensorType(DType.bool, [2, 3], C)]) as g:
         b = g.inputs[0].tensor
-        with pytest.raises(TypeError, match="sub: operands must be numeric"):
-            ops.sub(b, b)
-        with pytest.raises(TypeError, match="mean: x must be numeric, got DType.bool; cast it first"):
-            ops.mean(b, 1)
-        with pytest.raises(TypeError, match="sum: x must be numeric"):
-            ops.sum(b, 1)
+        assert ops.sub(b, b).dtype is DType.bool
+        assert ops.mean(b, 1).dtype is DType.bool and ops.sum(b, 1).dtype is DType.bool
         f = b.cast(DType.float32)
         g.output(ops.mean(f, 1), ops.sub(f, ops.constant(1.0, DType.float32, C)))
     mask = np.array([[True, False, True], [False, False, True]])
@@ -136,8 +139,8 @@ def test_where_needs_a_bool_condition():
     types = [TensorType(DType.int32, [2, 3], C), TensorType(DType.float32, [2, 3], C)]
     with Graph("where", input_types=types) as g:
         i, f = (v.tensor for v in g.inputs)
-        for cond in (i, f):
-            with pytest.raises(TypeError, match="where: condition must be a bool tensor"):
+        for cond in (i, f):  # MAX 26.7: a ValueError (max-behaviours.md B7.1)
+            with pytest.raises(ValueError, match="^Expected condition to be a boolean tensor, but got a tensor with dtype"):
                 ops.where(cond, f, f)
         g.output(ops.where(i != 0, f, -f))
     ints = np.array([[0, 2, -1], [0, 0, 5]], np.int32)
@@ -149,16 +152,17 @@ def test_where_needs_a_bool_condition():
 def test_float_indices_for_gather_and_scatter_are_refused():
     """https://docs.modular.com/max/api/python/graph.ops/ (``gather``, ``gather_nd``, ``scatter``,
     ``scatter_nd``): the indices are "index values"/"positions"; the pages do not say a float tensor is
-    accepted, and libremax keeps its current, pinned rule: integer indices only, a TypeError at build time
-    otherwise (no silent truncation of 1.7 to 1).  Integer indices match numpy."""
+    accepted; MAX 26.7 refuses them with a ValueError (max-behaviours.md B2.4, B9.3; no silent truncation
+    of 1.7 to 1).  Integer indices match numpy."""
     types = [TensorType(DType.float32, [2, 3], C), TensorType(DType.float32, [2, 3], C),
              TensorType(DType.int64, [2, 3], C)]
     with Graph("idx", input_types=types) as g:
         x, fi, ii = (v.tensor for v in g.inputs)
-        for call, name in ((lambda: ops.gather(x, fi, 1), "gather"), (lambda: ops.scatter(x, x, fi, 1), "scatter"),
-                           (lambda: ops.gather_nd(x, fi), "gather_nd"),
-                           (lambda: ops.scatter_nd(x, x[0], fi[:, :2]), "scatter_nd")):
-            with pytest.raises(TypeError, match=rf"{name}: indices must be an integer tensor"):
+        for call, msg in ((lambda: ops.gather(x, fi, 1), "indices.dtype=float32 must be an integer type."),
+                          (lambda: ops.scatter(x, x, fi, 1), "Invalid indices dtype: 'DType.float32'. Indices must be"),
+                          (lambda: ops.gather_nd(x, fi), "indices.dtype=float32 must be an integer type."),
+                          (lambda: ops.scatter_nd(x, x[0], fi[:, :2]), "Invalid indices dtype: 'DType.float32'")):
+            with pytest.raises(ValueError, match="^" + msg.replace(".", "\\.")):
                 call()
         g.output(ops.gather(x, ii, 1), ops.scatter(x, x * 10, ii, 1))
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -177,45 +181,47 @@ def test_tensor_dim_and_type_print_as_the_docs_show():
     shape=[Dim(...), ...], device=cpu:0)`` then its values as nested Python lists, a float32 tensor's ints
     as ``1.0``); https://docs.modular.com/max/api/python/graph/dim (``print(Dim("batch") * 5)`` shows the
     expression ``batch * 5``); https://docs.modular.com/max/api/python/generated/max.graph.TensorType/
-    (``print(t.dtype)`` -> ``DType.float32``, ``print(t.shape)`` -> ``[2, 3]``).  Values against numpy."""
+    (``print(t.dtype)`` -> ``DType.float32``; ``print(t.shape)``: MAX 26.7 prints ``[Dim(2), Dim(3)]``,
+    max-behaviours.md B1.6).  Values against numpy."""
     from max.experimental.tensor import Tensor
     from max.graph import AlgebraicDim
 
     data = [[1, 2, 3], [4, 5, 6]]
     t = Tensor.constant(data)
-    assert str(t) == f"TensorType(dtype=float32, shape=[Dim(2), Dim(3)], device=cpu:0): {np.array(data, np.float64).tolist()}"
-    assert str(Tensor.constant([1, 2, 3, 4, 5])) == "TensorType(dtype=float32, shape=[Dim(5)], device=cpu:0): [1.0, 2.0, 3.0, 4.0, 5.0]"
-    assert str(Tensor(42, dtype=DType.int32)) == "TensorType(dtype=int32, shape=[], device=cpu:0): 42"
-    assert str(Tensor([True, False])).endswith(": [True, False]")
+    # MAX 26.7 prints eager tensors as their repr (max-behaviours.md B14.1-B14.4), not as the page shows
+    dev = "device=Device(type=cpu,id=0)"
+    assert str(t) == repr(t) == f"Tensor([1 2 3\n 4 5 6], dtype=DType.float32, {dev})"
+    assert str(Tensor.constant([1, 2, 3, 4, 5])) == f"Tensor([1 2 3 4 5], dtype=DType.float32, {dev})"
+    assert str(Tensor(42, dtype=DType.int32)) == f"Tensor(42, dtype=DType.int32, {dev})"
+    assert str(Tensor([True, False])) == f"Tensor([ True False], dtype=DType.bool, {dev})"
     expr = Dim("batch") * 5
     assert isinstance(expr, AlgebraicDim) and str(expr) == "batch * 5"
     assert -Dim("x") - 4 == -(Dim("x") + 4)
     assert (repr(Dim(5)), str(Dim(5)), repr(Dim("batch")), str(Dim("batch"))) == ("Dim(5)", "5", "Dim('batch')", "batch")
     tt = TensorType(DType.float32, (2, 3), device=C)
-    assert (str(tt.dtype), str(tt.shape)) == ("DType.float32", "[2, 3]")
+    assert (str(tt.dtype), str(tt.shape)) == ("DType.float32", "[Dim(2), Dim(3)]")
 
 
 def test_experimental_linear_takes_dims_and_modules_print_nested():
     """https://docs.modular.com/max/api/python/generated/max.experimental.nn.Linear/ -- ``in_dim`` and
     ``out_dim`` are ``DimLike`` (so ``Linear(in_dim=Dim(2), out_dim=3)`` works) and read back as ``Dim``
     properties; ``bias`` is a Tensor or 0.  https://docs.modular.com/max/api/python/generated/max.experimental.nn.Sequential/
-    -- children are named ``"0"``, ``"1"``, ...  The docs show no printed module, so the printed form
-    pinned here is libremax's: ``Linear(in_dim=Dim(2), out_dim=Dim(3), bias=True)``, children one per
-    line as ``(name): child`` indented by nesting depth.  The layer's output against numpy."""
+    -- children are named ``"0"``, ``"1"``, ...  The printed form is MAX 26.7's (rich's pretty layout).  The layer's output against numpy."""
     from max.experimental.nn import Linear, Sequential
     from max.experimental.tensor import Tensor
 
     lin = Linear(in_dim=Dim(2), out_dim=3)
     assert (lin.in_dim, lin.out_dim) == (Dim(2), Dim(3)) and isinstance(lin.in_dim, Dim)
-    assert repr(lin) == "Linear(in_dim=Dim(2), out_dim=Dim(3), bias=True)"
+    # MAX 26.7's printed form (max-behaviours.md B16.1/B16.2): bias only when False, rich's layout
+    assert repr(lin) == "Linear(in_dim=Dim(2), out_dim=Dim(3))"
     model = Sequential(lin, Sequential(Linear(3, 4, bias=False), Linear(Dim(4), Dim(2))))
     assert repr(model) == (
         "Sequential(\n"
-        "  (0): Linear(in_dim=Dim(2), out_dim=Dim(3), bias=True)\n"
-        "  (1): Sequential(\n"
-        "    (0): Linear(in_dim=Dim(3), out_dim=Dim(4), bias=False)\n"
-        "    (1): Linear(in_dim=Dim(4), out_dim=Dim(2), bias=True)\n"
-        "  )\n"
+        "    Linear(in_dim=Dim(2), out_dim=Dim(3)),\n"
+        "    Sequential(\n"
+        "        Linear(in_dim=Dim(3), out_dim=Dim(4), bias=False),\n"
+        "        Linear(in_dim=Dim(4), out_dim=Dim(2))\n"
+        "    )\n"
         ")"
     )
     assert str(model) == repr(model)

@@ -196,7 +196,7 @@ def test_index_errors():
         b[0, 3]
     with pytest.raises(IndexError, match="index -3 is out of bounds for axis 0 with size 2"):
         b[-3]
-    with pytest.raises(IndexError, match=r"too many indices.*shape \(2, 3\).*3 were indexed"):
+    with pytest.raises(ValueError, match=r"^the provided number of indices \(3\) is not equal to the tensor rank \(2\)"):
         b[0, 0, 0]
     with pytest.raises(IndexError, match="single ellipsis"):
         b[..., 0, ...]
@@ -226,11 +226,11 @@ def test_setitem_errors():
         Buffer.zeros([2], DType.uint8)[0] = 300
     ro = np.zeros(3, np.float32)
     ro.flags.writeable = False
-    rb = Buffer.from_numpy(ro)
-    with pytest.raises(ValueError, match="read-only"):
-        rb[0] = 1.0
-    with pytest.raises(ValueError, match="read-only"):
-        rb.inplace_copy_from(Buffer.zeros([3], DType.float32))
+    rb = Buffer.from_numpy(ro)  # a read-only source is copied (MAX 26.7, max-behaviours.md B17.2)
+    rb[0] = 1.0
+    rb[1:].inplace_copy_from(Buffer.from_numpy(np.array([2, 3], np.float32)))
+    np.testing.assert_array_equal(rb.to_numpy(), [1, 2, 3])
+    np.testing.assert_array_equal(ro, [0, 0, 0])
 
 
 def test_block_copy_overlapping_self():

@@ -16,7 +16,7 @@ def test_cpu_stream_basics():
     s.wait_for(CPU().default_stream)
     s.wait_for(CPU())
     s.wait_for(s)
-    assert "cpu:0" in repr(s)
+    assert "Device(type=cpu,id=0)" in repr(s)
 
 
 def test_cpu_events_are_complete():

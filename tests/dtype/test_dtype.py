@@ -64,7 +64,7 @@ def test_member(dt, value, size, npd, td):
 
 @pytest.mark.parametrize("dt", list(DType), ids=IDS)
 def test_printing(dt):
-    assert repr(dt) == f"DType.{dt.name}"
+    assert repr(dt) == dt.name  # MAX 26.7: repr float32, str DType.float32 (max-behaviours.md B1.4)
     assert str(dt) == f"DType.{dt.name}"
     assert f"{dt!s}" == f"DType.{dt.name}"
 

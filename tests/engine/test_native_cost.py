@@ -93,7 +93,7 @@ def test_fused_projection_follows_the_cost_model(isa, monkeypatch):
     bias = torch.randn(n, generator=torch.Generator().manual_seed(4))
     x = torch.randn(40, k, generator=torch.Generator().manual_seed(5))
     y = fused.fused_matmul_t(x, packed, bias, kinds=("packed:Q4_K",), ns=(n,), k=k, has_bias=(True,), act="silu",
-                              native_max_m=choice.native_max_m)
+                              native_max_m=choice.native_max_m, native=isa)
     exact = isa == "generic"
     lin = (x.double().numpy() @ w.astype(np.float64).T) if exact else q8_activation_reference(x.numpy(), w)
     lin = lin + bias.double().numpy()

@@ -560,7 +560,7 @@ def test_prepared_qkv_attention_equals_the_unfused_kernels(flat, cache):
 
     rng = np.random.default_rng(7)
     attrs = dict(layer=1, n_heads=6, n_kv_heads=2, head_dim=16, interleaved=False, eps=1e-6, has_rope=True,
-                 has_q_norm=True, has_k_norm=False)
+                 has_q_norm=True, has_k_norm=False, native=native.isa())
     att = dict(scale=0.25, causal=True, window=-1, chunk=-1)
     c = _qkv_attention_case(rng, [(3, 4), (9, 1)], 2, 3, True, True, cache)
     run = prepare_qkv_attention_native([None, c["freqs"], c["qg"], *[None] * 7], **attrs, **att, flat=flat)
@@ -573,7 +573,8 @@ def test_prepared_qkv_attention_equals_the_unfused_kernels(flat, cache):
             idx = (c["pos"].to(torch.int32), *idx[1:])
         got = run(qkv, c["blocks"], *idx)
         q = ragged_qkv_store(qkv, c["freqs"], c["qg"], blocks2, c["pos"], c["wp"], c["wo"], **attrs)
-        want = flash_attention_ragged_native(q, blocks2, c["offs"], c["cl"], c["lookup"], layer=1, head_dim=16, **att)
+        want = flash_attention_ragged_native(q, blocks2, c["offs"], c["cl"], c["lookup"], layer=1, head_dim=16,
+                                             native=native.isa(), **att)
         assert got.shape == ((c["t"], 96) if flat else (c["t"], 6, 16))
         assert torch.equal(got.reshape(want.shape), want)
         assert torch.equal(c["blocks"].view(torch.uint8), blocks2.view(torch.uint8))

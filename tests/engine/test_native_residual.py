@@ -94,7 +94,8 @@ def test_unprepared_kernel_adds_the_residual_as_the_separate_add(native_max_m):
     packed = native.pack(torch.from_numpy(qb), native.GGML_KINDS["Q4_1"], N, K)
     x = torch.from_numpy(rng.standard_normal((2, 3, K)).astype(np.float32))
     r = torch.from_numpy(rng.standard_normal((2, 3, N)).astype(np.float32))
-    attrs = dict(kinds=("packed:Q4_1",), ns=(N,), k=K, has_bias=(False,), act=None, native_max_m=native_max_m)
+    attrs = dict(kinds=("packed:Q4_1",), ns=(N,), k=K, has_bias=(False,), act=None, native_max_m=native_max_m,
+                 native=native.isa())
     got = fused_matmul_t(x, packed, r, residual=True, **attrs)
     want = torch.add(r, fused_matmul_t(x, packed, **attrs))
     assert got.shape == (2, 3, N)
@@ -117,7 +118,7 @@ def test_prepared_packed_call_equals_the_kernel(act, norm):
                       code, N, K) for _ in range(2)]
     gamma = torch.from_numpy(rng.uniform(0.5, 1.5, K).astype(np.float32))
     attrs = dict(kinds=("packed:Q4_1",) * 2, ns=(N, N), k=K, has_bias=(False, False), act=act,
-                 norm_eps=1e-5 if norm else None, native_max_m=1 << 40)
+                 norm_eps=1e-5 if norm else None, native_max_m=1 << 40, native=native.isa())
     ops_ = [*ws, gamma] if norm else ws
     x = torch.from_numpy(rng.standard_normal((3, K)).astype(np.float32))
     run = prepare_fused_matmul_t([None, *ops_], **attrs)

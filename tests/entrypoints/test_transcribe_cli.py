@@ -70,3 +70,32 @@ def test_transcribe_bad_file_is_one_line_error(tmp_path):
     assert r.exit_code != 0
     assert "could not be decoded" in r.output and "Traceback" not in r.output
     _ = np
+
+
+def test_transcribe_default_follows_the_generation_config(tmp_path):
+    """No --language, no --task on a model with the released checkpoints' generation config: espeak-ng speech
+    goes through detection then <|transcribe|> (the checkpoint's forced_decoder_ids), plain and with
+    --timestamps, and prints the pipeline's text for the same default request."""
+    from whisper_support import released_whisper_dir
+
+    from max.pipelines import PipelineConfig
+    from max.pipelines.architectures.whisper.transcribe import TranscriptionRequest, WhisperPipeline
+
+    clip, how = speech()
+    if how != "espeak-ng":
+        pytest.skip(f"no espeak-ng speech: {how}")
+    d = released_whisper_dir()
+    wav = tmp_path / "speech.wav"
+    soundfile.write(str(wav), clip, 16000, subtype="FLOAT")
+    pipe = WhisperPipeline(PipelineConfig(model_path=d, device_specs="cpu"))
+    for extra, ts in (([], False), (["--timestamps"], True)):
+        r = CliRunner().invoke(main, ["transcribe", str(wav), "--model-path", d, "--devices", "cpu",
+                                      "--max-new-tokens", "8", *extra])
+        assert r.exit_code == 0, r.output
+        want = pipe.transcribe([TranscriptionRequest(clip, timestamps=ts, max_new_tokens=8)])[0]
+        assert want.prompt[2] == 50359 and want.prompt[1] in pipe.settings.lang_to_id.values()
+        if ts:
+            assert r.stdout.splitlines() == [f"[{s.start:7.2f} --> {s.end:7.2f}] {s.text.strip()}"
+                                             for s in want.segments]
+        else:
+            assert r.stdout.strip() == want.text.strip()

@@ -77,22 +77,30 @@ def test_uniform_bad_range(rng):
 
 def test_like_functions_inside_a_graph():
     tt = TensorType(DType.float32, ["n", 3], DeviceRef.CPU())
-    with Graph("r", input_types=[tt]) as g:
+    with Graph("unseeded", input_types=[tt]) as g:
+        with pytest.raises(RuntimeError, match=r"No seed set! Set with `ops.random.set_seed`\."):
+            random.gaussian_like(g.inputs[0].tensor.type)
+    from max.graph import ops
+
+    with Graph("r", input_types=[tt, ops.random.SeedType(DeviceRef.CPU())]) as g:
         x = g.inputs[0].tensor
+        ops.random.set_seed(g.inputs[1].tensor)
         z = random.gaussian_like(x.type, mean=1.0, std=0.5)
         u = random.uniform_like(x.type, range=(2, 3))
         n = random.normal_like(x.type)
         assert z.type == tt and u.type == tt
         g.output(z, u, n)
-    random.seed(5)
     m = InferenceSession().load(g)
-    outs = [o.to_numpy() for o in m.execute(Buffer.from_numpy(np.zeros((1000, 3), np.float32)))]
+    zeros = Buffer.from_numpy(np.zeros((1000, 3), np.float32))
+    seed5 = Buffer.from_numpy(np.array([5], np.uint64))
+    outs = [o.to_numpy() for o in m.execute(zeros, seed5)]
     assert outs[0].shape == (1000, 3) and abs(outs[0].mean() - 1.0) < 0.05
     assert outs[1].min() >= 2 and outs[1].max() < 3
-    random.seed(5)
-    again = [o.to_numpy() for o in m.execute(Buffer.from_numpy(np.zeros((1000, 3), np.float32)))]
+    again = [o.to_numpy() for o in m.execute(zeros, seed5)]
     np.testing.assert_array_equal(again[0], outs[0])
     assert not np.array_equal(outs[0], outs[2])
+    other = m.execute(zeros, Buffer.from_numpy(np.array([6], np.uint64)))[0].to_numpy()
+    assert not np.array_equal(other, outs[0])
 
 
 def test_like_with_tensor_mean():
@@ -100,5 +108,6 @@ def test_like_with_tensor_mean():
     t = random.gaussian_like(TensorType(DType.float32, [500, 2], DeviceRef.CPU()), mean=mean, std=1.0)
     a = np.asarray(t)
     assert abs(a[:, 0].mean()) < 0.2 and abs(a[:, 1].mean() - 100) < 0.2
-    with pytest.raises(TypeError):
-        random.gaussian((2,), dtype=DType.int32, device=CPU_)
+    # integer dtypes take the float samples cast (max-behaviours.md B12.6)
+    i = random.gaussian((2000,), mean=10.0, std=2.0, dtype=DType.int32, device=CPU_)
+    assert i.dtype == DType.int32 and abs(np.asarray(i).mean() - 9.5) < 0.3

@@ -131,4 +131,6 @@ def test_op_rules_and_values():
     other = F.transfer_to(Tensor(x), PlacementMapping(mesh1(2), (Sharded(0),)))
     with pytest.raises(ValueError, match="different meshes"):
         dx + other
-    assert Tensor(x).sharding is None and Tensor(x).placements == () and len(Tensor(x).local_shards) == 1
+    # an ordinary tensor: one device, whole (max-behaviours.md B14.16)
+    assert Tensor(x).sharding is None and Tensor(x).placements == (Replicated(),) and len(Tensor(x).local_shards) == 1
+    assert Tensor(x).mesh == DeviceMesh.single(CPU_)

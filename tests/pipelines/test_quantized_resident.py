@@ -211,10 +211,10 @@ def test_packed_gather_is_the_ggml_dequantisation_of_the_rows(kind):
     code = native.GGML_KINDS[kind]
     packed = native.pack(torch.from_numpy(blocks), code, n, k)
     idx = torch.tensor([[3, 39, -1], [0, 17, 17]])
-    got = packed_gather_f32(packed, idx, code, n, k).numpy()
+    got = packed_gather_f32(packed, idx, code, n, k, native.isa()).numpy()
     np.testing.assert_array_equal(got, ref[idx.reshape(-1).numpy() % n])
     with pytest.raises(IndexError, match="out of range"):
-        packed_gather_f32(packed, torch.tensor([n]), code, n, k)
+        packed_gather_f32(packed, torch.tensor([n]), code, n, k, native.isa())
 
 
 def test_float_checkpoint_quantized_on_load_bit_exact(tiny256, tmp_path):

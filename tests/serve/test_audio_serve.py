@@ -183,3 +183,66 @@ def test_missing_file_and_wrong_content_type(whisper_server):
                    timeout=30)
     assert r.status_code == 400 and "speech recognition" in r.json()["error"]["message"]
     assert httpx.get(whisper_server.url + "/health", timeout=30).status_code == 200
+
+
+def test_models_and_errors_name_the_model_alike():
+    """A model served from a folder without --served-model-name is named by the folder's path, as a text model is:
+    ``/v1/models`` lists it so and every error names it so (the path is public: it is the model's id); the
+    folder's name is accepted as an alias; other paths in errors are still cut to their last component."""
+    import httpx
+
+    from max.entrypoints.cli import build_config
+    from max.serve.openai_schemas import scrub_paths
+    from max.serve.server import ServerThread, build_app
+
+    d = tiny_whisper_dir()
+    app = build_app(build_config(d, None, "cpu", None, 1))
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    with ServerThread(app) as srv:
+        assert [m["id"] for m in httpx.get(srv.url + "/v1/models", timeout=30).json()["data"]] == [d]
+        r = httpx.post(srv.url + "/v1/chat/completions", json={"model": "nope", **chat}, timeout=30)
+        assert r.status_code == 404 and f"this server serves '{d}'" in r.json()["error"]["message"]
+        for name in (d, os.path.basename(d)):
+            r = httpx.post(srv.url + "/v1/chat/completions", json={"model": name, **chat}, timeout=30)
+            assert r.status_code == 400 and f"the model '{d}' is a speech recognition model" in r.json()["error"][
+                "message"]
+        r = _post(srv, files={"file": ("a.wav", b"xx")}, data={"model": "nope"})
+        assert r.status_code == 404 and f"serves '{d}'" in r.json()["error"]["message"]
+    msg = scrub_paths(f"'{d}' cannot read {d}/config.json", keep=(d,))
+    assert msg == f"'{d}' cannot read {d}/config.json"  # the kept name (a prefix of the file's path)
+    assert scrub_paths(f"cannot read {d}/config.json") == "cannot read config.json"
+
+
+def test_transcription_without_language_follows_the_generation_config(clip):
+    """``/v1/audio/transcriptions`` with no language on a model with the released checkpoints' generation config:
+    the detected language then <|transcribe|>, the pipeline's default request's text (verbose_json names the
+    detected language); ``/v1/audio/translations`` translates."""
+    import openai
+
+    from whisper_support import released_whisper_dir
+
+    from max.entrypoints.cli import build_config
+    from max.pipelines.architectures.whisper.languages import LANGUAGE_CODES
+    from max.serve.server import ServerThread, build_app
+
+    app = build_app(build_config(released_whisper_dir(), None, "cpu", None, 2), served_model_name="rel")
+    with ServerThread(app) as srv:
+        srv.state = app.state.serve
+        oa = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        ref = _direct(srv, clip, timestamps=True)
+        assert ref.prompt[2] == 50359 and ref.tokens
+        v = oa.audio.transcriptions.create(model="rel", file=("a.wav", _wav(clip)), response_format="verbose_json")
+        names = {c: n for n, c in LANGUAGE_CODES.items()}
+        assert v.text == ref.text.strip() and v.language == names.get(ref.language, ref.language)
+        tr = oa.audio.translations.create(model="rel", file=("a.wav", _wav(clip)))
+        want = _direct(srv, clip, task="translate")
+        assert want.prompt[2] == 50358 and tr.text == want.text.strip()
+        settings = srv.state.transcriber.pipeline.settings
+        settings.is_multilingual = False  # as an English-only model: no translation, a 400 naming the model
+        try:
+            r = _post(srv, files={"file": ("a.wav", _wav(clip))}, data={"model": "rel"},
+                      path="/v1/audio/translations")
+            assert r.status_code == 400 and r.json()["error"]["param"] == "model", r.text
+            assert "English-only" in r.json()["error"]["message"]
+        finally:
+            settings.is_multilingual = True

@@ -1,6 +1,7 @@
 """``POST /v1/audio/speech`` on a live server (the tiny random CSM of ``csm_support``) through the ``openai``
 client: the audio equals the pipeline's own (greedy), every response format decodes, ``speed`` resamples,
-streamed bytes (chunked ``pcm`` / ``wav``, ``sse`` events) equal the whole, concurrent requests (batched
+streamed bytes (chunked ``pcm`` / ``wav``, ``sse`` events) equal the whole, a whole ``wav`` has its real sizes
+(a streamed one 0xFFFFFFFF), concurrent requests (batched
 together) equal the alone ones, and bad fields get OpenAI-shaped 400s naming the field while the server
 keeps serving."""
 
@@ -101,6 +102,58 @@ def test_streamed_bytes_equal_whole(server, oa):
     deltas = [e for e in events if e["type"] == "speech.audio.delta"]
     assert len(deltas) >= 2 and events[-1]["type"] == "speech.audio.done"  # chunks of 5 frames, then the rest
     assert b"".join(base64.b64decode(e["audio"]) for e in deltas) == whole
+
+
+def _wav_sizes(data: bytes) -> tuple[int, int]:
+    """The RIFF and data chunk sizes of a 44-byte-header WAV."""
+    import struct
+
+    assert data[:4] == b"RIFF" and data[8:16] == b"WAVE" + b"fmt " and data[36:40] == b"data"
+    return struct.unpack("<I", data[4:8])[0], struct.unpack("<I", data[40:44])[0]
+
+
+def test_wav_whole_has_real_sizes_streamed_has_unknown(server, oa):
+    """A wav returned at once (no stream_format) says its real sizes; one streamed on request (stream_format
+    ``audio``, or ``sse``) says 0xFFFFFFFF, which readers take as "to the end"; the samples are the same."""
+    import httpx
+
+    whole = _speak(oa, fmt="wav", frames=6)
+    riff, data = _wav_sizes(whole)
+    assert (riff, data) == (len(whole) - 8, len(whole) - 44) and data > 0
+    info = soundfile.info(io.BytesIO(whole))
+    assert info.frames == data // 2 and info.duration < 60  # not the 24 h a 0xFFFFFFFF size reads as
+    with oa.audio.speech.with_streaming_response.create(model=MODEL, input="Hello there", voice="1",
+                                                        response_format="wav", stream_format="audio",
+                                                        extra_body={"max_new_frames": 6}) as r:
+        streamed = b"".join(r.iter_bytes())
+    assert _wav_sizes(streamed) == (0xFFFFFFFF, 0xFFFFFFFF) and streamed[44:] == whole[44:]
+    with httpx.stream("POST", server.url + "/v1/audio/speech", timeout=120,
+                      json={"model": MODEL, "input": "Hello there", "voice": "1", "response_format": "wav",
+                            "stream_format": "sse", "max_new_frames": 6}) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    sse = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
+    assert _wav_sizes(sse) == (0xFFFFFFFF, 0xFFFFFFFF) and sse[44:] == whole[44:]
+
+
+def test_speech_encoder_wav_forms():
+    from max.serve.speech_output import SpeechEncoder
+
+    x = np.sin(np.arange(1000) / 7.0).astype(np.float32) * 0.5
+    for speed in (1.0, 1.5):
+        whole = SpeechEncoder("wav", 24000, speed, whole=True)
+        assert whole.add(x[:300]) == b"" and whole.add(x[300:]) == b""
+        w = whole.finish()
+        s = SpeechEncoder("wav", 24000, speed)
+        streamed = s.add(x[:300]) + s.add(x[300:]) + s.finish()
+        assert w[44:] == streamed[44:] and _wav_sizes(w) == (len(w) - 8, len(w) - 44)
+        assert _wav_sizes(streamed) == (0xFFFFFFFF, 0xFFFFFFFF)
+        back, rate = soundfile.read(io.BytesIO(w), dtype="int16")
+        assert rate == 24000 and back.size == (len(w) - 44) // 2
+    empty = SpeechEncoder("wav", 24000, whole=True).finish()
+    assert len(empty) == 44 and _wav_sizes(empty) == (36, 0)
+    pcm = SpeechEncoder("pcm", 24000, whole=True)
+    pcm.add(x)
+    assert pcm.finish() == SpeechEncoder("pcm", 24000).add(x)
 
 
 def test_concurrent_requests_equal_alone(server, oa):

@@ -11,7 +11,11 @@ from max.serve.reasoning import ReasoningStream, check_reasoning_parser, split_r
 
 
 @pytest.mark.parametrize("parser,constrained,text,want", [
-    ("qwen3", False, "<think>\nhmm, 2+2</think>\n\nIt is 4.", ("\nhmm, 2+2", "\n\nIt is 4.")),
+    ("qwen3", False, "<think>\nhmm, 2+2</think>\n\nIt is 4.", ("\nhmm, 2+2", "It is 4.")),
+    ("qwen3", False, "<think>r</think> \n\n  The answer.\n", ("r", "The answer.\n")),  # no leading spaces
+    ("qwen3", False, "<think>r</think>\n\n", ("r", None)),
+    ("deepseek_r1", False, "r</think>\n\nThe answer.", ("r", "The answer.")),
+    ("qwen3", False, "pre <think>a</think> b", ("a", "pre b")),
     ("qwen3", False, "It is 4.", (None, "It is 4.")),
     ("qwen3", False, "pre<think>a</think>b", ("a", "preb")),
     ("qwen3", False, "<think>cut off by max_tokens", ("cut off by max_tokens", None)),

@@ -94,3 +94,22 @@ def test_tokenize_needs_the_api_key_at_both_paths(server):
         assert httpx.get(server.url + "/version").status_code == 200  # like /health: no key
     finally:
         server.state.api_key = None
+
+
+def test_root_aliases_count_as_their_v1_endpoint_in_metrics(server):
+    from max.serve.middleware import endpoint_of
+
+    assert endpoint_of("/tokenize") == "/v1/tokenize" and endpoint_of("/detokenize") == "/v1/detokenize"
+    assert endpoint_of("/nope") == "other"
+
+    def count(label: str) -> float:
+        text = httpx.get(server.url + "/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith("maxserve_requests_total{") and f'endpoint="{label}"' in line \
+                    and 'status="200"' in line:
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    before, other = count("/v1/tokenize"), count("other")
+    assert post(server, "/tokenize", {"prompt": "a"}).status_code == 200
+    assert count("/v1/tokenize") == before + 1 and count("other") == other

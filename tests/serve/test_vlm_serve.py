@@ -1,6 +1,7 @@
 """Images through a live ``max serve`` process (a tiny random Gemma 3 multimodal checkpoint, one process for
 the module): the ``openai`` client's image parts give the same text as ``LLM.generate``, streamed or not;
-bad images get an OpenAI-shaped 400 and leave the server serving; a text-only model refuses images."""
+bad images get an OpenAI-shaped 400 and leave the server serving; a text-only model refuses images; the
+model cards say which model takes images."""
 
 from __future__ import annotations
 
@@ -89,6 +90,15 @@ def test_too_many_images_is_400(vlm_client):
         vlm_client.chat.completions.create(model="tiny-vlm", messages=[{"role": "user", "content": content}],
                                            max_tokens=4)
     assert "fewer or smaller images" in e.value.body["message"]
+
+
+def test_model_cards_say_which_model_takes_images(vlm_server, server):
+    """``capabilities.vision`` on the model card (the chat page shows its image button only then)."""
+    import httpx
+
+    assert httpx.get(vlm_server[1] + "/v1/models").json()["data"][0]["capabilities"] == {"vision": True}
+    assert httpx.get(vlm_server[1] + "/v1/models/tiny-vlm").json()["capabilities"] == {"vision": True}
+    assert httpx.get(server.url + "/v1/models").json()["data"][0]["capabilities"] == {"vision": False}
 
 
 def test_text_only_model_refuses_an_image(client):

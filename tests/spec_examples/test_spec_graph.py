@@ -85,7 +85,7 @@ with Graph("tensor_demo") as graph:
 # preamble: the example uses DeviceRef without importing it
 from max.graph import DeviceRef
 '''
-    STDOUT = ['Shape: [2, 2]', 'Data type: DType.float32', 'Original shape: [2, 2]', 'Transposed shape: [2, 2]']
+    STDOUT = ['Shape: [Dim(2), Dim(2)]', 'Data type: DType.float32', 'Original shape: [Dim(2), Dim(2)]', 'Transposed shape: [Dim(2), Dim(2)]']
     run_example(CODE, line=5524, setup=SETUP, stdout=STDOUT)
 
 
@@ -106,7 +106,7 @@ with Graph("argmax_demo", input_types=[input_type]) as graph:
     print(f"Input shape: {x.shape}")       # [2, 3]
     print(f"Argmax shape: {indices.shape}")  # [2, 1]
 '''
-    STDOUT = ['Input shape: [2, 3]', 'Argmax shape: [2, 1]']
+    STDOUT = ['Input shape: [Dim(2), Dim(3)]', 'Argmax shape: [Dim(2), Dim(1)]']
     run_example(CODE, line=5588, stdout=STDOUT)
 
 
@@ -135,7 +135,7 @@ with Graph("broadcast_to_demo") as graph:
 # preamble: the example uses DeviceRef without importing it
 from max.graph import DeviceRef
 '''
-    STDOUT = ['Original shape: [2, 2]', 'Broadcasted shape: [3, 2, 2]']
+    STDOUT = ['Original shape: [Dim(2), Dim(2)]', 'Broadcasted shape: [Dim(3), Dim(2), Dim(2)]']
     run_example(CODE, line=5640, setup=SETUP, stdout=STDOUT)
 
 
@@ -219,7 +219,7 @@ with Graph("flatten_demo") as graph:
 # preamble: the example uses DeviceRef without importing it
 from max.graph import DeviceRef
 '''
-    STDOUT = ['Original shape: [2, 2]', 'Flattened shape: [4]']
+    STDOUT = ['Original shape: [Dim(2), Dim(2)]', 'Flattened shape: [Dim(4)]']
     run_example(CODE, line=5782, setup=SETUP, stdout=STDOUT)
 
 
@@ -240,7 +240,7 @@ with Graph("max_demo", input_types=[input_type]) as graph:
     print(f"Input shape: {x.shape}")  # [2, 3]
     print(f"Max shape: {m.shape}")    # [2, 1]
 '''
-    STDOUT = ['Input shape: [2, 3]', 'Max shape: [2, 1]']
+    STDOUT = ['Input shape: [Dim(2), Dim(3)]', 'Max shape: [Dim(2), Dim(1)]']
     run_example(CODE, line=5859, stdout=STDOUT)
 
 
@@ -261,7 +261,7 @@ with Graph("mean_demo", input_types=[input_type]) as graph:
     print(f"Input shape: {x.shape}")  # [2, 3]
     print(f"Mean shape: {mu.shape}")  # [2, 1]
 '''
-    STDOUT = ['Input shape: [2, 3]', 'Mean shape: [2, 1]']
+    STDOUT = ['Input shape: [Dim(2), Dim(3)]', 'Mean shape: [Dim(2), Dim(1)]']
     run_example(CODE, line=5909, stdout=STDOUT)
 
 
@@ -283,7 +283,7 @@ with Graph("min_demo", input_types=[input_type]) as graph:
     print(f"Input shape: {x.shape}")  # [2, 3]
     print(f"Min shape: {mn.shape}")   # [2, 1]
 '''
-    STDOUT = ['Input shape: [2, 3]', 'Min shape: [2, 1]']
+    STDOUT = ['Input shape: [Dim(2), Dim(3)]', 'Min shape: [Dim(2), Dim(1)]']
     run_example(CODE, line=5959, stdout=STDOUT)
 
 
@@ -338,7 +338,7 @@ with Graph("reshape_demo") as graph:
 # preamble: the example uses DeviceRef without importing it
 from max.graph import DeviceRef
 '''
-    STDOUT = ['Original shape: [2, 2]', 'Reshaped shape: [1, 4]']
+    STDOUT = ['Original shape: [Dim(2), Dim(2)]', 'Reshaped shape: [Dim(1), Dim(4)]']
     run_example(CODE, line=6126, setup=SETUP, stdout=STDOUT)
 
 
@@ -364,8 +364,8 @@ with Graph("shape_demo") as graph:
 # preamble: the example uses DeviceRef without importing it
 from max.graph import DeviceRef
 '''
-    # stdout not asserted: the comment 'Shape: [Dim(2), Dim(2)]' contradicts L5524/L6126 ('# Output: [2, 2]' for the same print); not asserted
-    run_example(CODE, line=6180, setup=SETUP)
+    STDOUT = ['Shape: [Dim(2), Dim(2)]']
+    run_example(CODE, line=6180, setup=SETUP, stdout=STDOUT)
 
 
 def test_L6206_graph_TensorValue_stdev():
@@ -385,7 +385,7 @@ with Graph("stdev_demo", input_types=[input_type]) as graph:
     print(f"Input shape: {x.shape}")    # [2, 3]
     print(f"Stdev shape: {sd.shape}")  # [2, 1]
 '''
-    STDOUT = ['Input shape: [2, 3]', 'Stdev shape: [2, 1]']
+    STDOUT = ['Input shape: [Dim(2), Dim(3)]', 'Stdev shape: [Dim(2), Dim(1)]']
     run_example(CODE, line=6206, stdout=STDOUT)
 
 
@@ -437,7 +437,7 @@ with Graph("transpose_demo") as graph:
 # preamble: the example uses DeviceRef without importing it
 from max.graph import DeviceRef
 '''
-    STDOUT = ['Original shape: [2, 3]', 'Transposed shape: [3, 2]']
+    STDOUT = ['Original shape: [Dim(2), Dim(3)]', 'Transposed shape: [Dim(3), Dim(2)]']
     run_example(CODE, line=6311, setup=SETUP, stdout=STDOUT)
 
 
@@ -458,7 +458,7 @@ with Graph("var_demo", input_types=[input_type]) as graph:
     print(f"Input shape: {x.shape}")  # [2, 3]
     print(f"Var shape: {vr.shape}")  # [2, 1]
 '''
-    STDOUT = ['Input shape: [2, 3]', 'Var shape: [2, 1]']
+    STDOUT = ['Input shape: [Dim(2), Dim(3)]', 'Var shape: [Dim(2), Dim(1)]']
     run_example(CODE, line=6371, stdout=STDOUT)
 
 
@@ -537,8 +537,8 @@ with Graph("shape_demo") as graph:
 # preamble: the example uses DeviceRef without importing it
 from max.graph import DeviceRef
 '''
-    # stdout not asserted: same contradiction as L6180; not asserted
-    run_example(CODE, line=6614, setup=SETUP)
+    STDOUT = ['Shape: [Dim(2), Dim(2)]']
+    run_example(CODE, line=6614, setup=SETUP, stdout=STDOUT)
 
 
 def test_L6695_graph_dim_AlgebraicDim():

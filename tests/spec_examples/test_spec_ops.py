@@ -28,7 +28,7 @@ tensor_type = TensorType(DType.float32, (2, 3))
 print(tensor_type.dtype)  # Outputs: DType.float32
 print(tensor_type.shape)  # Outputs: [2, 3]
 '''
-    STDOUT = ['DType.float32', '[2, 3]']
+    STDOUT = ['DType.float32', '[Dim(2), Dim(3)]']
     run_example(CODE, line=7220, stdout=STDOUT)
 
 

@@ -43,7 +43,7 @@ tensor_type = TensorType(DType.float32, (2, 3))
 print(tensor_type.dtype)  # Outputs: DType.float32
 print(tensor_type.shape)  # Outputs: [2, 3]
 '''
-    STDOUT = ['DType.float32', '[2, 3]']
+    STDOUT = ['DType.float32', '[Dim(2), Dim(3)]']
     run_example(CODE, line=12097, stdout=STDOUT)
 
 
@@ -59,5 +59,5 @@ with Graph() as g:
     print(f"Tensor element type: {tensor_type.dtype}")  # Outputs: DType.float32
     print(f"Tensor shape: {tensor_type.shape}")  # Outputs: [2, 3]
 '''
-    STDOUT = ['Tensor element type: DType.float32', 'Tensor shape: [2, 3]']
+    STDOUT = ['Tensor element type: DType.float32', 'Tensor shape: [Dim(2), Dim(3)]']
     run_example(CODE, line=12215, stdout=STDOUT)

@@ -31,10 +31,20 @@ allocator: the request is ignored and the buffer is ordinary host memory with
 
 Read-only memory
 ----------------
-Buffers made from read-only numpy arrays (``from_numpy``/``from_dlpack``, and
-``mmap``/``MemMapTensor`` with mode ``'r'``) share that memory and are marked
-read-only: ``__setitem__`` and ``inplace_copy_from`` raise ValueError and
-``to_numpy()`` returns a non-writeable array.
+As in MAX 26.7, a Buffer is always writable.  ``from_numpy``/``from_dlpack``
+copy a read-only numpy array (the source stays unchanged); ``Buffer.mmap``
+with mode ``'r'`` maps the file privately (copy-on-write: writes stay in
+memory, the file is unchanged, nothing is copied until written).  Only the
+older ``MemMapTensor`` with mode ``'r'`` is read-only: ``__setitem__`` and
+``inplace_copy_from`` raise ValueError and ``to_numpy()`` returns a
+non-writeable array.
+
+Misaligned views
+----------------
+``view`` may reinterpret bytes at an offset that is not a multiple of the new
+element size (``buf[1:].view(DType.int32)`` of a uint8 buffer): the view
+shares the memory; ``_aligned()`` is False for it and ``copy()`` gives an
+aligned buffer.
 """
 
 from __future__ import annotations
@@ -71,6 +81,12 @@ class DLPackArray(Protocol):
 _TORCH2DT: dict = {dt.to_torch(): dt for dt in DType if dt not in BIT_STORED}
 # DTypes numpy only knows through ml_dtypes: moved across by viewing the bits
 # as same-width unsigned integers.
+# MAX 26.7's from_dlpack texts for non-contiguous sources
+_NONCONTIGUOUS_ARRAY = ("driver buffer's from_dlpack only accepts contiguous arrays. "
+                        "First call np.ascontiguousarray(array)")
+_NONCONTIGUOUS_TORCH = ("driver buffer's from_dlpack only accepts contiguous tensors. "
+                        "First call .contiguous() on the tensor")
+
 _BITS_DTYPES = {
     DType.bfloat16: (np.uint16, torch.uint16),
     DType.float8_e4m3fn: (np.uint8, torch.uint8),
@@ -443,7 +459,7 @@ class Buffer:
         if not isinstance(arr, np.ndarray):
             raise TypeError(f"Buffer.from_numpy: expected a numpy.ndarray, got {type(arr).__name__}")
         arr, dt = _np_dtype(arr, "Buffer.from_numpy")
-        if not arr.flags.c_contiguous:
+        if not arr.flags.c_contiguous or not arr.flags.writeable:  # read-only sources are copied
             arr = np.array(arr, order="C", copy=True)
         t, flips, ro, _ = _share_numpy(arr, dt)
         return _wrap(t, flips, ro, dtype=dt)
@@ -458,26 +474,22 @@ class Buffer:
         through the numpy buffer directly.
         """
         if isinstance(array, Buffer):
-            if copy:
-                return array.copy()
-            return _wrap(array._t, array._flip, array._ro, array._stream, array._dtype)
+            return array.copy() if copy else array  # MAX: the same object
         if isinstance(array, torch.Tensor):
             t = array.detach()
             _dtype_of(t)
             if not t.is_contiguous() and not copy:
-                raise ValueError(
-                    f"Buffer.from_dlpack: the torch tensor (shape {tuple(t.shape)}, strides {t.stride()}) is not "
-                    "contiguous; pass copy=True or call .contiguous() first"
-                )
+                raise ValueError(_NONCONTIGUOUS_TORCH + f" (shape {tuple(t.shape)}, strides {t.stride()})")
             return _wrap(t.clone(memory_format=torch.contiguous_format) if copy else t)
         if isinstance(array, (np.ndarray, np.generic)):
             arr = np.asarray(array)
             if not arr.flags.c_contiguous and not copy:
-                raise ValueError(
-                    f"Buffer.from_dlpack: the numpy array (shape {arr.shape}, strides {arr.strides}) is not "
-                    "C-contiguous; pass copy=True, use Buffer.from_numpy (which copies) or np.ascontiguousarray"
-                )
+                raise ValueError(_NONCONTIGUOUS_ARRAY + f" (shape {arr.shape}, strides {arr.strides})")
             arr, dt = _np_dtype(arr, "Buffer.from_dlpack")
+            if not arr.flags.writeable:
+                if copy is False:
+                    raise BufferError("Buffer.from_dlpack: a read-only array cannot be imported without a copy")
+                copy = True  # MAX copies read-only sources (np.memmap mode 'r', writeable=False)
             if copy:
                 arr = np.array(arr, order="C", copy=True)
             t, flips, ro, copied = _share_numpy(arr, dt)
@@ -495,6 +507,10 @@ class Buffer:
             t = torch.from_dlpack(array)
             if copy:
                 t = t.clone()
+        if not t.is_contiguous():
+            if not copy:
+                raise ValueError(_NONCONTIGUOUS_ARRAY + f" (shape {tuple(t.shape)}, strides {t.stride()})")
+            t = t.contiguous()
         return _wrap(t)
 
     @classmethod
@@ -508,10 +524,13 @@ class Buffer:
     ) -> "Buffer":
         """A host buffer over a memory-mapped file (``np.memmap`` semantics, zero-copy).
 
-        Modes: ``'r'``/``'readonly'`` (read-only buffer), ``'r+'``/``'readwrite'``
-        (writes reach the file), ``'w+'``/``'write'`` (create/overwrite),
-        ``'c'``/``'copyonwrite'`` (writes stay in memory).
+        Modes: ``'r+'``/``'readwrite'`` (writes reach the file), ``'w+'``/``'write'``
+        (create/overwrite), ``'c'``/``'copyonwrite'`` and, as in MAX 26.7,
+        ``'r'``/``'readonly'`` (a private mapping: writes stay in memory, the file
+        is unchanged).
         """
+        if mode in ("r", "readonly"):
+            mode = "c"
         t, ro, dt = _memmap(filename, dtype, shape, mode, offset, "Buffer.mmap")
         return _wrap(t, None, ro, dtype=dt)
 
@@ -560,11 +579,10 @@ class Buffer:
 
     def item(self) -> Any:
         """The value of a one-element buffer (rank 0, or any shape holding one element) as a Python scalar."""
-        if self._t.numel() != 1:
-            raise ValueError(
-                f"item() needs a buffer with exactly one element, but this buffer has shape {self.shape}; "
-                "index it down to a single element first (e.g. buf[0, 0].item())"
-            )
+        n = self._t.numel()
+        if n != 1:
+            raise ValueError(f"calling `item` on a tensor with {n} items but expected only 1 (shape {self.shape}; "
+                             "index it down to a single element first, e.g. buf[0, 0].item())")
         if self._dtype in BIT_STORED:
             return self.to_numpy().astype(np.float64).reshape(()).item()
         return self._t.reshape(()).item()
@@ -642,16 +660,18 @@ class Buffer:
             raise TypeError(f"inplace_copy_from: src must be a Buffer, got {type(src).__name__}")
         if self._ro:
             raise ValueError("inplace_copy_from: the destination buffer is read-only")
+        if src is self or (
+                src._dtype is self._dtype and src._flip == self._flip and src._t.device == self._t.device
+                and src._t.data_ptr() == self._t.data_ptr() and src._t.shape == self._t.shape
+                and src._t.stride() == self._t.stride()):
+            return  # the same memory, the same layout: nothing to copy (any layout)
+        # MAX 26.7's texts, whose roles read swapped: a non-contiguous *destination* says "from"
         if not self.is_contiguous:
-            raise ValueError(
-                f"inplace_copy_from: the destination buffer (shape {self.shape}) is not contiguous; "
-                "both buffers must be contiguous"
-            )
+            raise ValueError(f"Cannot copy from non-contiguous buffer (inplace_copy_from: the destination, shape "
+                             f"{self.shape}, is not contiguous)")
         if not src.is_contiguous:
-            raise ValueError(
-                f"inplace_copy_from: the source buffer (shape {src.shape}) is not contiguous; "
-                "both buffers must be contiguous (use src.contiguous())"
-            )
+            raise ValueError(f"Cannot copy to non-contiguous buffer (inplace_copy_from: the source, shape "
+                             f"{src.shape}, is not contiguous; use src.contiguous())")
         nd = self.num_elements * self.element_size
         ns = src.num_elements * src.element_size
         if nd != ns:
@@ -712,11 +732,21 @@ class Buffer:
                 f"Buffer.view({dtype}, shape={shape}): needs {want} bytes but the buffer holds "
                 f"{nbytes} bytes ({self.dtype}, shape {self.shape})"
             )
+        raw = self._t.reshape(-1).view(torch.uint8)
+        if raw.data_ptr() % new and raw.is_cpu:
+            # an offset torch cannot view as the wider type: numpy can, sharing the memory
+            t = torch.from_numpy(raw.numpy().view(np.dtype(f"i{new}"))).view(tdt).view(shape)
+            return _wrap(t, None, self._ro, self._stream, dtype)
         try:
-            t = self._t.reshape(-1).view(torch.uint8).view(tdt).view(shape)
+            t = raw.view(tdt).view(shape)
         except RuntimeError as e:
             raise ValueError(f"Buffer.view({dtype}, shape={shape}): {e}") from None
         return _wrap(t, None, self._ro, self._stream, dtype)
+
+    def _aligned(self, alignment: Optional[int] = None) -> bool:
+        """Whether the data address is a multiple of ``alignment`` (default: the element size)."""
+        a = alignment if alignment is not None else max(1, self.element_size)
+        return self._t.data_ptr() % a == 0
 
     # ------------------------------------------------------------ indexing
     def _resolve(self, key: Any) -> tuple[torch.Tensor, Optional[tuple]]:
@@ -735,10 +765,10 @@ class Buffer:
                 consumed += 1
         if n_ell > 1:
             raise IndexError(f"an index can only have a single ellipsis ('...'), got {key!r}")
-        if consumed > ndim:
-            raise IndexError(
-                f"too many indices for buffer: buffer has shape {tuple(shape)} (rank {ndim}) "
-                f"but {consumed} were indexed by {key!r}"
+        if consumed > ndim:  # MAX 26.7's ValueError
+            raise ValueError(
+                f"the provided number of indices ({consumed}) is not equal to the tensor rank ({ndim}) "
+                f"(buffer shape {tuple(shape)}, index {key!r})"
             )
         phys: list = []
         out_flips: list = []
@@ -813,6 +843,8 @@ class Buffer:
         ``buf[a:b].inplace_copy_from(src)`` instead."""
         if self._ro:
             raise ValueError("Buffer.__setitem__: the buffer is read-only")
+        if not self.shape and _is_zero_index(key):
+            key = ()  # MAX 26.7 lets ``s[0] = v`` set a rank-0 buffer's element
         _check_single_element(key, self.shape)
         view, flips = self._resolve(key)
         if isinstance(value, np.generic):
@@ -868,10 +900,25 @@ class Buffer:
             yield self[i]
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(dtype={self._dtype}, shape={self.shape}, device={self.device})"
+        # MAX's form: max.driver.Buffer(DType.int8, (4,), cpu[0])
+        dev = self.device
+        return f"max.driver.{type(self).__name__}({self._dtype}, {self.shape}, {dev.label}[{dev.id}])"
+
+    def __str__(self) -> str:
+        # MAX's form: Buffer([0 0 0 0], dtype=DType.int8, shape=(4,), device=Device(type=cpu,id=0))
+        try:
+            values = str(self.to_numpy())
+        except Exception:  # noqa: BLE001 - a dtype numpy cannot show: the header alone
+            values = "..."
+        return f"Buffer({values}, dtype={self._dtype}, shape={self.shape}, device={self.device!r})"
 
     def __reduce__(self):
         return (_rebuild, (self._t, self._flip, self._ro))
+
+
+def _is_zero_index(key: Any) -> bool:
+    k = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+    return not isinstance(k, (bool, np.bool_, tuple)) and hasattr(k, "__index__") and operator.index(k) == 0
 
 
 def _check_single_element(key: Any, shape: tuple) -> None:

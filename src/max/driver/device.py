@@ -53,7 +53,12 @@ def _check_id(id: Any, who: str) -> int:
 
 
 def accelerator_count() -> int:
-    """Number of accelerators torch can see (0 on a CPU-only host)."""
+    """Number of accelerators torch can see (0 on a CPU-only host); in virtual device mode
+    (``set_virtual_device_count``), the virtual count."""
+    from max.driver import virtual
+
+    if virtual.is_virtual_device_mode():
+        return virtual.get_virtual_device_count()
     try:
         if not torch.cuda.is_available():
             return 0
@@ -70,6 +75,10 @@ def accelerator_api() -> str:
     """``"cuda"`` for NVIDIA GPUs, ``"hip"`` for AMD GPUs; ``"cpu"`` when none exists."""
     if accelerator_count() == 0:
         return "cpu"
+    from max.driver import virtual
+
+    if virtual.is_virtual_device_mode():
+        return virtual.get_virtual_device_api() or "cuda"
     return "hip" if _is_hip() else "cuda"
 
 
@@ -108,7 +117,7 @@ class Device:
 
     @classmethod
     def _make(cls, label: str, id: int, tdev: torch.device) -> "Device":
-        key = (label, id)
+        key = (label, id, tdev.type == "meta")
         dev = _CACHE.get(key)
         if dev is not None:
             return dev
@@ -150,6 +159,10 @@ class Device:
         """``"cpu"``, ``"cuda"`` (NVIDIA) or ``"hip"`` (AMD)."""
         if self._label == "cpu":
             return "cpu"
+        if self._tdev.type == "meta":  # a virtual device
+            from max.driver import virtual
+
+            return virtual.get_virtual_device_api() or "cuda"
         return "hip" if _is_hip() else "cuda"
 
     @property
@@ -159,7 +172,11 @@ class Device:
 
     @property
     def _torch_device(self) -> torch.device:
-        """The ``torch.device`` this device maps to (``cpu`` or ``cuda:N``)."""
+        """The ``torch.device`` this device maps to (``cpu`` or ``cuda:N``); ValueError for a virtual
+        device, which has no memory to hold or run anything."""
+        if self._tdev.type == "meta":
+            raise ValueError(f"{self} is a virtual device (compile-only mode, set_virtual_device_count): it has "
+                             "no memory, so buffers cannot be allocated and nothing can run on it")
         return self._tdev
 
     def __eq__(self, other: object) -> bool:
@@ -175,8 +192,7 @@ class Device:
     def __repr__(self) -> str:
         return f"Device(type={self._label},id={self._id})"
 
-    def __str__(self) -> str:
-        return f"{self._label}:{self._id}"
+    __str__ = __repr__  # MAX prints Device(type=cpu,id=0) for both
 
     def __reduce__(self):
         return (_device_by_key, (self._label, self._id))
@@ -211,9 +227,15 @@ class Device:
 
     def _arch_name(self) -> str:
         if self._label == "cpu":
-            raise ValueError(
-                f"architecture_name is only defined for accelerators; {self} is a CPU device"
-            )
+            raise ValueError(f"failed to get device architecture name: Not implemented for device: {self._label}")
+        if self._tdev.type == "meta":  # a virtual device (max.driver.virtual)
+            from max.driver import virtual
+
+            arch = virtual.get_virtual_device_target_arch()
+            if not arch:
+                raise ValueError(f"{self} is a virtual device with no target architecture; call "
+                                 "set_virtual_device_target_arch() before set_virtual_device_count()")
+            return arch
         if _is_hip():
             props = torch.cuda.get_device_properties(self._id)
             return str(getattr(props, "gcnArchName", "gfx")).split(":")[0]
@@ -277,7 +299,7 @@ class Device:
     def stats(self) -> Mapping[str, Any]:
         """Utilisation data: memory totals in bytes (and allocator counters on GPUs)."""
         if self._label == "cpu":
-            out: dict[str, Any] = {"device": str(self), "cpu_count": os.cpu_count()}
+            out: dict[str, Any] = {"device": f"{self._label}:{self._id}", "cpu_count": os.cpu_count()}
             try:
                 page = os.sysconf("SC_PAGE_SIZE")
                 out["total_memory"] = os.sysconf("SC_PHYS_PAGES") * page
@@ -287,7 +309,7 @@ class Device:
             return out
         free, total = torch.cuda.mem_get_info(self._id)
         return {
-            "device": str(self),
+            "device": f"{self._label}:{self._id}",
             "name": torch.cuda.get_device_name(self._id),
             "free_memory": int(free),
             "total_memory": int(total),
@@ -327,6 +349,11 @@ class Accelerator(Device):
                 f"Accelerator(id={id}): only {n} accelerator{'s' if n != 1 else ''} "
                 f"exist{'s' if n == 1 else ''} (valid ids: 0..{n - 1})"
             )
+        from max.driver import virtual
+
+        if virtual.is_virtual_device_mode():
+            # No memory behind it: buffers carry shape and dtype only (torch's meta device).
+            return Accelerator._make("gpu", id, torch.device("meta"))
         return Accelerator._make("gpu", id, torch.device("cuda", id))
 
 

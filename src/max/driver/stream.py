@@ -78,6 +78,11 @@ class DeviceEvent:
         return f"DeviceEvent(device={self._device})"
 
 
+def _virtual(device: Device) -> bool:
+    """A virtual (compile-only) device has no queue to run work on."""
+    return device._tdev.type == "meta"
+
+
 class DeviceStream:
     """An in-order stream of work on a device.
 
@@ -90,13 +95,13 @@ class DeviceStream:
     def __init__(self, device: Device) -> None:
         device = _check_device(device, "DeviceStream")
         self._device = device
-        self._ts = None if device.is_host else torch.cuda.Stream(device=device._torch_device)
+        self._ts = None if device.is_host or _virtual(device) else torch.cuda.Stream(device=device._torch_device)
 
     @classmethod
     def _default_for(cls, device: Device) -> "DeviceStream":
         s = object.__new__(cls)
         s._device = device
-        s._ts = None if device.is_host else torch.cuda.default_stream(device._torch_device)
+        s._ts = None if device.is_host or _virtual(device) else torch.cuda.default_stream(device._torch_device)
         return s
 
     @classmethod

@@ -43,9 +43,11 @@ class DType(enum.Enum):
 
     # ------------------------------------------------------------------ printing
     def __repr__(self) -> str:
-        return f"DType.{self.name}"
+        # As MAX prints them: repr ``float32``, str ``DType.float32``.
+        return self.name
 
-    __str__ = __repr__
+    def __str__(self) -> str:
+        return f"DType.{self.name}"
 
     # ---------------------------------------------------------------- properties
     @property

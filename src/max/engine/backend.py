@@ -2,18 +2,26 @@
 
 Model building asks :meth:`BackendPolicy.weight_storage` / :meth:`BackendPolicy.compute_dtype`
 (through ``architectures/common/weights.py``) how each weight is kept; the compiler's native
-lowering asks :meth:`BackendPolicy.matmul_choice` which kernel each fused projection runs and
-writes the answer into the node (``native_max_m``, ``exact``); kernels only follow their node's
-attributes.  The environment switches are read here, once per process:
+lowering (``engine/compiler/native_lowering.py``) writes the policy's answers into the nodes: every
+node whose kernel has a native path gets ``native`` (the kernel variant to run, e.g. ``"avx2"``; absent:
+torch), and each fused projection the answer of :meth:`BackendPolicy.matmul_choice` (``native_max_m``,
+``exact``).  Kernels only follow their node's attributes (they never ask whether a native library
+exists), so :func:`use` -- or an ``InferenceSession`` made under another policy -- changes what every
+kernel runs.  The environment switches are read here and nowhere else (:func:`environment`):
 
 ================================  ==============================================================
 ``LIBREMAX_NATIVE=0``             no native CPU kernels (torch only)
 ``LIBREMAX_NATIVE_ISA=<variant>`` force a kernel variant (``avx512``, ``avx2``, ...; see ``native.build``)
+``LIBREMAX_ACT_REFINE=<fraction>`` activation blocks of the quantised matmuls that get refined 8-bit
+                                  codes (see ``native.act_refine``)
+``LIBREMAX_ACT_REFINE_THRESHOLD`` of those, only blocks whose squared scale is >= this x the row's mean
+                                  (default 2; 0: the fraction alone)
 ``LIBREMAX_QMATMUL=exact``        quantised projections take float32 activations (dequantised tiles)
 ``LIBREMAX_QMATMUL_FAST=1``       the torch ``qmatmul`` op may use the int4 bf16 GEMM (approximate)
 ================================  ==============================================================
 
-``InferenceSession.backend`` is the policy a session compiles with (:func:`current` by default).
+``InferenceSession.backend`` is the policy a session compiles with (:func:`current` by default);
+model building asks the session's policy (``architectures/common/weights.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +32,31 @@ from typing import Any, Optional, Sequence
 
 from max.dtype import DType
 
-__all__ = ["BackendPolicy", "MatmulChoice", "WeightStorage", "current", "reset", "use"]
+__all__ = ["BackendPolicy", "Environment", "MatmulChoice", "WeightStorage", "current", "environment", "reset",
+           "use"]
+
+
+@dataclass(frozen=True)
+class Environment:
+    """The backend's environment switches as set now (see the module doc); ``isa``, ``act_refine`` and
+    ``act_refine_threshold`` are the raw strings (empty / None when unset), parsed by ``native.build.choose`` and ``native``."""
+
+    native: bool
+    isa: str
+    act_refine: Optional[str]
+    exact_qmatmul: bool
+    fast_int4_qmatmul: bool
+    act_refine_threshold: Optional[str] = None
+
+
+def environment() -> Environment:
+    """The switches of the module doc, read from ``os.environ`` now (the only reader of them)."""
+    env = os.environ
+    return Environment(native=env.get("LIBREMAX_NATIVE", "1") != "0", isa=env.get("LIBREMAX_NATIVE_ISA", ""),
+                       act_refine=env.get("LIBREMAX_ACT_REFINE") or None,
+                       exact_qmatmul=env.get("LIBREMAX_QMATMUL", "").lower() == "exact",
+                       fast_int4_qmatmul=env.get("LIBREMAX_QMATMUL_FAST", "0") == "1",
+                       act_refine_threshold=env.get("LIBREMAX_ACT_REFINE_THRESHOLD") or None)
 
 
 @dataclass(frozen=True)
@@ -63,10 +95,10 @@ class BackendPolicy:
         from max.engine import native
         from max.engine.kernels.linalg import CPU_NATIVE_BF16
 
-        so = native.lib()  # reads LIBREMAX_NATIVE / LIBREMAX_NATIVE_ISA
+        env = environment()
+        so = native.lib()  # the process's library: LIBREMAX_NATIVE / LIBREMAX_NATIVE_ISA, resolved once
         return cls(native=so is not None, isa=native.isa() if so is not None else None,
-                   exact_qmatmul=os.environ.get("LIBREMAX_QMATMUL", "").lower() == "exact",
-                   fast_int4_qmatmul=os.environ.get("LIBREMAX_QMATMUL_FAST", "0") == "1",
+                   exact_qmatmul=env.exact_qmatmul, fast_int4_qmatmul=env.fast_int4_qmatmul,
                    cpu_bf16=bool(CPU_NATIVE_BF16))
 
     # ---------------------------------------------------------------- weights (model building)
@@ -107,6 +139,17 @@ class BackendPolicy:
         return WeightStorage(dtype, keep)
 
     # ---------------------------------------------------------------- kernels (lowering)
+    def kernel_variant(self, on_cpu: bool) -> Optional[str]:
+        """The native kernel variant a node on the CPU (``on_cpu``) runs, which the lowering writes into
+        it as ``native``; None: its torch kernel."""
+        if not (self.native and on_cpu):
+            return None
+        if self.isa is None:
+            from max.engine.native.build import choose
+
+            return choose()
+        return self.isa
+
     def matmul_choice(self, kinds: Sequence[str], weight_dtypes: Sequence[DType], x_dtype: DType,
                       on_cpu: bool) -> MatmulChoice:
         """Which kernel a fused projection ``x @ concat(W_i)^T`` runs (``kinds``: ``"dense"`` or a GGML
@@ -132,7 +175,6 @@ class BackendPolicy:
         return MatmulChoice(cost.native_max_m(self.isa or "generic", storages))
 
 
-_SWITCHES = ("LIBREMAX_QMATMUL", "LIBREMAX_QMATMUL_FAST")
 _CURRENT: Optional[tuple[tuple, BackendPolicy]] = None
 _OVERRIDE: Optional[BackendPolicy] = None
 
@@ -146,7 +188,8 @@ def current() -> BackendPolicy:
     from max.engine import native
 
     so = native.lib()  # chosen once per process (tests may swap it): part of the key, like the switches
-    key = (*(os.environ.get(k) for k in _SWITCHES), id(so))
+    env = environment()
+    key = (env.exact_qmatmul, env.fast_int4_qmatmul, id(so))
     if _CURRENT is None or _CURRENT[0] != key:
         _CURRENT = (key, BackendPolicy.from_environment())
     return _CURRENT[1]

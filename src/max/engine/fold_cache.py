@@ -42,7 +42,11 @@ def salt(policy: Any) -> str:
     from max.engine import native
     from max.engine.compiler import mef
 
-    so = native.lib() if policy.native else None
+    variant = policy.kernel_variant(True)
+    try:
+        so = native.library(variant) if variant else None
+    except native.NativeBuildError:  # a policy this host cannot run (its programs are refused when read)
+        so = None
     lib = ""
     if so is not None:
         st = os.stat(so._name)

@@ -155,6 +155,23 @@ class Model:
             return o.clone()
         return o
 
+    def execute_static(self, *tensors: torch.Tensor) -> list:
+        """Run on torch tensors exactly as given (checked like :meth:`execute`) and return the graph's
+        torch outputs without the copies :meth:`execute` makes: the outputs may be views of an input or
+        of memory the next run reuses.  For callers that record a run in a CUDA graph over static input
+        tensors (``max.pipelines.lib.cuda_graph_decode``) and read the outputs before the next replay."""
+        n = len(self._checks)
+        if len(tensors) != n:
+            raise ValueError(f"Model.execute_static: expected {n} inputs ({', '.join(self._input_names)}), "
+                             f"got {len(tensors)}")
+        env: dict[str, Any] = {}
+        checked = [check(a, env) for check, a in zip(self._checks, tensors)]
+        if "__pending__" in env:
+            _check_expression_dims(env, env.pop("__pending__"))
+        if self._n_chain_inputs:
+            checked.extend([None] * self._n_chain_inputs)
+        return list(self._fn(env, self._consts, *checked))
+
     # ---------------------------------------------------------------- capture
     def capture(self, graph_key: int, *inputs: Any) -> list:
         """Record the execution for ``graph_key``: a CUDA graph when the inputs live on a GPU

@@ -39,6 +39,7 @@ class PrintStyle(str, enum.Enum):
     COMPACT = "COMPACT"
     FULL = "FULL"
     BINARY = "BINARY"
+    BINARY_MAX_CHECKPOINT = "BINARY_MAX_CHECKPOINT"
     NONE = "NONE"
 
 
@@ -183,6 +184,44 @@ class InferenceSession:
         return CompiledModel(self, prog, model.weights() if stats.get("loaded_from") is None else prog.weights,
                              exts)
 
+    def compile_async(self, model: Any, *, custom_extensions: Any = None) -> "concurrent.futures.Future":
+        """:meth:`compile` on a worker thread: returns at once with a ``concurrent.futures.Future`` whose
+        ``result()`` is the ``CompiledModel`` (or raises compile's error).  In ``async`` code,
+        ``await asyncio.wrap_future(fut)``."""
+        import concurrent.futures
+
+        if not isinstance(model, (str, Path)):
+            from max.graph.graph import Graph
+
+            if not isinstance(model, Graph):  # the earliest point: the caller's line, not the worker
+                raise TypeError(f"InferenceSession.compile_async: expected a Graph or a MEF path, got "
+                                f"{type(model).__name__}")
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="max-compile")
+        try:
+            return pool.submit(self.compile, model, custom_extensions=custom_extensions)
+        finally:
+            pool.shutdown(wait=False)
+
+    def compile_reusing_mefs(self, model: Any, mefs: str | Path, *, custom_extensions: Any = None) -> "CompiledModel":
+        """:meth:`compile`, reusing a compiled MEF from ``mefs`` (a MEF file or a folder of them) when one
+        was made from a structurally equal graph, and writing the new one into ``mefs`` when it is a
+        folder and has none (so the next compile of that graph is a read)."""
+        if not isinstance(mefs, (str, Path)):
+            raise TypeError(f"InferenceSession.compile_reusing_mefs: mefs must be a str or Path, got "
+                            f"{type(mefs).__name__}")
+        folder = Path(mefs)
+        if not folder.exists():
+            if folder.suffix == ".mef":
+                raise FileNotFoundError(f"InferenceSession.compile_reusing_mefs: {str(mefs)!r} does not exist")
+            folder.mkdir(parents=True, exist_ok=True)
+        saved = (self._mef_in, self._mef_out)
+        self._mef_in = folder
+        self._mef_out = folder if folder.is_dir() else None
+        try:
+            return self.compile(model, custom_extensions=custom_extensions)
+        finally:
+            self._mef_in, self._mef_out = saved
+
     def init(self, compiled: "CompiledModel", weights_registry: Mapping[str, Any] | None = None) -> Model:
         """A runnable Model from :meth:`compile`'s artifact with ``weights_registry`` bound."""
         if not isinstance(compiled, CompiledModel):
@@ -221,14 +260,15 @@ class InferenceSession:
                                 output_directory: str | None = None) -> None:
         """How ``ops.print`` shows tensors while this session's models run: ``PrintStyle.COMPACT``
         (summarised), ``FULL`` (every value), ``BINARY`` (``<label>.npy`` files in
-        ``output_directory``) or ``NONE`` (silent), with ``precision`` digits."""
+        ``output_directory``), ``BINARY_MAX_CHECKPOINT`` (``<label>.max`` files there, read back with
+        ``max.driver.load_max_buffer``) or ``NONE`` (silent), with ``precision`` digits."""
         from max.engine.kernels import debug
 
         st = PrintStyle(style.value if isinstance(style, PrintStyle) else str(style).upper())
         if isinstance(precision, bool) or not isinstance(precision, int) or precision < 0:
             raise ValueError(f"set_debug_print_options: precision must be a non-negative int, got {precision!r}")
-        if st is PrintStyle.BINARY and not output_directory:
-            raise ValueError("set_debug_print_options: PrintStyle.BINARY needs an output_directory")
+        if st in (PrintStyle.BINARY, PrintStyle.BINARY_MAX_CHECKPOINT) and not output_directory:
+            raise ValueError(f"set_debug_print_options: PrintStyle.{st.value} needs an output_directory")
         debug.OPTIONS.update(style=st.value, precision=precision, directory=output_directory)
         self._debug = DebugConfig(print_style=st, print_precision=precision, print_output_directory=output_directory)
 

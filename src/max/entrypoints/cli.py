@@ -50,11 +50,16 @@ def _non_empty(ctx: Any, param: Any, value: Any) -> Any:
     return value
 
 
-def _model_options(f: Any) -> Any:
+def _model_options(f: Any, multi_model: bool = False) -> Any:
+    path_help = ("Model folder (config.json + weights), .gguf file, or cached HF repo id. "
+                 "Default: the bundled SmolLM2-135M-Instruct.")
+    if multi_model:
+        path_help += (" Repeat it to serve several models from one server: requests choose one by their "
+                      "\"model\" (its --served-model-name, given in the same order, or its path), the first "
+                      "when they name none; /v1/models lists them all.  --kv-cache-memory and "
+                      "--device-memory-utilization are then the server's whole budget, split evenly.")
     opts = [
-        click.option("--model-path", "model_path", default=None,
-                     help="Model folder (config.json + weights), .gguf file, or cached HF repo id. "
-                          "Default: the bundled SmolLM2-135M-Instruct."),
+        click.option("--model-path", "model_path", default=None, multiple=multi_model, help=path_help),
         click.option("--quantization-encoding", default=None,
                      help=formats.encoding_help()),
         click.option("--devices", default="default", show_default=True,
@@ -598,8 +603,9 @@ def encode(model_path: Any, prompts: tuple, devices: str, max_length: Any, trunc
 @click.option("--model-path", "model_path", required=True, help="A Whisper model folder (config.json + weights).")
 @click.option("--devices", default="default", show_default=True, help="'cpu', 'gpu', 'gpu:0' or 'default'.")
 @click.option("--language", default=None, help="Spoken language (code or English name; default: detected).")
-@click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe", show_default=True,
-              help="translate: English text of speech in any language.")
+@click.option("--task", type=click.Choice(["transcribe", "translate"]), default=None,
+              help="translate: English text of speech in any language (default: the checkpoint's generation config, "
+              "transcribe on the released checkpoints).")
 @click.option("--timestamps", is_flag=True, help="Print one line per timed segment.")
 @click.option("--word-timestamps", "word_timestamps", is_flag=True,
               help="Print one line per word with its start and end (needs the model's alignment_heads).")
@@ -641,7 +647,7 @@ def transcribe(files: tuple, model_path: str, devices: str, language: Any, task:
         if temperature_increment:
             n = int((1.0 - temperature) / temperature_increment + 1e-6)
             temps = tuple(round(temperature + k * temperature_increment, 6) for k in range(n + 1))
-        reqs = [TranscriptionRequest(a, language=language, task=task if (language or task == "translate") else None,
+        reqs = [TranscriptionRequest(a, language=language, task=task,
                                      timestamps=timestamps, temperature=temps, prompt=prompt,
                                      max_new_tokens=max_new_tokens, word_timestamps=word_timestamps,
                                      compression_ratio_threshold=compression_ratio_threshold,
@@ -670,8 +676,12 @@ def transcribe(files: tuple, model_path: str, devices: str, language: Any, task:
                f"(real-time factor {(t2 - t1) / max(audio_s, 1e-9):.3f})", err=True)
 
 
+def _multi_model_options(f: Any) -> Any:
+    return _model_options(f, multi_model=True)
+
+
 @main.command()
-@_model_options
+@_multi_model_options
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (127.0.0.1: this machine only).")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="HTTP port.")
 @click.option("--api-key", default=None, envvar="MAX_SERVE_API_KEY",
@@ -681,9 +691,9 @@ def transcribe(files: tuple, model_path: str, devices: str, language: Any, task:
                    "(default: no bound, every request waits its turn).")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
               help="Also serve Prometheus /metrics on this port (it is always on the main port too).")
-@click.option("--served-model-name", default=None, callback=_non_empty,
+@click.option("--served-model-name", multiple=True, callback=_non_empty,
               help="Model id clients send and /v1/models lists (default: --model-path as given; for the bundled "
-                   f"model '{BUNDLED[0].served_name}').")
+                   f"model '{BUNDLED[0].served_name}'); with several --model-path, one per model in their order.")
 @click.option("--max-request-bytes", default="4MiB", show_default=True, callback=_memory_size, metavar="SIZE",
               help="Largest request body accepted (bytes, or e.g. 512KiB, 16MiB); bigger ones get 413.")
 @click.option("--max-audio-seconds", type=click.FloatRange(min=0, min_open=True), default=1800.0, show_default=True,
@@ -734,7 +744,13 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
           responses_store_size: int, replicas: Any, min_replicas: Any, max_replicas: Any,
           target_ongoing_requests: Any, ray_address: Any, allowed_origins: Any, reasoning_parser: Any,
           max_audio_seconds: float = 1800.0, **speculative: Any) -> None:
-    """Serve the model over an OpenAI-compatible HTTP API (chat, completions, embeddings, metrics).
+    """Serve the model over an OpenAI-compatible HTTP API (chat, completions, embeddings, metrics), with
+    Anthropic's /v1/messages and llama-server's /infill and /apply-template beside it.
+
+    Several models from one server: repeat --model-path (and --served-model-name, in the same order);
+    each request goes to the model its "model" names (404 model_not_found for any other name), the
+    first when it names none.  Each model has its own KV cache: --kv-cache-memory (or the
+    --device-memory-utilization cap of the default-sized caches) is split evenly between them.
 
     SIGTERM or Ctrl-C shuts down gracefully: no new requests, --drain-timeout seconds for those in
     flight, then exit 0.
@@ -745,7 +761,6 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
     """
     import logging
 
-    from max.serve.server import build_app
     from max.serve.server import serve as run_server
 
     logging.basicConfig(level=getattr(logging, log_level.upper()), format="%(levelname)s %(name)s: %(message)s")
@@ -757,6 +772,20 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
         origins = parse_origins(allowed_origins) or None
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--allowed-origins") from None
+    paths = list(model_path) or [None]
+    names: list[Any] = list(served_model_name)
+    if len(names) > len(paths):
+        raise click.BadParameter(f"{len(names)} names for {len(paths)} model(s)", param_hint="--served-model-name")
+    names += [None] * (len(paths) - len(names))
+    several = len(paths) > 1
+    if several:
+        alone = {"--lora-paths": lora_paths, "--enable-lora": enable_lora, "--draft-model-path": draft_model_path,
+                 "--speculative-method": speculative.get("speculative_method"),
+                 "--replicas / --ray-address": replicas or min_replicas or max_replicas or ray_address}
+        given = [k for k, v in alone.items() if v]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: only with one --model-path")
+    model_path, served_model_name = paths[0], names[0]
     t0 = time.perf_counter()
     ray_mode = replicas is not None or min_replicas is not None or max_replicas is not None or ray_address is not None
     if ray_mode:
@@ -777,29 +806,36 @@ def serve(model_path: Any, quantization_encoding: Any, devices: str, max_length:
                                    "--draft-model-path": draft_model_path,
                                    "--speculative-method": speculative.get("speculative_method")})
         return
+    from max.serve.server import build_multi_app, kv_share
+
+    kv_mem, kv_util = kv_share(kv_cache_memory, device_memory_utilization, len(paths))
     try:
-        cfg = build_config(model_path, quantization_encoding, devices, max_length, max_batch_size,
-                           prefill_chunk_size, enable_prefix_caching, enable_echo=enable_echo or None,
-                           enable_lora=(enable_lora or bool(lora_paths)) or None, lora_paths=list(lora_paths) or None,
-                           max_num_loras=max_num_loras, max_lora_rank=max_lora_rank,
-                           kv_cache_memory=kv_cache_memory, device_memory_utilization=device_memory_utilization,
-                           draft_model_path=draft_model_path, num_speculative_tokens=num_speculative_tokens,
-                           num_threads=num_threads, hf_fallback=hf_fallback,
-                           allow_image_urls=allow_image_urls or None, chat_template=chat_template, **speculative)
-        click.echo(f"Loading {cfg.model_config.model_path} ...", err=True)
+        cfgs = []
+        for path in paths:
+            cfgs.append(build_config(
+                path, quantization_encoding, devices, max_length, max_batch_size, prefill_chunk_size,
+                enable_prefix_caching, enable_echo=enable_echo or None,
+                enable_lora=(enable_lora or bool(lora_paths)) or None, lora_paths=list(lora_paths) or None,
+                max_num_loras=max_num_loras, max_lora_rank=max_lora_rank, kv_cache_memory=kv_mem,
+                device_memory_utilization=kv_util, draft_model_path=draft_model_path,
+                num_speculative_tokens=num_speculative_tokens, num_threads=num_threads, hf_fallback=hf_fallback,
+                allow_image_urls=allow_image_urls or None, chat_template=chat_template, **speculative))
+            click.echo(f"Loading {cfgs[-1].model_config.model_path} ...", err=True)
         if served_model_name is None and model_path is None:  # the bundled model: a short id
-            served_model_name = BUNDLED[0].served_name
-        app = build_app(cfg, served_model_name=served_model_name, api_key=api_key, max_queue_size=max_queue_size,
-                        tool_parser=tool_call_parser, max_request_bytes=max_request_bytes,
-                        responses_store_size=responses_store_size, reasoning_parser=reasoning_parser,
-                        allowed_origins=origins, max_audio_seconds=max_audio_seconds)
+            names[0] = BUNDLED[0].served_name
+        app = build_multi_app(cfgs, names, api_key=api_key, max_queue_size=max_queue_size,
+                              tool_parser=tool_call_parser, max_request_bytes=max_request_bytes,
+                              responses_store_size=responses_store_size, reasoning_parser=reasoning_parser,
+                              allowed_origins=origins, max_audio_seconds=max_audio_seconds)
     except (ValueError, FileNotFoundError, TypeError, NotImplementedError) as e:
         raise click.ClickException(str(e)) from None
-    state = app.state.serve
-    kv = state.generator.kv_manager if state.generator is not None else None
-    if kv is not None and hasattr(kv, "describe"):
-        click.echo(kv.describe(), err=True)
-    click.echo(f"Loaded in {time.perf_counter() - t0:.1f} s; serving '{state.model_name}' on "
+    states = app.state.serve.all_states()
+    for state in states:
+        kv = state.generator.kv_manager if state.generator is not None else None
+        if kv is not None and hasattr(kv, "describe"):
+            click.echo((f"{state.model_name}: " if several else "") + kv.describe(), err=True)
+    served = ", ".join(f"'{st.model_name}'" for st in states)
+    click.echo(f"Loaded in {time.perf_counter() - t0:.1f} s; serving {served} on "
                f"http://{host}:{port}/v1" + (f" (metrics on :{metrics_port})" if metrics_port else ""), err=True)
     run_server(app, host, port, metrics_port=metrics_port, log_level=log_level, drain_timeout=drain_timeout)
 

@@ -8,6 +8,7 @@ import dataclasses
 import os
 import threading
 import uuid
+import warnings
 from typing import Any, Optional, Sequence
 
 from max.interfaces import SamplingParams, TextGenerationRequest
@@ -105,6 +106,7 @@ class LLM:
             self.pipeline, self.tokenizer, max_batch_size=pipeline_config.max_batch_size or 16,
             prefill_token_budget=pipeline_config.prefill_chunk_size)
         self._lock = threading.Lock()
+        self._chat_hint_given = False
 
     def make_context(self, prompt: str, sampling_params: SamplingParams, *, request_id: Optional[str] = None,
                      chat: bool = False, response_format: Optional[dict] = None,
@@ -132,27 +134,91 @@ class LLM:
         list (or None) per prompt.  An image is a local path, encoded bytes, a ``data:`` URI or a PIL image;
         a prompt with images becomes a user turn of the model's chat template, images first.
 
-        Raises ValueError for empty or invalid prompts, images and constraints (before any work),
-        RuntimeError when generation fails.
+        Prompts are continued as plain text: an instruct model answers a conversation through
+        :meth:`chat` (which applies its chat template), and ``generate`` says so once (a warning) when the
+        model has a chat template.
+
+        Raises TypeError for prompts that are not strings, ValueError for empty or invalid prompts,
+        images and constraints (before any work), RuntimeError when generation fails.
         """
         single = isinstance(prompts, str)
+        if not single and (isinstance(prompts, (bytes, dict)) or not isinstance(prompts, Sequence)):
+            raise TypeError(f"LLM.generate: prompts must be a str or a list of str, got {type(prompts).__name__}")
         plist = [prompts] if single else list(prompts)
         if not plist:
             raise ValueError("LLM.generate: prompts is empty")
         for i, p in enumerate(plist):
-            if not isinstance(p, str) or not p:
+            if not isinstance(p, str):
+                raise TypeError(f"LLM.generate: prompt {i} must be a str, got {type(p).__name__} ({p!r})")
+            if not p:
                 raise ValueError(f"LLM.generate: prompt {i} must be a non-empty str, got {p!r}")
+        base = self._sampling(sampling_params, max_new_tokens, "generate")
+        per_prompt = _images_per_prompt(images, single, len(plist))
+        ctxs = [self.make_context(p, base, response_format=response_format, images=im)
+                for p, im in zip(plist, per_prompt)]  # validates first
+        if self._has_chat_template() and not any(per_prompt) and not self._chat_hint_given:
+            self._chat_hint_given = True
+            warnings.warn("LLM.generate continues the prompts as plain text, but this model has a chat template: "
+                          "use LLM.chat([{'role': 'user', 'content': ...}]) to ask it as a conversation",
+                          UserWarning, stacklevel=2)
+        return self._run(ctxs, base, use_tqdm, "generate")
+
+    def chat(self, messages: Sequence[Any], sampling_params: Optional[SamplingParams] = None,
+             use_tqdm: bool = True, *, chat_template: Optional[str] = None, tools: Optional[list[dict]] = None,
+             add_generation_prompt: bool = True, chat_template_kwargs: Optional[dict[str, Any]] = None,
+             max_new_tokens: int | None = _UNSET, response_format: Optional[dict] = None) -> Sequence[str]:
+        """Answer conversations through the model's chat template, as ``max serve``'s chat endpoint does.
+
+        ``messages`` is one conversation (a list of ``{"role": ..., "content": ...}`` dicts, content a
+        string or OpenAI-style parts) or a list of conversations; the result has one answer (the assistant
+        text) per conversation.  ``chat_template`` replaces the tokenizer's template for these calls (the
+        Jinja text, or the path of a file holding it); ``tools`` are OpenAI tool definitions the template
+        renders; ``add_generation_prompt`` (default True) opens the assistant turn;
+        ``chat_template_kwargs`` go to the template (e.g. ``{"enable_thinking": False}``).
+        ``sampling_params``, ``max_new_tokens`` and ``response_format`` as in :meth:`generate`.
+
+        Raises TypeError for messages of the wrong shape, ValueError when the model has no chat template
+        and none is given, or a conversation does not fit (before any work), RuntimeError when
+        generation fails."""
+        convs = _conversations(messages)
+        template = _template_text(chat_template)
+        if template is None and not self._has_chat_template():
+            raise ValueError(f"LLM.chat: {self.pipeline_config.model_config.model_path} has no chat template; "
+                             "pass chat_template= (Jinja text or a file) or use LLM.generate for plain prompts")
+        opts: dict[str, Any] = dict(chat_template_kwargs or {})
+        opts["add_generation_prompt"] = bool(add_generation_prompt)
+        if template is not None:
+            opts["chat_template"] = template
+        base = self._sampling(sampling_params, max_new_tokens, "chat")
+        ctxs = []
+        for conv in convs:  # validates every conversation before any work
+            req = TextGenerationRequest(
+                request_id=uuid.uuid4().hex, model_name=str(self.pipeline_config.model_config.model_path),
+                messages=conv, tools=tools, chat_template_options=opts, sampling_params=base,
+                response_format=response_format)
+            ctxs.append(run_coro(self.tokenizer.new_context(req)))
+        return self._run(ctxs, base, use_tqdm, "chat")
+
+    def _has_chat_template(self) -> bool:
+        tok = self.tokenizer
+        return bool(getattr(getattr(tok, "delegate", None), "chat_template", None)
+                    or getattr(getattr(tok, "processor", None), "chat_template", None))
+
+    @staticmethod
+    def _sampling(sampling_params: Optional[SamplingParams], max_new_tokens: Any, what: str) -> SamplingParams:
+        """The sampling parameters of one call: greedy when none are given, ``max_new_tokens`` applied."""
         if sampling_params is not None and not isinstance(sampling_params, SamplingParams):
-            raise TypeError(f"LLM.generate: sampling_params must be a SamplingParams, got "
+            raise TypeError(f"LLM.{what}: sampling_params must be a SamplingParams, got "
                             f"{type(sampling_params).__name__}")
         base = sampling_params or SamplingParams(top_k=1)
         if max_new_tokens is _UNSET:
             max_new_tokens = _DEFAULT_MAX_NEW_TOKENS if base.max_new_tokens is None else base.max_new_tokens
         if max_new_tokens != base.max_new_tokens:
             base = dataclasses.replace(base, max_new_tokens=None if max_new_tokens is None else int(max_new_tokens))
-        per_prompt = _images_per_prompt(images, single, len(plist))
-        ctxs = [self.make_context(p, base, response_format=response_format, images=im)
-                for p, im in zip(plist, per_prompt)]  # validates first
+        return base
+
+    def _run(self, ctxs: list[Any], base: SamplingParams, use_tqdm: bool, what: str) -> list[str]:
+        """Run ``ctxs`` to completion on the shared scheduler; their texts in order."""
         results: dict[str, list[str]] = {c.request_id: [] for c in ctxs}
         errors: dict[str, str] = {}
         bar = None
@@ -176,9 +242,42 @@ class LLM:
         if bar is not None:
             bar.close()
         if errors:
-            raise RuntimeError(f"LLM.generate: generation failed: {errors}")
-        out = ["".join(results[c.request_id]) for c in ctxs]
-        return out
+            raise RuntimeError(f"LLM.{what}: generation failed: {errors}")
+        return ["".join(results[c.request_id]) for c in ctxs]
+
+
+def _conversations(messages: Any) -> list[list[dict]]:
+    """``LLM.chat``'s ``messages`` as a list of conversations (each a non-empty list of message dicts)."""
+    if isinstance(messages, (str, bytes, dict)) or not isinstance(messages, Sequence):
+        raise TypeError("LLM.chat: messages must be a list of {'role': ..., 'content': ...} dicts (one "
+                        f"conversation) or a list of such lists, got {type(messages).__name__}")
+    if not messages:
+        raise ValueError("LLM.chat: messages is empty")
+    convs = [messages] if isinstance(messages[0], dict) else list(messages)
+    out = []
+    for i, conv in enumerate(convs):
+        if isinstance(conv, (str, bytes, dict)) or not isinstance(conv, Sequence) or not conv:
+            raise TypeError(f"LLM.chat: conversation {i} must be a non-empty list of message dicts, got {conv!r}")
+        for j, m in enumerate(conv):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or "content" not in m:
+                raise TypeError(f"LLM.chat: conversation {i}, message {j} must be a dict with 'role' and "
+                                f"'content', got {m!r}")
+        out.append([dict(m) for m in conv])
+    return out
+
+
+def _template_text(chat_template: Optional[str]) -> Optional[str]:
+    """A chat template given as Jinja text or as the path of a file holding it."""
+    if chat_template is None:
+        return None
+    if not isinstance(chat_template, (str, os.PathLike)):
+        raise TypeError(f"LLM.chat: chat_template must be a str (Jinja text or a file path), got "
+                        f"{type(chat_template).__name__}")
+    text = os.fspath(chat_template)
+    if "{" not in text and os.path.isfile(text):
+        with open(text, encoding="utf-8") as f:
+            return f.read()
+    return text
 
 
 def _images_per_prompt(images: Any, single: bool, n: int) -> list[Any]:

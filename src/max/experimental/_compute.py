@@ -69,6 +69,8 @@ class _ComputeIR(Graph):
     def __init__(self, owner: "ComputeGraph") -> None:
         super().__init__("compute_graph")
         self._owner = weakref.ref(owner)
+        self._random_seed = "global"  # seeded: random ops draw from max.experimental.random's generators
+        self._eager_signals = True  # collectives take any tensor as a signal buffer (ops.distributed)
         self._rec: _Recorder | None = None
         self._env: dict = {}
         self._base_nodes = list(self._nodes)
@@ -79,14 +81,14 @@ class _ComputeIR(Graph):
             if v._graph is not self:
                 raise ValueError(
                     f"{op}: operand {v._short()} belongs to graph {v._graph.name!r}; graph values cannot be "
-                    "mixed with eager tensors (use them inside that graph, or make tensors with Tensor.constant)"
+                    "mixed with eager tensors (use them inside that graph, or make tensors with Tensor(value, dtype=..., device=...))"
                 )
         if regions:
             raise NotImplementedError(f"{op}: ops with nested regions (cond, while_loop, call) only work inside a Graph")
         if op == "weight":
             raise TypeError(
                 f"{(attrs or {}).get('name', op)!r}: weights and external constants need a Graph compiled with a "
-                "weights_registry; for eager tensors use Tensor.constant / Tensor.from_dlpack"
+                "weights_registry; for eager tensors use Tensor(value, ...) / Tensor.from_dlpack"
             )
         node = _ENode(self, op, tuple(inputs), attrs or {}, loc or _user_location(), side_effects, regions)
         node.data = None
@@ -112,7 +114,9 @@ class _ComputeIR(Graph):
         return list(node.results)
 
     def _execute(self, node: _ENode) -> None:
+        from max.engine import backend
         from max.engine.compiler.lower import UnboundDimError, _bind_dims, call_kernel
+        from max.engine.compiler.native_lowering import NATIVE_KERNELS, native_attrs
         from max.engine.kernels import KERNELS, load_builtin_kernels
 
         op = node.op
@@ -135,8 +139,12 @@ class _ComputeIR(Graph):
         args = [_vdata(v) for v in node.inputs if not isinstance(v._type, _ChainType)]
         env = self._env
         env_before = len(env)
+        attrs = node.attrs
+        if op in NATIVE_KERNELS:  # the kernel variant the backend policy runs, as the native lowering writes it
+            dev = next((t.device for t in types if isinstance(t, TensorType)), None)
+            attrs = {**attrs, **native_attrs(op, dev, backend.current())}
         try:
-            r, kw = call_kernel(spec, args, node.attrs, env)
+            r, kw = call_kernel(spec, args, attrs, env)
         except UnboundDimError as e:
             raise ValueError(f"{op}: symbolic dim {e} has no value in eager execution") from None
         except Exception as e:  # point at the user's line

@@ -50,8 +50,13 @@ def _wrap(x: Any, g: "_ComputeIR", argvals: dict) -> Any:
 _MEMO_LIMIT = 4096
 
 
-def functional(op: Callable[..., Any]) -> Callable[..., Any]:
-    """Make graph op ``op`` accept eager :class:`Tensor` arguments.
+def functional(graph_op: Callable[..., Any], rule: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    """Make graph op ``graph_op`` accept eager :class:`Tensor` arguments.
+
+    ``rule`` (optional) is the op's sharding rule for distributed tensors: called with the
+    call's arguments, it returns the result's placements (one per mesh axis); the op then runs
+    on each device's local tensors and the results are assembled with those placements.
+    Without it, the built-in rules of ``max.experimental.sharding`` apply.
 
     Inside a ``Graph`` (graph values as arguments) the wrapper simply calls
     ``op`` -- while a module is traced into that graph (``_trace``) its results
@@ -60,6 +65,7 @@ def functional(op: Callable[..., Any]) -> Callable[..., Any]:
     call -- and returns :class:`Tensor` results, computed now (eager) or
     staged (lazy).
     """
+    op = graph_op
     memo: dict = {}
 
     @functools.wraps(op)
@@ -85,6 +91,7 @@ def functional(op: Callable[..., Any]) -> Callable[..., Any]:
         return _call_slow(op, args, kwargs, ts, key, memo, wrapper)
 
     wrapper.__wrapped_op__ = op  # type: ignore[attr-defined]
+    wrapper.__sharding_rule__ = rule  # type: ignore[attr-defined]
     wrapper._memo = memo  # type: ignore[attr-defined]
     return wrapper
 
@@ -93,7 +100,7 @@ def _call_slow(op: Callable, args: tuple, kwargs: dict, ts: list, key: Any, memo
                wrapper: Callable) -> Any:
     if _DISTRIBUTED is not None and _DISTRIBUTED[0]((args, kwargs)):
         # distributed tensors: per-op placement rules, the op itself run on each device's locals
-        return _DISTRIBUTED[1](wrapper, op.__name__, args, kwargs)
+        return _DISTRIBUTED[1](wrapper, op.__name__, args, kwargs, getattr(wrapper, "__sharding_rule__", None))
     g = GRAPH.graph
     rec = _Recorder(len(ts)) if key is not None else None
     index: dict[int, int] = {}

@@ -20,7 +20,7 @@ from max.graph.graph import _ACTIVE, Graph
 from max.graph.type import DeviceRef, Type
 from max.graph.value import TensorValue, Value
 
-__all__ = ["call_module", "compile_module", "run_compiled"]
+__all__ = ["call_module", "compile_module", "run_compiled", "trace_module"]
 
 
 class _Trace:
@@ -100,11 +100,125 @@ def call_module(module: Any, args: tuple, kwargs: dict) -> Any:
         return module.forward(*args, **kwargs)
     trace = _TRACE.get()
     if trace is not None and trace.is_tracing(g):
+        if _subgraph_key(module) is not None and g._root()._parent is None:
+            return _call_as_subgraph(module, g._root(), trace, args, kwargs)
         return module.forward(*[trace._out(a) for a in args], **{k: trace._out(v) for k, v in kwargs.items()})
     trace = _Trace(g._root())
     with contextvar_context(_TRACE, trace):
+        if _subgraph_key(module) is not None and g._root()._parent is None:
+            return _unwrap(_call_as_subgraph(module, g._root(), trace, args, kwargs))
         out = module.forward(*[trace._out(a) for a in args], **{k: trace._out(v) for k, v in kwargs.items()})
         return _unwrap(out)
+
+
+# ----------------------------------------------------------------------------- shared subgraphs
+_SUBGRAPH_ATTR = "_max_as_subgraph"
+
+
+def _subgraph_key(module: Any) -> Any:
+    """The ``as_subgraph`` mark of ``module`` (its instance's, else its class's): None when unmarked,
+    True for an unnamed one, else the name."""
+    mark = vars(module).get(_SUBGRAPH_ATTR) if hasattr(module, "__dict__") else None
+    if mark is None:
+        mark = getattr(type(module), _SUBGRAPH_ATTR, None)
+    return mark
+
+
+def _param_slots(module: Any) -> list[tuple[Any, str, Any]]:
+    """``(owner, attribute, tensor)`` for every tensor attribute in the module tree (owners are the
+    modules that hold them, so they can be swapped for the subgraph's inputs)."""
+    from max.experimental.nn.module import Module
+    from max.experimental.tensor import Tensor
+
+    out: list = []
+    seen: set[int] = set()
+
+    def walk(m: Any) -> None:
+        if id(m) in seen:
+            return
+        seen.add(id(m))
+        for k, v in vars(m).items():
+            if k.startswith("_"):
+                continue
+            if isinstance(v, Tensor):
+                out.append((m, k, v))
+            elif isinstance(v, Module):
+                walk(v)
+        if isinstance(m, list):
+            for c in m:
+                if isinstance(c, Module):
+                    walk(c)
+
+    walk(module)
+    return out
+
+
+def _call_as_subgraph(module: Any, g: Graph, trace: "_Trace", args: tuple, kwargs: dict) -> Any:
+    """Lower ``module(*args, **kwargs)`` into one ``ops.call`` of a subgraph of the root graph ``g``.
+
+    Tensor arguments and the module's parameters flow in as call operands, so equal modules (same
+    class, operand types and other arguments) share one subgraph body while each computes with
+    its own weights; other arguments are baked into the body.  A name given to ``as_subgraph``
+    is the sharing key itself.
+    """
+    from max.experimental.tensor import Tensor
+    from max.graph import ops
+
+    mark = _subgraph_key(module)
+    names = sorted(kwargs)
+    flat = list(args) + [kwargs[k] for k in names]
+    is_t = [isinstance(a, (Tensor, TensorValue)) for a in flat]
+    arg_vals = [trace._in(trace._out(a)) for a, t in zip(flat, is_t) if t]
+    slots = _param_slots(module)
+    param_vals = [trace._in(t) for _m, _k, t in slots]
+    operand_types = [v.type for v in arg_vals + param_vals]
+    statics = tuple(repr(a) for a, t in zip(flat, is_t) if not t)
+    key = mark if isinstance(mark, str) else (type(module).__qualname__, tuple(map(str, operand_types)), statics,
+                                              tuple(names), tuple(is_t))
+    cache = g.__dict__.setdefault("_max_subgraph_cache", {})
+    entry = cache.get(key)
+    if entry is None:
+        sub_name = mark if isinstance(mark, str) else f"{type(module).__name__}_{len(cache)}"
+        sub = g.add_subgraph(sub_name, input_types=operand_types)
+        with sub, contextvar_context(_TRACE, _Trace(sub)):
+            ins = list(sub.inputs)[:len(operand_types)]
+            it = iter(ins[:len(arg_vals)])
+            call_flat = [Tensor(value=next(it)) if t else a for a, t in zip(flat, is_t)]
+            saved = [(m, k, getattr(m, k)) for m, k, _t in slots]
+            try:
+                for (m, k, _t), v in zip(slots, ins[len(arg_vals):]):
+                    object.__setattr__(m, k, Tensor(value=v))
+                out = module.forward(*call_flat[:len(args)], **dict(zip(names, call_flat[len(args):])))
+            finally:
+                for m, k, old in saved:
+                    object.__setattr__(m, k, old)
+            single = not isinstance(out, (list, tuple))
+            outs = [out] if single else list(out)
+            sub.output(*[_unwrap(o) for o in outs])
+        entry = cache[key] = (sub, single, type(out) if not single else None)
+    sub, single, seq = entry
+    res = ops.call(sub, *arg_vals, *param_vals)
+    res = [trace._out(r) for r in res]
+    return res[0] if single else seq(res)
+
+
+def trace_module(module: Any, input_types: Sequence[Type], who: str = "trace") -> tuple[Graph, "_Trace", bool, Any]:
+    """Trace ``module.forward`` against ``input_types`` into a new Graph (see ``Module.trace``):
+    ``(graph, trace, single_output, output)``."""
+    for i, t in enumerate(input_types):
+        if not isinstance(t, Type):
+            raise TypeError(f"{type(module).__name__}.{who}: input_types[{i}] must be a graph Type "
+                            f"(e.g. TensorType(DType.float32, ['batch', 5], device)), got {type(t).__name__}")
+    params = {id(t): name for name, t in module.parameters}
+    graph = Graph(type(module).__name__, input_types=list(input_types))
+    graph._random_seed = "global"  # random ops draw from the generators of max.experimental.random.seed
+    trace = _Trace(graph, params)
+    with graph, contextvar_context(_TRACE, trace):
+        out = module.forward(*[trace._out(v) for v in graph.inputs])
+        single = not isinstance(out, (list, tuple))
+        outs = [out] if single else list(out)
+        graph.output(*[_unwrap(o) for o in outs])
+    return graph, trace, single, out
 
 
 def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[str, Any] | None) -> Any:
@@ -112,18 +226,8 @@ def compile_module(module: Any, input_types: Sequence[Type], weights: Mapping[st
     from max.engine import InferenceSession
     from max.experimental.nn.module import CompiledModel
 
-    for i, t in enumerate(input_types):
-        if not isinstance(t, Type):
-            raise TypeError(f"{type(module).__name__}.compile: input_types[{i}] must be a graph Type "
-                            f"(e.g. TensorType(DType.float32, ['batch', 5], device)), got {type(t).__name__}")
     params = {id(t): name for name, t in module.parameters}
-    graph = Graph(type(module).__name__, input_types=list(input_types))
-    trace = _Trace(graph, params)
-    with graph, contextvar_context(_TRACE, trace):
-        out = module.forward(*[trace._out(v) for v in graph.inputs])
-        single = not isinstance(out, (list, tuple))
-        outs = [out] if single else list(out)
-        graph.output(*[_unwrap(o) for o in outs])
+    graph, trace, single, out = trace_module(module, input_types, "compile")
     registry: dict[str, Any] = {}
     for name, t in trace.weights.items():
         src = weights[name] if weights is not None and name in weights else t

@@ -111,6 +111,35 @@ class DeviceMesh:
         """Mesh coordinates in device order (row-major)."""
         return itertools.product(*(range(s) for s in self.mesh_shape))
 
+    @staticmethod
+    def single(device: Any) -> "DeviceMesh":
+        """A one-device mesh on ``device`` (one axis named ``_`` of size 1)."""
+        return DeviceMesh((device,), (1,), ("_",))
+
+    @staticmethod
+    def default() -> "DeviceMesh":
+        """A single-device mesh on the default device (CPU)."""
+        return DeviceMesh.single(driver.CPU())
+
+    @property
+    def is_single(self) -> bool:
+        """True when the mesh holds exactly one device."""
+        return len(self.devices) == 1
+
+    @property
+    def is_simulated(self) -> bool:
+        """True when every mesh slot references the same device (collectives are emulated)."""
+        first = self.devices[0]
+        return all(d == first for d in self.devices)
+
+    def device_coord(self, device_idx: int, axis: int | str) -> int:
+        """``device_idx``'s coordinate along ``axis`` (row-major device order)."""
+        if not 0 <= device_idx < len(self.devices):
+            raise IndexError(f"DeviceMesh: device index {device_idx} out of range for {len(self.devices)} devices")
+        a = self.axis_index(axis)
+        stride = int(np.prod(self.mesh_shape[a + 1:], dtype=np.int64))
+        return (device_idx // stride) % self.mesh_shape[a]
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DeviceMesh) and (self.devices, self.mesh_shape, self.axis_names) == (
             other.devices, other.mesh_shape, other.axis_names)
@@ -119,7 +148,7 @@ class DeviceMesh:
         return hash((self.mesh_shape, self.axis_names, tuple(str(d) for d in self.devices)))
 
     def __repr__(self) -> str:
-        return f"DeviceMesh(devices={list(self.devices)}, mesh_shape={self.mesh_shape}, axis_names={self.axis_names})"
+        return "DeviceMesh(" + ", ".join(f"{n}={s}" for n, s in zip(self.axis_names, self.mesh_shape)) + ")"
 
 
 # ----------------------------------------------------------------------------- placements
@@ -588,13 +617,20 @@ def _replicate_args(x: Any, why: str) -> Any:
     return x
 
 
-def dispatch(fn: Any, name: str, args: tuple, kwargs: dict) -> Any:
-    """Run functional op ``fn`` (named ``name``) on distributed tensor arguments."""
+def dispatch(fn: Any, name: str, args: tuple, kwargs: dict, rule: Any = None) -> Any:
+    """Run functional op ``fn`` (named ``name``) on distributed tensor arguments (``rule``: the op's own
+    placement rule, given to ``functional``; it returns the result's placements)."""
     dts = _flat((args, kwargs))
     mesh = dts[0].mesh
     for d in dts[1:]:
         if d.mesh != mesh:
             raise ValueError(f"{name}: distributed operands live on different meshes ({d.mesh} vs {mesh})")
+    if rule is not None:
+        placements = tuple(rule(*args, **kwargs))
+        if len(placements) != mesh.ndim or not all(isinstance(p, Placement) for p in placements):
+            raise ValueError(f"{name}: the sharding rule returned {placements!r}; expected one Placement per "
+                             f"mesh axis ({mesh.ndim})")
+        return _run_local(fn, args, kwargs, mesh, placements)
     T = _tensor_cls()
     plain = [a for a in list(args) + list(kwargs.values()) if isinstance(a, T) and not _is_dist(a)]
     if plain:

@@ -27,7 +27,10 @@ compute graph (``_compute``), replay (``_replay``), dispatch of an op on tensors
 
 from __future__ import annotations
 
+import builtins
+
 import math
+import warnings
 import collections.abc
 import numbers
 from typing import Any, Iterator
@@ -37,6 +40,7 @@ import torch
 
 from max import driver
 from max.driver import Buffer
+from max.driver.values_text import values_text
 from max.dtype import DType
 from max.experimental import _compute, _dispatch, _replay
 from max.experimental._compute import (  # noqa: F401 - re-exported
@@ -50,10 +54,14 @@ from max.experimental._compute import (  # noqa: F401 - re-exported
 )
 from max.experimental._context import (  # noqa: F401 - re-exported
     _TRACE,
+    _default_device,
+    _default_dtype,
+    _resolve,
     contextvar_context,
     default_device,
     default_dtype,
     defaults,
+    defaults_like,
     lazy,
 )
 from max.experimental._dispatch import functional  # noqa: F401 - re-exported
@@ -69,6 +77,7 @@ __all__ = [
     "default_device",
     "default_dtype",
     "defaults",
+    "defaults_like",
     "driver_tensor_type",
     "functional",
     "lazy",
@@ -113,7 +122,9 @@ class Tensor:
             if storage is not None or value is not None:
                 raise TypeError("Tensor: pass data, storage= or value=, not several")
             src = _from_data(data, dtype, device)
-            self._t, self._storage = src._t, src._storage
+            self._t, self._storage, self._value = src._t, src._storage, src._value
+            if self._t is None and self._value is not None and self._value._graph is GRAPH.graph:
+                GRAPH.unrealized.add(self)  # built inside lazy(): computed with the compute graph
             return
         if storage is None and value is None:
             raise TypeError(
@@ -211,14 +222,22 @@ class Tensor:
     # -- factories -----------------------------------------------------------------
     @classmethod
     def constant(cls, value: Any, *, dtype: DType | None = None, device: Any = None) -> "Tensor":
-        """A tensor holding ``value`` (an array, a number or a nested sequence) as ``dtype``."""
-        dtype, device = defaults(dtype, device)
+        """A tensor holding ``value`` (an array, a number or a nested sequence) as ``dtype``.
+
+        Deprecated (as in MAX 26.7): warns ``DeprecationWarning``; use ``Tensor(value, dtype=..., device=...)``."""
+        warnings.warn("Tensor.constant() is deprecated. Use Tensor(value, dtype=dtype, device=device) instead.",
+                      DeprecationWarning, stacklevel=2)
+        return cls._constant(value, dtype=dtype, device=device)
+
+    @classmethod
+    def _constant(cls, value: Any, *, dtype: DType | None = None, device: Any = None) -> "Tensor":
+        dtype, device = _resolve(dtype, device)
         return _F().constant(value, dtype, device)
 
     @classmethod
     def full(cls, shape: Any, value: Any, *, dtype: DType | None = None, device: Any = None) -> "Tensor":
         """A tensor of ``shape`` filled with ``value``."""
-        dtype, device = defaults(dtype, device)
+        dtype, device = _resolve(dtype, device)
         F = _F()
         return F.broadcast_to(F.constant(value, dtype, device), _shape_arg(shape))
 
@@ -252,15 +271,23 @@ class Tensor:
         """``start, start + step, ...`` below ``stop`` (``arange(n)`` counts from 0)."""
         if stop is None:
             start, stop = 0, start
-        dtype, device = defaults(dtype, device)
+        dtype, device = _resolve(dtype, device)
         return _F().range(start, stop, step, dtype=dtype, device=device)
 
     @classmethod
-    def range_like(cls, type: TensorType) -> "Tensor":  # noqa: A002 - reference name
-        """``0, 1, ..., n - 1`` for a rank-1 ``type`` of size ``n`` (its dtype and device)."""
-        if not isinstance(type, TensorType) or len(type.shape) != 1:
-            raise TypeError(f"range_like: type must be a rank-1 TensorType, got {type!r}")
-        return cls.arange(0, type.shape[0], 1, dtype=type.dtype, device=type.device.to_device())
+    def range_like(cls, type: "Tensor") -> "Tensor":  # noqa: A002 - reference name
+        """A tensor with ``type``'s shape, dtype and device whose last axis counts ``0 .. n - 1``
+        at every other index (``r[1, 2, :] == [0, 1, ..., n - 1]``).
+
+        As in MAX 26.7 ``type`` is a Tensor: passing its ``TensorType`` is MAX's
+        AttributeError (``'TensorType' object has no attribute 'layout'``)."""
+        if not isinstance(type, Tensor):
+            raise AttributeError(f"'{builtins.type(type).__name__}' object has no attribute 'layout'")
+        shape = type.shape
+        if len(shape) == 0:
+            return cls.zeros([], dtype=type.dtype, device=type.device)
+        r = cls.arange(0, shape[-1], 1, dtype=type.dtype, device=type.device)
+        return r.broadcast_to(shape)
 
     @classmethod
     def from_dim(cls, dim: Any, *, dtype: DType | None = None, device: Any = None) -> "Tensor":
@@ -361,12 +388,17 @@ class Tensor:
 
     @property
     def placements(self) -> tuple:
-        """The per-mesh-axis placements of a distributed tensor; ``()`` for an ordinary one."""
-        return ()
+        """The per-mesh-axis placements: ``(Replicated(),)`` for an ordinary tensor (one device, whole)."""
+        from max.experimental.sharding import Replicated
+
+        return (Replicated(),)
 
     @property
     def mesh(self) -> Any:
-        return None
+        """The device mesh: a one-device ``DeviceMesh.single(self.device)`` for an ordinary tensor."""
+        from max.experimental.sharding import DeviceMesh
+
+        return DeviceMesh.single(self.device)
 
     @property
     def local_shards(self) -> list["Tensor"]:
@@ -431,9 +463,9 @@ class Tensor:
     # (a rank-0 result) with ``axis=None``
     def _reduce(self, name: str, axis: Any) -> "Tensor":
         F = _F()
-        if axis is None:
+        if axis is None:  # every element, as MAX 26.7 does: shape [1] (.item() reads it)
             flat = F.reshape(self, [-1]) if self.rank != 1 else self
-            return F.squeeze(getattr(F, name)(flat, axis=-1), 0)
+            return getattr(F, name)(flat, axis=-1)
         return getattr(F, name)(self, axis=axis)
 
     def sum(self, axis: int | None = -1) -> "Tensor":
@@ -463,7 +495,8 @@ class Tensor:
         """The single element as a Python number."""
         t = self._data()
         if t.numel() != 1:
-            raise ValueError(f"Tensor.item: the tensor has {t.numel()} elements (shape {list(t.shape)}); item() needs exactly 1")
+            raise ValueError(f"calling `item` on a tensor with {t.numel()} items but expected only 1 "
+                             f"(Tensor.item: shape {list(t.shape)})")  # MAX's Buffer.item text (B17.5)
         return t.item()
 
     # -- interop ---------------------------------------------------------------------
@@ -489,30 +522,27 @@ class Tensor:
         t = self._data().detach()
         if t.dtype in (torch.bfloat16, torch.float16) or t.dtype.is_floating_point and t.element_size() == 1:
             t = t.float()
-        return np.array2string(t.cpu().numpy(), separator=", ", threshold=200)
+        return values_text(t.cpu().numpy())
 
     def __repr__(self) -> str:
+        """``Tensor(<values>, dtype=DType.X, device=Device(type=cpu,id=0))``: the values as
+        ``max.driver.values_text`` prints them, in full; ``str`` is the same."""
         if self._symbolic:
             return f"Tensor(<traced {self._value.type}>)"
-        body = self._values_text().replace("\n", "\n       ")
-        return f"Tensor({body}, dtype={self.dtype}, device={self.device})"
+        return f"Tensor({self._values_text()}, dtype=DType.{self.dtype.name}, device={self.device!r})"
 
-    def __str__(self) -> str:
-        """``TensorType(dtype=..., shape=[Dim(...), ...], device=...): <values>`` (MAX's print form)."""
-        if self._symbolic:
-            return repr(self)
-        shape = ", ".join(f"Dim({d})" for d in self.shape)
-        if self.num_elements() <= 1000:
-            t = self._data().detach().cpu()
-            if not (t.dtype.is_floating_point or t.dtype in (torch.bool,)) and t.dtype.itemsize < 8:
-                t = t.to(torch.int64)
-            elif t.dtype.is_floating_point:
-                t = t.to(torch.float64)
-            values = repr(t.tolist())
-        else:
-            values = self._values_text()
-        return (f"TensorType(dtype={self.dtype.name}, shape=[{shape}], device={DeviceRef.from_device(self.device)}): "
-                f"{values}")
+    __str__ = __repr__
+
+    def _values(self) -> Iterator[Any]:
+        """The elements as Python scalars, in flat (row-major) order."""
+        t = self._data().detach()
+        if t.dtype in (torch.bfloat16, torch.float16) or t.dtype.is_floating_point and t.element_size() == 1:
+            t = t.float()
+        yield from t.cpu().reshape(-1).tolist()
+
+    def _sync_realize(self) -> None:
+        """Realize the tensor now (blocking); returns None."""
+        self._data()
 
     def __bool__(self) -> bool:
         t = self._data()
@@ -695,7 +725,7 @@ def _from_data(data: Any, dtype: DType | None, device: Any) -> Tensor:
         if dtype is not None and t.dtype is not dtype:
             t = t.cast(dtype)
         if device is not None:
-            dev = defaults(None, device)[1]
+            dev = _resolve(None, device)[1]
             if t.device != dev:
                 t = t.to(dev)
         return t
@@ -708,8 +738,8 @@ def _from_data(data: Any, dtype: DType | None, device: Any) -> Tensor:
         data = _as_lists(data)  # lists may nest ranges / other sequences
     if dtype is None and _all_bool(data):
         dtype = DType.bool
-    dtype, dev = defaults(dtype, device)
-    return Tensor.constant(data, dtype=dtype, device=dev)
+    dtype, dev = _resolve(dtype, device)
+    return Tensor._constant(data, dtype=dtype, device=dev)
 
 
 GRAPH = ComputeGraph()

@@ -2,8 +2,8 @@
 
 Conversions round to nearest (even) like a graph ``cast``; bfloat16, the float8 kinds and
 float4/float6 are supported (the last two through ``ml_dtypes`` on the host).  The result
-is a new ``driver.Buffer`` on the source's device unless ``device`` says otherwise; a
-buffer that already has the dtype (and device) is returned as it is.
+is a new ``driver.Buffer`` on the source's device (``cast_dlpack_to``: on ``device``); a
+buffer that already has the dtype (and device) is returned as it is.  The signatures are MAX 26.7's.
 
 ``session=`` (an ``InferenceSession``): the cast runs as a compiled graph (one ``ops.cast``) in that
 session, on the target device; the compiled cast is kept per session, dtype pair, rank and device.
@@ -57,15 +57,7 @@ def _session_cast(session: Any, tensor: Buffer, dtype: DType, target: Device) ->
     return model.execute(src)[0]
 
 
-def cast_tensor_to(tensor: Buffer, dtype: DType, device: Device | None = None, *, session: Any = None) -> Buffer:
-    """``tensor``'s values as ``dtype`` (a new buffer; the same one when nothing changes); with
-    ``session``, cast by a graph compiled in that session."""
-    if not isinstance(tensor, Buffer):
-        raise TypeError(f"cast_tensor_to: expected a driver.Buffer, got {type(tensor).__name__}")
-    dtype = _check_dtype(dtype, "cast_tensor_to")
-    if device is not None and not isinstance(device, Device):
-        raise TypeError(f"cast_tensor_to: device must be a driver.Device, got {type(device).__name__}")
-    target = device if device is not None else tensor.device
+def _cast(tensor: Buffer, dtype: DType, target: Device, session: Any) -> Buffer:
     if tensor.dtype is dtype:
         return tensor if target == tensor.device else tensor.to(target)
     if session is not None:
@@ -79,22 +71,44 @@ def cast_tensor_to(tensor: Buffer, dtype: DType, device: Device | None = None, *
     return out if target == out.device else out.to(target)
 
 
-def cast_tensors_to(tensors: Sequence[Buffer], dtype: DType, device: Device | None = None, *,
-                    session: Any = None) -> list[Buffer]:
-    """:func:`cast_tensor_to` for each buffer."""
-    return [cast_tensor_to(t, dtype, device, session=session) for t in tensors]
+def cast_tensor_to(tensor: Buffer, new_dtype: DType, session: Any = None) -> Buffer:
+    """``tensor``'s values as ``new_dtype``, on its device (a new buffer; the same one when the dtype
+    already matches); with ``session`` (an ``InferenceSession``), cast by a graph compiled in it."""
+    if not isinstance(tensor, Buffer):
+        raise TypeError(f"cast_tensor_to: expected a driver.Buffer, got {type(tensor).__name__}")
+    new_dtype = _check_dtype(new_dtype, "cast_tensor_to")
+    return _cast(tensor, new_dtype, tensor.device, session)
 
 
-def cast_dlpack_to(array: Any, dtype: DType, device: Device | None = None, *, session: Any = None) -> Buffer:
-    """A DLPack array (numpy, torch, Buffer...) imported and cast to ``dtype``."""
-    if isinstance(array, Buffer):
-        buf = array
-    elif isinstance(array, np.ndarray):
-        buf = Buffer.from_numpy(array)
-    elif isinstance(array, torch.Tensor):
-        buf = Buffer._from_torch(array.detach().contiguous())
-    elif hasattr(array, "__dlpack__"):
-        buf = Buffer.from_dlpack(array)
+def cast_tensors_to(tensors: Sequence[Buffer] | None, new_dtype: DType, session: Any = None) -> list[Buffer]:
+    """:func:`cast_tensor_to` for each buffer (``[]`` for None)."""
+    if tensors is None:
+        return []
+    return [cast_tensor_to(t, new_dtype, session) for t in tensors]
+
+
+def cast_dlpack_to(raw_tensor: Any, old_dtype: DType, new_dtype: DType, device: Device,
+                   session: Any = None) -> Buffer:
+    """A DLPack array (numpy, torch, Buffer...) holding ``old_dtype`` values, cast to ``new_dtype`` on
+    ``device``.  When the array's own dtype differs from ``old_dtype`` but has the same size (bfloat16
+    bits in a uint16 array, say), its bytes are read as ``old_dtype``."""
+    old_dtype = _check_dtype(old_dtype, "cast_dlpack_to")
+    new_dtype = _check_dtype(new_dtype, "cast_dlpack_to")
+    if not isinstance(device, Device):
+        raise TypeError(f"cast_dlpack_to: device must be a driver.Device, got {type(device).__name__} {device!r}")
+    if isinstance(raw_tensor, Buffer):
+        buf = raw_tensor
+    elif isinstance(raw_tensor, np.ndarray):
+        buf = Buffer.from_numpy(raw_tensor)
+    elif isinstance(raw_tensor, torch.Tensor):
+        buf = Buffer._from_torch(raw_tensor.detach().contiguous())
+    elif hasattr(raw_tensor, "__dlpack__"):
+        buf = Buffer.from_dlpack(raw_tensor)
     else:
-        raise TypeError(f"cast_dlpack_to: expected a DLPack array, got {type(array).__name__}")
-    return cast_tensor_to(buf, dtype, device, session=session)
+        raise TypeError(f"cast_dlpack_to: expected a DLPack array, got {type(raw_tensor).__name__}")
+    if buf.dtype is not old_dtype:
+        if buf.dtype.size_in_bytes != old_dtype.size_in_bytes:
+            raise ValueError(f"cast_dlpack_to: the array holds {buf.dtype} ({buf.dtype.size_in_bytes} bytes each), "
+                             f"which cannot be read as old_dtype={old_dtype} ({old_dtype.size_in_bytes} bytes)")
+        buf = buf.view(old_dtype)
+    return _cast(buf, new_dtype, device, session)

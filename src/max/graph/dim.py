@@ -191,6 +191,10 @@ class Dim:
     def __hash__(self) -> int:
         return hash(_poly_key(self._poly()))
 
+    def __int__(self) -> int:
+        """Static dims convert; any other is MAX's TypeError."""
+        raise TypeError(f"int({self!r}): Int conversions only supported for static dims")
+
     # -- misc ------------------------------------------------------------
     @property
     def parameters(self) -> Iterable["SymbolicDim"]:
@@ -265,7 +269,7 @@ class StaticDim(Dim):
             raise TypeError(f"StaticDim: expected an int, got {type(dim).__name__} {dim!r}")
         dim = int(dim)
         if not -(2**63) <= dim < 2**63:
-            raise ValueError(f"StaticDim: {dim} does not fit in int64")
+            raise ValueError(f"Dim value must be -2**63 <= dim < 2**63, got {dim}")
         object.__setattr__(self, "dim", dim)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -327,8 +331,8 @@ class SymbolicDim(Dim):
             raise TypeError(f"SymbolicDim: expected a str name, got {type(name).__name__} {name!r}")
         if not _NAME_RE.match(name):
             raise ValueError(
-                f"SymbolicDim: {name!r} is not a valid dim name "
-                "(letters, digits and _ . :, starting with a letter or _)"
+                f"Invalid name for symbolic dimension: {name!r} (letters, digits and _ . :, "
+                "starting with a letter or _)"
             )
         object.__setattr__(self, "name", name)
 

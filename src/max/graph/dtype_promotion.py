@@ -8,17 +8,22 @@ a new wider type:
 2. the result is the input dtype with the highest category and the largest
    bit width (``int8`` with ``float16`` gives ``float16``);
 3. every input must be exactly representable in the result, else ValueError
-   (``uint8`` with ``int8``: ``int8`` cannot hold 255; ``int32`` with
-   ``float32``: ``float32`` cannot hold every int32; ``float32`` with
-   ``int64``: no input is a 64-bit float).
+   with MAX's text ``Failed to resolve valid dtype: Unsafe cast from ui8 to
+   si8. Insert an explicit cast op if this conversion is wanted.`` (``uint8``
+   with ``int8``: ``int8`` cannot hold 255; ``int32`` with ``float32``:
+   ``float32`` cannot hold every int32; ``float32`` with ``int64``: the common
+   type would be a 64-bit float, which cannot hold every int64).
 
 Python and numpy scalars are *weak*: they take the other operand's dtype when
 their value fits it (``int_tensor + 2`` stays an int tensor, ``x_f16 * 0.5``
 stays float16) and raise ValueError when it does not (``int_tensor + 1.5``,
-``uint8_tensor + 300``, ``bool_tensor + 2``).  An integer scalar must be
-exactly representable in a float dtype; a float scalar must be finite and in
-range for a float dtype (it is rounded like any literal) and a whole number in
-range for an integer dtype.
+``uint8_tensor + 300``, ``bool_tensor + 2``), with MAX's texts ``Unsafe cast:
+Can't promote python int with value (300) to dtype(DType.uint8). It would lose
+precision.`` and ``Unsafe cast: Can't promote python float to
+dtype(DType.int32).``  An integer scalar must be exactly representable in a
+float dtype; any float scalar takes a float dtype (rounded like any literal:
+``x_f16 + 1e300`` is ``inf``, as in MAX); for an integer dtype a float scalar
+must be a whole number in range.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ __all__ = [
     "is_weak_scalar",
     "weak_scalar_fits",
     "check_weak_scalar",
+    "weak_scalar_error",
+    "mlir_name",
     "result_dtype",
 ]
 
@@ -144,17 +151,54 @@ def is_safely_representable(src: DType, dst: DType) -> bool:
     )
 
 
-def _fail(op: str | None, msg: str) -> None:
-    raise ValueError(f"{op}: {msg}" if op else msg)
-
-
 def promote(a: DType, b: DType, op: str | None = None) -> DType:
     """The common dtype of two strong dtypes (one of them), or ValueError."""
     return promote_dtypes(a, b, op=op)
 
 
+_MLIR_FLOAT = {
+    DType.float16: "f16", DType.bfloat16: "bf16", DType.float32: "f32", DType.float64: "f64",
+    DType.float8_e4m3fn: "f8E4M3FN", DType.float8_e4m3fnuz: "f8E4M3FNUZ", DType.float8_e5m2: "f8E5M2",
+    DType.float8_e5m2fnuz: "f8E5M2FNUZ", DType.float8_e8m0fnu: "f8E8M0FNU", DType.float4_e2m1fn: "f4E2M1FN",
+    DType.float6_e2m3fn: "f6E2M3FN", DType.float6_e3m2fn: "f6E3M2FN",
+}
+
+
+def mlir_name(dtype: DType) -> str:
+    """The element-type name MAX's messages use: ``i1``, ``ui16``, ``si64``, ``f16``, ``bf16``."""
+    if dtype is DType.bool:
+        return "i1"
+    if dtype in _MLIR_FLOAT:
+        return _MLIR_FLOAT[dtype]
+    return ("ui" if dtype.is_unsigned_integral() else "si") + str(bitwidth(dtype))
+
+
+_STANDARD = {
+    (0, 1): DType.bool, (1, 8): DType.uint8, (1, 16): DType.uint16, (1, 32): DType.uint32, (1, 64): DType.uint64,
+    (2, 8): DType.int8, (2, 16): DType.int16, (2, 32): DType.int32, (2, 64): DType.int64,
+    (3, 16): DType.float16, (3, 32): DType.float32, (3, 64): DType.float64,
+}
+
+
+def _category_name(cat: int, bits: int) -> str:
+    return ("i" if cat == 0 else "ui" if cat == 1 else "si" if cat == 2 else "f") + str(bits)
+
+
+def promotion_error(dtypes: "tuple[DType, ...] | list[DType]") -> str | None:
+    """MAX's diagnostic when ``dtypes`` have no common type, else None."""
+    try:
+        promote_dtypes(*dtypes)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def promote_dtypes(*dtypes: DType, op: str | None = None) -> DType:
-    """The common dtype of strong ``dtypes`` under MAX's rules (see the module docstring)."""
+    """The common dtype of strong ``dtypes`` under MAX's rules (see the module docstring).
+
+    ValueError ``Failed to resolve valid dtype: Unsafe cast from <src> to <target>. Insert an
+    explicit cast op if this conversion is wanted.`` when an input does not fit the common type
+    (``op`` is named after that text)."""
     if not dtypes:
         raise ValueError("promote_dtypes: needs at least one dtype")
     for d in dtypes:
@@ -165,19 +209,16 @@ def promote_dtypes(*dtypes: DType, op: str | None = None) -> DType:
         return first
     cat = max(category(d) for d in dtypes)
     bits = max(bitwidth(d) for d in dtypes)
-    names = " and ".join(str(d) for d in dict.fromkeys(dtypes))
     cands = list(dict.fromkeys(d for d in dtypes if category(d) == cat and bitwidth(d) == bits))
-    if not cands:
-        _fail(op, f"cannot promote {names}: the common type would be a {bits}-bit "
-                  f"{_CATEGORIES[cat]} type, which is none of the inputs; cast an operand explicitly")
     for target in cands:
         if all(is_safely_representable(d, target) for d in dtypes):
             return target
-    target = cands[0]
-    bad = next((d for d in dtypes if not is_safely_representable(d, target)), cands[-1])
-    _fail(op, f"cannot promote {names}: {bad} values are not all representable in {target}; "
-              "cast an operand explicitly")
-    raise AssertionError  # unreachable
+    target = cands[0] if cands else _STANDARD.get((cat, bits))
+    target_name = mlir_name(target) if target is not None else _category_name(cat, bits)
+    bad = next((d for d in dtypes if target is None or not is_safely_representable(d, target)), dtypes[0])
+    msg = (f"Failed to resolve valid dtype: Unsafe cast from {mlir_name(bad)} to {target_name}. "
+           "Insert an explicit cast op if this conversion is wanted.")
+    raise ValueError(f"{msg} ({op})" if op else msg)
 
 
 # ----------------------------------------------------------------------------- weak scalars
@@ -214,28 +255,27 @@ def weak_scalar_fits(value: Any, dtype: DType) -> bool:
             if not math.isfinite(v) or v != int(v):
                 return False
             return weak_scalar_fits(int(v), dtype)
-        p = _float_props(dtype)
-        if math.isnan(v):
-            return p.has_nan
-        if math.isinf(v):
-            return p.has_inf and (v > 0 or p.signed)
-        if v < 0 and not p.signed:
-            return False
-        if v == 0:
-            return p.has_zero
-        # rounding to the nearest representable value is fine; overflow is not
-        return abs(v) <= p.max * (1 + 2.0 ** -p.precision)
+        # any float takes a float dtype, rounded like a literal (MAX: x_f16 + 1e300 is inf)
+        return True
     if isinstance(value, numbers.Number):
         return False
     raise TypeError(f"weak_scalar_fits: {type(value).__name__} is not a scalar")
 
 
+def weak_scalar_error(value: Any, dtype: DType) -> str:
+    """MAX's text for a weak scalar that does not fit ``dtype``."""
+    if isinstance(value, (float, np.floating)):
+        return f"Unsafe cast: Can't promote python float to dtype({dtype})."
+    return f"Unsafe cast: Can't promote python int with value ({int(value)}) to dtype({dtype}). It would lose precision."
+
+
 def check_weak_scalar(value: Any, dtype: DType, op: str | None = None, arg: str = "scalar") -> None:
-    """ValueError naming ``op`` and ``arg`` unless weak scalar ``value`` fits ``dtype``."""
+    """ValueError with MAX's text (``Unsafe cast: Can't promote python int with value (1000) to
+    dtype(DType.int8). It would lose precision.``), then ``op`` and ``arg``, unless weak scalar
+    ``value`` fits ``dtype``."""
     if not weak_scalar_fits(value, dtype):
-        kind = type(value).__name__
-        _fail(op, f"{arg}={value!r} ({kind}) cannot be represented as {dtype}, the other operand's dtype; "
-                  "pass a tensor of the dtype you want (or cast the other operand)")
+        where = f" ({op}: {arg}={value!r})" if op else ""
+        raise ValueError(weak_scalar_error(value, dtype) + where)
 
 
 def result_dtype(*operands: Any, op: str | None = None) -> DType:

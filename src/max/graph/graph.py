@@ -340,18 +340,14 @@ class Graph(metaclass=_GraphMeta):
         """Create a subgraph (callable with ``ops.call``); a chain input is appended automatically.
 
         ``devices`` (DeviceRefs or driver Devices) records where the subgraph's work runs
-        (``sub.devices``); every device its input types name must be among them.
+        (``sub.devices``).  As in MAX 26.7, the input types' devices are not checked against it
+        (a subgraph may take a CPU predicate and transfer values to other devices).
         """
         from max.graph.type import _as_device_ref
 
         if name in self._subgraphs:
             raise ValueError(f"add_subgraph: graph {self.name!r} already has a subgraph named {name!r}")
         devs = [_as_device_ref(d, "add_subgraph") for d in devices]
-        if devs:
-            for t in input_types:
-                dev = getattr(t, "device", None)
-                if dev is not None and dev not in devs:
-                    raise ValueError(f"add_subgraph({name!r}): input type {t} is on {dev}, not one of devices {devs}")
         sub = Graph(name, forward, input_types, path, custom_extensions=custom_extensions, _parent=self)
         sub.devices = devs
         self._subgraphs[name] = sub
@@ -435,7 +431,7 @@ def _format_graph(g: Graph, indent: str = "", names: dict | None = None, counter
             counter[0] += 1
         return names[key]
 
-    args = ", ".join(f"{name_of(v)}: {v.type}" for v in g._inputs)
+    args = ", ".join(f"{name_of(v)}: {v.type.to_mlir()}" for v in g._inputs)
     lines = [f"{indent}graph @{g.name}({args}) {{"]
     for node in g._nodes:
         if node.op == "input":
@@ -447,7 +443,7 @@ def _format_graph(g: Graph, indent: str = "", names: dict | None = None, counter
         operands = ", ".join(name_of(v) for v in node.inputs)
         attrs = ", ".join(f"{k}={_format_attr(v)}" for k, v in attrs_shown.items() if v is not None)
         body = f"{node.op}({operands}{', ' if operands and attrs else ''}{attrs})"
-        types = ", ".join(str(r.type) for r in node.results)
+        types = ", ".join(r.type.to_mlir() for r in node.results)
         prefix = f"{res} = " if res else ""
         line = f"{indent}  {prefix}{body} : {types}" if types else f"{indent}  {body}"
         loc = node.loc

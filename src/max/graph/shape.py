@@ -68,11 +68,18 @@ class Shape(list):
     def __radd__(self, other: Any) -> "Shape":
         return Shape([Dim(d) for d in other] + list(self))
 
-    def __str__(self) -> str:
+    def __repr__(self) -> str:
+        """MAX's form (``str`` is the same): ``[Dim(2), Dim('n')]``."""
+        return "[" + ", ".join(repr(d) for d in self) + "]"
+
+    __str__ = __repr__
+
+    def _text(self) -> str:
+        """The compact form of graph printouts: ``[2, n]``."""
         return "[" + ", ".join(str(d) for d in self) + "]"
 
     def to_mlir(self) -> str:
-        return str(self)
+        return self._text()
 
     @classmethod
     def from_mlir(cls, attr: Any) -> "Shape":

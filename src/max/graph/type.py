@@ -103,8 +103,7 @@ class DeviceRef:
     def __str__(self) -> str:
         return f"{self.device_type.value}:{self.id}"
 
-    def __repr__(self) -> str:
-        return f"DeviceRef.{self.device_type.name}({self.id})"
+    __repr__ = __str__  # MAX prints ``cpu:0`` for both
 
 
 def _as_device_ref(device: Any, what: str = "device") -> DeviceRef:
@@ -231,11 +230,16 @@ class _ShapedType(Type):
     def __hash__(self) -> int:
         return hash(self._key())
 
-    def __str__(self) -> str:
-        return f"{self._kind}<{self.dtype.name}, {self.shape}, {self.device}>"
+    def to_mlir(self) -> str:
+        """The compact form graph printouts use: ``tensor<float32, [batch, 4], cpu:0>``."""
+        return f"{self._kind}<{self.dtype.name}, {self.shape._text()}, {self.device}>"
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(dtype={self.dtype}, shape={self.shape}, device={self.device})"
+        # MAX's form, which appears inside its messages:
+        # TensorType(dtype=float32, shape=[Dim(5), Dim(3)], device=cpu:0)
+        return f"{type(self).__name__}(dtype={self.dtype!r}, shape={self.shape!r}, device={self.device!r})"
+
+    __str__ = __repr__
 
     def num_elements(self) -> Dim:
         n: Dim = Dim(1)
@@ -288,6 +292,7 @@ class _ChainType(Type):
         return "!chain"
 
     __repr__ = __str__
+    to_mlir = __str__
 
 
 class _OpaqueType(Type):
@@ -312,6 +317,7 @@ class _OpaqueType(Type):
         return f"opaque<{self.name}>"
 
     __repr__ = __str__
+    to_mlir = __str__
 
 
 ChainType = _ChainType

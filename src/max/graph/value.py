@@ -90,7 +90,11 @@ class Value(Generic[T]):
         return f"{self._node.op}#{self._index}: {self._type}"
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._type}, from {self._node.op} at {self._node.loc})"
+        t = self._type
+        if hasattr(t, "dtype") and hasattr(t, "shape"):
+            # MAX's form: TensorValue(dtype=float32, shape=[Dim(3)], device=cpu:0)
+            return f"{type(self).__name__}(dtype={t.dtype!r}, shape={t.shape!r}, device={t.device!r})"
+        return f"{type(self).__name__}({t})"
 
     __hash__ = object.__hash__
 
@@ -210,8 +214,10 @@ class TensorValue(_Shaped, Value[TensorType]):
         return _ops().mean(self, axis=axis)
 
     def var(self, axis: int = -1) -> "TensorValue":
-        """Population variance along ``axis`` (keeps rank)."""
+        """Population variance along ``axis`` (keeps rank).  Bool tensors are a TypeError, as in MAX."""
         ops = _ops()
+        if self.dtype is DType.bool:
+            raise TypeError("Variance undefined for boolean values.")
         x = self if self.dtype.is_float() else ops.cast(self, DType.float32)
         mu = ops.mean(x, axis=axis)
         d = x - mu
@@ -322,25 +328,16 @@ class TensorValue(_Shaped, Value[TensorType]):
         return _ops().slice_tensor(self, index)
 
     def __bool__(self) -> bool:
-        raise TypeError(
-            "a TensorValue has no truth value while the graph is being built; "
-            "use ops.where / ops.cond for data-dependent choices"
-        )
+        """Always True, as in MAX: a graph value has no data while the graph is built, so Python's
+        ``and``/``or``/``if`` on it do not look at its values (``x < 10 and y < 10`` is ``y < 10``);
+        use ops.logical_and / ops.where / ops.cond for data-dependent logic.  ``len()`` is a TypeError
+        (no ``__len__``)."""
+        return True
 
     def __iter__(self):
         raise TypeError("a TensorValue is not iterable; index it (x[i]) or use ops.split/ops.chunk")
 
-    def __len__(self) -> int:
-        if not self.shape:
-            raise TypeError("len() of a rank-0 TensorValue")
-        d = self.shape[0]
-        return int(d) if hasattr(d, "dim") else _raise_len(d)
-
     __hash__ = Value.__hash__
-
-
-def _raise_len(d: Any) -> int:
-    raise TypeError(f"len() of a TensorValue whose first dim is symbolic ({d})")
 
 
 class BufferValue(_Shaped, Value[BufferType]):

@@ -7,6 +7,7 @@ access when they exist.
 """
 
 from max.nn.conv import Conv1D, Conv1DV1, Conv2d, Conv2dV1, Conv3D, Conv3DV1
+from max.nn.conv_transpose import ConvTranspose1d
 from max.nn.embedding import Embedding, EmbeddingV1, EmbeddingV2, VocabParallelEmbedding
 from max.nn.identity import Identity
 from max.nn.layer import (
@@ -44,6 +45,8 @@ from max.nn.rotary_embedding import (
     YarnRotaryEmbedding,
     YarnScalingParams,
 )
+from max.nn.fused_mlp import FusedMLP
+from max.nn.missing import MissingLayer
 from max.nn.sequential import Sequential
 from max.nn.stacked_linear import StackedLinear
 
@@ -73,6 +76,9 @@ __all__ = [
     "Conv2dV1",
     "Conv3D",
     "Conv3DV1",
+    "ConvTranspose1d",
+    "FusedMLP",
+    "MissingLayer",
     "DeepseekYarnRopeScalingParams",
     "DeepseekYarnRotaryEmbedding",
     "DistributedGemmConfig",
@@ -111,7 +117,7 @@ __all__ = [
     "recursive_named_layers",
 ]
 
-_LAZY_SUBMODULES = ("attention", "kv_cache", "transformer", "kernels", "kernels_decoder")
+_LAZY_SUBMODULES = ("attention", "kv_cache", "transformer", "kernels", "kernels_decoder", "sampling", "state_space")
 # Names re-exported from sub-packages, imported on first access (they pull in the KV cache and
 # kernels, which plain layer users do not need).
 _LAZY_NAMES = {

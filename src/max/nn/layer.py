@@ -220,7 +220,8 @@ class Module(Layer):
         return out
 
     def state_dict(self, auto_initialize: bool = True) -> dict[str, Any]:
-        """Weight values by name; never-loaded weights are zero-filled (or ValueError when not ``auto_initialize``)."""
+        """Weight values by name, as ``driver.Buffer`` s sharing the loaded data (as in MAX 26.7);
+        never-loaded weights are zero-filled (or ValueError when not ``auto_initialize``)."""
         out: dict[str, Any] = {}
         base = self._mstate().path
         for full, layer, attr, w in self._named_weights():
@@ -233,7 +234,7 @@ class Module(Layer):
                         "load one with load_state_dict() or call state_dict(auto_initialize=True)"
                     )
                 values[attr] = _zeros(w, full)
-            out[full] = values[attr]
+            out[full] = _as_buffer(values[attr])
         return out
 
     def load_state_dict(
@@ -429,6 +430,33 @@ def _zeros(w: Weight, name: str) -> np.ndarray:
     return np.zeros(shape, dtype=w.dtype.to_numpy())
 
 
+def _weight_data_type() -> type:
+    from max.graph.weights import WeightData
+
+    return WeightData
+
+
+def _as_buffer(value: Any) -> Any:
+    """A stored weight value as a ``driver.Buffer`` over the same memory where it can be (a
+    ``WeightData``'s data; numpy, torch and other DLPack arrays)."""
+    from max.driver import Buffer
+    from max.graph.weights import WeightData
+
+    if isinstance(value, WeightData):
+        value = value.data
+    if isinstance(value, Buffer):
+        return value
+    if isinstance(value, (np.ndarray, np.generic)):
+        return Buffer.from_numpy(np.asarray(value))
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return Buffer._from_torch(value.detach())
+    if hasattr(value, "__dlpack__"):
+        return Buffer._from_torch(torch.from_dlpack(value))
+    return value
+
+
 def _value_meta(value: Any, name: str) -> tuple[Any, DType, tuple[int, ...], Any, int | None]:
     """``(data, dtype, shape, encoding, data pointer)`` of a state-dict value."""
     from max.graph.weights import WeightData
@@ -479,6 +507,8 @@ def _data_ptr(data: Any) -> int | None:
 
 def _check_value(w: Weight, name: str, value: Any, override: bool, alignment: int | None) -> tuple:
     data, dtype, shape, enc, ptr = _value_meta(value, name)
+    if enc is None and not isinstance(value, _weight_data_type()):
+        enc = w.quantization_encoding  # a raw array (a state_dict() Buffer) holds the weight's encoding
     if enc != w.quantization_encoding and not override:
         raise ValueError(
             f"load_state_dict: weight {name!r} has quantization encoding {w.quantization_encoding}, "
@@ -486,20 +516,23 @@ def _check_value(w: Weight, name: str, value: Any, override: bool, alignment: in
         )
     if not override or enc == w.quantization_encoding:
         want_shape = []
-        symbolic = False
         for d in w.shape:
             try:
                 want_shape.append(int(d))
             except (TypeError, ValueError):
-                symbolic = True
-                want_shape.append(d)
-        if len(want_shape) != len(shape) or (not symbolic and tuple(want_shape) != shape) or any(
-            isinstance(a, int) and a != b for a, b in zip(want_shape, shape)
-        ):
+                want_shape.append(d)  # symbolic: any size
+        shown = [str(d) if not isinstance(d, int) else d for d in want_shape]
+        if len(want_shape) != len(shape):
             raise ValueError(
-                f"load_state_dict: value for weight {name!r} has shape {list(shape)}, "
-                f"but the weight's shape is {[str(d) if not isinstance(d, int) else d for d in want_shape]}"
+                f"Value provided to weight {name!r} had different shape rank (expected={len(want_shape)}, "
+                f"actual={len(shape)}). (load_state_dict: the value's shape is {list(shape)}, the weight's {shown})"
             )
+        for i, (a, b) in enumerate(zip(want_shape, shape)):
+            if isinstance(a, int) and a != b:
+                raise ValueError(
+                    f"Value provided to weight {name!r} had different shape (dim[{i}]: expected {a}, got {b}). "
+                    f"(load_state_dict: the value's shape is {list(shape)}, the weight's {shown})"
+                )
         if dtype != w.dtype:
             raise ValueError(
                 f"load_state_dict: value for weight {name!r} has dtype {dtype}, but the weight's dtype is "
@@ -508,8 +541,10 @@ def _check_value(w: Weight, name: str, value: Any, override: bool, alignment: in
     align = alignment if alignment is not None else (w.align or dtype.align)
     if ptr is not None and align and ptr % align:
         raise ValueError(
-            f"load_state_dict: data of weight {name!r} is not aligned to {align} bytes (address {ptr:#x}); "
-            "copy it into an aligned array or pass weight_alignment"
+            f"Found unaligned weight {name!r} (expected alignment={align})."
+            "If the weights come from a safetensors file, its tensors start at offsets that are not multiples "
+            "of their dtype's alignment: copy the array into an aligned one (np.ascontiguousarray of a copy), "
+            f"or pass weight_alignment=1 to load_state_dict (data address {ptr:#x})."
         )
     return data, dtype, shape, enc
 

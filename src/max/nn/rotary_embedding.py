@@ -25,6 +25,7 @@ import numpy as np
 from max.dtype import DType
 from max.graph import DeviceRef, Dim, Graph, TensorValue, ops
 from max.graph.graph import NoGraphError
+from max.graph.rope import rope_inv_freq
 from max.nn.layer import Module, check_input
 
 __all__ = [
@@ -126,7 +127,7 @@ class LongRoPEScalingParams:
 
 # --------------------------------------------------------------------- helpers
 def _base_inv_freq(theta: float, rope_dim: int) -> np.ndarray:
-    return 1.0 / (float(theta) ** (np.arange(0, rope_dim, 2, dtype=np.float64) / rope_dim))
+    return rope_inv_freq(theta, rope_dim)
 
 
 def _cis_table(positions: np.ndarray, inv_freq: np.ndarray, scale: float = 1.0) -> np.ndarray:
@@ -497,7 +498,7 @@ class ProportionalRotaryEmbedding(RotaryEmbedding):
         d = self._rope_dim()
         rotated = int(self.partial_rotary_factor * d // 2)
         inv = np.zeros(d // 2, np.float64)
-        inv[:rotated] = 1.0 / (float(self.theta) ** (np.arange(0, 2 * rotated, 2, dtype=np.float64) / d))
+        inv[:rotated] = rope_inv_freq(self.theta, d)[:rotated]
         return inv / self.factor
 
 

@@ -4,8 +4,10 @@ Routes, one module per family in :mod:`max.serve.routes`: ``POST /v1/chat/comple
 (``chat``), ``POST /v1/completions`` (``completions``), ``POST /v1/embeddings``
 (``embeddings``), ``POST /v1/audio/transcriptions`` + ``/v1/audio/translations`` (``audio``),
 ``GET /v1/models`` + ``/v1/models/{id}`` (``models``), ``GET /health`` and
-``GET /metrics`` (``health``).  Model work never runs on the event loop: generation requests
-go to the shared scheduler (:mod:`max.serve.jobs`), embeddings to one worker thread.
+``GET /metrics`` (``health``), Anthropic's ``POST /v1/messages`` (``anthropic``), llama-server's
+``POST /infill`` (``infill``) and ``POST /apply-template`` (``tokenize``).  A server with several models
+routes each request to the one its ``model`` names (:meth:`AppState.for_model`).  Model work never runs on
+the event loop: generation requests go to the shared scheduler (:mod:`max.serve.jobs`), embeddings to one worker thread.
 """
 
 from __future__ import annotations
@@ -61,10 +63,10 @@ def create_app(model_name: str, *, generator: Optional[GenerationEngine] = None,
     state.reasoning_parser = check_reasoning_parser(reasoning_parser)
     state.transcriber = transcriber
     state.speaker = speaker  # a SpeechEngine: /v1/audio/speech
-    engines = [e for e in (generator, embedder, transcriber, speaker) if e is not None]
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engines = [e for st in state.all_states() for e in st.engines()]  # every model the server serves
         for eng in engines:
             eng.start()
         try:

@@ -51,6 +51,8 @@ class Choice:
     finish_reason: Optional[str] = None
     error: Optional[str] = None
     completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens the prefix cache supplied
+    stop_sequence: Optional[str] = None  # the stop string that ended the choice
     done: bool = False
 
 
@@ -102,10 +104,23 @@ class Job:
     def all_done(self) -> bool:
         return all(c.done for c in self.choices)
 
-    def usage(self) -> dict[str, int]:
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens the prefix cache supplied, counted as ``prompt_tokens`` counts prompts: once per
+        prompt (its first choice)."""
+        seen: set[int] = set()
+        n = 0
+        for c in self.choices:
+            if c.prompt_index not in seen:
+                seen.add(c.prompt_index)
+                n += c.cached_tokens
+        return n
+
+    def usage(self) -> dict[str, Any]:
         comp = sum(c.completion_tokens for c in self.choices)
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": comp,
-                "total_tokens": self.prompt_tokens + comp}
+                "total_tokens": self.prompt_tokens + comp,
+                "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
 
 
 _PARAM_NAMES = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens"}
@@ -230,10 +245,12 @@ def apply_output(job: Job, i: int, out: StepOutput) -> Choice:
     if out.log_probabilities:
         c.logprobs.extend(out.log_probabilities)
     c.completion_tokens = out.completion_tokens
+    c.cached_tokens = max(c.cached_tokens, out.cached_tokens)
     if out.done:
         c.done = True
         c.finish_reason = out.finish_reason
         c.error = out.error
+        c.stop_sequence = out.stop_sequence
     return c
 
 

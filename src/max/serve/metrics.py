@@ -25,6 +25,7 @@ class ServeMetrics:
 
     def __init__(self, registry: Optional[CollectorRegistry] = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self._bound: dict[str, Gauge] = {}  # the prefix-cache gauges, once bound
         r = self.registry
         self.requests = Counter(f"{PREFIX}_requests", "HTTP requests by endpoint and status code",
                                 ["endpoint", "status"], registry=r)
@@ -108,9 +109,12 @@ class ServeMetrics:
                 ("kv_spill_capacity_bytes", "Bytes the spill tier may hold", spill("capacity_bytes")),
                 ("kv_spill_stored_pages", "Pages written to the spill tier (cumulative)", spill("stored_pages")),
                 ("kv_spill_hit_pages", "Pages read back from the spill tier (cumulative)", spill("hit_pages"))):
-            if f"{PREFIX}_{name}" in getattr(self.registry, "_names_to_collectors", {}):
-                continue  # bound before
-            Gauge(f"{PREFIX}_{name}", doc, registry=self.registry).set_function(_safe(fn))
+            gauge = self._bound.get(name)
+            if gauge is None:
+                if f"{PREFIX}_{name}" in getattr(self.registry, "_names_to_collectors", {}):
+                    continue  # registered on this registry by another ServeMetrics
+                gauge = self._bound[name] = Gauge(f"{PREFIX}_{name}", doc, registry=self.registry)
+            gauge.set_function(_safe(fn))  # bound again: the newest source (a multi-model server's totals)
 
     def bind_speculative(self, spec: Any) -> None:
         """Speculative decoding: draft tokens proposed / accepted and the acceptance rate, read from the

@@ -1,5 +1,6 @@
-"""ASGI middleware of ``max serve``: the API key check on ``/v1/*``, the request body limit (413), no
-new work while shutting down (503), the count of requests in flight and per-endpoint response counts."""
+"""ASGI middleware of ``max serve``: the API key check on ``/v1/*`` and llama-server's root routes, the request
+body limit (413), no new work while shutting down (503), the count of requests in flight and per-endpoint
+response counts.  Its errors take Anthropic's shape on ``/v1/messages``, OpenAI's elsewhere."""
 
 from __future__ import annotations
 
@@ -11,9 +12,29 @@ from max.serve.openai_schemas import APIError
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/health", "/metrics")
 ENDPOINTS += ("/v1/tokenize", "/v1/detokenize", "/v1/responses", "/v1/rerank", "/v1/score", "/v1/audio")
+ENDPOINTS += ("/v1/messages", "/infill", "/apply-template")
 
 V1_AT_ROOT = ("/tokenize", "/detokenize")
 """Routes also served outside ``/v1`` (where vLLM has them): checked and bounded like ``/v1/*``."""
+
+
+ROOT_API = ("/infill", "/apply-template")
+"""llama-server's routes, served at the root: checked and bounded like ``/v1/*``."""
+
+
+def _is_api(path: str) -> bool:
+    return path.startswith("/v1/") or path in ROOT_API
+
+
+def _key_ok(headers: dict, key: str) -> bool:
+    """``Authorization: Bearer KEY`` (OpenAI's clients) or ``x-api-key: KEY`` (Anthropic's)."""
+    auth = headers.get(b"authorization", b"").decode("latin-1")
+    return auth == f"Bearer {key}" or headers.get(b"x-api-key", b"").decode("latin-1") == key
+
+
+def _error(path: str, e: APIError) -> JSONResponse:
+    body = e.anthropic_body() if path == "/v1/messages" or path.startswith("/v1/messages/") else e.body()
+    return JSONResponse(body, status_code=e.status, headers=e.headers)
 
 
 def _api_path(path: str) -> str:
@@ -38,16 +59,15 @@ class AuthAndCount:
         path = _api_path(scope.get("path", ""))
         endpoint = endpoint_of(path)
         key = self.state.api_key
-        if key is not None and path.startswith("/v1/"):
-            auth = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
-            if auth != f"Bearer {key}":
-                e = APIError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'",
-                             code="invalid_api_key")
+        if key is not None and _is_api(path):
+            if not _key_ok(dict(scope.get("headers") or []), key):
+                e = APIError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>' (or "
+                             "'x-api-key: <key>')", code="invalid_api_key")
                 self.state.metrics.request_done(endpoint, 401)
-                await JSONResponse(e.body(), status_code=401, headers={"WWW-Authenticate": "Bearer"})(
-                    scope, receive, send)
+                e.headers = {"WWW-Authenticate": "Bearer"}
+                await _error(path, e)(scope, receive, send)
                 return
-        work = path.startswith("/v1/") and scope.get("method") == "POST"
+        work = _is_api(path) and scope.get("method") == "POST"
         if work:
             early = None
             if self.state.lifecycle.draining:
@@ -59,8 +79,7 @@ class AuthAndCount:
             if early is not None:
                 if early.status:  # status 0: the client went away while sending
                     self.state.metrics.request_done(endpoint, early.status)
-                    await JSONResponse(early.body(), status_code=early.status, headers=early.headers)(
-                        scope, receive, send)
+                    await _error(path, early)(scope, receive, send)
                 return
         status = [500]
 
@@ -127,7 +146,9 @@ async def _bounded_body(scope: Any, receive: Any, limit: Any) -> tuple[Any, Any]
 
 
 def endpoint_of(path: str) -> str:
-    """The metrics label of a request path (one of :data:`ENDPOINTS`, else ``"other"``)."""
+    """The metrics label of a request path (one of :data:`ENDPOINTS`, else ``"other"``); a root alias
+    (``/tokenize``) counts as its ``/v1`` route."""
+    path = _api_path(path)
     for k in ENDPOINTS:
         if path == k or path.startswith(k + "/"):
             return k

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -24,9 +24,20 @@ SEED_MAX = 2**63 - 1  # OpenAI's seed is a signed 64-bit integer
 _PATH_RE = re.compile(r"(?<![\w:/.~-])/(?:[^\s/'\"()<>,;]+/)+[^\s/'\"()<>,;]*")
 
 
-def scrub_paths(message: str) -> str:
+def scrub_paths(message: str, keep: Sequence[str] = ()) -> str:
     """``message`` with every absolute path of this machine's file system (one that exists, or whose
-    folder exists) cut to its last component: errors never tell clients where files live."""
+    folder exists) cut to its last component: errors never tell clients where files live -- except the
+    strings of ``keep``, already public (the served model's name, which ``/v1/models`` lists: a model served
+    from a folder is named by its path)."""
+    kept = sorted({k for k in keep if k}, key=len, reverse=True)
+    if kept:
+        marks = [f"\x00{i}\x00" for i in range(len(kept))]
+        for k, m in zip(kept, marks):
+            message = message.replace(k, m)
+        message = scrub_paths(message)
+        for k, m in zip(kept, marks):
+            message = message.replace(m, k)
+        return message
 
     def cut(m: "re.Match[str]") -> str:
         path = m.group(0).rstrip(".:")
@@ -39,11 +50,13 @@ def scrub_paths(message: str) -> str:
 
 
 class APIError(Exception):
-    """An error answered in OpenAI's shape with HTTP ``status`` (file paths scrubbed from ``message``)."""
+    """An error answered in OpenAI's shape with HTTP ``status`` (file paths scrubbed from ``message``, but for the
+    public names of ``keep``)."""
 
     def __init__(self, status: int, message: str, *, type: Optional[str] = None, param: Optional[str] = None,
-                 code: Optional[str] = None, headers: Optional[dict[str, str]] = None) -> None:
-        message = scrub_paths(message)
+                 code: Optional[str] = None, headers: Optional[dict[str, str]] = None, keep: Sequence[str] = ()
+                 ) -> None:
+        message = scrub_paths(message, keep)
         super().__init__(message)
         self.status = status
         self.message = message
@@ -54,6 +67,16 @@ class APIError(Exception):
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def anthropic_body(self) -> dict[str, Any]:
+        """The error in Anthropic's shape (``/v1/messages``): ``{"type": "error", "error": {type, message}}``."""
+        kind = _ANTHROPIC_TYPES.get(self.status, "api_error" if self.status >= 500 else "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": self.message}}
+
+
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 413: "request_too_large", 415: "invalid_request_error",
+                    429: "rate_limit_error", 503: "overloaded_error"}
 
 
 def _default_type(status: int) -> str:

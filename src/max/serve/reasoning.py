@@ -9,6 +9,9 @@ goes to the message's ``reasoning_content``, the rest stays ``content`` (streame
   ``enable_thinking=False`` writes none: then all is content).  An unterminated ``<think>`` (cut off
   by ``max_tokens``) leaves what follows it as reasoning, in the full answer as in the stream.
 
+The whitespace a model writes between ``</think>`` and its answer belongs to neither part: ``content``
+starts at the answer's first visible character (in the stream too).
+
 A constrained answer (``response_format`` / ``guided_*``) is parsed the ``qwen3`` way under either
 parser: its grammar starts at the first token, so there is reasoning only if the grammar itself writes
 the tags.
@@ -52,6 +55,7 @@ class ReasoningStream:
         self.state = "reasoning" if opens_in_prompt else "before"
         self._drop_open = opens_in_prompt  # a <think> the model repeats at the start
         self.buf = ""
+        self._after_end = False
 
     def feed(self, delta: str) -> tuple[str, str]:
         self.buf += delta
@@ -80,11 +84,17 @@ class ReasoningStream:
                 if i >= 0:
                     reasoning.append(self.buf[:i])
                     self.buf, self.state = self.buf[i + len(THINK_END):], "after"
+                    self._after_end = True
                     continue
                 keep = _partial_suffix(self.buf, THINK_END)
                 reasoning.append(self.buf[:len(self.buf) - keep])
                 self.buf = self.buf[len(self.buf) - keep:]
                 break
+            if self._after_end:  # the whitespace between </think> and the answer is not content
+                self.buf = self.buf.lstrip()
+                if not self.buf:
+                    break
+                self._after_end = False
             content.append(self.buf)
             self.buf = ""
         return "".join(reasoning), "".join(content)
@@ -92,6 +102,8 @@ class ReasoningStream:
     def finish(self) -> tuple[str, str]:
         """What was held back, as ``(reasoning, content)``, once the answer is complete."""
         rest, self.buf = self.buf, ""
+        if self.state == "after" and self._after_end:
+            rest = rest.lstrip()
         return (rest, "") if self.state == "reasoning" else ("", rest)
 
 

@@ -2,7 +2,8 @@
 
 :func:`build_app` loads the model once through the pipeline registry (a
 ``TextGenerationPipeline`` driven by the shared ``TokenGenerationScheduler``, or an
-``EmbeddingsPipeline``) and wraps it in the FastAPI app; :func:`serve` runs it under uvicorn (blocking);
+``EmbeddingsPipeline``) and wraps it in the FastAPI app; :func:`build_multi_app` serves several models
+from one app (requests routed by their ``model``); :func:`serve` runs it under uvicorn (blocking);
 :class:`ServerThread` runs one in a background thread (tests, benchmarks).
 """
 
@@ -56,6 +57,83 @@ def build_app(pipeline_config: Any, *, served_model_name: Optional[str] = None, 
     app.state.serve.max_request_bytes = max_request_bytes
     app.state.serve.responses = ResponseStore(responses_store_size)
     return app
+
+
+def kv_share(kv_cache_memory: Optional[int], device_memory_utilization: Optional[float], n_models: int
+             ) -> tuple[Optional[int], Optional[float]]:
+    """Each model's KV budget when ``n_models`` share one server: an explicit ``--kv-cache-memory`` is the
+    whole server's and is split evenly; so is ``--device-memory-utilization`` (the cap of a default-sized
+    pool, as a fraction of the memory free when the model loads; default 0.9)."""
+    from max.pipelines.lib.config import KVCacheConfig
+
+    if n_models < 1:
+        raise ValueError(f"kv_share: n_models must be >= 1, got {n_models}")
+    mem = None if kv_cache_memory is None else int(kv_cache_memory) // n_models
+    util = device_memory_utilization
+    if n_models > 1:
+        util = (util if util is not None else KVCacheConfig.device_memory_utilization) / n_models
+    return mem, util
+
+
+class _Totals:
+    """Sums of one attribute over several schedulers or KV managers: the queue, page and prefix-cache gauges
+    of a server with several models (the spill tier's gauges read 0)."""
+
+    spill = None
+
+    def __init__(self, parts: list[Any]) -> None:
+        self._parts = parts
+
+    def __getattr__(self, name: str) -> Any:
+        return sum(getattr(p, name, 0) for p in self._parts)
+
+    @property
+    def cache_hit_rate(self) -> float:
+        q = self.prefix_cache_queried_tokens
+        return self.prefix_cache_hit_tokens / q if q else 0.0
+
+
+def build_multi_app(pipeline_configs: list[Any], served_model_names: list[Optional[str]], **options: Any) -> Any:
+    """One app serving every model of ``pipeline_configs`` (text generation or embeddings; each loaded as
+    :func:`build_app` loads one, ``served_model_names[i]`` its id, None for its path); requests go to the
+    model their ``model`` names, the first when they name none.  The API key, limits, metrics and response
+    store are the server's; a model's path or folder name is an alias of it only when no other model has
+    the same one.  ``options`` as for :func:`build_app`."""
+    from max.serve.metrics import ServeMetrics
+
+    if len(pipeline_configs) != len(served_model_names) or not pipeline_configs:
+        raise ValueError("build_multi_app: give one served name (or None) per model")
+    if len(pipeline_configs) == 1:
+        return build_app(pipeline_configs[0], served_model_name=served_model_names[0], **options)
+    for cfg in pipeline_configs:
+        if is_speech_recognition(cfg):
+            raise ValueError(f"{cfg.model_config.model_path}: speech models are served on their own (one "
+                             "--model-path); several models in one server must generate text or embeddings")
+    metrics = options.pop("metrics", None) or ServeMetrics()
+    apps = [build_app(cfg, served_model_name=name, metrics=metrics, **options)
+            for cfg, name in zip(pipeline_configs, served_model_names)]
+    states = [a.state.serve for a in apps]
+    names = [st.model_name for st in states]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"several models would be served as {', '.join(dup)}: give each its own "
+                         "--served-model-name")
+    for st in states:  # an alias two models share names neither; a model's id is never another's alias
+        st.aliases = {a for a in st.aliases if a not in names and sum(a in o.aliases for o in states) == 1}
+    main = states[0]
+    for st in states[1:]:
+        if st.speaker is not None:
+            raise ValueError(f"'{st.model_name}' is a text-to-speech model: speech models are served on their own")
+        st.api_key, st.metrics, st.lifecycle, st.responses = main.api_key, main.metrics, main.lifecycle, main.responses
+        st.max_request_bytes = main.max_request_bytes
+    if main.speaker is not None:
+        raise ValueError(f"'{main.model_name}' is a text-to-speech model: speech models are served on their own")
+    main.others = states[1:]
+    gens = [st.generator for st in states if st.generator is not None]
+    if gens:
+        kvs = [g.kv_manager for g in gens if g.kv_manager is not None]
+        metrics.bind(_Totals([g.scheduler for g in gens]), _Totals(kvs) if kvs else None)
+    return apps[0]
 
 
 def _build_app(pipeline_config: Any, *, served_model_name: Optional[str], api_key: Optional[str],

@@ -37,6 +37,37 @@ class AppState:
     reasoning_parser: Optional[str] = None  # deepseek_r1 / qwen3: <think> text to reasoning_content
     transcriber: Optional[TranscriptionEngine] = None
     speaker: Optional[Any] = None  # a SpeechEngine (text to speech): /v1/audio/speech
+    others: list["AppState"] = field(default_factory=list)
+    """The other models of a server that serves several (``max serve --model-path A --model-path B``): each
+    has its own engines and names and shares this state's key, metrics, lifecycle and response store;
+    requests go to the one their ``model`` names (:meth:`for_model`)."""
+
+    def all_states(self) -> list["AppState"]:
+        """This model's state and those of the server's other models, in the order they were given."""
+        return [self, *self.others]
+
+    def engines(self) -> list[Any]:
+        """This model's engines (those the app starts and stops)."""
+        return [e for e in (self.generator, self.embedder, self.transcriber, self.speaker) if e is not None]
+
+    def serves(self, name: str) -> bool:
+        """Whether ``name`` is this model (its id or an alias) or one of its loaded LoRA adapters."""
+        return name == self.model_name or name in self.aliases or self.adapter(name) is not None
+
+    def for_model(self, name: Optional[str]) -> "AppState":
+        """The state of the model a request's ``model`` names (None: the first model); 404
+        ``model_not_found`` naming the served models for any other name."""
+        if not self.others:
+            self.check_model(name)
+            return self
+        if name is None:
+            return self
+        for st in self.all_states():
+            if st.serves(name):
+                return st
+        served = ", ".join(f"'{st.model_name}'" for st in self.all_states())
+        raise APIError(404, f"The model '{name}' does not exist; this server serves {served}", param="model",
+                       code="model_not_found")
 
     def check_model(self, name: Optional[str]) -> None:
         """404 for a model this server does not serve; with LoRA, 400 naming ``model`` for an adapter
@@ -47,9 +78,9 @@ class AppState:
         if lora is not None:
             raise APIError(400, f"'{name}' is neither the served model '{self.model_name}' nor a loaded LoRA "
                            f"adapter ({', '.join(sorted(lora.slots)) or 'none loaded'})", param="model",
-                           code="model_not_found")
+                           code="model_not_found", keep=(self.model_name,))
         raise APIError(404, f"The model '{name}' does not exist; this server serves '{self.model_name}'",
-                       param="model", code="model_not_found")
+                       param="model", code="model_not_found", keep=(self.model_name,))
 
     def adapter(self, name: Optional[str]) -> Optional[str]:
         """``name`` when it is a loaded LoRA adapter, else None."""
@@ -59,14 +90,14 @@ class AppState:
     def need_generator(self, path: str) -> GenerationEngine:
         if self.generator is None and self.speaker is not None:
             raise APIError(400, f"the model '{self.model_name}' is a text-to-speech model; {path} is not available "
-                           "(use /v1/audio/speech)", param="model", code="model_not_supported")
+                           "(use /v1/audio/speech)", param="model", code="model_not_supported", keep=(self.model_name,))
         if self.generator is None and self.transcriber is not None:
             raise APIError(400, f"the model '{self.model_name}' is a speech recognition model; {path} is not "
                            "available (use /v1/audio/transcriptions or /v1/audio/translations)", param="model",
-                           code="model_not_supported")
+                           code="model_not_supported", keep=(self.model_name,))
         if self.generator is None:
             raise APIError(400, f"the model '{self.model_name}' is an embeddings model; {path} is not available "
-                           "(use /v1/embeddings)", param="model", code="model_not_supported")
+                           "(use /v1/embeddings)", param="model", code="model_not_supported", keep=(self.model_name,))
         return self.generator
 
 
@@ -92,9 +123,8 @@ async def read_json(request: Request) -> Any:
 
 
 async def parse_body(request: Request, model: type) -> tuple[AppState, Any]:
-    """The server state and the request body validated as ``model`` (400 naming the field otherwise),
-    after checking the body's ``model`` id (404 when this server does not serve it)."""
+    """The state of the model the body's ``model`` id names (404 when this server does not serve it) and the
+    request body validated as ``model`` (400 naming the field otherwise)."""
     state = serve_state(request)
     req = parse(model, await read_json(request))
-    state.check_model(req.model)
-    return state, req
+    return state.for_model(req.model), req

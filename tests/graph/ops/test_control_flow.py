@@ -31,7 +31,7 @@ def test_cond_picks_the_branch():
 def test_cond_type_errors():
     with Graph("c", input_types=[F3, B, TensorType(DType.float32, ())]) as g:
         x, p, f = g.inputs
-        with pytest.raises(ValueError, match="cond: else_fn result 0 has type tensor<int32"):
+        with pytest.raises(ValueError, match=r"cond: else_fn result 0 has type TensorType\(dtype=int32"):
             ops.cond(p, [F3], lambda: x, lambda: ops.cast(x, DType.int32))
         with pytest.raises(ValueError, match="cond: then_fn returned 2 value"):
             ops.cond(p, [F3], lambda: [x, x], lambda: x)
@@ -60,9 +60,9 @@ def test_while_loop_spec_example_and_errors():
         y = ops.constant(5, dtype=DType.int32, device=DeviceRef.CPU())
         results = ops.while_loop((x, y), lambda x, y: ops.logical_and(x < 10, y < 15), lambda x, y: [x + 1, y + 1])
         g.output(*results)
-        with pytest.raises(ValueError, match="while_loop: initial_values must not be empty"):
+        with pytest.raises(ValueError, match="^While loops must have at least one iteration value\\.$"):
             ops.while_loop([], lambda: x, lambda: x)
-        with pytest.raises(ValueError, match="while_loop: body result 0 has type tensor<float32"):
+        with pytest.raises(ValueError, match=r"while_loop: body result 0 has type TensorType\(dtype=float32"):
             ops.while_loop(x, lambda v: v < 3, lambda v: ops.cast(v, DType.float32))
     out = session().load(g).execute()
     assert [int(o.to_numpy()) for o in out] == [10, 15]
@@ -123,7 +123,7 @@ def test_buffer_errors():
     with Graph("be", input_types=[BufferType(DType.float32, (2, 3)), TensorType(DType.float32, (4,)),
                                   TensorType(DType.int32, (3,))]) as g:
         b, v4, i3 = g.inputs
-        with pytest.raises(ValueError, match=r"buffer_store: source and destination shapes \[4\] and \[2, 3\] cannot be broadcast"):
+        with pytest.raises(ValueError, match=r"buffer_store: source and destination shapes \[Dim\(4\)\] and \[Dim\(2\), Dim\(3\)\] cannot be broadcast"):
             ops.buffer_store(b, v4)
         with pytest.raises(TypeError, match="buffer_store_slice: source has dtype DType.int32"):
             ops.buffer_store_slice(b, i3, [0])

@@ -91,7 +91,7 @@ def test_new_elementwise_type_errors():
         _g(ops.acos, (DType.int32, [2]))
     with pytest.raises(TypeError, match="ceil: x must be numeric"):
         _g(ops.ceil, (DType.bool, [2]))
-    with pytest.raises(ValueError, match="floor_div: cannot promote DType.float32 and DType.int32"):
+    with pytest.raises(ValueError, match="Failed to create op 'FloorDivOp'(.|\n)*Unsafe cast from si32 to f32"):
         _g(ops.floor_div, (DType.float32, [2]), (DType.int32, [2]))
     i = np.array([3, -4, 7], np.int32)
     np.testing.assert_array_equal(run1(ops.ceil, [tt(DType.int32, [3])], i), i)
@@ -150,13 +150,13 @@ def test_group_norm_matches_torch(data):
 
 def test_norm_errors():
     f32 = DType.float32
-    with pytest.raises(ValueError, match=r"rms_norm: weight has shape \[3\], expected \[4\]"):
+    with pytest.raises(ValueError, match=r"rms_norm: weight has shape \[Dim\(3\)\], expected \[4\]"):
         _g(lambda x, w: ops.rms_norm(x, w), (f32, [2, 4]), (f32, [3]))
-    with pytest.raises(ValueError, match="rms_norm: epsilon must be a positive finite number"):
+    with pytest.raises(ValueError, match="^epsilon must be positive"):
         _g(lambda x, w: ops.rms_norm(x, w, -1.0), (f32, [2, 4]), (f32, [4]))
     with pytest.raises(TypeError, match="rms_norm: input must be a float16/bfloat16/float32/float64 tensor"):
         _g(lambda x, w: ops.rms_norm(x, w), (DType.int32, [2, 4]), (f32, [4]))
-    with pytest.raises(ValueError, match=r"group_norm: the channel dim 6 of input \[2, 6, 3\] is not divisible by "
+    with pytest.raises(ValueError, match=r"group_norm: the channel dim 6 of input \[Dim\(2\), Dim\(6\), Dim\(3\)\] is not divisible by "
                                          r"num_groups=4"):
         _g(lambda x, g, b: ops.group_norm(x, g, b, 4, 1e-5), (f32, [2, 6, 3]), (f32, [6]), (f32, [6]))
     with pytest.raises(ValueError, match=r"group_norm: input must have rank >= 2"):
@@ -204,7 +204,7 @@ def test_ops_random_module_path_and_seed():
     a2 = m.execute()[0].to_numpy()
     np.testing.assert_array_equal(a, a2)  # the in-graph seed makes every run repeat
     with pytest.raises(ValueError, match="random.gaussian: std must be > 0"):
-        _g(lambda: rnd.gaussian(like, std=0.0))
+        _g(lambda: (rnd.set_seed(0), rnd.gaussian(like, std=0.0)))
     with pytest.raises(TypeError, match="random.set_seed: seed must be an int"):
         _g(lambda: rnd.set_seed(1.5))
 
@@ -214,18 +214,18 @@ def test_semantics_max_enforces():
     f32 = DType.float32
     with pytest.raises(ValueError, match=r"tile: repeats must be positive"):
         _g(lambda x: ops.tile(x, [0, 1]), (f32, [2, 3]))
-    with pytest.raises(ValueError, match="gather_nd: the index depth .* must be >= 1"):
-        _g(lambda x, i: ops.gather_nd(x, i), (f32, [2, 3]), (DType.int64, [4, 0]))
-    with pytest.raises(ValueError, match=r"range: last value 300 of range\(0, 301, 1\) does not fit DType.uint8"):
-        _g(lambda: ops.range(0, 301, 1, dtype=DType.uint8))
-    with pytest.raises(ValueError, match=r"range: start=0.5 is not a whole number, but dtype is DType.int32"):
-        _g(lambda: ops.range(0.5, 3, 1, dtype=DType.int32))
+    # MAX 26.7: index depth 0 selects all of input per index vector
+    assert _g(lambda x, i: ops.gather_nd(x, i), (f32, [2, 3]), (DType.int64, [4, 0])).output_types[0].shape == [4, 2, 3]
+    with pytest.raises(ValueError, match=r"^Unsafe cast: Can't promote python int with value \(301\) to dtype\(DType.uint8\)"):
+        _g(lambda: ops.range(0, 301, 1, dtype=DType.uint8, device=CPU))
+    with pytest.raises(ValueError, match=r"^Unsafe cast: Can't promote python float to dtype\(DType.int32\)"):
+        _g(lambda: ops.range(0.5, 3, 1, dtype=DType.int32, device=CPU))
     with pytest.raises(ValueError, match="range: out_dim is 4 but"):
-        _g(lambda: ops.range(0, 3, 1, out_dim=4, dtype=DType.int64))
+        _g(lambda: ops.range(0, 3, 1, out_dim=4, dtype=DType.int64, device=CPU))
     # broadcast_to onto a symbolic target: only size-1 dims (or the same symbol) broadcast
-    with pytest.raises(ValueError, match=r"broadcast_to: cannot broadcast \[3\] to \[n\]"):
+    with pytest.raises(ValueError, match=r"Failed to create op 'BroadcastToOp'(.|\n)*\[broadcast_to\] input dimension at index 0 \(3\) must be either 1 or equal to corresponding output dimension at index 0 \(n\)"):
         _g(lambda x: ops.broadcast_to(x, ["n"]), (f32, [3]))
-    with pytest.raises(ValueError, match=r"broadcast_to: cannot broadcast \[m\] to \[n\]"):
+    with pytest.raises(ValueError, match=r"\[broadcast_to\] input dimension at index 0 \(m\) must be either 1"):
         _g(lambda x: ops.broadcast_to(x, ["n"]), (f32, ["m"]))
     assert _g(lambda x: ops.broadcast_to(x, ["n", 2]), (f32, [1, 2])).output_types[0].shape == ["n", 2]
     # transpose(0, 0) of a scalar is the scalar itself

@@ -119,22 +119,23 @@ def test_collective_errors():
             ops.allgather([x, x], [s0])
         with pytest.raises(ValueError, match=r"allgather: inputs is empty"):
             ops.allgather([], [])
-        with pytest.raises(TypeError, match=r"allgather: signal_buffers\[1\] must be a BufferValue"):
+        with pytest.raises(TypeError, match=r"^BufferValue\(\) argument must be an mlir\.Value of buffer type or a "
+                           r"graph\.BufferValue, not 'TensorValue' \(allgather: signal_buffers\[1\]\)"):
             ops.allgather([x, x], [s0, x])
         with pytest.raises(TypeError, match=r"allgather: inputs\[1\] has dtype .*float64"):
             ops.allgather([x, x64], [s0, s1])
         with pytest.raises(ValueError, match=r"allgather: inputs\[1\] has rank 1"):
             ops.allgather([x, x3], [s0, s1])
-        with pytest.raises(ValueError, match=r"allgather: inputs\[1\] \[2, 4\] and inputs\[0\] \[2, 3\] differ in dim 1"):
+        with pytest.raises(ValueError, match=r"allgather: inputs\[1\] \[Dim\(2\), Dim\(4\)\] and inputs\[0\] \[Dim\(2\), Dim\(3\)\] differ in dim 1"):
             ops.allgather([x, x24], [s0, s1])
         assert ops.allgather([x, x24], [s0, s1], axis=1)[0].shape == [2, 7]
-        with pytest.raises(IndexError, match=r"allgather: axis=2 is out of range"):
+        with pytest.raises(IndexError, match=r"^Axis out of range \(expected to be in range of \[-2, 1\], but got 2\)"):
             ops.allgather([x, x], [s0, s1], axis=2)
         with pytest.raises(TypeError, match=r"allgather: inputs must be an iterable of TensorValues"):
             ops.allgather(x, [s0])
         with pytest.raises(TypeError, match=r"allgather: signal_buffers must be an iterable of BufferValues"):
             ops.allgather([x], s0)
-        with pytest.raises(ValueError, match=r"allreduce_sum: inputs\[1\] has shape \[2, 4\], inputs\[0\] has \[2, 3\]"):
+        with pytest.raises(ValueError, match=r"allreduce_sum: inputs\[1\] has shape \[Dim\(2\), Dim\(4\)\], inputs\[0\] has \[Dim\(2\), Dim\(3\)\]"):
             ops.allreduce_sum([x, x24], [s0, s1])
         if not device_ref().is_cpu():
             with pytest.raises(ValueError, match=r"allgather: signal_buffers\[0\] is on cpu"):

@@ -171,7 +171,7 @@ def test_logical_not_and_invert():
 
 def test_logical_needs_bool():
     with Graph("g", input_types=[TensorType(DType.float32, (2,))] * 2) as g:
-        with pytest.raises(TypeError, match="logical_and: lhs must be a bool tensor, got DType.float32"):
+        with pytest.raises(ValueError, match="(?s)^Failed to create op 'AndOp'.*rmo.and: Inputs must be bools, got f32, f32"):
             ops.logical_and(*g.inputs)
 
 
@@ -195,7 +195,7 @@ def test_where(data):
 def test_where_condition_must_be_bool():
     with Graph("g", input_types=[TensorType(DType.float32, (2,))]) as g:
         x = g.inputs[0]
-        with pytest.raises(TypeError, match="where: condition must be a bool tensor"):
+        with pytest.raises(ValueError, match="^Expected condition to be a boolean tensor, but got a tensor with dtype DType.float32"):
             ops.where(x, x, x)
 
 
@@ -217,12 +217,12 @@ def test_promotion_and_scalars():
                                  TensorType(DType.int8, (2,))]) as g:
         i, h, i8 = g.inputs
         assert (i8 + h).dtype is DType.float16  # int8 values all fit float16
-        with pytest.raises(ValueError, match="add: cannot promote DType.int32 and DType.float16"):
+        with pytest.raises(ValueError, match="(?s)Failed to create op 'AddOp'.*Unsafe cast from si32 to f32"):
             i + h  # MAX never widens to a third type
         assert (i / i).dtype is DType.float32  # true division of ints
         assert (i * 2).dtype is DType.int32  # int scalar takes the tensor dtype
         assert (i * 2.0).dtype is DType.int32  # a whole float fits the int dtype
-        with pytest.raises(ValueError, match=r"mul: rhs=2\.5 \(float\) cannot be represented as DType\.int32"):
+        with pytest.raises(ValueError, match=r"^Unsafe cast: Can't promote python float to dtype\(DType\.int32\)\. \(mul: rhs=2\.5\)"):
             i * 2.5
         assert (h * 2.5).dtype is DType.float16
         assert (2 - i).dtype is DType.int32
@@ -239,10 +239,10 @@ def test_symbolic_broadcast_types():
 
 def test_broadcast_error_names_op_and_shapes():
     with Graph("g", input_types=[TensorType(DType.float32, (2, 3)), TensorType(DType.float32, (4,))]) as g:
-        with pytest.raises(ValueError, match=r"add: operands shapes \[2, 3\] and \[4\] cannot be broadcast"):
+        with pytest.raises(ValueError, match=r"(?s)Failed to create op 'AddOp'.*Input lhs \(shape \[2, 3\]\) dimension at axis 1 \(value 3\) and input rhs \(shape \[4\]\) dimension at axis 0 \(value 4\) are neither equivalent nor broadcastable"):
             ops.add(*g.inputs)
     with Graph("g", input_types=[TensorType(DType.float32, ("a",)), TensorType(DType.float32, ("b",))]) as g:
-        with pytest.raises(ValueError, match="dims a and b differ"):
+        with pytest.raises(ValueError, match="dimension at axis 0 \\(value a\\) and input rhs \\(shape \\[b\\]\\)"):
             ops.mul(*g.inputs)
 
 

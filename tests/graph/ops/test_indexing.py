@@ -116,14 +116,14 @@ def test_slice_basic_matches_numpy(case):
 
 
 @pytest.mark.parametrize("index,msg", [
-    (np.s_[0:7], r"stop=7 is out of bounds for an axis of size 5 \(valid: -5\.\.5\)"),
-    (np.s_[-6:], r"start=-6 is out of bounds"),
-    (np.s_[3:1], r"runs backwards against its step 1"),
-    (np.s_[1:4:-1], r"runs forwards against its step -1"),
-    (np.s_[:, 0:4], r"index 1 \(axis 1\).*stop=4 is out of bounds for an axis of size 3"),
+    (np.s_[0:7], r"rmo.slice stop index 7 out of range for dimension size 5"),
+    (np.s_[-6:], r"rmo.slice start index -6 out of range for dimension size 5"),
+    (np.s_[3:1], r"but got start 3, stop 1 for step 1"),
+    (np.s_[1:4:-1], r"but got start 1, stop 4 for step -1"),
+    (np.s_[:, 0:4], r"rmo.slice stop index 4 out of range for dimension size 3"),
 ])
 def test_static_slice_bounds_are_checked(index, msg):
-    with pytest.raises(ValueError, match="slice_tensor: .*" + msg):
+    with pytest.raises(ValueError, match="(?s)^Failed to create op 'SliceOp'.*" + msg):
         Graph("g", lambda x: x[index], input_types=[TensorType(F32, [5, 3], DeviceRef.CPU())])
     # the same slice is fine on a symbolic axis (checked, like NumPy, at run time) and empty slices are fine
     Graph("g", lambda x: x[0:0, 1:1], input_types=[TensorType(F32, [5, 3], DeviceRef.CPU())])
@@ -256,7 +256,7 @@ def test_slice_errors():
     check([True], TypeError, "bool is not a valid index")
     check([1.5], TypeError, "unsupported index")
     check([slice(0.5, None)], TypeError, "slice start must be")
-    check([np.array([0.0, 1.0])], TypeError, "must be an integer tensor")
+    check([np.array([0.0, 1.0])], ValueError, r"^indices.dtype=float64 must be an integer type\.")
     check([np.array([True, False])], TypeError, "boolean mask")
     check([(slice(0, 2), 3)], ValueError, "has 2 elements, but out_dim is 3")
     check([(slice(0, 2), 3, 4)], TypeError, r"must be \(slice, out_dim\)")
@@ -294,9 +294,9 @@ def test_gather_types_and_errors():
     assert out.shape == ["n", "k", 2, 5]
     out = _sym_graph(["n", "m", 5], lambda x, i: ops.gather(x, i), more=[it])
     assert out.shape == ["n", "m", "k", 2]
-    with pytest.raises(IndexError, match="gather: axis=3 is out of range"):
+    with pytest.raises(IndexError, match=r"^Axis out of range \(expected to be in range of \[-2, 1\], but got 3\)"):
         _sym_graph([2, 3], lambda x: ops.gather(x, np.array([0]), axis=3))
-    with pytest.raises(TypeError, match="gather: indices must be an integer tensor"):
+    with pytest.raises(ValueError, match="^indices.dtype=float64 must be an integer type"):
         _sym_graph([2, 3], lambda x: ops.gather(x, np.array([0.5])))
     with pytest.raises(ValueError, match="gather: input must have rank >= 1"):
         _sym_graph([], lambda x: ops.gather(x, np.array([0])))
@@ -362,13 +362,12 @@ def test_gather_nd_errors():
         with pytest.raises(exc, match=match):
             _sym_graph(shape, lambda x, i: ops.gather_nd(x, i, batch_dims=b), more=[it])
 
-    check([2, 3], [4, "k"], 0, ValueError, "gather_nd: the last dim of indices .* must be static")
+    check([2, 3], [4, "k"], 0, ValueError, r"^index last dimension must be static: indices=TensorValue\(")
     check([2, 3], [4, 3], 0, ValueError, r"gather_nd: batch_dims \(0\) \+ index depth \(3\) exceeds")
-    check([2, 3], [3, 1], 1, ValueError, "gather_nd: batch dim 0 of input .* differ")
+    check([2, 3], [3, 1], 1, ValueError, r"^input=TensorValue\(.*\) and indices=TensorValue\(.*\) must match up to batch_dims=1")
     check([2, 3], [2], 1, ValueError, "must have rank > batch_dims")
     check([2, 3], [2, 1], -1, ValueError, "batch_dims must be >= 0")
     check([2, 3], [2, 1], 0.5, TypeError, "batch_dims must be an int")
-    check([2, 3], [2, 0], 0, ValueError, "index depth .* must be >= 1")
 
 
 # ------------------------------------------------------------------ scatter
@@ -424,16 +423,12 @@ def test_scatter_symbolic_and_errors():
         with pytest.raises(exc, match=match):
             _sym_graph([3, 4], fn)
 
-    check(lambda x: ops.scatter(x, np.zeros((3,), np.float32), np.zeros((3,), np.int64)), ValueError,
-          "scatter: indices .* must have the same rank")
-    check(lambda x: ops.scatter(x, np.zeros((3, 2), np.float32), np.zeros((3, 1), np.int64)), ValueError,
-          "scatter: updates .* and indices .* must have the same shape")
-    check(lambda x: ops.scatter(x, np.zeros((3, 5), np.float32), np.zeros((3, 5), np.int64), axis=0),
-          ValueError, r"scatter: indices \[3, 5\] dim 1 \(5\) exceeds")
+    # MAX 26.7 does not check the shapes of updates and indices (B2.1)
     check(lambda x: ops.scatter(x, ops.constant(np.zeros((3, 1)), DType.float64, DeviceRef.CPU()),
-                                np.zeros((3, 1), np.int64)), ValueError, "scatter: updates dtype .*float64 differs")
-    check(lambda x: ops.scatter(x, np.zeros((3, 1)), np.zeros((3, 1), np.int64), axis=2), IndexError,
-          "scatter: axis=2 is out of range")
+                                np.zeros((3, 1), np.int64)), ValueError,
+          r"^The input dtype 'DType.float32' and updates dtype 'DType.float64' must match\.")
+    check(lambda x: ops.scatter(x, np.zeros((3, 1)), np.zeros((3, 1), np.int64), axis=2), ValueError,
+          r"^Invalid axis value 2\. Axis must be in range \[-2, 1\]")
 
 
 # ------------------------------------------------------------------ scatter_nd
@@ -481,7 +476,7 @@ def test_scatter_nd_partial_symbolic_and_errors():
         with pytest.raises(exc, match=match):
             _sym_graph([3, 4], lambda x: ops.scatter_nd(x, np.zeros(ushape, np.float32), np.zeros(ishape, np.int64)))
 
-    check((2,), (2, 3), ValueError, "scatter_nd: index depth 3 .* exceeds the rank")
-    check((2, 3), (2, 1), ValueError, r"scatter_nd: updates shape \[2, 3\] does not match .* \[2, 4\]")
-    check((2, 4), (2, 0), ValueError, "must be >= 1")
-    check((), (), ValueError, "indices must have rank >= 1")
+    # MAX 26.7 does not check the shapes (B2.2): only the dtypes
+    with pytest.raises(ValueError, match=r"^The input dtype \(DType.float32\) and updates dtype \(DType.float64\) must match$"):
+        _sym_graph([3, 4], lambda x: ops.scatter_nd(x, ops.constant(np.zeros((2, 4)), DType.float64, DeviceRef.CPU()),
+                                                       np.zeros((2, 1), np.int64)))

@@ -85,14 +85,13 @@ def _g(fn, *types):
 def test_scatter_reduce_errors_name_the_op(kind):
     f32, i64 = DType.float32, DType.int64
     fn = SCATTER[kind]
-    with pytest.raises(ValueError, match=f"scatter_{kind}: updates dtype DType.int64 differs"):
+    with pytest.raises(ValueError, match="^The input dtype 'DType.float32' and updates dtype 'DType.int64' must match.$"):
         _g(lambda a, u, i: fn(a, u, i), (f32, [3]), (i64, [2]), (i64, [2]))
-    with pytest.raises(ValueError, match=f"scatter_{kind}: updates .* and indices .* must have the same shape"):
-        _g(lambda a, u, i: fn(a, u, i), (f32, [3]), (f32, [2]), (i64, [3]))
-    with pytest.raises(TypeError, match=f"scatter_{kind}: input must be numeric"):
-        _g(lambda a, u, i: fn(a, u, i), (DType.bool, [3]), (DType.bool, [2]), (i64, [2]))
+    # MAX 26.7: no shape checks, bool input accepted (B2.1, B2.3)
+    _g(lambda a, u, i: fn(a, u, i), (f32, [3]), (f32, [2]), (i64, [3]))
+    _g(lambda a, u, i: fn(a, u, i), (DType.bool, [3]), (DType.bool, [2]), (i64, [2]))
     fnd = SCATTER_ND[kind]
-    with pytest.raises(ValueError, match=f"scatter_nd_{kind}: updates shape"):
-        _g(lambda a, u, i: fnd(a, u, i), (f32, [3, 4]), (f32, [2, 5]), (i64, [2, 1]))
-    with pytest.raises(ValueError, match=f"scatter_nd_{kind}: index depth 3"):
-        _g(lambda a, u, i: fnd(a, u, i), (f32, [3, 4]), (f32, [2]), (i64, [2, 3]))
+    _g(lambda a, u, i: fnd(a, u, i), (f32, [3, 4]), (f32, [2, 5]), (i64, [2, 1]))
+    _g(lambda a, u, i: fnd(a, u, i), (f32, [3, 4]), (f32, [2]), (i64, [2, 3]))
+    with pytest.raises(ValueError, match=r"^The input dtype \(DType.float32\) and updates dtype \(DType.int64\) must match$"):
+        _g(lambda a, u, i: fnd(a, u, i), (f32, [3, 4]), (i64, [2, 4]), (i64, [2, 1]))

@@ -10,7 +10,6 @@ from hypothesis.extra import numpy as hnp
 
 from max.dtype import DType
 from max.graph import Dim, Graph, StaticDim, TensorType, ops
-from max.graph.ops.shape import AxisError
 from support import run1, run_graph, session, to_input, tt
 
 DTYPES = [DType.float32, DType.float64, DType.float16, DType.int32, DType.int64, DType.uint8, DType.bool]
@@ -91,12 +90,15 @@ def test_reshape_infers_symbolic_minus_one():
 
 
 def test_reshape_errors():
-    with pytest.raises(ValueError, match="reshape: cannot reshape"):
+    with pytest.raises(ValueError, match=r"(?s)^Failed to create op 'ReshapeOp'.*\[reshape\] input and output number of "
+                                         r"elements must match.*consider a rebind"):
         build(lambda x: ops.reshape(x, [5]), [tt(DType.float32, [2, 3])])
     with pytest.raises(ValueError, match="reshape: at most one -1"):
         build(lambda x: ops.reshape(x, [-1, -1]), [tt(DType.float32, [2, 3])])
-    with pytest.raises(ValueError, match="reshape: cannot reshape"):
+    with pytest.raises(ValueError, match=r"\[reshape\] input and output number of elements must match"):
         build(lambda x: ops.reshape(x, ["c", 6]), [tt(DType.float32, ["b", 6])])
+    with pytest.raises(ValueError, match=r"^reshape\(\): cannot infer -1 dimension when another dimension is 0$"):
+        build(lambda x: ops.reshape(x, [-1, 0, 2]), [tt(DType.float32, [4, 5])])
 
 
 def test_shape_to_tensor():
@@ -130,13 +132,12 @@ def test_transpose_symbolic():
 
 
 def test_transpose_errors():
-    with pytest.raises(IndexError, match=r"transpose: axis_1=3 is out of range for a rank-2 tensor"):
+    with pytest.raises(IndexError, match=r"^Axis axis_1 out of range \(expected to be in range of \[-2, 1\], but got 3\)"):
         build(lambda x: ops.transpose(x, 3, 0), [tt(DType.float32, [2, 3])])
-    with pytest.raises(ValueError, match=r"transpose: axis_2=-3 is out of range"):
+    with pytest.raises(IndexError, match=r"Axis axis_2 out of range .* but got -3"):
         build(lambda x: ops.transpose(x, 0, -3), [tt(DType.float32, [2, 3])])
     with pytest.raises(TypeError, match=r"transpose: axis_1 must be an int"):
         build(lambda x: ops.transpose(x, 0.5, 0), [tt(DType.float32, [2, 3])])
-    assert issubclass(AxisError, IndexError) and issubclass(AxisError, ValueError)
 
 
 def test_transpose_method_and_T():
@@ -177,7 +178,7 @@ def test_permute_errors():
         build(lambda x: ops.permute(x, [0, 1, 1]), ty)
     with pytest.raises(ValueError, match=r"permute: dims \[0, -1, 2\] is not a permutation"):
         build(lambda x: ops.permute(x, [0, -1, 2]), ty)
-    with pytest.raises(IndexError, match=r"permute: dims entry=3 is out of range for a rank-3 tensor"):
+    with pytest.raises(IndexError, match=r"^Axis dims entry out of range \(expected to be in range of \[-3, 2\], but got 3\)"):
         build(lambda x: ops.permute(x, [0, 1, 3]), ty)
 
 
@@ -208,15 +209,15 @@ def test_squeeze_unsqueeze_types():
 
 def test_squeeze_unsqueeze_errors():
     ty = [tt(DType.float32, ["b", 1, 3])]
-    with pytest.raises(ValueError, match=r"squeeze: dim 2 of \[b, 1, 3\] is 3; only a \(static\) size-1"):
+    with pytest.raises(ValueError, match=r"squeeze: dim 2 of \[Dim\('b'\), Dim\(1\), Dim\(3\)\] is 3; only a \(static\) size-1"):
         build(lambda x: ops.squeeze(x, 2), ty)
-    with pytest.raises(ValueError, match=r"squeeze: dim 0 of \[b, 1, 3\] is b"):
+    with pytest.raises(ValueError, match=r"squeeze: dim 0 of \[Dim\('b'\), Dim\(1\), Dim\(3\)\] is b"):
         build(lambda x: ops.squeeze(x, 0), ty)
-    with pytest.raises(IndexError, match=r"squeeze: axis=3 is out of range for a rank-3 tensor"):
+    with pytest.raises(IndexError, match=r"^Axis out of range \(expected to be in range of \[-3, 2\], but got 3\)"):
         build(lambda x: ops.squeeze(x, 3), ty)
-    with pytest.raises(IndexError, match=r"unsqueeze: axis=4 is out of range for a rank-4 tensor"):
+    with pytest.raises(IndexError, match=r"^Axis out of range \(expected to be in range of \[-4, 3\], but got 4\)"):
         build(lambda x: ops.unsqueeze(x, 4), ty)
-    with pytest.raises(IndexError, match=r"unsqueeze: axis=-5 is out of range"):
+    with pytest.raises(IndexError, match=r"but got -5\)"):
         build(lambda x: ops.unsqueeze(x, -5), ty)
 
 
@@ -266,11 +267,12 @@ def test_broadcast_to_tensor_shape_with_out_dims():
 
 def test_broadcast_to_errors():
     ty = [tt(DType.float32, [2, 3])]
-    with pytest.raises(ValueError, match=r"broadcast_to: cannot broadcast \[2, 3\] to \[2, 4\]: dim 1 is 3"):
+    with pytest.raises(ValueError, match=r"(?s)^Failed to create op 'BroadcastToOp'.*\[broadcast_to\] input dimension at "
+                                         r"index 1 \(3\) must be either 1 or equal to corresponding output dimension at index 1 \(4\)"):
         build(lambda x: ops.broadcast_to(x, [2, 4]), ty)
-    with pytest.raises(ValueError, match=r"broadcast_to: cannot broadcast \[2, 3\] \(rank 2\) to \[3\]"):
+    with pytest.raises(ValueError, match=r"broadcast_to: cannot broadcast \[Dim\(2\), Dim\(3\)\] \(rank 2\) to \[Dim\(3\)\]"):
         build(lambda x: ops.broadcast_to(x, [3]), ty)
-    with pytest.raises(ValueError, match=r"broadcast_to: cannot broadcast \[b, 3\] to \[c, 3\]"):
+    with pytest.raises(ValueError, match=r"input dimension at index 0 \(b\) must be either 1 or equal to corresponding output dimension at index 0 \(c\)"):
         build(lambda x: ops.broadcast_to(x, ["c", 3]), [tt(DType.float32, ["b", 3])])
     with pytest.raises(ValueError, match=r"broadcast_to: a tensor-valued shape needs out_dims"):
         build(lambda x, s: ops.broadcast_to(x, s), [tt(DType.float32, [1, 3]), tt(DType.int64, [2])])
@@ -310,7 +312,7 @@ def test_flatten_types_and_errors():
         check(f(x)[0], x.reshape(b * s, 4, 2), DType.float32)
     with pytest.raises(ValueError, match=r"flatten: start_dim=2 comes after end_dim=1"):
         build(lambda x: ops.flatten(x, 2, 1), ty)
-    with pytest.raises(IndexError, match=r"flatten: end_dim=4 is out of range for a rank-4 tensor"):
+    with pytest.raises(IndexError, match=r"^Axis end_dim out of range \(expected to be in range of \[-4, 3\], but got 4\)"):
         build(lambda x: ops.flatten(x, 0, 4), ty)
 
 
@@ -345,10 +347,10 @@ def test_concat_symbolic():
 
 def test_concat_errors():
     f32 = DType.float32
-    with pytest.raises(ValueError, match=r"concat: original_vals\[0\] \[2, 3\] and original_vals\[1\] \[2, 4\] "
-                                         r"differ in dim 1"):
+    with pytest.raises(ValueError, match=r"^Concat inputs differ on non-concat axis 1: vals=\[TensorValue\(dtype=float32, "
+                                         r"shape=\[Dim\(2\), Dim\(3\)\], device=cpu:0\), TensorValue\("):
         build(lambda x, y: ops.concat([x, y]), [tt(f32, [2, 3]), tt(f32, [2, 4])])
-    with pytest.raises(ValueError, match=r"concat: .* differ in dim 1 \(s vs t\)"):
+    with pytest.raises(ValueError, match=r"Concat inputs differ on non-concat axis 1: .*Dim\('s'\).*Dim\('t'\)"):
         build(lambda x, y: ops.concat([x, y]), [tt(f32, [2, "s"]), tt(f32, [2, "t"])])
     with pytest.raises(ValueError, match=r"concat: all original_vals must have the same rank"):
         build(lambda x, y: ops.concat([x, y]), [tt(f32, [2, 3]), tt(f32, [2, 3, 1])])
@@ -356,9 +358,9 @@ def test_concat_errors():
         build(lambda x, y: ops.concat([x, y]), [tt(f32, [2, 3]), tt(DType.int32, [2, 3])])
     with pytest.raises(ValueError, match=r"concat: original_vals must not be empty"):
         build(lambda x: ops.concat([]), [tt(f32, [2, 3])])
-    with pytest.raises(IndexError, match=r"concat: axis=2 is out of range for a rank-2 tensor"):
+    with pytest.raises(IndexError, match=r"^Axis out of range \(expected to be in range of \[-2, 1\], but got 2\)"):
         build(lambda x: ops.concat([x, x], axis=2), [tt(f32, [2, 3])])
-    with pytest.raises(IndexError, match=r"concat: axis=0 is out of range for a rank-0 tensor"):
+    with pytest.raises(IndexError, match=r"^Axis out of range \(expected to be in range of \[0, -1\], but got 0\)"):
         build(lambda x: ops.concat([x, x]), [tt(f32, [])])
 
 
@@ -384,14 +386,14 @@ def test_stack_symbolic_and_errors():
     for b in (1, 3):
         xs = [arr((b, 3)), arr((b, 3)) * 2]
         check(f(*xs)[0], np.stack(xs, axis=1), f32)
-    with pytest.raises(ValueError, match=r"stack: all values must have the same shape: values\[0\] is \[b, 3\], "
-                                         r"values\[1\] is \[c, 3\]"):
+    with pytest.raises(ValueError, match=r"^Concat inputs differ on non-concat axis 1: vals=\[TensorValue\(dtype=float32, "
+                                         r"shape=\[Dim\(1\), Dim\('b'\), Dim\(3\)\]"):
         build(lambda x, y: ops.stack([x, y]), [tt(f32, ["b", 3]), tt(f32, ["c", 3])])
-    with pytest.raises(ValueError, match=r"stack: all values must have the same dtype"):
+    with pytest.raises(ValueError, match=r"^All inputs to stack must have the same dtype$"):
         build(lambda x, y: ops.stack([x, y]), [tt(f32, [3]), tt(DType.int64, [3])])
-    with pytest.raises(IndexError, match=r"stack: axis=3 is out of range for a rank-3 tensor"):
+    with pytest.raises(IndexError, match=r"^Axis out of range \(expected to be in range of \[-3, 2\], but got 3\)"):
         build(lambda x, y: ops.stack([x, y], axis=3), ty)
-    with pytest.raises(ValueError, match=r"stack: values must not be empty"):
+    with pytest.raises(ValueError, match=r"^Expected at least one value to stack$"):
         build(lambda x, y: ops.stack([]), ty)
 
 
@@ -423,29 +425,24 @@ def test_split_symbolic():
         o1, o2 = f(x)
         check(o1, x[:, :2], f32)
         check(o2, x[:, 2:], f32)
-    # symbolic sizes that sum to the axis's (symbolic) size
+    # MAX 26.7: split sizes are static ints (a symbolic size is a TypeError, B8.1)
     ty2 = [tt(f32, [Dim("a") + Dim("b") + 1, 2]), tt(f32, ["a"]), tt(f32, ["b"])]
-    _, res = build(lambda x, ya, yb: ops.split(x, ["a", 1, "b"]), ty2)
-    assert [v.shape for v in res] == [["a", 2], [1, 2], ["b", 2]]
-    f = load(lambda x, ya, yb: ops.split(x, ["a", 1, "b"]), ty2)
-    for a, b in ((1, 2), (3, 0)):
-        x = arr((a + b + 1, 2))
-        outs = f(x, np.zeros(a, np.float32), np.zeros(b, np.float32))
-        for o, ref in zip(outs, np.split(x, [a, a + 1])):
-            check(o, ref, f32)
+    with pytest.raises(TypeError, match=r"^int\(Dim\('a'\)\): Int conversions only supported for static dims$"):
+        build(lambda x, ya, yb: ops.split(x, ["a", 1, "b"]), ty2)
 
 
 def test_split_errors():
     ty = [tt(DType.float32, [2, 5])]
-    with pytest.raises(ValueError, match=r"split: split_sizes \['2', '2'\] sum to 4, but dim 1 of \[2, 5\] is 5"):
+    with pytest.raises(ValueError, match=r"^Split sizes must sum to dimension value; x.shape\[axis\]=Dim\(5\) != "
+                                         r"sum\(sizes=\[2, 2\]\)$"):
         build(lambda x: ops.split(x, [2, 2], axis=1), ty)
-    with pytest.raises(ValueError, match=r"split: split_sizes must be non-negative"):
+    with pytest.raises(ValueError, match=r"^Split sizes must be positive: sizes=\[6, -1\]$"):
         build(lambda x: ops.split(x, [6, -1], axis=1), ty)
     with pytest.raises(ValueError, match=r"split: split_sizes must not be empty"):
         build(lambda x: ops.split(x, [], axis=1), ty)
-    with pytest.raises(ValueError, match=r"split: .* sum to 5, but dim 0 of \[b, 5\] is b"):
+    with pytest.raises(ValueError, match=r"x.shape\[axis\]=Dim\('b'\) != sum\(sizes=\[2, 3\]\)"):
         build(lambda x: ops.split(x, [2, 3]), [tt(DType.float32, ["b", 5])])
-    with pytest.raises(IndexError, match=r"split: axis=2 is out of range"):
+    with pytest.raises(IndexError, match=r"^Axis must be in range \[-2, 2\), got 2$"):
         build(lambda x: ops.split(x, [5], axis=2), ty)
 
 
@@ -468,24 +465,19 @@ def test_chunk_matches_numpy(data):
 
 def test_chunk_symbolic_and_errors():
     f32 = DType.float32
-    _, res = build(lambda x: ops.chunk(x, 2, axis=1), [tt(f32, [3, Dim("h") * 2])])
-    assert [v.shape for v in res] == [[3, "h"], [3, "h"]]
-    f = load(lambda x: ops.chunk(x, 2, axis=1), [tt(f32, [3, Dim("h") * 2]), ])
-    for h in (1, 3):
-        x = arr((3, 2 * h))
-        o1, o2 = f(x)
-        check(o1, x[:, :h], f32)
-        check(o2, x[:, h:], f32)
+    # MAX 26.7: the chunked axis must be static (B8.4)
+    with pytest.raises(TypeError, match=r"^int\(Dim\('h \* 2'\)\): Int conversions only supported for static dims$"):
+        build(lambda x: ops.chunk(x, 2, axis=1), [tt(f32, [3, Dim("h") * 2])])
     # The reference's example chunks 5 elements into 2; its text requires an exact division.
-    with pytest.raises(ValueError, match=r"chunk: chunks=2 does not evenly divide dim 0 of \[5\] \(size 5\)"):
+    with pytest.raises(ValueError, match=r"^chunk: chunks=2 must statically divide x.shape\[axis\]=Dim\(5\)$"):
         build(lambda x: ops.chunk(x, 2), [tt(f32, [5])])
-    with pytest.raises(ValueError, match=r"chunk: chunks=2 does not evenly divide dim 0 of \[n\]"):
+    with pytest.raises(TypeError, match=r"Int conversions only supported for static dims"):
         build(lambda x: ops.chunk(x, 2), [tt(f32, ["n"])])
     with pytest.raises(ValueError, match=r"chunk: chunks must be positive, got 0"):
         build(lambda x: ops.chunk(x, 0), [tt(f32, [4])])
     with pytest.raises(TypeError, match=r"chunk: chunks must be an int"):
         build(lambda x: ops.chunk(x, 2.0), [tt(f32, [4])])
-    with pytest.raises(IndexError, match=r"chunk: axis=1 is out of range"):
+    with pytest.raises(IndexError, match=r"^Axis out of range \(expected to be in range of \[-1, 0\], but got 1\)"):
         build(lambda x: ops.chunk(x, 2, axis=1), [tt(f32, [4])])
 
 
@@ -508,7 +500,7 @@ def test_tile_symbolic_and_errors():
     for b in (1, 3):
         x = arr((b, 2))
         check(f(x)[0], np.tile(x, (2, 3)), f32)
-    with pytest.raises(ValueError, match=r"tile: repeats \['2'\] must have one entry per dim of \[b, 2\] \(2\), got 1"):
+    with pytest.raises(ValueError, match=r"tile: repeats \['2'\] must have one entry per dim of \[Dim\('b'\), Dim\(2\)\] \(2\), got 1"):
         build(lambda x: ops.tile(x, [2]), ty)
     with pytest.raises(ValueError, match=r"tile: repeats must be positive"):
         build(lambda x: ops.tile(x, [2, -1]), ty)
@@ -546,15 +538,13 @@ def test_pad_tensor_value_and_symbolic():
 def test_pad_errors():
     ty = [tt(DType.float32, [2, 3])]
     with pytest.raises(ValueError, match=r"pad: paddings \[1, 1\] must have 2 entries \(before, after\) per dim "
-                                         r"of \[2, 3\]: expected 4, got 2"):
+                                         r"of \[Dim\(2\), Dim\(3\)\]: expected 4, got 2"):
         build(lambda x: ops.pad(x, [1, 1]), ty)
-    with pytest.raises(ValueError, match=r"pad: mode='wrap' is not supported; use one of"):
+    with pytest.raises(ValueError, match=r"^unsupported padding mode 'wrap'; expected 'constant', 'reflect', or 'edge'$"):
         build(lambda x: ops.pad(x, [1, 1, 1, 1], mode="wrap"), ty)
-    with pytest.raises(ValueError, match=r"pad: mode='reflect': paddings \(2, 0\) of dim 0 must be smaller than "
-                                         r"its size 2"):
-        build(lambda x: ops.pad(x, [2, 0, 1, 1], mode="reflect"), ty)
-    with pytest.raises(ValueError, match=r"pad: mode='edge': dim 0 is empty"):
-        build(lambda x: ops.pad(x, [1, 0, 0, 0], mode="edge"), [tt(DType.float32, [0, 3])])
+    # MAX 26.7 accepts reflect pads as long as the dim and edge pads of an empty dim (B10.1, B10.2)
+    build(lambda x: ops.pad(x, [2, 0, 1, 1], mode="reflect"), ty)
+    build(lambda x: ops.pad(x, [1, 0, 0, 0], mode="edge"), [tt(DType.float32, [0, 3])])
     with pytest.raises(ValueError, match=r"pad: paddings must be non-negative"):
         build(lambda x: ops.pad(x, [1, -1, 1, 1]), ty)
     with pytest.raises(TypeError, match=r"pad: value=0.5 is not a whole number but input is int32"):
@@ -603,9 +593,9 @@ def test_rebind_build_time():
     ty = [tt(f32, ["a", 4])]
     t = result_type(lambda x: x.rebind(["b", 4]), ty)
     assert t.shape == ["b", 4] and t.dtype is f32
-    with pytest.raises(ValueError, match=r"rebind: cannot rebind \[a, 4\] \(rank 2\) to \[a\] \(rank 1\) \(oops\)"):
+    with pytest.raises(ValueError, match=r"rebind: cannot rebind \[Dim\('a'\), Dim\(4\)\] \(rank 2\) to \[Dim\('a'\)\] \(rank 1\) \(oops\)"):
         build(lambda x: ops.rebind(x, ["a"], message="oops"), ty)
-    with pytest.raises(ValueError, match=r"rebind: cannot rebind \[a, 4\] to \[a, 5\]: dim 1 is statically 4"):
+    with pytest.raises(ValueError, match=r"rebind: cannot rebind \[Dim\('a'\), Dim\(4\)\] to \[Dim\('a'\), Dim\(5\)\]: dim 1 is statically 4"):
         build(lambda x: ops.rebind(x, ["a", 5]), ty)
 
 
@@ -679,9 +669,9 @@ def test_repeat_interleave_errors():
         build(lambda x: ops.repeat_interleave(x, -2, axis=1), ty)
     with pytest.raises(ValueError, match=r"repeat_interleave: repeats must be positive, got \[1, 0, 1\]"):
         build(lambda x: ops.repeat_interleave(x, [1, 0, 1], axis=1), ty)
-    with pytest.raises(ValueError, match=r"repeat_interleave: axis=2 is out of range for a rank-2 tensor"):
+    with pytest.raises(ValueError, match=r"^Axis out of range \(expected to be in range of \[-2, 1\], but got 2\)"):
         build(lambda x: ops.repeat_interleave(x, 2, axis=2), ty)
-    with pytest.raises(ValueError, match=r"repeat_interleave: repeats has 2 entries but dim 1 of \[2, 3\] is 3"):
+    with pytest.raises(ValueError, match=r"repeat_interleave: repeats has 2 entries but dim 1 of \[Dim\(2\), Dim\(3\)\] is 3"):
         build(lambda x: ops.repeat_interleave(x, [1, 2], axis=1), ty)
     with pytest.raises(TypeError, match=r"repeat_interleave: repeats must be an integer tensor"):
         build(lambda x, r: ops.repeat_interleave(x, r, axis=0, out_dim="n"), [ty[0], tt(DType.float32, [2])])

@@ -1,6 +1,12 @@
 """Lowering to the native CPU kernels (``max.engine.native``), as the backend policy decides
 (``max.engine.backend``: which kernels exist, the environment's switches, the cost model).
 
+- Every node on the CPU whose kernel has a native path (:data:`NATIVE_KERNELS`, and the native-only ops
+  made below) gets ``native``: the kernel variant the policy runs (``BackendPolicy.kernel_variant``).
+  The kernel runs its native code on that variant's library (``native.library``) where its operands
+  suit it (dtype, layout) and its torch code otherwise; without ``native`` it runs torch.  This is the
+  only place the choice is made: a policy without native kernels (``backend.use``) reaches every kernel.
+
 - GGML block-quantised weights of ``fused_matmul_t`` nodes on the CPU are
   repacked into the kernels' interleaved layout by a ``pack_qweight`` node.
   Its operand is a weight, so load-time weight folding runs it once and binds
@@ -72,6 +78,32 @@ def _with(n: PNode, **attrs: object) -> PNode:
     return PNode(n.op, n.inputs, dict(n.attrs, **attrs), n.types, n.outs, n.loc, n.side_effects, n.regions)
 
 
+NATIVE_KERNELS = frozenset({
+    "fused_matmul_t", "fused_rms_norm", "gated_rms_norm", "dequantize", "ragged_qkv_store", "ragged_attention",
+    "moe_experts_ffn", "causal_conv1d", "selective_scan", "gated_delta_rule",
+})
+"""Ops whose kernel has a native path beside its torch one (a kernel added with one joins this set and
+takes ``native: str | None = None``).  The ops this lowering makes (``pack_qweight``, ``packed_gather_f32``,
+``flash_attention_ragged_native``, ``cross_attention_ragged_native``, ``qkv_attention_native``) are native
+only and get ``native`` where they are made."""
+
+
+def native_attrs(op: str, device: object, policy: BackendPolicy) -> dict:
+    """``{"native": variant}`` for an ``op`` of :data:`NATIVE_KERNELS` on the CPU ``device`` under ``policy``
+    (else ``{}``): what this lowering writes into such a node, and what eager execution passes its kernel."""
+    on_cpu = device is not None and device.is_cpu()  # type: ignore[attr-defined]
+    variant = policy.kernel_variant(on_cpu) if op in NATIVE_KERNELS else None
+    return {"native": variant} if variant else {}
+
+
+def _device(prog: Program, n: PNode) -> object:
+    """The device of ``n``'s first tensor result (else of its first tensor operand), or None."""
+    for t in (*n.types, *(prog.types.get(i) for i in n.inputs)):
+        if isinstance(t, TensorType):
+            return t.device
+    return None
+
+
 def lower(prog: Program, policy: Optional[BackendPolicy] = None) -> dict[str, int]:
     """Rewrite ``prog`` in place as ``policy`` (default: this process's) decides; returns counts per rewrite."""
     from max.engine import native
@@ -99,8 +131,12 @@ def lower(prog: Program, policy: Optional[BackendPolicy] = None) -> dict[str, in
         return as_i64[v]
 
     for n in prog.nodes:
-        dev = n.types[0].device if n.types and isinstance(n.types[0], TensorType) else None
+        dev = _device(prog, n)
         on_cpu = dev is not None and dev.is_cpu()
+        variant = policy.kernel_variant(on_cpu)  # for the native-only ops made below
+        choice = native_attrs(n.op, dev, policy)
+        if choice:
+            n = _with(n, **choice)
         if n.op == "qmatmul" and policy.fast_int4_qmatmul:
             n = _with(n, fast=True)
         if n.op == linear_fusion.OP:
@@ -125,8 +161,8 @@ def lower(prog: Program, policy: Optional[BackendPolicy] = None) -> dict[str, in
                 pid = next_id
                 next_id += 1
                 prog.types[pid] = typ
-                out.append(PNode("pack_qweight", (w,), {"kind": code, "n": n.attrs["ns"][i], "k": n.attrs["k"]},
-                                 (typ,), (pid,), n.loc))
+                out.append(PNode("pack_qweight", (w,), {"kind": code, "n": n.attrs["ns"][i], "k": n.attrs["k"],
+                                                        "native": variant}, (typ,), (pid,), n.loc))
                 new_ws[i] = pid
                 kinds[i] = "packed:" + kind
                 counts["pack_qweight"] += 1
@@ -141,6 +177,7 @@ def lower(prog: Program, policy: Optional[BackendPolicy] = None) -> dict[str, in
             cache_dt = prog.types[blocks].dtype
             if cache_dt in _NATIVE_CACHE_DTYPES and prog.types[q].dtype == DType.float32:
                 attrs = {k: v for k, v in n.attrs.items() if k != "native_operands"}
+                attrs["native"] = variant
                 idx = [int64_of(v, n.loc) for v in rest[:3]]  # offsets, cache_lengths, lookup
                 n = PNode("flash_attention_ragged_native", (q, blocks, *idx, *rest[3:]), attrs, n.types, n.outs,
                           n.loc, n.side_effects, n.regions)
@@ -154,8 +191,8 @@ def lower(prog: Program, policy: Optional[BackendPolicy] = None) -> dict[str, in
         elif (n.op == "cross_attention_ragged" and on_cpu and not n.attrs["causal"] and n.attrs["window"] <= 0
               and prog.types[n.inputs[0]].dtype == DType.float32
               and prog.types[n.inputs[1]].dtype in _NATIVE_CACHE_DTYPES):
-            n = PNode("cross_attention_ragged_native", n.inputs, n.attrs, n.types, n.outs, n.loc, n.side_effects,
-                      n.regions)
+            n = PNode("cross_attention_ragged_native", n.inputs, dict(n.attrs, native=variant), n.types, n.outs,
+                      n.loc, n.side_effects, n.regions)
             counts["cross_attention_ragged_native"] += 1
         out.append(n)
     prog.nodes = out

@@ -132,11 +132,12 @@ def kv_cache_ragged_radd(a: torch.Tensor, blocks: torch.Tensor, write_page: torc
 @kernel("cross_attention_ragged_native", pure=False)
 def cross_attention_ragged_native(q: torch.Tensor, blocks: torch.Tensor, lookup: torch.Tensor, offsets: torch.Tensor,
                                   kv_offsets: torch.Tensor, layer: int, scale: float, causal: bool, window: int,
-                                  head_dim: int, page_size: int) -> torch.Tensor:
+                                  head_dim: int, page_size: int, native: str = "") -> torch.Tensor:
     """cross_attention_ragged without a mask, reading the pages in place (native kernel; CPU, float32 q):
     ``lmx_paged_attention`` without its causal mask lets request ``b``'s queries see positions
-    ``0 .. cache_len[b] + n[b] - 1``, so ``cache_len = kv_len - n`` gives the keys ``0 .. kv_len - 1``."""
-    from max.engine import native
+    ``0 .. cache_len[b] + n[b] - 1``, so ``cache_len = kv_len - n`` gives the keys ``0 .. kv_len - 1``.
+    ``native``: the kernel variant (set at lowering)."""
+    from max.engine.native import library
     from max.engine.kernels.ragged import KV_KINDS, _cache_strides, _i64
 
     if causal or window > 0:  # the lowering only picks this kernel without a mask
@@ -151,7 +152,7 @@ def cross_attention_ragged_native(q: torch.Tensor, blocks: torch.Tensor, lookup:
     cl = (kv_len - n).contiguous()
     lk = _i64(lookup)
     sp, skv, sl, so = _cache_strides(blocks)
-    rc = native.lib().lmx_paged_attention(
+    rc = library(native).lmx_paged_attention(
         q3.data_ptr(), T, q3.shape[1], blocks.shape[4], head_dim, cl.shape[0], offs.data_ptr(), cl.data_ptr(),
         lk.data_ptr(), lk.stride(0), page_size, blocks.data_ptr(), KV_KINDS[blocks.dtype], sp, skv, sl, so, layer,
         scale, -1, -1, 0, out.data_ptr())

@@ -10,12 +10,17 @@ from max.engine.kernels import kernel
 
 
 @kernel("range")
-def range_(*ts: torch.Tensor, start, stop, step, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def range_(*ts: torch.Tensor, start, stop, step, dtype: torch.dtype, device: torch.device,
+           length: int | None = None) -> torch.Tensor:
     vals = [start, stop, step]
     if ts:
         it = iter(ts)
         vals = [next(it).item() if v is None else v for v in vals]
     wide = torch.float64 if any(isinstance(v, float) for v in vals) else torch.int64
+    if length is not None:
+        # the type rule's length (MAX's floored (stop - start) // step): start + step * i
+        i = torch.arange(length, dtype=wide, device=device)
+        return (vals[0] + vals[2] * i).to(dtype)
     return torch.arange(vals[0], vals[1], vals[2], dtype=wide, device=device).to(dtype)
 
 

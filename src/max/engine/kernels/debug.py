@@ -30,6 +30,14 @@ def print_(*ts: torch.Tensor, label: str = "debug_tensor", text: str | None = No
         builtins.print(text, file=sys.stdout, flush=True)
         return None
     t = ts[0].detach()
+    if style == "BINARY_MAX_CHECKPOINT":
+        from max.driver.buffer import Buffer
+        from max.driver.checkpoint import write_max_buffer
+
+        buf = Buffer._from_torch(t.cpu().contiguous())
+        os.makedirs(OPTIONS["directory"], exist_ok=True)
+        write_max_buffer(os.path.join(OPTIONS["directory"], f"{label}.max"), buf.to_numpy(), buf.dtype)
+        return None
     if t.dtype not in _NUMPY_OK:
         t = t.to(torch.float32)
     arr = t.cpu().numpy()

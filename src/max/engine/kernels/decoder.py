@@ -42,7 +42,8 @@ def store_kv_ragged(k: torch.Tensor, *rest: torch.Tensor, layer: int, has_v: boo
 def ragged_attention(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tensor, read_page: torch.Tensor,
                      read_off: torch.Tensor, key_valid: torch.Tensor, q_pos: torch.Tensor, causal_mask: torch.Tensor,
                      *extra: torch.Tensor, layer: int, scale: float, window: int, softcap: float,
-                     has_sinks: bool, has_groups: bool = False, chunk: int = 0) -> torch.Tensor:
+                     has_sinks: bool, has_groups: bool = False, chunk: int = 0,
+                     native: str | None = None) -> torch.Tensor:
     T, H, D = q.shape
     B = q_index.shape[0]
     if B == 0 or T == 0:
@@ -58,7 +59,7 @@ def ragged_attention(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tenso
         groups, offsets, cache_lengths, lookup = extra[int(has_sinks):int(has_sinks) + 4]
         if not has_sinks and softcap <= 0 and not bool((groups >= 0).any()):  # no block: plain causal attention
             return _causal(q, blocks, q_index, read_page, read_off, key_valid, q_pos, causal_mask, offsets,
-                           cache_lengths, lookup, layer, scale, window, chunk)
+                           cache_lengths, lookup, layer, scale, window, chunk, native)
         mask = mask | _same_block(groups, q_index, q_pos, key_valid)
     mask = local_mask(mask, q_pos, k.shape[1], window, chunk)  # sliding window / chunked local attention
     scores = torch.einsum("bqhd,bkhd->bhqk", qp, k) * scale
@@ -80,16 +81,16 @@ def ragged_attention(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tenso
 def _causal(q: torch.Tensor, blocks: torch.Tensor, q_index: torch.Tensor, read_page: torch.Tensor,
             read_off: torch.Tensor, key_valid: torch.Tensor, q_pos: torch.Tensor, causal_mask: torch.Tensor,
             offsets: torch.Tensor, cache_lengths: torch.Tensor, lookup: torch.Tensor, layer: int, scale: float,
-            window: int, chunk: int = -1) -> torch.Tensor:
-    """Causal attention as ``flash_attention_ragged`` computes it: the native paged kernel where the native
-    lowering would pick it (CPU, float32 queries, float32/bfloat16 cache), else its SDPA path."""
-    from max.engine import native
+            window: int, chunk: int = -1, native: str | None = None) -> torch.Tensor:
+    """Causal attention as ``flash_attention_ragged`` computes it: the paged kernel of the ``native`` variant
+    (the node's, set at lowering) where it reads the operands (CPU, float32 queries, a cache dtype it reads),
+    else its SDPA path."""
     from max.engine.kernels.ragged import flash_attention_ragged, flash_attention_ragged_native
 
     D = q.shape[-1]
-    if q.device.type == "cpu" and q.dtype == torch.float32 and blocks.dtype in KV_KINDS and native.lib() is not None:
+    if native and q.device.type == "cpu" and q.dtype == torch.float32 and blocks.dtype in KV_KINDS:
         return flash_attention_ragged_native(q, blocks, offsets, cache_lengths, lookup, layer=layer, scale=scale,
-                                             causal=True, window=window, head_dim=D, chunk=chunk)
+                                             causal=True, window=window, head_dim=D, chunk=chunk, native=native)
     return flash_attention_ragged(q, blocks, q_index, read_page, read_off, key_valid, q_pos, causal_mask,
                                   layer=layer, scale=scale, causal=True, window=window, head_dim=D, chunk=chunk)
 

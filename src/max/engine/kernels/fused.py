@@ -42,14 +42,15 @@ def fused_swiglu(x: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor) -> torch.T
 
 
 @kernel("fused_rms_norm")
-def fused_rms_norm(x: torch.Tensor, w: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
-    if x.dtype == torch.float32 and x.device.type == "cpu" and (w is None or w.dtype == torch.float32):
-        from max.engine import native
+def fused_rms_norm(x: torch.Tensor, w: torch.Tensor | None = None, eps: float = 1e-6,
+                   native: str | None = None) -> torch.Tensor:
+    """RMSNorm: on the ``native`` kernel variant (set at lowering) for float32 CPU rows, else torch."""
+    if native and x.dtype == torch.float32 and x.device.type == "cpu" and (w is None or w.dtype == torch.float32):
+        from max.engine import native as lmx
 
-        if native.lib() is not None:
-            x2 = x.reshape(-1, x.shape[-1])
-            if x2.stride(-1) == 1 and (w is None or w.is_contiguous()):
-                return native.rmsnorm(x2, w, eps).reshape(x.shape)
+        x2 = x.reshape(-1, x.shape[-1])
+        if x2.stride(-1) == 1 and (w is None or w.is_contiguous()):
+            return lmx.rmsnorm(x2, w, eps, so=lmx.library(native)).reshape(x.shape)
     return rms_norm(x, w, eps, multiply_before_cast=True)
 
 
@@ -63,10 +64,12 @@ def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
 _PLANS: dict[tuple, tuple] = {}
 
 
-def _plan_for(weights: tuple, biases: list, kinds: tuple, ns: tuple, k: int, norm: tuple | None = None) -> Any:
-    """A native MatmulPlan for these bound tensors, built once (keyed by the tensors' identity)."""
-    key = tuple(id(t) for t in weights) + tuple(id(b) if b is not None else 0 for b in biases) + (
-        (id(norm[0]), norm[1]) if norm is not None else ())
+def _plan_for(so: Any, weights: tuple, biases: list, kinds: tuple, ns: tuple, k: int,
+              norm: tuple | None = None) -> Any:
+    """A native MatmulPlan on library ``so`` for these bound tensors, built once (keyed by the tensors'
+    identity)."""
+    key = (id(so), *(id(t) for t in weights), *(id(b) if b is not None else 0 for b in biases),
+           *((id(norm[0]), norm[1]) if norm is not None else ()))
     hit = _PLANS.get(key)
     if hit is not None and all(r() is t for r, t in zip(hit[0], weights)):
         return hit[1]
@@ -83,7 +86,7 @@ def _plan_for(weights: tuple, biases: list, kinds: tuple, ns: tuple, k: int, nor
         else:
             codes.append(native.GGML_KINDS[kind])
             modes.append("ggml")
-    plan = native.MatmulPlan(list(weights), codes, modes, list(ns), k, biases, norm=norm)
+    plan = native.MatmulPlan(list(weights), codes, modes, list(ns), k, biases, so=so, norm=norm)
     refs = tuple(weakref.ref(t) for t in weights)
     if len(_PLANS) > 4096:
         _PLANS.clear()
@@ -111,10 +114,11 @@ def _wide_buffer(numel: int) -> torch.Tensor:
     return buf
 
 
-def _blockwise_linear(x2: torch.Tensor, w: torch.Tensor, kind: str, n: int, k: int) -> torch.Tensor:
+def _blockwise_linear(x2: torch.Tensor, w: torch.Tensor, kind: str, n: int, k: int, so: Any = None) -> torch.Tensor:
     """``x2 @ W.T`` in torch for a half-precision or packed quantised ``W``: a block of rows at a time is
     widened exactly (dequantised) to float32 into a reused buffer of about 1 MiB, then one GEMM per
-    block -- never a float32 copy of the whole weight."""
+    block -- never a float32 copy of the whole weight.  Packed rows are read by library ``so`` (the
+    node's variant: packed weights exist only under the native lowering)."""
     from max.engine import native
 
     rows = max(16, (1 << 18) // k)
@@ -124,7 +128,7 @@ def _blockwise_linear(x2: torch.Tensor, w: torch.Tensor, kind: str, n: int, k: i
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
         if code is not None:
-            wb = native.packed_rows_f32(w, code, n, k, r0, r1, buf)
+            wb = native.packed_rows_f32(w, code, n, k, r0, r1, buf, so=so)
         else:
             wb = buf[: (r1 - r0) * k].view(r1 - r0, k)
             wb.copy_(w[r0:r1])
@@ -163,10 +167,11 @@ def _residual_2d(r: torch.Tensor, m: int, n: int) -> torch.Tensor | None:
 @kernel("fused_matmul_t")
 def fused_matmul_t(x: torch.Tensor, *operands: torch.Tensor, kinds: tuple, ns: tuple, k: int, has_bias: tuple,
                    act: str | None, exact: bool = False, norm_eps: float | None = None,
-                   native_max_m: int = 0, residual: bool = False) -> torch.Tensor:
+                   native_max_m: int = 0, residual: bool = False, native: str | None = None) -> torch.Tensor:
     """``concat_i(x' @ W_iᵀ (+ b_i))`` [gated], ``x' = rms_norm(x, gamma, norm_eps)`` when a norm was fused
     (its weight is the operand after the biases).  Below ``native_max_m`` rows (set at lowering by the backend
-    policy, ``max.engine.backend``) the native kernels run, quantised weights with 8-bit activation
+    policy, ``max.engine.backend``, with the kernel variant ``native``) the native kernels run, quantised
+    weights with 8-bit activation
     codes (one scale per 32 values); else torch, quantised weights as float32 activations times the
     dequantised weight (``exact`` forces that).  ``residual`` (the native lowering fused the add that
     followed, packed weights and no gate only): the last operand ``r`` is added, ``r + result``, in the
@@ -176,11 +181,16 @@ def fused_matmul_t(x: torch.Tensor, *operands: torch.Tensor, kinds: tuple, ns: t
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
-    if not exact and m < native_max_m and _layout_ok(x2, weights, kinds):
+    so = None
+    if native:
+        from max.engine.native import library
+
+        so = library(native)
+    if so is not None and not exact and m < native_max_m and _layout_ok(x2, weights, kinds):
         if x2.stride(1) != 1:
             x2 = x2.contiguous()
         norm = (gamma, norm_eps) if gamma is not None else None
-        plan = _plan_for(weights, biases, kinds, ns, k, norm)
+        plan = _plan_for(so, weights, biases, kinds, ns, k, norm)
         r2 = None if res is None or act is not None else _residual_2d(res, m, plan.n_out)
         if r2 is not None and all(f is not None for f in plan.res_fns):
             y = plan(x2, residual=r2)
@@ -188,9 +198,9 @@ def fused_matmul_t(x: torch.Tensor, *operands: torch.Tensor, kinds: tuple, ns: t
         else:
             y = plan(x2)
         if act is not None:
-            from max.engine import native
+            from max.engine.native import glu
 
-            y = native.glu(y, 0 if act == "silu" else 1) if act in ("silu", "gelu_tanh") else _gate(y, act)
+            y = glu(y, 0 if act == "silu" else 1, so=so) if act in ("silu", "gelu_tanh") else _gate(y, act)
     else:
         if gamma is not None:
             x2 = rms_norm(x2, gamma, norm_eps, multiply_before_cast=True)
@@ -202,7 +212,7 @@ def fused_matmul_t(x: torch.Tensor, *operands: torch.Tensor, kinds: tuple, ns: t
             elif kind == "dense" or kind.startswith("packed:"):  # half or packed weights, float32 on the CPU
                 if not widen:
                     raise RuntimeError("fused_matmul_t: packed weights take float32 activations on the CPU")
-                yb = _blockwise_linear(x2 if x2.is_contiguous() else x2.contiguous(), w, kind, n, k)
+                yb = _blockwise_linear(x2 if x2.is_contiguous() else x2.contiguous(), w, kind, n, k, so)
                 cols.append(yb if b is None else yb.add_(b.to(yb.dtype)))
             else:
                 from max.engine.kernels import quantization as q
@@ -221,23 +231,23 @@ def fused_matmul_t(x: torch.Tensor, *operands: torch.Tensor, kinds: tuple, ns: t
 @preparer("fused_matmul_t")
 def prepare_fused_matmul_t(operands: list, kinds: tuple, ns: tuple, k: int, has_bias: tuple, act: str | None,
                            exact: bool = False, norm_eps: float | None = None, native_max_m: int = 0,
-                           residual: bool = False) -> Any:
+                           residual: bool = False, native: str | None = None) -> Any:
     """With constant weights: the native plan is built once; each call quantises/streams only ``x`` (and reads
     the fused residual, when there is one)."""
     consts = tuple(operands[1:-1] if residual else operands[1:])
-    if (operands[0] is not None or any(c is None for c in consts) or exact or native_max_m <= 0
+    if (not native or operands[0] is not None or any(c is None for c in consts) or exact or native_max_m <= 0
             or (residual and operands[-1] is not None)):
         return None
     weights, biases, gamma = _split(consts, kinds, has_bias, norm_eps)
     probe = torch.empty(1, k, dtype=torch.float32)
     if not _layout_ok(probe, weights, kinds):
         return None
-    plan = _plan_for(weights, biases, kinds, ns, k, (gamma, norm_eps) if gamma is not None else None)
-    from max.engine import native
+    from max.engine import native as lmx
 
-    so = native.lib()
+    so = lmx.library(native)
+    plan = _plan_for(so, weights, biases, kinds, ns, k, (gamma, norm_eps) if gamma is not None else None)
     glu_code = {"silu": 0, "gelu_tanh": 1}.get(act) if act else None
-    fallback_attrs = dict(kinds=kinds, ns=ns, k=k, has_bias=has_bias, act=act, norm_eps=norm_eps)
+    fallback_attrs = dict(kinds=kinds, ns=ns, k=k, has_bias=has_bias, act=act, norm_eps=norm_eps, native=native)
     f32, n_out = torch.float32, plan.n_out
     big = native_max_m
     empty = torch.empty
@@ -245,7 +255,7 @@ def prepare_fused_matmul_t(operands: list, kinds: tuple, ns: tuple, k: int, has_
     (fn, args, col), = plan.calls if len(plan.calls) == 1 else ((None, None, None),)
     nwp, eps = plan.norm
     # packed weights: one lmx_packed_call with the plan bound (the gate of [gate | up] included)
-    bound = native.packed_plan(plan, -1 if glu_code is None else glu_code)
+    bound = lmx.packed_plan(plan, -1 if glu_code is None else glu_code)
     pcall, paddr = so.lmx_packed_call, (bound[1] if bound is not None else 0)
 
     def run(x: torch.Tensor) -> torch.Tensor:
@@ -301,22 +311,22 @@ def prepare_fused_matmul_t(operands: list, kinds: tuple, ns: tuple, k: int, has_
 
 
 @preparer("fused_rms_norm")
-def prepare_fused_rms_norm(operands: list, eps: float = 1e-6) -> Any:
-    if len(operands) != 2 or operands[0] is not None or operands[1] is None:
+def prepare_fused_rms_norm(operands: list, eps: float = 1e-6, native: str | None = None) -> Any:
+    if not native or len(operands) != 2 or operands[0] is not None or operands[1] is None:
         return None
     w = operands[1]
-    from max.engine import native
-
-    so = native.lib()
-    if so is None or w.dtype != torch.float32 or not w.is_cpu:
+    if w.dtype != torch.float32 or not w.is_cpu:
         return None
+    from max.engine.native import library
+
+    so = library(native)
     w = w.contiguous()
     wp, f32, empty = w.data_ptr(), torch.float32, torch.empty_like
     k = w.shape[0]
 
     def run(x: torch.Tensor) -> torch.Tensor:
         if x.dtype is not f32 or not x.is_cpu or x.stride(-1) != 1 or x.shape[-1] != k:
-            return fused_rms_norm(x, w, eps)
+            return fused_rms_norm(x, w, eps, native)
         if not x.is_contiguous():
             x = x.contiguous()
         out = empty(x)

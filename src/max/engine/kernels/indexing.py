@@ -88,6 +88,12 @@ def _nd_index(idx: torch.Tensor) -> tuple:
 
 @kernel("gather_nd")
 def gather_nd(x: torch.Tensor, idx: torch.Tensor, batch_dims: int = 0) -> torch.Tensor:
+    if idx.shape[-1] == 0:
+        # index depth 0: every (empty) index vector selects all of input past the batch dims
+        lead = tuple(idx.shape[:-1])
+        rest = tuple(x.shape[batch_dims:])
+        xb = x.reshape(tuple(x.shape[:batch_dims]) + (1,) * (len(lead) - batch_dims) + rest)
+        return xb.expand(lead + rest).clone()
     if batch_dims == 0:
         return x[_nd_index(idx)]
     bshape = x.shape[:batch_dims]

@@ -114,16 +114,15 @@ _ACT_CODE = {"silu": 0, "gelu_tanh": 1, "gelu": 2, "swigluoai": 3}
 
 def _native_ffn(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, gate: torch.Tensor, up: torch.Tensor,
                 down: torch.Tensor, gb: torch.Tensor | None, ub: torch.Tensor | None, db: torch.Tensor | None,
-                activation: str, alpha: float, limit: float) -> torch.Tensor | None:
-    """``moe_experts_ffn`` through ``lmx_moe_ffn``, or None when it cannot run there."""
+                activation: str, alpha: float, limit: float, native: str) -> torch.Tensor | None:
+    """``moe_experts_ffn`` through ``lmx_moe_ffn`` of kernel variant ``native``, or None when it cannot run
+    there."""
     ts = [t for t in (x, weights, gate, up, down, gb, ub, db) if t is not None]
     if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in ts):
         return None
-    from max.engine import native
+    from max.engine.native import library
 
-    so = native.lib()
-    if so is None:
-        return None
+    so = library(native)
     T, H = x.shape
     E, I, _ = gate.shape
     k = ids.shape[1]
@@ -153,13 +152,14 @@ def _native_ffn(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, gate:
 @kernel("moe_experts_ffn")
 def moe_experts_ffn(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, gate: torch.Tensor, up: torch.Tensor,
                     down: torch.Tensor, *rest: torch.Tensor, activation: str, alpha: float, limit: float,
-                    biases: tuple) -> torch.Tensor:
-    """The routed experts as ``moe_create_indices`` + three ``grouped_matmul_ragged`` (gate, up, down)."""
+                    biases: tuple, native: str | None = None) -> torch.Tensor:
+    """The routed experts as ``moe_create_indices`` + three ``grouped_matmul_ragged`` (gate, up, down); up to
+    :data:`NATIVE_MAX_PAIRS` token/expert pairs one call of the ``native`` kernel variant (set at lowering)."""
     it = iter(rest)
     gb, ub, db = (next(it) if present else None for present in biases)
     k = ids.shape[1]
-    if ids.numel() <= NATIVE_MAX_PAIRS:
-        out = _native_ffn(x, ids, weights, gate, up, down, gb, ub, db, activation, alpha, limit)
+    if native and ids.numel() <= NATIVE_MAX_PAIRS:
+        out = _native_ffn(x, ids, weights, gate, up, down, gb, ub, db, activation, alpha, limit, native)
         if out is not None:
             return out
     order, starts, _, eids, stats = create_indices(ids, gate.shape[0])

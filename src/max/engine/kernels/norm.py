@@ -49,27 +49,27 @@ def group_norm(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, num_gro
 
 @kernel("gated_rms_norm")
 def gated_rms_norm(x: torch.Tensor, weight: torch.Tensor, *gate: torch.Tensor, epsilon: float, num_groups: int,
-                   norm_before_gate: bool, has_gate: bool) -> torch.Tensor:
-    """On float32 CPU tensors one native pass per row (``lmx_gated_rmsnorm``), else torch."""
+                   norm_before_gate: bool, has_gate: bool, native: str | None = None) -> torch.Tensor:
+    """On CPU tensors one pass per row of the ``native`` kernel variant (set at lowering;
+    ``lmx_gated_rmsnorm``), else torch."""
     z = gate[0] if has_gate else None
     D = x.shape[-1]
-    if x.device.type == "cpu" and x.numel():
-        from max.engine import native
+    if native and x.device.type == "cpu" and x.numel():
+        from max.engine.native import library
 
-        so = native.lib()
-        if so is not None:
-            x2 = x.reshape(-1, D)
-            z2 = None if z is None else z.reshape(-1, D)
-            if x2.stride(-1) != 1:
-                x2 = x2.contiguous()
-            if z2 is not None and z2.stride(-1) != 1:
-                z2 = z2.contiguous()
-            w = weight.contiguous()
-            out = torch.empty(x2.shape, dtype=torch.float32)
-            so.lmx_gated_rmsnorm(x2.data_ptr(), x2.shape[0], D, x2.stride(0), 0 if z2 is None else z2.data_ptr(),
-                                 0 if z2 is None else z2.stride(0), w.data_ptr(), num_groups, epsilon,
-                                 int(norm_before_gate), out.data_ptr())
-            return out.reshape(x.shape)
+        so = library(native)
+        x2 = x.reshape(-1, D)
+        z2 = None if z is None else z.reshape(-1, D)
+        if x2.stride(-1) != 1:
+            x2 = x2.contiguous()
+        if z2 is not None and z2.stride(-1) != 1:
+            z2 = z2.contiguous()
+        w = weight.contiguous()
+        out = torch.empty(x2.shape, dtype=torch.float32)
+        so.lmx_gated_rmsnorm(x2.data_ptr(), x2.shape[0], D, x2.stride(0), 0 if z2 is None else z2.data_ptr(),
+                             0 if z2 is None else z2.stride(0), w.data_ptr(), num_groups, epsilon,
+                             int(norm_before_gate), out.data_ptr())
+        return out.reshape(x.shape)
     g = F.silu(z) if z is not None else None
     h = x * g if g is not None and not norm_before_gate else x
     hg = h.reshape(*h.shape[:-1], num_groups, D // num_groups)

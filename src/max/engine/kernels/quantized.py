@@ -9,14 +9,14 @@ from max.engine.kernels import quantization as q
 
 
 @kernel("dequantize")
-def dequantize(blocks: torch.Tensor, encoding: str) -> torch.Tensor:
-    if blocks.device.type == "cpu" and blocks.dim() == 2 and blocks.shape[0] <= 256:
-        # few rows (an embedding lookup): the native decoder, same float32 results
-        from max.engine import native
+def dequantize(blocks: torch.Tensor, encoding: str, native: str | None = None) -> torch.Tensor:
+    if native and blocks.device.type == "cpu" and blocks.dim() == 2 and blocks.shape[0] <= 256:
+        # few rows (an embedding lookup): the decoder of the ``native`` kernel variant, same float32 results
+        from max.engine import native as lmx
 
-        so = native.lib()
-        kind = native.GGML_KINDS.get(encoding)
-        if so is not None and kind is not None:
+        kind = lmx.GGML_KINDS.get(encoding)
+        if kind is not None:
+            so = lmx.library(native)
             enc = q._enc(encoding)
             k = blocks.shape[1] // enc.block_size * enc.elements_per_block
             src = blocks if blocks.is_contiguous() else blocks.contiguous()
@@ -36,15 +36,16 @@ def qmatmul(x: torch.Tensor, blocks: torch.Tensor, encoding: str, fast: bool = F
 
 
 @kernel("packed_gather_f32")
-def packed_gather_f32(packed: torch.Tensor, idx: torch.Tensor, kind: int, n: int, k: int) -> torch.Tensor:
+def packed_gather_f32(packed: torch.Tensor, idx: torch.Tensor, kind: int, n: int, k: int, native: str) -> torch.Tensor:
     """Rows ``idx`` (any shape, flattened; negative ids count from the end) of a packed ``[n, k]`` weight
     as float32 ``[len(idx), k]``: the GGML dequantisation of those rows, read from the packed layout
-    (an embedding lookup on a table that is also packed for the tied output projection)."""
-    from max.engine import native
+    (an embedding lookup on a table that is also packed for the tied output projection; ``native``: the
+    kernel variant that packed it)."""
+    from max.engine.native import library
 
     ids = idx.reshape(-1).tolist()
     out = torch.empty((len(ids), k), dtype=torch.float32)
-    so, src, dst = native.lib(), packed.data_ptr(), out.data_ptr()
+    so, src, dst = library(native), packed.data_ptr(), out.data_ptr()
     for i, row in enumerate(ids):
         r = row + n if row < 0 else row
         if not 0 <= r < n or so.lmx_packed_row(kind, src, n, k, r, dst + 4 * i * k) != 0:
@@ -61,8 +62,9 @@ def gptq_to_q4_0(rows: torch.Tensor, k: int, group_size: int) -> torch.Tensor:
 
 
 @kernel("pack_qweight")
-def pack_qweight(blocks: torch.Tensor, kind: int, n: int, k: int) -> torch.Tensor:
-    """GGML blocks -> the native kernels' interleaved layout (run once at load by weight folding)."""
-    from max.engine import native
+def pack_qweight(blocks: torch.Tensor, kind: int, n: int, k: int, native: str) -> torch.Tensor:
+    """GGML blocks -> the interleaved layout of the ``native`` kernel variant (run once at load by weight
+    folding)."""
+    from max.engine import native as lmx
 
-    return native.pack(blocks, kind, n, k)
+    return lmx.pack(blocks, kind, n, k, so=lmx.library(native))

@@ -5,13 +5,20 @@ Pool layout: ``blocks[page, 0 (K) | 1 (V), layer, offset, kv_head, head_dim]``.
 where each new token's K/V is written, and for attention a padded
 ``[batch, q_max]`` query layout and ``[batch, kv_max]`` key layout with a
 validity mask, so one SDPA call serves a mixed prefill/decode batch.
+
+:func:`static_decode` (entered while a decode step is captured as a CUDA graph and replayed,
+``max.pipelines.lib.cuda_graph_decode``): every request has exactly one new token and keys are
+laid out over the lookup table's whole width, so the plans read no value back to the host
+(no ``int(tensor)``, no boolean indexing) and every shape follows from the input shapes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ctypes
 import weakref
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -66,6 +73,25 @@ def kv_store(blocks: torch.Tensor, index: tuple, x: torch.Tensor) -> None:
         blocks[index] = x.to(blocks.dtype)
 
 
+_STATIC_DECODE: contextvars.ContextVar[bool] = contextvars.ContextVar("libremax_static_decode", default=False)
+
+
+@contextlib.contextmanager
+def static_decode() -> Iterator[None]:
+    """Inside: the ragged kernels assume a decode step (one new token per request) and attend over
+    ``lookup.shape[1] * page_size`` key slots per request (masked by its length), reading nothing back
+    to the host: what a CUDA graph capture needs.  Outside: the general ragged plans."""
+    token = _STATIC_DECODE.set(True)
+    try:
+        yield
+    finally:
+        _STATIC_DECODE.reset(token)
+
+
+def is_static_decode() -> bool:
+    return _STATIC_DECODE.get()
+
+
 def _token_layout(offsets: torch.Tensor, cache_lengths: torch.Tensor, dev: torch.device) -> tuple:
     offs = offsets.to(torch.int64).to(dev)
     cl = cache_lengths.to(torch.int64).to(dev)
@@ -80,6 +106,9 @@ def ragged_write_plan(offsets: torch.Tensor, cache_lengths: torch.Tensor, lookup
     offs, cl, n_new = _token_layout(offsets, cache_lengths, dev)
     lk = lookup.to(torch.int64)
     B = cl.shape[0]
+    if _STATIC_DECODE.get():  # one token per request: token b is request b's, at position cache_lengths[b]
+        rows = torch.arange(B, device=dev)
+        return cl, lk[rows, cl // page_size], cl % page_size
     T = int(offs[-1])
     tok_batch = torch.repeat_interleave(torch.arange(B, device=dev), n_new, output_size=T)
     tok_i = torch.arange(T, device=dev) - offs[:-1][tok_batch]
@@ -96,9 +125,12 @@ def ragged_read_plan(offsets: torch.Tensor, cache_lengths: torch.Tensor, lookup:
     offs, cl, n_new = _token_layout(offsets, cache_lengths, dev)
     lk = lookup.to(torch.int64)
     B = cl.shape[0]
-    qmax = int(n_new.max()) if B else 0
+    if _STATIC_DECODE.get():  # one query per request; every key slot of the lookup table, masked by length
+        qmax, lmax = 1, lk.shape[1] * page_size
+    else:
+        qmax = int(n_new.max()) if B else 0
+        lmax = int((cl + n_new).max()) if B else 0
     total = cl + n_new
-    lmax = int(total.max()) if B else 0
     qi = torch.arange(qmax, device=dev)
     q_index = offs[:-1, None] + qi[None, :]  # [B, qmax]
     q_valid = qi[None, :] < n_new[:, None]
@@ -203,12 +235,13 @@ def flash_attention_ragged(q: torch.Tensor, blocks: torch.Tensor, q_index: torch
     B, qmax = q_index.shape
     if B == 0 or T == 0:
         return q.clone()
+    static = _STATIC_DECODE.get()
     kv = kv_load(blocks, (read_page, slice(None), layer, read_off))  # [B, L, 2, Hkv, D]: one gather for K and V
-    if not bool(key_valid.all()):
+    if static or not bool(key_valid.all()):
         # padding slots may hold stale or uninitialised (even NaN) memory: zero them
         kv.masked_fill_(~key_valid[:, :, None, None, None], 0)
     k, v = kv[:, :, 0], kv[:, :, 1]
-    qp = q3[q_index.clamp(min=0)]  # [B, qmax, H, D]
+    qp = q3[:, None] if static else q3[q_index.clamp(min=0)]  # [B, qmax, H, D] (decode: query b is token b)
     if causal:
         mask = causal_mask
         mask = local_mask(mask, q_pos, k.shape[1], window, chunk)
@@ -223,6 +256,8 @@ def flash_attention_ragged(q: torch.Tensor, blocks: torch.Tensor, q_index: torch
                                          attn_mask=mask[:, None], scale=scale,
                                          enable_gqa=qp.shape[2] != k.shape[2])  # [B, H, qmax, D]
     out = out.transpose(1, 2).to(dt)  # [B, qmax, H, D]
+    if static:  # decode: query b is token b (qmax == 1), no padding rows to drop
+        return out[:, 0].reshape(shape)
     valid = q_index >= 0
     res = torch.empty_like(q3)
     res[q_index[valid]] = out[valid]
@@ -242,9 +277,10 @@ def _i64(t: torch.Tensor) -> torch.Tensor:
 @kernel("flash_attention_ragged_native", pure=False)
 def flash_attention_ragged_native(q: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor,
                                   cache_lengths: torch.Tensor, lookup: torch.Tensor, layer: int, scale: float,
-                                  causal: bool, window: int, head_dim: int, chunk: int = -1) -> torch.Tensor:
-    """flash_attention_ragged reading the pages in place (native kernel; CPU, float32 q)."""
-    from max.engine import native
+                                  causal: bool, window: int, head_dim: int, chunk: int = -1,
+                                  native: str = "") -> torch.Tensor:
+    """flash_attention_ragged reading the pages in place (the ``native`` kernel variant; CPU, float32 q)."""
+    from max.engine.native import library
 
     shape = q.shape
     T = shape[0]
@@ -255,7 +291,7 @@ def flash_attention_ragged_native(q: torch.Tensor, blocks: torch.Tensor, offsets
     offs, cl, lk = _i64(offsets), _i64(cache_lengths), _i64(lookup)
     sp, skv, sl, so = _cache_strides(blocks)
     kind = KV_KINDS[blocks.dtype]
-    rc = native.lib().lmx_paged_attention(
+    rc = library(native).lmx_paged_attention(
         q3.data_ptr(), T, H, Hkv, head_dim, cl.shape[0], offs.data_ptr(), cl.data_ptr(), lk.data_ptr(), lk.stride(0),
         blocks.shape[3], blocks.data_ptr(), kind, sp, skv, sl, so, layer, scale, window, chunk, int(causal),
         out.data_ptr())
@@ -267,33 +303,34 @@ def flash_attention_ragged_native(q: torch.Tensor, blocks: torch.Tensor, offsets
 @kernel("ragged_qkv_store", pure=False)
 def ragged_qkv_store(qkv: torch.Tensor, *operands: torch.Tensor, layer: int, n_heads: int, n_kv_heads: int,
                      head_dim: int, interleaved: bool, eps: float, has_rope: bool, has_q_norm: bool,
-                     has_k_norm: bool) -> torch.Tensor:
+                     has_k_norm: bool, native: str | None = None) -> torch.Tensor:
+    """K/V rows (RoPE'd, head-normed) into the paged cache; returns the queries likewise.  One pass of the
+    ``native`` kernel variant (set at lowering) where it reads the operands, else torch."""
     it = iter(operands)
     freqs = next(it) if has_rope else None
     qg = next(it) if has_q_norm else None
     kg = next(it) if has_k_norm else None
     blocks, tok_pos, wp, wo = next(it), next(it), next(it), next(it)
     T, D, H, Hkv = qkv.shape[0], head_dim, n_heads, n_kv_heads
-    if (qkv.device.type == "cpu" and qkv.dtype == torch.float32 and blocks.dtype in KV_KINDS
+    if (native and qkv.device.type == "cpu" and qkv.dtype == torch.float32 and blocks.dtype in KV_KINDS
             and (freqs is None or freqs.dtype == torch.float32) and qkv.stride(1) == 1):
-        from max.engine import native
+        from max.engine.native import library
 
-        so = native.lib()
-        if so is not None:
-            q = torch.empty((T, H, D), dtype=torch.float32)
-            pos, wp64, wo64 = _i64(tok_pos), _i64(wp), _i64(wo)
-            f = None if freqs is None else (freqs if freqs.is_contiguous() else freqs.contiguous())
-            sp, skv, sl, sof = _cache_strides(blocks)
-            rc = so.lmx_qkv_rope_store(
-                qkv.data_ptr(), T, qkv.stride(0), H, Hkv, D, pos.data_ptr(), 0 if f is None else f.data_ptr(),
-                0 if f is None else f.shape[0], 0 if f is None else f.shape[1], int(interleaved), 0 if qg is None else qg.contiguous().data_ptr(),
-                0 if kg is None else kg.contiguous().data_ptr(), eps, q.data_ptr(), blocks.data_ptr(),
-                KV_KINDS[blocks.dtype], sp, skv, sl, sof, layer, wp64.data_ptr(), wo64.data_ptr())
-            if rc == -2:
-                raise ValueError("ragged_qkv_store: a token position is beyond the rotary table (max_seq_len)")
-            if rc != 0:
-                raise RuntimeError(f"ragged_qkv_store: native kernel failed with code {rc}")
-            return q
+        so = library(native)
+        q = torch.empty((T, H, D), dtype=torch.float32)
+        pos, wp64, wo64 = _i64(tok_pos), _i64(wp), _i64(wo)
+        f = None if freqs is None else (freqs if freqs.is_contiguous() else freqs.contiguous())
+        sp, skv, sl, sof = _cache_strides(blocks)
+        rc = so.lmx_qkv_rope_store(
+            qkv.data_ptr(), T, qkv.stride(0), H, Hkv, D, pos.data_ptr(), 0 if f is None else f.data_ptr(),
+            0 if f is None else f.shape[0], 0 if f is None else f.shape[1], int(interleaved), 0 if qg is None else qg.contiguous().data_ptr(),
+            0 if kg is None else kg.contiguous().data_ptr(), eps, q.data_ptr(), blocks.data_ptr(),
+            KV_KINDS[blocks.dtype], sp, skv, sl, sof, layer, wp64.data_ptr(), wo64.data_ptr())
+        if rc == -2:
+            raise ValueError("ragged_qkv_store: a token position is beyond the rotary table (max_seq_len)")
+        if rc != 0:
+            raise RuntimeError(f"ragged_qkv_store: native kernel failed with code {rc}")
+        return q
     qd, kd = H * D, Hkv * D
     q = qkv[:, :qd].reshape(T, H, D).float()
     k = qkv[:, qd:qd + kd].reshape(T, Hkv, D).float()
@@ -326,31 +363,32 @@ def _store_split(operands: tuple, has_rope: bool, has_q_norm: bool, has_k_norm: 
 def qkv_attention_native(qkv: torch.Tensor, *operands: torch.Tensor, layer: int, n_heads: int, n_kv_heads: int,
                          head_dim: int, interleaved: bool, eps: float, has_rope: bool, has_q_norm: bool,
                          has_k_norm: bool, scale: float, causal: bool, window: int, chunk: int = -1,
-                         flat: bool = False) -> torch.Tensor:
+                         flat: bool = False, native: str = "") -> torch.Tensor:
     """``ragged_qkv_store`` then ``flash_attention_ragged_native`` of its Q (one node: the native lowering
     fuses the pair); ``flat``: the result as ``[T, H * D]`` (the reshape that followed, absorbed)."""
     store, (offsets, cache_lengths, lookup) = _store_split(operands, has_rope, has_q_norm, has_k_norm)
     q = ragged_qkv_store(qkv, *store, layer=layer, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
                          interleaved=interleaved, eps=eps, has_rope=has_rope, has_q_norm=has_q_norm,
-                         has_k_norm=has_k_norm)
+                         has_k_norm=has_k_norm, native=native)
     out = flash_attention_ragged_native(q, store[-4], offsets, cache_lengths, lookup, layer=layer, scale=scale,
-                                        causal=causal, window=window, head_dim=head_dim, chunk=chunk)
+                                        causal=causal, window=window, head_dim=head_dim, chunk=chunk, native=native)
     return out.reshape(out.shape[0], -1) if flat else out
 
 
 @preparer("qkv_attention_native")
 def prepare_qkv_attention_native(operands: list, layer: int, n_heads: int, n_kv_heads: int, head_dim: int,
                                  interleaved: bool, eps: float, has_rope: bool, has_q_norm: bool, has_k_norm: bool,
-                                 scale: float, causal: bool, window: int, chunk: int = -1, flat: bool = False) -> Any:
+                                 scale: float, causal: bool, window: int, chunk: int = -1, flat: bool = False,
+                                 native: str = "") -> Any:
     """With the rotary table / head norms bound: one native call per step (``lmx_qkv_attention``) with the
     layer's settings prepared once; anything unusual (dtypes, layouts) takes the unprepared kernel."""
-    from max.engine import native
+    from max.engine import native as lmx
 
-    so = native.lib()
     nconst = has_rope + has_q_norm + has_k_norm
     consts = operands[1:1 + nconst]
-    if so is None or any(c is None for c in consts) or any(o is not None for o in operands[1 + nconst:]):
+    if not native or any(c is None for c in consts) or any(o is not None for o in operands[1 + nconst:]):
         return None
+    so = lmx.library(native)
     it = iter(consts)
     freqs = next(it) if has_rope else None
     qg = next(it) if has_q_norm else None
@@ -362,8 +400,8 @@ def prepare_qkv_attention_native(operands: list, layer: int, n_heads: int, n_kv_
     freqs, qg, kg = keep
     attrs = dict(layer=layer, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim, interleaved=interleaved,
                  eps=eps, has_rope=has_rope, has_q_norm=has_q_norm, has_k_norm=has_k_norm, scale=scale,
-                 causal=causal, window=window, chunk=chunk, flat=flat)
-    p = native.QkvAttention(H=n_heads, Hkv=n_kv_heads, D=head_dim, freqs=None if freqs is None else freqs.data_ptr(),
+                 causal=causal, window=window, chunk=chunk, flat=flat, native=native)
+    p = lmx.QkvAttention(H=n_heads, Hkv=n_kv_heads, D=head_dim, freqs=None if freqs is None else freqs.data_ptr(),
                             max_pos=0 if freqs is None else freqs.shape[0], R=0 if freqs is None else freqs.shape[1],
                             interleaved=int(interleaved), q_gamma=None if qg is None else qg.data_ptr(),
                             k_gamma=None if kg is None else kg.data_ptr(), eps=eps, scale=scale, layer=layer,

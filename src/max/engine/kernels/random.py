@@ -27,6 +27,11 @@ def seed(value: int) -> None:
     _GENERATORS.clear()
 
 
+def current_seed() -> int:
+    """The global seed the generators start from."""
+    return _SEED[0]
+
+
 def generator(device: torch.device) -> torch.Generator:
     g = _GENERATORS.get(device)
     if g is None:
@@ -48,12 +53,15 @@ def normal(*, shape: tuple, dtype: torch.dtype, device: torch.device, mean: floa
 
 @kernel("random.uniform", pure=False)
 def uniform(*, shape: tuple, dtype: torch.dtype, device: torch.device, low: float, high: float) -> torch.Tensor:
-    u = torch.rand(shape, generator=generator(device), dtype=_wide(dtype), device=device)
+    wide = _wide(dtype)
+    u = torch.rand(shape, generator=generator(device), dtype=wide, device=device)
     r = (u * (high - low) + low).to(dtype)
-    # Rounding to a narrow dtype can reach `high`; keep the range half-open.
-    over = r >= high
+    # Rounding to a narrow dtype can reach `high`; keep the range half-open (compared in the
+    # wide type: torch lacks comparisons on float8).
+    back = r.to(wide)
+    over = back >= high
     if bool(over.any()):
-        r = torch.where(over, torch.tensor(low, dtype=dtype, device=device), r)
+        r = torch.where(over, torch.tensor(low, dtype=wide, device=device), back).to(dtype)
     return r
 
 

@@ -1,7 +1,8 @@
 """Kernels for ``max.graph.ops.recurrent``: ``causal_conv1d``, ``selective_scan``, ``gated_delta_rule``.
 
 Requests with one token this step (decode) run together through the recurrent form -- on float32 CPU
-tensors the native kernels (``csrc/recurrent.c``: each slot updated in place in one pass), else torch --
+tensors the native kernels of the node's ``native`` variant (set at lowering; ``csrc/recurrent.c``: each
+slot updated in place in one pass), else torch --
 and the others (prefill, chunks of a prompt) one by one through the chunked form, so a step mixing
 prefill and decode requests keeps the decode rows batched.
 
@@ -23,15 +24,16 @@ from max.engine.kernels import kernel
 _WIDE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 
-def _native(state: torch.Tensor, *ts: torch.Tensor):
-    """The native library when a decode step can run there (CPU, float32, contiguous state), else None."""
-    if state.device.type != "cpu" or state.dtype != torch.float32 or not state.is_contiguous():
+def _native(native: str | None, state: torch.Tensor, *ts: torch.Tensor):
+    """The library of kernel variant ``native`` when a decode step can run there (CPU, float32, contiguous
+    state), else None."""
+    if not native or state.device.type != "cpu" or state.dtype != torch.float32 or not state.is_contiguous():
         return None
     if any(t is not None and t.dtype != torch.float32 for t in ts):
         return None
-    from max.engine import native
+    from max.engine.native import library
 
-    return native.lib()
+    return library(native)
 
 
 def _c(t: torch.Tensor) -> torch.Tensor:
@@ -117,10 +119,10 @@ def _check(op: str, rc: int) -> None:
 
 # ------------------------------------------------------------------------------------------ conv1d
 def _conv_step(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, state: torch.Tensor,
-               sl: torch.Tensor, silu: bool, ct: torch.dtype) -> tuple[torch.Tensor, bool]:
+               sl: torch.Tensor, silu: bool, ct: torch.dtype, native: str | None) -> tuple[torch.Tensor, bool]:
     """One token per request: ``x [B, C]`` -> (output, whether bias and SiLU were applied already: the
     native kernel applies them, the torch path leaves them to the caller)."""
-    so = _native(state, x, w, bias)
+    so = _native(native, state, x, w, bias)
     if so is not None:
         y = torch.empty(x.shape, dtype=torch.float32)
         _check("causal_conv1d", so.lmx_conv1d_decode(
@@ -135,7 +137,8 @@ def _conv_step(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stat
 
 @kernel("causal_conv1d", pure=False)
 def causal_conv1d(x: torch.Tensor, w: torch.Tensor, state: torch.Tensor, slots: torch.Tensor,
-                  offsets: torch.Tensor, *rest: torch.Tensor, has_bias: bool, silu: bool) -> torch.Tensor:
+                  offsets: torch.Tensor, *rest: torch.Tensor, has_bias: bool, silu: bool,
+                  native: str | None = None) -> torch.Tensor:
     ct = _WIDE.get(x.dtype, x.dtype)
     _, single, multi = _layout("causal_conv1d", slots, offsets, state.shape[0], x.shape[0])
     K = w.shape[1]
@@ -151,7 +154,7 @@ def causal_conv1d(x: torch.Tensor, w: torch.Tensor, state: torch.Tensor, slots: 
     if single is not None:
         rows, ssl = single
         xr = x if rows is None and x.stride(-1) == 1 else _rows(x, rows)  # a column slice: its row stride
-        v, done = _conv_step(xr, w, bias, state, ssl, silu, ct)
+        v, done = _conv_step(xr, w, bias, state, ssl, silu, ct, native)
         _put(y, rows, v.to(ct) if done else finish(v))
     for lo, hi, s in multi:
         xp = torch.cat([state[s].to(ct), x[lo:hi].to(ct).T], 1)  # [C, K - 1 + n]
@@ -183,11 +186,11 @@ def _row(t: torch.Tensor) -> int:
 
 
 # ------------------------------------------------------------------------------------------ SSD scan
-def _ssd_step(x, dt, A, B, C, D, dt_bias, dt_args, state, sl, ct):
+def _ssd_step(x, dt, A, B, C, D, dt_bias, dt_args, state, sl, ct, native):
     """One token per request: ``x [B, H, P]`` -> ``y [B, H, P]`` (D skip included); ``dt`` raw when
     ``dt_args`` = (softplus, low, high) asks for the softplus."""
     H = x.shape[1]
-    so = _native(state, x, dt, A, B, C, D, dt_bias)
+    so = _native(native, state, x, dt, A, B, C, D, dt_bias)
     if so is not None:
         xs, ds, Bs, Cs = (_strided(t) for t in (x, dt, B, C))
         if _row(Bs) != _row(Cs):
@@ -224,7 +227,7 @@ def _step_size(dt: torch.Tensor, dt_bias: torch.Tensor | None, dt_args: tuple, c
 def selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
                    state: torch.Tensor, slots: torch.Tensor, offsets: torch.Tensor, *rest: torch.Tensor,
                    has_d: bool, chunk_size: int, has_dt_bias: bool = False, dt_softplus: bool = False,
-                   dt_min: float = 0.0, dt_max: float = float("inf")) -> torch.Tensor:
+                   dt_min: float = 0.0, dt_max: float = float("inf"), native: str | None = None) -> torch.Tensor:
     ct = _WIDE.get(x.dtype, x.dtype)
     _, single, multi = _layout("selective_scan", slots, offsets, state.shape[0], x.shape[0])
     T, H, P = x.shape
@@ -236,12 +239,12 @@ def selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
     if single is not None:
         rows, ssl = single
         if rows is None:
-            v = _ssd_step(x, dt, A, B, C, D, dt_bias, dt_args, state, ssl, ct)
+            v = _ssd_step(x, dt, A, B, C, D, dt_bias, dt_args, state, ssl, ct, native)
             if v.dtype == x.dtype:  # every request decodes: the step's output is the op's
                 return v
         else:
             v = _ssd_step(*(t.index_select(0, rows) for t in (x, dt)), A, *(t.index_select(0, rows) for t in (B, C)),
-                          D, dt_bias, dt_args, state, ssl, ct)
+                          D, dt_bias, dt_args, state, ssl, ct, native)
     y = torch.zeros((T, H, P), dtype=ct, device=x.device)
     if single is not None:
         _put(y, single[0], v.to(ct))
@@ -287,10 +290,10 @@ def _gdr_prepare(q, k, g, beta, H, A, dt_bias, prep, ct):
     return qc, kc, gc, bc
 
 
-def _gdr_step(q, k, v, g, beta, A, dt_bias, prep, state, sl, ct):
+def _gdr_step(q, k, v, g, beta, A, dt_bias, prep, state, sl, ct, native):
     """One token per request: ``o [B, H, V]``."""
     H = v.shape[1]
-    so = _native(state, q, k, v, g, beta, A, dt_bias)
+    so = _native(native, state, q, k, v, g, beta, A, dt_bias)
     if so is not None:
         qs, ks, vs, gs, bs = (_strided(t) for t in (q, k, v, g, beta))
         if _row(gs) != _row(bs):
@@ -315,7 +318,7 @@ def _gdr_step(q, k, v, g, beta, A, dt_bias, prep, state, sl, ct):
 def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                      state: torch.Tensor, slots: torch.Tensor, offsets: torch.Tensor, *rest: torch.Tensor,
                      chunk_size: int, has_a: bool = False, has_dt_bias: bool = False, beta_sigmoid: bool = False,
-                     qk_l2norm: bool = False, scale: float = 1.0) -> torch.Tensor:
+                     qk_l2norm: bool = False, scale: float = 1.0, native: str | None = None) -> torch.Tensor:
     ct = _WIDE.get(v.dtype, v.dtype)
     _, single, multi = _layout("gated_delta_rule", slots, offsets, state.shape[0], q.shape[0])
     T, H, V = v.shape
@@ -327,7 +330,7 @@ def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
     if single is not None:
         rows, ssl = single
         ins = (q, k, v, g, beta) if rows is None else tuple(t.index_select(0, rows) for t in (q, k, v, g, beta))
-        r = _gdr_step(*ins, A, dt_bias, prep, state, ssl, ct)
+        r = _gdr_step(*ins, A, dt_bias, prep, state, ssl, ct, native)
         if rows is None and r.dtype == v.dtype:  # every request decodes: the step's output is the op's
             return r
     o = torch.zeros((T, H, V), dtype=ct, device=v.device)

@@ -97,8 +97,8 @@ def tile(x: torch.Tensor, repeats: tuple) -> torch.Tensor:
 
 
 def _pad_index(n: int, before: int, after: int, mode: str, device: torch.device) -> torch.Tensor:
-    """Source positions of a padded axis: ``reflect`` mirrors without repeating the edge,
-    ``edge`` clamps."""
+    """Source positions of a padded axis: ``reflect`` mirrors without repeating the edge
+    (again and again when a pad is longer than the axis, as ``np.pad`` does), ``edge`` clamps."""
     i = torch.arange(-before, n + after, device=device)
     if mode == "edge":
         return i.clamp(0, n - 1)
@@ -119,9 +119,6 @@ def pad(x: torch.Tensor, value_t: torch.Tensor | None = None, *, paddings: tuple
             before, after = paddings[2 * axis], paddings[2 * axis + 1]
             if before or after:
                 size = x.shape[axis]
-                if mode == "reflect" and max(before, after) >= size:
-                    raise ValueError(f"pad: mode='reflect': paddings ({before}, {after}) of dim {axis} "
-                                     f"must be smaller than its size {size}")
                 if size == 0:
                     raise ValueError(f"pad: mode={mode!r}: dim {axis} is empty")
                 x = x.index_select(axis, _pad_index(size, before, after, mode, x.device))

@@ -1,15 +1,16 @@
 """libremax's native CPU kernels: a small C library compiled on first use (see ``build.py``).
 
-``lib()`` returns the loaded library (``None`` when it is disabled or cannot be
-built; callers then use their torch kernels).  The wrappers here take torch
-tensors and call the C functions through ctypes with raw pointers; they do not
-check shapes beyond what the C code needs -- the graph ops' type rules did that.
+``lib()`` returns the process's library (``None`` when it is disabled or cannot be built), which the
+backend policy (``max.engine.backend``) reads once to decide; kernels never ask it: the native lowering
+writes the variant to run into each node and the kernel takes :func:`library` of it.  The wrappers here
+take torch tensors and call the C functions through ctypes with raw pointers (on the library passed as
+``so``, the process's by default); they do not check shapes beyond what the C code needs -- the graph
+ops' type rules did that.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import warnings
 from fractions import Fraction
@@ -21,9 +22,10 @@ from max.engine.native.build import NativeBuildError, choose, library_path, runn
 from max.graph.quantization.codec import register_quantizer
 from max.graph.quantization.formats import FORMATS, by_ggml_id, quantizable_on_load
 
-__all__ = ["ACT_REFINE_DEFAULT", "ACT_REFINE_THRESHOLD_DEFAULT", "GGML_KINDS", "MatmulPlan", "NativeBuildError", "act_refine",
-           "act_refine_stats", "act_refine_threshold", "available", "dense_kind", "glu", "isa", "lib", "pack", "packable", "packed_nbytes",
-           "packed_row", "qmatmul", "rmsnorm", "runnable", "set_act_refine", "set_act_refine_threshold"]
+__all__ = ["ACT_REFINE_DEFAULT", "ACT_REFINE_THRESHOLD_DEFAULT", "GGML_KINDS", "MatmulPlan", "NativeBuildError",
+           "act_refine", "act_refine_stats", "act_refine_threshold", "available", "dense_kind", "glu", "isa", "lib",
+           "library", "pack", "packable", "packed_nbytes", "packed_row", "qmatmul", "rmsnorm", "runnable",
+           "set_act_refine", "set_act_refine_threshold"]
 
 # gguf GGMLQuantizationType values of the kinds the kernels read (every loadable row of the format table).
 GGML_KINDS = {f.name: f.ggml_id for f in FORMATS if f.loadable and f.ggml_id is not None}
@@ -135,16 +137,19 @@ def lib(isa: str | None = None) -> ctypes.CDLL | None:
     """The native library of variant ``isa`` (see ``build.VARIANTS``), or None if disabled/unbuildable.
 
     The default (``LIBREMAX_NATIVE=0`` disables it; ``LIBREMAX_NATIVE_ISA`` forces a variant, else the
-    best this CPU runs) is resolved once per process.  A forced variant this CPU cannot run raises
-    :class:`NativeBuildError` naming the ones it can."""
+    best this CPU runs; both read by ``max.engine.backend.environment``) is resolved once per process.
+    A forced variant this CPU cannot run raises :class:`NativeBuildError` naming the ones it can."""
     global _default
     if isa is None:
         if _default is not _UNSET:
             return _default  # type: ignore[return-value]
-        if os.environ.get("LIBREMAX_NATIVE", "1") == "0":
+        from max.engine.backend import environment
+
+        env = environment()
+        if not env.native:
             _default = None
             return None
-        _default = lib(choose())
+        _default = lib(choose(env.isa))
         return _default  # type: ignore[return-value]
     isa = choose(isa)
     so = _libs.get(isa, False)
@@ -169,6 +174,19 @@ def lib(isa: str | None = None) -> ctypes.CDLL | None:
         return so
 
 
+def library(variant: str) -> ctypes.CDLL:
+    """The loaded library of ``variant``, the kernel variant a node's ``native`` attribute names (the
+    backend policy chose it at lowering); :class:`NativeBuildError` when it cannot be loaded."""
+    so = _libs.get(variant)
+    if so is not None:
+        return so
+    so = lib(variant)
+    if so is None:
+        raise NativeBuildError(f"the {variant} native kernels the backend policy chose cannot be loaded: "
+                               f"{_errors.get(variant, 'unknown error')}")
+    return so
+
+
 ACT_REFINE_DEFAULT = Fraction(1, 4)
 
 
@@ -184,7 +202,13 @@ def _parse_act_refine(value: "str | float | Fraction") -> tuple[int, int]:
     return f.numerator, f.denominator
 
 
-_act_refine = _parse_act_refine(os.environ.get("LIBREMAX_ACT_REFINE") or ACT_REFINE_DEFAULT)
+def _act_refine_from_environment() -> tuple[int, int]:
+    from max.engine.backend import environment
+
+    return _parse_act_refine(environment().act_refine or ACT_REFINE_DEFAULT)
+
+
+_act_refine = _act_refine_from_environment()
 
 
 def act_refine() -> Fraction:
@@ -219,8 +243,13 @@ def _parse_act_refine_threshold(value: "str | float") -> float:
     return t
 
 
-_act_refine_thr = _parse_act_refine_threshold(os.environ.get("LIBREMAX_ACT_REFINE_THRESHOLD")
-                                              or ACT_REFINE_THRESHOLD_DEFAULT)
+def _act_refine_threshold_from_environment() -> float:
+    from max.engine.backend import environment
+
+    return _parse_act_refine_threshold(environment().act_refine_threshold or ACT_REFINE_THRESHOLD_DEFAULT)
+
+
+_act_refine_thr = _act_refine_threshold_from_environment()
 
 
 def act_refine_threshold() -> float:
@@ -304,7 +333,7 @@ each chunk, so a large weight (a 50k-row embedding) never has all of its file pa
 packed copy."""
 
 
-def pack(blocks: torch.Tensor, kind: int, n: int, k: int) -> torch.Tensor:
+def pack(blocks: torch.Tensor, kind: int, n: int, k: int, so: ctypes.CDLL | None = None) -> torch.Tensor:
     """Repack GGML blocks ``[n, row_bytes]`` (uint8) into the interleaved layout (a new 1-D uint8 tensor).
 
     Blocks that view a mapped checkpoint are packed a few MB of rows at a time (whole 16-row groups: the
@@ -316,7 +345,7 @@ def pack(blocks: torch.Tensor, kind: int, n: int, k: int) -> torch.Tensor:
 
     from max.engine.native import pack_cache
 
-    so = lib()
+    so = so or lib()
     assert so is not None
     src = blocks if blocks.is_contiguous() else blocks.contiguous()
     nbytes = packed_nbytes(kind, n, k)
@@ -370,20 +399,21 @@ register_quantizer(_codec_quantize)
 
 
 def packed_rows_f32(packed: torch.Tensor, kind: int, n: int, k: int, r0: int, r1: int,
-                    out: torch.Tensor | None = None) -> torch.Tensor:
+                    out: torch.Tensor | None = None, so: ctypes.CDLL | None = None) -> torch.Tensor:
     """Rows ``r0:r1`` of a packed weight as float32 ``[r1 - r0, K]`` (exactly the GGML dequantisation),
     into ``out`` when given (a reused buffer of at least that many elements)."""
     rows = r1 - r0
     out = torch.empty((rows, k), dtype=torch.float32) if out is None else out[: rows * k].view(rows, k)
-    if lib().lmx_packed_rows_f32(kind, packed.data_ptr(), n, k, r0, r1, out.data_ptr()) != 0:
+    if (so or lib()).lmx_packed_rows_f32(kind, packed.data_ptr(), n, k, r0, r1, out.data_ptr()) != 0:
         raise ValueError(f"packed_rows_f32: bad rows {r0}:{r1} of {n} or kind {kind}")
     return out
 
 
-def packed_row(packed: torch.Tensor, kind: int, n: int, k: int, row: int) -> torch.Tensor:
+def packed_row(packed: torch.Tensor, kind: int, n: int, k: int, row: int, so: ctypes.CDLL | None = None
+               ) -> torch.Tensor:
     """Row ``row`` of a packed weight as float32 (exactly the GGML dequantisation)."""
     out = torch.empty(k, dtype=torch.float32)
-    if lib().lmx_packed_row(kind, packed.data_ptr(), n, k, row, out.data_ptr()) != 0:
+    if (so or lib()).lmx_packed_row(kind, packed.data_ptr(), n, k, row, out.data_ptr()) != 0:
         raise ValueError(f"packed_row: bad row {row} or kind {kind}")
     return out
 
@@ -499,21 +529,22 @@ def qmatmul(x: torch.Tensor, weights: Sequence[torch.Tensor], kinds: Sequence[in
                       so=so)(x, out, scalar)
 
 
-def rmsnorm(x: torch.Tensor, w: torch.Tensor | None, eps: float, out: torch.Tensor | None = None) -> torch.Tensor:
+def rmsnorm(x: torch.Tensor, w: torch.Tensor | None, eps: float, out: torch.Tensor | None = None,
+            so: ctypes.CDLL | None = None) -> torch.Tensor:
     """Row-wise RMSNorm of a float32 ``[M, K]`` tensor (unit stride in K)."""
     M, K = x.shape
     if out is None:
         out = torch.empty((M, K), dtype=torch.float32)
-    lib().lmx_rmsnorm(x.data_ptr(), M, K, x.stride(0), 0 if w is None else w.data_ptr(), eps, out.data_ptr(),
+    (so or lib()).lmx_rmsnorm(x.data_ptr(), M, K, x.stride(0), 0 if w is None else w.data_ptr(), eps, out.data_ptr(),
                       out.stride(0))
     return out
 
 
-def glu(gu: torch.Tensor, act: int, out: torch.Tensor | None = None) -> torch.Tensor:
+def glu(gu: torch.Tensor, act: int, out: torch.Tensor | None = None, so: ctypes.CDLL | None = None) -> torch.Tensor:
     """``act(gu[:, :I]) * gu[:, I:]`` for float32 ``gu [M, 2I]``; act 0 = silu, 1 = gelu (tanh)."""
     M, I2 = gu.shape
     i = I2 // 2
     if out is None:
         out = torch.empty((M, i), dtype=torch.float32)
-    lib().lmx_glu(gu.data_ptr(), M, i, gu.stride(0), act, out.data_ptr(), out.stride(0))
+    (so or lib()).lmx_glu(gu.data_ptr(), M, i, gu.stride(0), act, out.data_ptr(), out.stride(0))
     return out

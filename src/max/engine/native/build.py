@@ -102,8 +102,13 @@ def runnable(features: frozenset[str] | None = None) -> list[str]:
 
 
 def choose(requested: str | None = None) -> str:
-    """The variant to run: ``requested`` (or ``LIBREMAX_NATIVE_ISA``), else the best this CPU runs."""
-    req = (requested if requested is not None else os.environ.get("LIBREMAX_NATIVE_ISA", "")).strip().lower()
+    """The variant to run: ``requested`` (None: ``LIBREMAX_NATIVE_ISA``, as ``max.engine.backend`` reads it),
+    else the best this CPU runs."""
+    if requested is None:
+        from max.engine.backend import environment
+
+        requested = environment().isa
+    req = requested.strip().lower()
     can = runnable()
     if req in ("", *ALIASES):
         return can[0]

@@ -55,10 +55,13 @@ class Embedding(Module):
             raise ValueError(f"Embedding.dim: the embedding has {len(dims)} vector dims {dims}; use .dims")
         return dims[0]
 
-    def _repr_fields(self) -> list[str]:
+    def __rich_repr__(self) -> Any:
         dims = self.dims
-        tail = f"dim={dims[0]!r}" if len(dims) == 1 else f"dims={dims!r}"
-        return [f"vocab_size={Dim(self.vocab_size)!r}", tail]
+        yield "vocab_size", Dim(self.vocab_size)
+        if len(dims) == 1:
+            yield "dim", dims[0]
+        else:
+            yield "dims", list(dims)
 
     def forward(self, indices: Any) -> Any:
         from max.experimental import functional as F

@@ -51,8 +51,10 @@ class Linear(Module):
         """The output dimension (``weight.shape[0]``)."""
         return Dim(self.weight.shape[0])
 
-    def _repr_fields(self) -> list[str]:
-        return [f"in_dim={self.in_dim!r}", f"out_dim={self.out_dim!r}", f"bias={self._has_bias}"]
+    def __rich_repr__(self) -> Any:
+        yield "in_dim", self.in_dim
+        yield "out_dim", self.out_dim
+        yield "bias", self._has_bias, True  # shown only when False
 
     def forward(self, x: Any) -> Any:
         return x @ self.weight.T + self.bias

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, ParamSpec, TypeVar
+import typing
+from typing import Annotated, Any, Callable, Generic, Iterable, Iterator, Mapping, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -31,11 +32,53 @@ from max.dtype import DType
 from max.experimental import _trace as trace_graph
 from max.experimental.tensor import Tensor
 
-__all__ = ["CompiledModel", "Module", "ModuleList", "Sequential", "module_dataclass"]
+__all__ = ["CompiledModel", "Module", "ModuleList", "PinnedDeviceTensor", "Sequential", "module_dataclass"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 _M = TypeVar("_M", bound="Module")
+
+
+class _DevicePinned:
+    """Marker in ``PinnedDeviceTensor``: the field keeps its device when the module moves."""
+
+
+# A Tensor field that ``Module.to`` leaves on its device (still a parameter).  Calling it builds a
+# plain Tensor, as ``Tensor(...)`` does (``typing.Annotated`` forwards the call to its origin).
+PinnedDeviceTensor = Annotated[Tensor, _DevicePinned]
+
+
+def _is_pinned_annotation(ann: Any) -> bool:
+    if isinstance(ann, str):
+        return "PinnedDeviceTensor" in ann or "_DevicePinned" in ann
+    return any(m is _DevicePinned or isinstance(m, _DevicePinned) for m in getattr(ann, "__metadata__", ()))
+
+
+def _pinned_fields(cls: type) -> frozenset[str]:
+    """Names of the attributes that ``cls`` (or a base class) annotates as ``PinnedDeviceTensor``."""
+    cached = cls.__dict__.get("_pinned_fields_cache")
+    if cached is not None:
+        return cached
+    names = set()
+    for klass in reversed(cls.__mro__):
+        for name, ann in vars(klass).get("__annotations__", {}).items():
+            if _is_pinned_annotation(ann):
+                names.add(name)
+    out = frozenset(names)
+    try:
+        type.__setattr__(cls, "_pinned_fields_cache", out)
+    except (TypeError, AttributeError):
+        pass
+    return out
+
+
+def _move_unpinned(m: "Module", device: Any) -> None:
+    pinned = _pinned_fields(type(m))
+    for name, t in list(m.local_parameters):
+        if name not in pinned:
+            object.__setattr__(m, name, t.to(device))
+    for _name, child in list(m.children):
+        _move_unpinned(child, device)
 
 
 class Module(Generic[_P, _R]):
@@ -78,26 +121,19 @@ class Module(Generic[_P, _R]):
             for sub, t in child.parameters:
                 yield f"{name}.{sub}", t
 
-    def state_dict(self) -> dict[str, Tensor]:
-        """The parameters by qualified name."""
-        return dict(self.parameters)
-
     @property
     def device(self) -> Any:
         """The device of the parameters (the default device when there are none)."""
         for _, t in self.parameters:
             return t.device
-        from max.experimental.tensor import defaults
+        from max.experimental._context import _resolve
 
-        return defaults()[1]
+        return _resolve(None, None)[1]
 
-    # ---------------------------------------------------------------- transforming parameters
-    def apply_to_local_parameters(self, f: Callable[[str, Tensor], Tensor]) -> None:
-        """Replace each local parameter ``t`` named ``n`` by ``f(n, t)`` (in place)."""
-        for name, t in list(self.local_parameters):
-            setattr(self, name, _as_tensor(f(name, t), name))
-
-    def apply_to_parameters(self, f: Callable[[str, Tensor], Tensor]) -> None:
+    # ---------------------------------------------------------------- loading parameters
+    # (MAX 26.7's Module has no public apply_to_*/map_parameters/load_state/state_dict: use
+    # ``dict(m.parameters)`` and ``load_state_dict``)
+    def _apply_to_parameters(self, f: Callable[[str, Tensor], Tensor]) -> None:
         """Replace every parameter ``t`` by ``f(qualified_name, t)``, in place (children included)."""
         self._apply("", f)
 
@@ -107,43 +143,12 @@ class Module(Generic[_P, _R]):
         for name, child in list(self.children):
             child._apply(f"{prefix}{name}.", f)
 
-    def map_parameters(self: _M, f: Callable[[str, Tensor], Tensor]) -> _M:
-        """A copy of the module tree with every parameter replaced by ``f(qualified_name, t)``;
-        this module is left unchanged."""
-        clone = copy.copy(self)
-        clone._copy_tree()
-        clone.apply_to_parameters(f)
-        return clone
-
-    def _copy_tree(self) -> None:
-        for name, child in list(self.children):
-            c = copy.copy(child)
-            c._copy_tree()
-            if isinstance(self, list):
-                self[int(name)] = c
-            else:
-                object.__setattr__(self, name, c)
-
-    def load_state(self, lookup: Callable[[str, Tensor], Any]) -> None:
-        """Replace every parameter by ``lookup(qualified_name, current)`` (any DLPack array);
-        the new value must have the parameter's dtype and shape."""
-
-        def load(name: str, t: Tensor) -> Tensor:
-            new = _as_tensor(lookup(name, t), name)
-            if new.dtype is not t.dtype:
-                raise ValueError(f"load_state: {name!r} has dtype {t.dtype}, the new value {new.dtype}")
-            if list(new.shape) != list(t.shape):
-                raise ValueError(f"load_state: {name!r} has shape {[int(d) for d in t.shape]}, the new value "
-                                 f"{[int(d) for d in new.shape]}")
-            return new.to(t.device) if new.device != t.device else new
-
-        self.apply_to_parameters(load)
-
-    def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
-        """Load parameters from ``state`` (qualified name -> DLPack array).
+    def load_state_dict(self, state: Mapping[str, Any], strict: bool = True, *, auto_cast: bool = False) -> None:
+        """Load parameters from ``state`` (qualified name -> Tensor or DLPack array).
 
         ``strict``: every parameter must have an entry and every entry a parameter
-        (KeyError naming the names otherwise).  Dtypes and shapes must match (ValueError).
+        (KeyError naming the names otherwise).  Shapes must match (ValueError); so must
+        dtypes, unless ``auto_cast``, which casts each value to its parameter's dtype.
         """
         names = [n for n, _ in self.parameters]
         if strict:
@@ -151,14 +156,36 @@ class Module(Generic[_P, _R]):
             extra = [k for k in state if k not in set(names)]
             if missing or extra:
                 raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {extra}")
-        self.load_state(lambda name, t: state[name] if name in state else t)
+
+        def load(name: str, t: Tensor) -> Tensor:
+            if name not in state:
+                return t
+            new = _as_tensor(state[name], name)
+            if list(new.shape) != list(t.shape):
+                raise ValueError(f"load_state_dict: {name!r} has shape {[int(d) for d in t.shape]}, the new value "
+                                 f"{[int(d) for d in new.shape]}")
+            if new.dtype is not t.dtype:
+                if not auto_cast:
+                    raise ValueError(f"load_state_dict: {name!r} has dtype {t.dtype}, the new value {new.dtype} "
+                                     "(pass auto_cast=True to cast it)")
+                new = new.cast(t.dtype)
+            return new.to(t.device) if new.device != t.device else new
+
+        self._apply_to_parameters(load)
 
     def to(self: _M, device: Any) -> _M:
-        """Move every parameter to ``device`` (in place); returns the module."""
-        self.apply_to_parameters(lambda _n, t: t.to(device))
+        """Move every parameter to ``device`` (in place); returns the module.  Fields annotated
+        ``PinnedDeviceTensor`` (in this module, its children and subclasses) stay where they are."""
+        _move_unpinned(self, device)
         return self
 
     # ---------------------------------------------------------------- compile
+    def trace(self, *input_types: Any) -> Any:
+        """Trace ``forward`` against ``input_types`` into a ``Graph`` without compiling it: parameters
+        become graph weights named by their qualified names (run it with
+        ``InferenceSession().load(graph, weights_registry=dict(module.parameters))``)."""
+        return trace_graph.trace_module(self, input_types)[0]
+
     def compile(self, *input_types: Any, weights: Mapping[str, Any] | None = None) -> "CompiledModel":
         """Trace ``forward`` against ``input_types`` into a Graph and compile it.
 
@@ -168,28 +195,27 @@ class Module(Generic[_P, _R]):
         return trace_graph.compile_module(self, input_types, weights)
 
     # ---------------------------------------------------------------- printing
-    def _repr_fields(self) -> list[str]:
-        out = []
+    def __rich_repr__(self) -> Iterator[Any]:
+        """The fields ``repr`` shows (``rich``'s protocol: ``(name, value)``, ``(name, value, default)``
+        omitted when equal to the default, or a bare positional value): a dataclass module's fields in
+        order; otherwise its public attributes holding modules, tensors or plain values."""
+        if dataclasses.is_dataclass(self):
+            for f in dataclasses.fields(self):
+                if f.repr and not f.name.startswith("_"):
+                    yield f.name, getattr(self, f.name)
+            return
         for name, v in vars(self).items():
-            if name.startswith("_") or isinstance(v, Module):
+            if name.startswith("_"):
                 continue
-            if isinstance(v, Tensor):
-                out.append(f"{name}={_short(v)}")
-            elif isinstance(v, (int, float, bool, str, DType)) or v is None:
-                out.append(f"{name}={v!r}")
-        return out
+            if isinstance(v, (Module, Tensor, int, float, bool, str, DType)) or v is None:
+                yield name, v
 
     def __repr__(self) -> str:
-        head = f"{type(self).__name__}({', '.join(self._repr_fields())}"
-        kids = list(self.children)
-        if not kids:
-            return head + ")"
-        body = "\n".join(f"  ({n}): " + repr(c).replace("\n", "\n  ") for n, c in kids)
-        return f"{head}\n{body}\n)"
+        """As MAX prints modules: ``rich.pretty.pretty_repr(module, max_width=80, indent_size=4)``, one
+        line when it fits (``Sequential(Block(a=1), Block(a=2))``), else one field per line."""
+        from rich.pretty import pretty_repr
 
-
-def _short(t: Tensor) -> str:
-    return f"Tensor({t.dtype.name}, {[str(d) for d in t.shape]}, {t.device})"
+        return pretty_repr(self, max_width=80, indent_size=4)
 
 
 def _as_tensor(v: Any, name: str) -> Tensor:
@@ -234,6 +260,9 @@ class ModuleList(list, Module):
 
     def __eq__(self, other: object) -> bool:
         return self is other
+
+    def __rich_repr__(self) -> Iterator[Any]:
+        yield from self  # the entries, positionally
 
     def __repr__(self) -> str:
         return Module.__repr__(self)

@@ -16,6 +16,7 @@ import numpy as np
 from max.dtype import DType
 from max.experimental.nn.module import Module
 from max.experimental.tensor import Tensor
+from max.graph.rope import rope_inv_freq
 
 __all__ = ["RotaryEmbedding", "TransposedRotaryEmbedding", "positional_embedding"]
 
@@ -25,10 +26,10 @@ def positional_embedding(dim: int, base: float = 10000.0, max_sequence_length: i
     """The ``[max_sequence_length, dim // 2, 2]`` table of ``(cos, sin)`` pairs (float64 math)."""
     if dim % 2:
         raise ValueError(f"positional_embedding: dim must be even, got {dim}")
-    inv = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+    inv = rope_inv_freq(base, dim)
     ang = np.arange(max_sequence_length, dtype=np.float64)[:, None] * inv[None, :]
     table = np.stack([np.cos(ang), np.sin(ang)], axis=-1)
-    return Tensor.constant(table, dtype=dtype, device=device)
+    return Tensor._constant(table, dtype=dtype, device=device)
 
 
 def _F():

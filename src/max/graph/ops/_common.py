@@ -157,6 +157,10 @@ def scalar_operand(x: Any, like: TensorValue, op: str, arg: str) -> TensorValue:
         x = int(x)
     elif isinstance(x, (float, np.floating)) and not dt.is_float():
         x = int(x)
+    elif isinstance(x, (float, np.floating)):
+        # rounded like a literal of the tensor's dtype: a value past its range is inf (MAX: x_f16 + 1e300)
+        with np.errstate(over="ignore"):
+            x = float(np.array([x], dtype=np.float64).astype(dt.to_numpy())[0])
     return constant(x, dt, like.device)
 
 
@@ -165,8 +169,16 @@ def _is_tensor_operand(x: Any) -> bool:
 
 
 def binary_operands(lhs: Any, rhs: Any, op: str) -> tuple[TensorValue, TensorValue]:
-    """Convert the operands of a binary op; weak scalars take the tensor side's dtype."""
+    """Convert the operands of a binary op; weak scalars take the tensor side's dtype.
+
+    Two Python/numpy scalars are a TypeError, as in MAX (neither side gives a dtype)."""
     lt, rt = _is_tensor_operand(lhs), _is_tensor_operand(rhs)
+    if is_scalar_like(lhs) and is_scalar_like(rhs):
+        raise TypeError(
+            "Binary ops require at least one max object as input. "
+            f"Got {type(lhs).__name__} and {type(rhs).__name__} ({op}); make one of them a tensor "
+            "(ops.constant)"
+        )
     if lt and not rt and is_scalar_like(rhs):
         a = as_tensor(lhs, op=op, arg="lhs")
         return a, scalar_operand(rhs, a, op, "rhs")
@@ -197,21 +209,124 @@ def broadcast_shapes(a: Shape, b: Shape, op: str, what: str = "operands") -> Sha
     return Shape(reversed(out))
 
 
-def normalize_axis(axis: Any, rank: int, op: str, arg: str = "axis") -> int:
+def broadcast_diagnostic(name_a: str, a: Shape, name_b: str, b: Shape) -> str | None:
+    """MAX's verifier diagnostic when shapes ``a`` and ``b`` do not broadcast, else None::
+
+        Input x (shape [2, 4]) dimension at axis 1 (value 4) and input y (shape [2, 6]) dimension
+        at axis 1 (value 6) are neither equivalent nor broadcastable. Insert an explicit rebind if
+        these dims will be equivalent at runtime.
+    """
+    ra, rb = len(a), len(b)
+    for i in range(min(ra, rb)):
+        da, db = a[ra - 1 - i], b[rb - 1 - i]
+        if da == db or da == 1 or db == 1:
+            continue
+        return (f"Input {name_a} (shape {a._text()}) dimension at axis {ra - 1 - i} (value {da}) and input "
+                f"{name_b} (shape {b._text()}) dimension at axis {rb - 1 - i} (value {db}) are neither "
+                "equivalent nor broadcastable. Insert an explicit rebind if these dims will be equivalent at runtime.")
+    return None
+
+
+def op_names(op: str) -> tuple[str, str]:
+    """MAX's op class and operation for the graph op ``op``: ``("SubOp", "rmo.sub")``."""
+    special = {"where": ("SelectOp", "rmo.select"), "logical_and": ("AndOp", "rmo.and"),
+               "logical_or": ("OrOp", "rmo.or"), "logical_xor": ("XorOp", "rmo.xor"),
+               "logical_not": ("MoNotOp", "rmo.mo.not"), "slice_tensor": ("SliceOp", "rmo.slice")}
+    if op in special:
+        return special[op]
+    return "".join(p.capitalize() for p in op.split("_")) + "Op", f"rmo.{op}"
+
+
+# ----------------------------------------------------------------------------- MAX's error forms
+def verifier_error(name: str, rmo: str, inputs: Sequence[tuple[str, Any]], *diagnostics: str) -> ValueError:
+    """The ValueError MAX raises when an op's verifier rejects its inputs at build time::
+
+        Failed to create op '<name>':
+        Inputs:
+            <param> = <repr of the input>
+            ...
+
+        Diagnostics:
+            <diagnostic line>
+        Failed to infer result type(s) for '<rmo>'
+
+    ``name`` is MAX's op class (``"SubOp"``), ``rmo`` its operation (``"rmo.sub"``);
+    the diagnostic lines are the key phrases."""
+    lines = [f"Failed to create op '{name}':", "Inputs:"]
+    lines += [f"    {param} = {value!r}" for param, value in inputs]
+    lines += ["", "Diagnostics:"]
+    lines += [f"    {d}" for d in diagnostics]
+    lines.append(f"Failed to infer result type(s) for '{rmo}'")
+    return ValueError("\n".join(lines))
+
+
+def verifier_fail(name: str, rmo: str, inputs: Sequence[tuple[str, Any]], *diagnostics: str) -> None:
+    raise verifier_error(name, rmo, inputs, *diagnostics)
+
+
+def promote_operands(op: str, named: Sequence[tuple[str, Any]], shown: Sequence[tuple[str, Any]] | None = None) -> DType:
+    """The common dtype of the named operands (MAX's promotion rules), or MAX's verifier error
+    for ``op`` (``Failed to create op 'SubOp': ... Unsafe cast from ui16 to f16 ...``) listing
+    ``shown`` (default: ``named``) as its inputs."""
+    from max.graph.dtype_promotion import promote_dtypes, promotion_error
+
+    dts = [v.dtype for _, v in named]
+    diag = promotion_error(dts)
+    if diag is not None:
+        verifier_fail(*op_names(op), list(shown or named), diag)
+    return promote_dtypes(*dts)
+
+
+_AXIS_FORMS = ("index", "reduce", "split", "scatter", "value")
+
+
+def normalize_axis(axis: Any, rank: int, op: str, arg: str = "axis", form: str = "index") -> int:
+    """``axis`` in ``[-rank, rank)`` made non-negative; out of range raises what MAX raises:
+
+    - ``"index"`` (the default: transpose, stack, concat, squeeze, gather, softmax, ...):
+      IndexError ``Axis <arg> out of range (expected to be in range of [-r, r-1], but got a)``
+      (``arg`` left out when it is the plain ``axis``);
+    - ``"value"``: the same text as a ValueError (repeat_interleave, as its reference documents);
+    - ``"reduce"`` (sum, mean, prod, max, min, argmax, argmin): ValueError
+      ``Invalid axis=a for input x.rank=r``;
+    - ``"split"``: IndexError ``Axis must be in range [-r, r), got a``;
+    - ``"scatter"`` (the scatter family): ValueError ``Invalid axis value a. Axis must be in range [-r, r-1]``.
+
+    A non-int ``axis`` is a TypeError naming ``op``."""
+    if form not in _AXIS_FORMS:
+        raise ValueError(f"normalize_axis: unknown form {form!r}; one of {_AXIS_FORMS}")
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         fail(op, f"{arg} must be an int, got {type(axis).__name__} {axis!r}", TypeError)
-    axis = int(axis)
-    if not -rank <= axis < rank:
-        fail(op, f"{arg}={axis} is out of range for a rank-{rank} tensor (valid: {-rank}..{rank - 1})", IndexError)
-    return axis + rank if axis < 0 else axis
+    a = int(axis)
+    if -rank <= a < rank:
+        return a + rank if a < 0 else a
+    if form == "reduce":
+        raise ValueError(f"Invalid axis={a} for input x.rank={rank}")
+    if form == "split":
+        raise IndexError(f"Axis must be in range [{-rank}, {rank}), got {a}")
+    if form == "scatter":
+        raise ValueError(f"Invalid axis value {a}. Axis must be in range [{-rank}, {rank - 1}]")
+    label = "" if arg == "axis" else f" {arg}"
+    msg = f"Axis{label} out of range (expected to be in range of [{-rank}, {rank - 1}], but got {a})"
+    raise (ValueError if form == "value" else IndexError)(msg)
 
 
-def same_device(op: str, *vals: TensorValue) -> DeviceRef:
+def same_device(op: str, *vals: TensorValue, labels: Sequence[str] | None = None) -> DeviceRef:
+    """The device every operand is on, or MAX's ValueError::
+
+        Input values must be on the same device
+            lhs: TensorType(dtype=float32, shape=[Dim(5), Dim(3)], device=cpu:0)
+            rhs: TensorType(dtype=float32, shape=[Dim(5), Dim(3)], device=gpu:0)
+
+    ``labels`` name the operands (MAX's: ``lhs``/``rhs``, ``input``/``indices``,
+    ``condition``/``x``/``y``, ...); by default their positions ``0``, ``1``, ..."""
     dev = vals[0].device
-    for v in vals[1:]:
-        if v.device != dev:
-            fail(op, f"operands are on different devices ({dev} and {v.device}); move one with ops.transfer_to")
-    return dev
+    if all(v.device == dev for v in vals[1:]):
+        return dev
+    names = list(labels) if labels is not None else [str(i) for i in range(len(vals))]
+    msg = "Input values must be on the same device"
+    msg += "".join(f"\n    {n}: {v.type!r}" for n, v in zip(names, vals))
+    raise ValueError(msg)
 
 
 def tensor_type(dtype: DType, shape: Any, device: DeviceRef) -> TensorType:

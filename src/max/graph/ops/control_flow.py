@@ -94,7 +94,7 @@ def while_loop(initial_values: Iterable[Any] | Any, predicate: Callable[..., Any
     init = [initial_values] if isinstance(initial_values, Value) or not isinstance(
         initial_values, (list, tuple)) else list(initial_values)
     if not init:
-        fail(op, "initial_values must not be empty")
+        raise ValueError("While loops must have at least one iteration value.")
     vals = []
     for i, v in enumerate(init):
         if isinstance(v, BufferValue):

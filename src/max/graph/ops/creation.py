@@ -1,6 +1,7 @@
 """Creation ops: ``range`` and ``hann_window``.
 
-``range`` with Python numbers has a static length; with ``Dim`` bounds its
+``range`` with Python numbers has a static length (MAX's floored
+``(stop - start) // step``); with ``Dim`` bounds its
 length is an algebraic dim (``range(0, Dim("n"))`` has length ``n``); with
 tensor bounds the length is data-dependent and must be named with
 ``out_dim`` (checked, or bound if it is a new symbolic name, at execution).
@@ -9,16 +10,16 @@ tensor bounds the length is data-dependent and must be named with
 from __future__ import annotations
 
 import builtins
-import math
 from typing import Any
 
 import numpy as np
 
 from max.dtype import DType
 from max.graph.dim import Dim, StaticDim
+from max.graph.dtype_promotion import check_weak_scalar
 from max.graph.ops._common import as_device_ref, as_tensor, fail, stage1
 from max.graph.shape import Shape
-from max.graph.type import DeviceRef, TensorType
+from max.graph.type import TensorType
 from max.graph.value import TensorValue
 
 __all__ = ["range", "hann_window"]
@@ -27,7 +28,7 @@ _NUM = (bool, int, float, np.integer, np.floating, np.bool_)
 
 
 def _range_arg(v: Any, name: str, op: str) -> Any:
-    """A Python number, a Dim, or a rank-0 TensorValue."""
+    """A Python number, a Dim, or a rank-0 TensorValue (MAX's ValueErrors for other tensors)."""
     if isinstance(v, np.ndarray) and v.ndim == 0:
         v = v.item()
     if isinstance(v, (bool, np.bool_)):
@@ -42,7 +43,9 @@ def _range_arg(v: Any, name: str, op: str) -> Any:
         return v
     t = as_tensor(v, op=op, arg=name)
     if t.rank != 0:
-        fail(op, f"{name} must be a scalar (rank-0) tensor, got {t.type}")
+        raise ValueError(f"range expected scalar values as inputs! ({name} is {t!r})")
+    if not t.device.is_cpu():
+        raise ValueError(f"Range input values must be on CPU ({name} is on {t.device})")
     if t.dtype is DType.bool:
         fail(op, f"{name} must be numeric, got a bool tensor", TypeError)
     return t
@@ -54,16 +57,17 @@ def range(  # noqa: A001 - reference name
     step: Any = 1,
     out_dim: Any = None,
     *,
-    dtype: DType | None = None,
-    device: Any = None,
+    dtype: DType,
+    device: Any,
 ) -> TensorValue:
-    """The 1-D sequence ``start, start + step, ...`` up to (not including) ``stop``.
+    """The 1-D sequence ``start, start + step, ...``; ``dtype`` and ``device`` are required.
 
-    Raises ValueError when ``step`` is zero, when ``stop - start`` is non-zero
-    and has the sign opposite to ``step`` (static values), when tensor
-    arguments come without ``out_dim``, or when a static ``out_dim``
-    contradicts the static length.  ``dtype`` defaults to the tensor
-    arguments' dtype, else float32; ``device`` defaults to the CPU.
+    As in MAX, with Python numbers the length is ``(stop - start) // step`` (floored:
+    ``range(0, 5, 2)`` is ``[0, 2]``, a zero step gives an empty range) and the numbers must
+    fit ``dtype`` (ValueError ``Unsafe cast: ...``); a length outside int64 is ValueError
+    ``Dim value must be -2**63 <= dim < 2**63``.  Tensor arguments must be scalars on the CPU
+    and need ``out_dim`` (``Dynamic ranges must provide an explicit out_dim``), which is then
+    taken as the length.  With ``Dim`` bounds the length is an algebraic dim.
     """
     op = "range"
     args = [_range_arg(v, n, op) for v, n in ((start, "start"), (stop, "stop"), (step, "step"))]
@@ -71,29 +75,23 @@ def range(  # noqa: A001 - reference name
     if len({t.dtype for t in tensors}) > 1:
         fail(op, "tensor arguments must have the same dtype, got "
                  + ", ".join(str(t.dtype) for t in tensors), TypeError)
-    if dtype is None:
-        dtype = tensors[0].dtype if tensors else DType.float32
     if not isinstance(dtype, DType):
         fail(op, f"dtype must be a DType, got {type(dtype).__name__} {dtype!r}", TypeError)
-    dev = as_device_ref(device, op) if device is not None else DeviceRef.CPU()
+    dev = as_device_ref(device, op)
     s0, s1, st = args
-    if isinstance(st, (int, float)) and st == 0:
-        fail(op, "step must be non-zero")
     if isinstance(st, Dim):
         fail(op, f"step must be a static number or a tensor, got symbolic dim {st}", TypeError)
     length: Dim | None = None
+    static_len: int | None = None
     if all(isinstance(a, (int, float)) for a in args):
-        diff = s1 - s0
-        if diff != 0 and (diff > 0) != (st > 0):
-            fail(op, f"stop - start ({s1} - {s0} = {diff}) must be zero or have the same sign as step ({st})")
-        if all(isinstance(a, int) for a in args):
-            n = -((s0 - s1) // st)
-        else:
-            n = math.ceil(diff / st)
-        length = StaticDim(builtins.max(0, n))
+        n = 0 if st == 0 else (s1 - s0) // st
+        static_len = builtins.max(0, int(n))
+        length = StaticDim(static_len)
+        for name, a in (("start", s0), ("stop", s1), ("step", st)):
+            check_weak_scalar(a, dtype, op, name)
     elif not tensors:
-        if not isinstance(st, int):
-            fail(op, f"step must be an int when start/stop are symbolic dims, got {st!r}", TypeError)
+        if not isinstance(st, int) or st == 0:
+            fail(op, f"step must be a non-zero int when start/stop are symbolic dims, got {st!r}", TypeError)
         if any(isinstance(a, float) for a in (s0, s1)):
             fail(op, "start/stop cannot mix symbolic dims and floats", TypeError)
         a, b = Dim(s0), Dim(s1)
@@ -101,8 +99,8 @@ def range(  # noqa: A001 - reference name
     attrs: dict = {}
     if out_dim is not None:
         try:
-            od = Dim(out_dim)
-        except (TypeError, ValueError) as e:
+            od = Dim(out_dim)  # ValueError (MAX's) for sizes outside int64 and bad names
+        except TypeError as e:
             fail(op, f"out_dim {out_dim!r} is not a valid dim: {e}", TypeError)
         if isinstance(length, StaticDim) and isinstance(od, StaticDim) and length != od:
             fail(op, f"out_dim is {od} but range({s0}, {s1}, {st}) has {length} elements")
@@ -110,21 +108,9 @@ def range(  # noqa: A001 - reference name
             attrs["_check_shape"] = True
         length = od
     if length is None:
-        fail(op, "start/stop/step given as tensors make the length data-dependent; pass out_dim to name it")
+        raise ValueError("Dynamic ranges must provide an explicit out_dim")
     if isinstance(length, StaticDim) and length.dim < 0:
         fail(op, f"out_dim must be non-negative, got {length}")
-    if not dtype.is_float() and all(isinstance(a, (int, float)) for a in args):
-        # the values must be representable in an integer dtype: whole numbers within its range
-        for name, a in (("start", s0), ("step", st)):
-            if isinstance(a, float) and not a.is_integer():
-                fail(op, f"{name}={a} is not a whole number, but dtype is {dtype}")
-        if isinstance(length, StaticDim) and length.dim > 0:
-            last = s0 + st * (length.dim - 1)
-            info = np.iinfo(dtype.to_numpy()) if dtype is not DType.bool else None
-            lo, hi = (0, 1) if info is None else (int(info.min), int(info.max))
-            for name, a in (("start", s0), ("last value", last)):
-                if not lo <= a <= hi:
-                    fail(op, f"{name} {a} of range({s0}, {s1}, {st}) does not fit {dtype} ({lo}..{hi})")
     operands = []
     for key, a in zip(("start", "stop", "step"), args):
         if isinstance(a, TensorValue):
@@ -134,6 +120,7 @@ def range(  # noqa: A001 - reference name
             attrs[key] = a
     attrs["dtype"] = dtype
     attrs["device"] = dev
+    attrs["length"] = static_len
     return stage1(op, operands, TensorType(dtype, Shape([length]), dev), attrs)
 
 

@@ -7,6 +7,10 @@ input dtypes; float32 with int32 or uint8 with int8 is a ValueError), inserting
 ``cast`` nodes so kernels always see equal dtypes.  A Python/numpy scalar is
 weak: it takes the other operand's dtype when its value fits (``int_tensor +
 1.5`` is a ValueError).  ``div`` is true division: integer operands give float32.
+Arithmetic on bool tensors (``b + b``, ``b - b``, ``b * b``, ``b / b``, ``-b``) gives
+bool, as in MAX.  Errors follow MAX's texts: dtype and shape mismatches are its
+verifier messages (``Failed to create op 'SubOp': ...``), operands on different
+devices ``Input values must be on the same device``.
 """
 
 from __future__ import annotations
@@ -15,16 +19,20 @@ from typing import Any
 
 from max.dtype import DType
 from max.dtype.dtype import BIT_STORED
+from max.graph.dtype_promotion import mlir_name
 from max.graph.ops._common import (
     as_tensor,
     binary_operands,
-    broadcast_shapes,
+    broadcast_diagnostic,
     fail,
     host_only,
-    promote,
+    op_names,
+    promote_operands,
     same_device,
     stage1,
+    verifier_fail,
 )
+from max.graph.shape import Shape
 from max.graph.type import TensorType
 from max.graph.value import TensorValue
 
@@ -60,36 +68,67 @@ def _unary(op: str, x: Any, attrs: dict | None = None, *, result_dtype: DType | 
     if op in _FLOAT_ONLY and not dt.is_float():
         fail(op, f"x must be a floating-point tensor, got {dt}; cast it first (e.g. x.cast(DType.float32))",
              TypeError)
+    if op == "negate" and dt is DType.bool:
+        return _bool_arith(op, [x], DType.int32)  # MAX: -b is bool
     if op in _NUMERIC and dt is DType.bool:
         fail(op, f"x must be numeric, got {dt}", TypeError)
     return stage1(op, [x], TensorType(result_dtype or dt, x.shape, x.device), attrs)
 
 
+def _bool_arith(op: str, operands: list[TensorValue], via: DType) -> TensorValue:
+    """Arithmetic on bool tensors gives bool, as in MAX: computed in ``via`` and converted back
+    (non-zero is True: ``b + b`` is or, ``b - b`` xor, ``b * b`` and, ``-b`` is ``b``)."""
+    wide = [cast(v, via) for v in operands]
+    shape = _broadcast(op, list(zip(("lhs", "rhs"), wide)))
+    r = stage1(op, wide, TensorType(via, shape, wide[0].device))
+    return cast(r, DType.bool)
+
+
+def _broadcast(op: str, named: list[tuple[str, TensorValue]]) -> Shape:
+    """The broadcast shape of the operands, or MAX's verifier error naming them."""
+    shape, cur = named[0][1].shape, named[0][0]
+    for name, v in named[1:]:
+        diag = broadcast_diagnostic(cur, shape, name, v.shape)
+        if diag is not None:
+            verifier_fail(*op_names(op), named, diag)
+        ra, rb = len(shape), len(v.shape)
+        out = []
+        for i in range(max(ra, rb)):
+            da = shape[ra - 1 - i] if i < ra else None
+            db = v.shape[rb - 1 - i] if i < rb else None
+            out.append(db if da is None or (da == 1 and db is not None) else da)
+        shape = Shape(reversed(out))
+    return shape
+
+
 def _binary(op: str, lhs: Any, rhs: Any, *, kind: str = "arith") -> TensorValue:
-    """kind: 'arith' (numeric result), 'div' (true division), 'compare' (bool), 'logical' (bool in/out)."""
+    """kind: 'arith' (numeric result), 'div' (true division), 'compare' (bool), 'logical' (bool in/out).
+
+    Bool operands of arithmetic give bool (MAX's rule; see :func:`_bool_arith`)."""
     a, b = binary_operands(lhs, rhs, op)
-    dev = same_device(op, a, b)
-    shape = broadcast_shapes(a.shape, b.shape, op)
+    named = [("lhs", a), ("rhs", b)]
+    dev = same_device(op, a, b, labels=("lhs", "rhs"))
     if kind == "logical":
-        for side, v in (("lhs", a), ("rhs", b)):
-            if v.dtype is not DType.bool:
-                fail(op, f"{side} must be a bool tensor, got {v.dtype}", TypeError)
-        dt = DType.bool
-    else:
-        dt = promote(a.dtype, b.dtype, op)
-        if kind == "div" and not dt.is_float():
-            dt = DType.float32
-        if kind in ("arith", "div") and dt is DType.bool and op not in ("max", "min", "mul"):
-            fail(op, f"operands must be numeric, got {a.dtype} and {b.dtype}", TypeError)
-        a = cast(a, dt)
-        b = cast(b, dt)
-        if dt in _WIDE_UNSIGNED:
-            # torch has no CPU arithmetic kernels for uint16/32/64: compute in
-            # int64 and wrap back (uint64 values >= 2**63 are not supported).
-            a, b = cast(a, DType.int64), cast(b, DType.int64)
-            r = stage1(op, [a, b], TensorType(DType.int64 if kind != "compare" else DType.bool, shape, dev))
-            return r if kind == "compare" else cast(r, dt)
-    out_dt = DType.bool if kind in ("compare", "logical") else dt
+        if a.dtype is not DType.bool or b.dtype is not DType.bool:
+            verifier_fail(*op_names(op), named,
+                          f"{op_names(op)[1]}: Inputs must be bools, got {mlir_name(a.dtype)}, {mlir_name(b.dtype)}")
+        shape = _broadcast(op, named)
+        return stage1(op, [a, b], TensorType(DType.bool, shape, dev))
+    dt = promote_operands(op, named)
+    shape = _broadcast(op, named)
+    if kind in ("arith", "div") and dt is DType.bool and op not in ("max", "min"):
+        return _bool_arith(op, [a, b], DType.float32 if kind == "div" else DType.int32)
+    if kind == "div" and not dt.is_float():
+        dt = DType.float32
+    a = cast(a, dt)
+    b = cast(b, dt)
+    if dt in _WIDE_UNSIGNED:
+        # torch has no CPU arithmetic kernels for uint16/32/64: compute in
+        # int64 and wrap back (uint64 values >= 2**63 are not supported).
+        a, b = cast(a, DType.int64), cast(b, DType.int64)
+        r = stage1(op, [a, b], TensorType(DType.int64 if kind != "compare" else DType.bool, shape, dev))
+        return r if kind == "compare" else cast(r, dt)
+    out_dt = DType.bool if kind == "compare" else dt
     return stage1(op, [a, b], TensorType(out_dt, shape, dev))
 
 
@@ -169,7 +208,8 @@ def logical_xor(lhs: Any, rhs: Any) -> TensorValue:
 def logical_not(x: Any) -> TensorValue:
     x = as_tensor(x, op="logical_not")
     if x.dtype is not DType.bool:
-        fail("logical_not", f"x must be a bool tensor, got {x.dtype}", TypeError)
+        verifier_fail(*op_names("logical_not"), [("x", x)],
+                      "'rmo.mo.not' op operand #0 must be boolean element type")
     return stage1("logical_not", [x], x.type)
 
 
@@ -275,14 +315,20 @@ def gelu(x: Any, approximate: str = "none") -> TensorValue:
 
 # ---------------------------------------------------------------- select
 def where(condition: Any, x: Any, y: Any) -> TensorValue:
-    """Elementwise ``x if condition else y`` (condition must be bool; all three broadcast)."""
+    """Elementwise ``x if condition else y`` (condition must be bool; all three broadcast).
+
+    As in MAX: a non-bool condition is a ValueError (``Expected condition to be a boolean
+    tensor, ...``); ``x`` and ``y`` promote like a binary op's operands (at least one must be
+    a tensor: two Python scalars are a TypeError); shapes that do not broadcast and dtypes
+    without a common type get MAX's verifier message (``SelectOp``)."""
     op = "where"
     c = as_tensor(condition, op=op, arg="condition")
     if c.dtype is not DType.bool:
-        fail(op, f"condition must be a bool tensor, got {c.dtype}", TypeError)
+        raise ValueError(f"Expected condition to be a boolean tensor, but got a tensor with dtype {c.dtype}")
     a, b = binary_operands(x, y, op)
-    dev = same_device(op, c, a, b)
-    dt = promote(a.dtype, b.dtype, op)
+    dev = same_device(op, c, a, b, labels=("condition", "x", "y"))
+    named = [("condition", c), ("x", a), ("y", b)]
+    dt = promote_operands(op, [("x", a), ("y", b)], named)
+    shape = _broadcast(op, named)
     a, b = cast(a, dt), cast(b, dt)
-    shape = broadcast_shapes(broadcast_shapes(c.shape, a.shape, op), b.shape, op)
     return stage1(op, [c, a, b], TensorType(dt, shape, dev))

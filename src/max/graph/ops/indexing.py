@@ -12,8 +12,9 @@ Index semantics (all follow NumPy):
   ints count from the end; an out-of-range int on a static dim raises
   IndexError naming the axis and its size;
 - a ``slice`` keeps the axis; bounds may be ints, ``Dim`` s or rank-0 integer
-  ``TensorValue`` s and are clamped like NumPy's; steps may be negative (not
-  zero).  On a static dim with static bounds the result size is exact
+  ``TensorValue`` s; steps may be negative (not zero).  As in MAX, static
+  bounds outside ``[-n, n]`` of a static axis and bounds running against the
+  step (``x[3:1]``) are errors (its verifier messages), not clamped.  On a static dim with static bounds the result size is exact
   (``len(range(n)[s])``); on a symbolic dim it is an algebraic dim that
   assumes the bounds lie inside the axis, as the reference requires
   (``[-dim, dim]`` for positive steps, ``[-dim - 1, dim - 1]`` for negative
@@ -69,14 +70,23 @@ def _is_tensorish(v: Any) -> bool:
     )
 
 
-def _index_tensor(v: Any, x: TensorValue, op: str, what: str) -> TensorValue:
+def _index_tensor(v: Any, x: TensorValue, op: str, what: str, *, labels: tuple | None = None,
+                  allow_bool: bool = False) -> TensorValue:
+    """An integer index tensor for ``x`` (cast to int64 for the kernels).
+
+    A float index tensor is a ValueError (MAX's ``indices.dtype=float32 must be an integer
+    type.``); a bool one a TypeError (a mask is not supported), unless ``allow_bool`` reads it
+    as 0/1 indices (gather_nd, as MAX does)."""
     t = as_tensor(v, op=op, arg=what, device=x.device)
-    if t.dtype is DType.bool:
+    if t.dtype is DType.bool and not allow_bool:
         fail(op, f"{what}: boolean mask indices are not supported (the result size depends on the data); "
                  "use ops.nonzero or ops.where", TypeError)
-    if not t.dtype.is_integral():
-        fail(op, f"{what} must be an integer tensor, got {t.dtype}", TypeError)
-    same_device(op, x, t)
+    if not t.dtype.is_integral() and t.dtype is not DType.bool:
+        raise ValueError(f"indices.dtype={t.dtype!r} must be an integer type. ({op}: {what})")
+    if labels is not None:
+        same_device(op, x, t, labels=labels)
+    else:
+        same_device(op, x, t)
     if t.dtype is not DType.int64:
         from max.graph.ops.elementwise import cast
 
@@ -128,28 +138,58 @@ def _slice_size(dim: Dim, start: Any, stop: Any, step: int) -> Dim | None:
     return size
 
 
-def _check_static_bounds(op: str, where: str, e: slice, dim: Dim, start: Any, stop: Any, step: int) -> None:
-    """MAX's rules for static slices of a static axis: bounds within ``[-n, n]`` and not
-    running against the step (``x[3:1]``); both raise ValueError (NumPy would clamp or
-    give an empty result)."""
-    if not isinstance(dim, StaticDim):
-        return
-    n = dim.dim
-    norm = []
-    for name, b in (("start", start), ("stop", stop)):
-        if isinstance(b, StaticDim):
-            b = b.dim
-        if b is None or not isinstance(b, int):
+_I64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _check_static_bounds(op: str, x: TensorValue, indices: Any, dim: Dim, start: Any, stop: Any,
+                         step: int) -> None:
+    """MAX's verifier rules for slices with static bounds (``SliceOp``), in its order:
+
+    - the size computation must fit int64 (``rmo.slice index computation overflow``);
+    - on a static axis of size n, bounds must lie in ``[-n, n]`` (``rmo.slice start index 20
+      out of range for dimension size 4``; NumPy would clamp);
+    - the bounds must not run against the step (``x[3:1]``, on symbolic axes too: ``rmo.slice
+      start and stop should be increasing for positive step and decreasing for negative step,
+      but got start 3, stop 1 for step 1``; NumPy would give an empty result).
+    """
+    def bad(diag: str) -> None:
+        from max.graph.ops._common import op_names, verifier_fail
+
+        verifier_fail(*op_names("slice_tensor"), [("x", x), ("indices", indices)], diag)
+
+    ints = [b.dim if isinstance(b, StaticDim) else b for b in (start, stop)]
+    ints = [b if isinstance(b, int) else None for b in ints]
+    n = dim.dim if isinstance(dim, StaticDim) else None
+    lo_d = ints[0] if ints[0] is not None else (0 if step > 0 else (n - 1 if n is not None else None))
+    hi_d = ints[1] if ints[1] is not None else (n if step > 0 and n is not None else (-1 if step < 0 else None))
+    for v in (step, lo_d, hi_d):
+        if v is not None and not _I64[0] <= v <= _I64[1]:
+            bad(f"rmo.slice index computation overflow: doesn't fit in an int64 (start {start}, stop {stop}, "
+                f"step {step})")
+    if lo_d is not None and hi_d is not None:
+        span = hi_d - lo_d
+        for v in (span, span + step - (1 if step > 0 else -1)):
+            if not _I64[0] <= v <= _I64[1]:
+                bad(f"rmo.slice index computation overflow: doesn't fit in an int64 (start {start}, stop {stop}, "
+                    f"step {step})")
+    norm: list = []
+    for name, b in (("start", ints[0]), ("stop", ints[1])):
+        if b is None:
             norm.append(None)
             continue
-        if not -n <= b <= n:
-            fail(op, f"{where}: slice {e}: {name}={b} is out of bounds for an axis of size {n} "
-                     f"(valid: {-n}..{n})")
-        norm.append(b + n if b < 0 else b)
+        if n is not None:
+            if not -n <= b <= n:
+                bad(f"rmo.slice {name} index {b} out of range for dimension size {n}")
+            norm.append(b + n if b < 0 else b)
+        else:
+            norm.append(b)
     lo, hi = norm
-    if lo is not None and hi is not None and (hi - lo) * step < 0:
-        fail(op, f"{where}: slice {e} runs {'backwards' if step > 0 else 'forwards'} against its "
-                 f"step {step} (start {lo}, stop {hi} on an axis of size {n})")
+    if lo is not None and hi is not None:
+        if n is None and (ints[0] < 0) != (ints[1] < 0):
+            return  # one bound counts from the (unknown) end: cannot compare
+        if (hi - lo) * step < 0:
+            bad("rmo.slice start and stop should be increasing for positive step and decreasing for negative "
+                f"step, but got start {lo}, stop {hi} for step {step}")
 
 
 def _as_index_list(indices: Any) -> list:
@@ -249,7 +289,7 @@ def slice_tensor(x: Any, indices: Any) -> TensorValue:
             if step == 0:
                 fail(op, f"{where}: slice step cannot be zero")
             any_neg = any_neg or step < 0
-            _check_static_bounds(op, where, e, dim, start, stop, step)
+            _check_static_bounds(op, x, indices, dim, start, stop, step)
             size = _slice_size(dim, start, stop, step)
             if out_dim is not None:
                 if isinstance(size, StaticDim) and isinstance(out_dim, StaticDim) and size != out_dim:
@@ -341,7 +381,7 @@ def gather(input: Any, indices: Any, axis: int = -1) -> TensorValue:
     if x.rank == 0:
         fail(op, "input must have rank >= 1, got a rank-0 tensor")
     ax = normalize_axis(axis, x.rank, op)
-    idx = _index_tensor(indices, x, op, "indices")
+    idx = _index_tensor(indices, x, op, "indices", labels=("input", "indices"))
     shape = Shape(list(x.shape[:ax]) + list(idx.shape) + list(x.shape[ax + 1:]))
     return stage1(op, [x, idx], TensorType(x.dtype, shape, x.device), {"axis": ax})
 
@@ -353,11 +393,13 @@ def gather_nd(input: Any, indices: Any, batch_dims: int = 0) -> TensorValue:
     is ``input.shape[:batch_dims] + indices.shape[batch_dims:-1] +
     input.shape[batch_dims + k:]``.  The first ``batch_dims`` dims of
     ``input`` and ``indices`` must be equal (no broadcasting).  Negative
-    index values count from the end.
+    index values count from the end.  As in MAX, a depth of 0 selects all of
+    ``input`` for each index vector, and bool indices are read as 0/1.
     """
     op = "gather_nd"
     x = as_tensor(input, op=op, arg="input")
-    idx = _index_tensor(indices, x, op, "indices")
+    idx0 = as_tensor(indices, op=op, arg="indices", device=x.device)
+    idx = _index_tensor(idx0, x, op, "indices", labels=("input", "indices"), allow_bool=True)
     if isinstance(batch_dims, bool) or not _is_int(batch_dims):
         fail(op, f"batch_dims must be an int, got {type(batch_dims).__name__} {batch_dims!r}", TypeError)
     b = int(batch_dims)
@@ -367,48 +409,53 @@ def gather_nd(input: Any, indices: Any, batch_dims: int = 0) -> TensorValue:
         fail(op, f"indices {idx.shape} must have rank > batch_dims ({b}): its last dim is the index vector")
     kd = idx.shape[-1]
     if not isinstance(kd, StaticDim):
-        fail(op, f"the last dim of indices {idx.shape} (the index depth) must be static, got {kd}")
+        raise ValueError(f"index last dimension must be static: indices={idx0!r}")
     k = kd.dim
-    if k < 1:
-        fail(op, f"the index depth (last dim of indices {idx.shape}) must be >= 1")
+    for i in range(b):
+        if i >= x.rank or x.shape[i] != idx.shape[i]:
+            raise ValueError(f"input={x!r} and indices={idx0!r} must match up to batch_dims={b}")
     if b + k > x.rank:
         fail(op, f"batch_dims ({b}) + index depth ({k}) exceeds the rank of input {x.shape} ({x.rank})")
-    for i in range(b):
-        if x.shape[i] != idx.shape[i]:
-            fail(op, f"batch dim {i} of input {x.shape} and indices {idx.shape} differ "
-                     f"({x.shape[i]} vs {idx.shape[i]}); gather_nd does not broadcast")
     shape = Shape(list(x.shape[:b]) + list(idx.shape[b:-1]) + list(x.shape[b + k:]))
     return stage1(op, [x, idx], TensorType(x.dtype, shape, x.device), {"batch_dims": b})
 
 
-def _updates(updates: Any, x: TensorValue, op: str) -> TensorValue:
+_SCATTER_LABELS = ("input", "updates", "indices")
+
+
+def _updates(updates: Any, x: TensorValue, op: str, nd: bool) -> TensorValue:
     if isinstance(updates, TensorValue):
         u = updates
     else:
         u = as_tensor(updates, op=op, arg="updates", dtype=None if _is_tensorish(updates) else x.dtype,
                       device=x.device)
     if u.dtype is not x.dtype:
-        fail(op, f"updates dtype {u.dtype} differs from input dtype {x.dtype}; cast it first", ValueError)
-    same_device(op, x, u)
+        if nd:
+            raise ValueError(f"The input dtype ({x.dtype}) and updates dtype ({u.dtype}) must match")
+        raise ValueError(f"The input dtype '{x.dtype}' and updates dtype '{u.dtype}' must match.")
     return u
 
 
+def _scatter_indices(indices: Any, x: TensorValue, u: TensorValue, op: str) -> TensorValue:
+    """int32/int64 indices only (MAX's ValueError otherwise), on the device of ``x`` and ``u``."""
+    idx = as_tensor(indices, op=op, arg="indices", device=x.device)
+    if idx.dtype not in (DType.int32, DType.int64):
+        raise ValueError(f"Invalid indices dtype: '{idx.dtype}'. Indices must be of type int32 or int64.")
+    same_device(op, x, u, idx, labels=_SCATTER_LABELS)
+    if idx.dtype is not DType.int64:
+        from max.graph.ops.elementwise import cast
+
+        idx = cast(idx, DType.int64)
+    return idx
+
+
 def _scatter(op: str, input: Any, updates: Any, indices: Any, axis: Any) -> TensorValue:  # noqa: A002
+    """The scatter family's type rule, MAX's: the input and updates dtypes must match, then the
+    axis, then the indices dtype; shapes are not checked (the result has the input's type)."""
     x = as_tensor(input, op=op, arg="input")
-    if x.rank == 0:
-        fail(op, "input must have rank >= 1, got a rank-0 tensor")
-    ax = normalize_axis(axis, x.rank, op)
-    u = _updates(updates, x, op)
-    idx = _index_tensor(indices, x, op, "indices")
-    if idx.rank != x.rank:
-        fail(op, f"indices {idx.shape} must have the same rank as input {x.shape}")
-    if u.shape != idx.shape:
-        fail(op, f"updates {u.shape} and indices {idx.shape} must have the same shape")
-    for i, (di, dx) in enumerate(zip(idx.shape, x.shape)):
-        if i != ax and isinstance(di, StaticDim) and isinstance(dx, StaticDim) and di.dim > dx.dim:
-            fail(op, f"indices {idx.shape} dim {i} ({di}) exceeds input {x.shape} dim {i} ({dx})")
-    if op != "scatter" and x.dtype is DType.bool:
-        fail(op, f"input must be numeric, got {x.dtype}", TypeError)
+    u = _updates(updates, x, op, nd=False)
+    ax = normalize_axis(axis, x.rank, op, form="scatter")
+    idx = _scatter_indices(indices, x, u, op)
     return stage1(op, [x, u, idx], x.type, {"axis": ax})
 
 
@@ -419,7 +466,8 @@ def scatter(input: Any, updates: Any, indices: Any, axis: int = -1) -> TensorVal
     replaces position ``axis``), i.e. ``torch.scatter`` / ONNX
     ScatterElements.  ``indices`` and ``updates`` have the same shape and the
     same rank as ``input``; their dims other than ``axis`` must not exceed
-    ``input``'s.  Negative index values count from the end.  With duplicate
+    ``input``'s (as in MAX these shapes are not checked while the graph is
+    built).  Negative index values count from the end.  With duplicate
     indices which update wins is unspecified.
     """
     return _scatter("scatter", input, updates, indices, axis)
@@ -446,24 +494,11 @@ def scatter_mul(input: Any, updates: Any, indices: Any, axis: int = -1) -> Tenso
 
 
 def _scatter_nd(op: str, input: Any, updates: Any, indices: Any) -> TensorValue:  # noqa: A002
+    """MAX's type rule: the input and updates dtypes must match, then the indices dtype and
+    the devices; shapes are not checked (the result has the input's type)."""
     x = as_tensor(input, op=op, arg="input")
-    u = _updates(updates, x, op)
-    idx = _index_tensor(indices, x, op, "indices")
-    if idx.rank < 1:
-        fail(op, "indices must have rank >= 1 (its last dim is the index vector)")
-    kd = idx.shape[-1]
-    if not isinstance(kd, StaticDim):
-        fail(op, f"the last dim of indices {idx.shape} (the index depth) must be static, got {kd}")
-    k = kd.dim
-    if k < 1:
-        fail(op, f"the index depth (last dim of indices {idx.shape}) must be >= 1")
-    if k > x.rank:
-        fail(op, f"index depth {k} (last dim of indices {idx.shape}) exceeds the rank of input {x.shape}")
-    want = Shape(list(idx.shape[:-1]) + list(x.shape[k:]))
-    if u.shape != want:
-        fail(op, f"updates shape {u.shape} does not match indices.shape[:-1] + input.shape[{k}:] = {want}")
-    if op != "scatter_nd" and x.dtype is DType.bool:
-        fail(op, f"input must be numeric, got {x.dtype}", TypeError)
+    u = _updates(updates, x, op, nd=True)
+    idx = _scatter_indices(indices, x, u, op)
     return stage1(op, [x, u, idx], x.type)
 
 
@@ -472,7 +507,8 @@ def scatter_nd(input: Any, updates: Any, indices: Any) -> TensorValue:  # noqa: 
 
     ``indices`` has shape ``[..., k]`` with a static index depth
     ``k <= input.rank`` (``k == rank`` writes elements, ``k < rank`` writes
-    slices); ``updates`` has shape ``indices.shape[:-1] + input.shape[k:]``.
+    slices); ``updates`` has shape ``indices.shape[:-1] + input.shape[k:]``
+    (as in MAX these shapes are not checked while the graph is built).
     Negative index values count from the end.  With duplicate indices which
     update wins is unspecified.
     """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from max.graph.ops._common import as_tensor, broadcast_shapes, fail, promote, same_device, stage1
+from max.graph.ops._common import as_tensor, broadcast_shapes, fail, promote_operands, same_device, stage1
 from max.graph.ops.elementwise import cast
 from max.graph.shape import Shape
 from max.graph.type import TensorType
@@ -20,7 +20,7 @@ def matmul(lhs: Any, rhs: Any) -> TensorValue:
     op = "matmul"
     a = as_tensor(lhs, op=op, arg="lhs")
     b = as_tensor(rhs, op=op, arg="rhs")
-    dev = same_device(op, a, b)
+    dev = same_device(op, a, b, labels=("lhs", "rhs"))
     if a.rank == 0 or b.rank == 0:
         fail(op, f"operands must have rank >= 1, got lhs {a.shape} and rhs {b.shape}")
     sa = Shape([1]) + a.shape if a.rank == 1 else a.shape
@@ -34,7 +34,7 @@ def matmul(lhs: Any, rhs: Any) -> TensorValue:
         out.append(sa[-2])
     if b.rank > 1:
         out.append(sb[-1])
-    dt = promote(a.dtype, b.dtype, op)
+    dt = promote_operands(op, [("lhs", a), ("rhs", b)])
     if dt.is_float8():
         fail(op, f"float8 operands are not supported by matmul; dequantize first", TypeError)
     a, b = cast(a, dt), cast(b, dt)
@@ -46,8 +46,8 @@ def outer(lhs: Any, rhs: Any) -> TensorValue:
     op = "outer"
     a = as_tensor(lhs, op=op, arg="lhs")
     b = as_tensor(rhs, op=op, arg="rhs")
-    dev = same_device(op, a, b)
-    dt = promote(a.dtype, b.dtype, op)
+    dev = same_device(op, a, b, labels=("lhs", "rhs"))
+    dt = promote_operands(op, [("lhs", a), ("rhs", b)])
     a, b = cast(a, dt), cast(b, dt)
     na = a.type.num_elements()
     nb = b.type.num_elements()

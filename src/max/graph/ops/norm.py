@@ -27,7 +27,6 @@ extension: the norm after a Mamba-2 / gated DeltaNet mixer), float32 ``input`` /
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -70,8 +69,8 @@ def _epsilon(op: str, epsilon: Any) -> float:
     if isinstance(epsilon, (bool, np.bool_)) or not isinstance(epsilon, (int, float, np.integer, np.floating)):
         fail(op, f"epsilon must be a float, got {type(epsilon).__name__} {epsilon!r}", TypeError)
     eps = float(epsilon)
-    if not (eps > 0 and math.isfinite(eps)):
-        fail(op, f"epsilon must be a positive finite number, got {epsilon!r}")
+    if eps <= 0:  # MAX's check (NaN passes it, as in MAX)
+        raise ValueError(f"epsilon must be positive, got {epsilon!r} ({op})")
     return eps
 
 
@@ -79,6 +78,10 @@ def layer_norm(input: Any, gamma: Any, beta: Any, epsilon: float) -> TensorValue
     """Layer normalisation over the last dimension of ``input``."""
     op = "layer_norm"
     x = _float_input(op, input, 1, "it is normalised over its last dim")
+    for name, p in (("Gamma", gamma), ("Beta", beta)):
+        shape = getattr(p, "shape", None)
+        if shape is not None and len(shape) == 1 and shape[0] != x.shape[-1]:
+            raise ValueError(f"{name} size {shape[0]} does not match dimension of reduction {x.shape[-1]}.")
     g, b = _params(op, x, x.shape[-1], "the last dim", gamma=gamma, beta=beta)
     return stage1(op, [x, g, b], x.type, {"epsilon": _epsilon(op, epsilon)})
 

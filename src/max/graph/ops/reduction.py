@@ -6,14 +6,21 @@ Type rules:
 
 - Reductions (``sum``, ``mean``, ``prod``, ``max``, ``min``, ``argmax``,
   ``argmin``) keep the rank: the result has the input's shape with ``axis``
-  set to 1.  The default axis is -1; negative axes count from the end; an
-  axis out of range raises IndexError; a static size-0 axis raises
-  ValueError (as MAX does).  Other dims (symbolic ones included) are kept.
+  set to 1 (a size-0 axis too, as in MAX: ``[2, 0] -> [2, 1]``).  The default
+  axis is -1; negative axes count from the end; an axis out of range raises
+  MAX's ValueError ``Invalid axis=5 for input x.rank=2`` (a rank-0 input has
+  no axis).  Other dims (symbolic ones included) are kept.  The other ops of
+  this family raise IndexError (``Axis out of range ...``) for a bad axis.
 - ``sum``, ``prod``, ``max``, ``min`` and ``cumsum`` keep the input dtype
   (integer sums and products wrap around like the dtype does).  ``mean`` keeps the dtype too: for an
   integer input it is the integer sum divided by the axis size, rounded
   toward zero (C integer division); cast to a float type first for a
-  fractional mean.  ``sum``/``mean``/``cumsum`` reject bool.
+  fractional mean.  Bool inputs give bool, as in MAX: ``sum`` and ``mean`` are
+  "any element true", ``prod`` "every element true" (computed in int32/float32
+  and converted back: non-zero is True).  ``cumsum`` rejects bool.
+- Over a size-0 axis ``sum`` gives 0, ``prod`` 1 and ``mean`` NaN (NumPy's
+  values); ``max``/``min``/``argmax``/``argmin`` build but have no value to
+  give, so running them fails.
 - ``argmax``/``argmin`` give int64; ties give the first index (on CPU).
 - ``softmax``/``logsoftmax`` need a floating-point input (same dtype out).
 - ``top_k`` returns ``(values, indices)``: the axis becomes ``k`` (sorted,
@@ -73,56 +80,59 @@ def _keep_rank(x: TensorValue, axis: int) -> Shape:
     return Shape(dims)
 
 
-def _reduce(op: str, x: Any, axis: Any, *, allow_bool: bool, nonempty: bool = False,
-            result_dtype: DType | None = None, node: str | None = None) -> TensorValue:
+def _reduce(op: str, x: Any, axis: Any, *, result_dtype: DType | None = None,
+            node: str | None = None) -> TensorValue:
     """Stage keep-rank reduction ``node`` (default: ``op``); errors name ``op``, the public name."""
     x = as_tensor(x, op=op)
-    _check_dtype(op, x, allow_bool=allow_bool)
-    ax = normalize_axis(axis, x.rank, op)
-    d = x.shape[ax]
-    if nonempty and isinstance(d, StaticDim) and d.dim == 0:
-        fail(op, f"cannot reduce axis {ax} of x {x.shape}: it has size 0")
+    _check_dtype(op, x)
+    ax = normalize_axis(axis, x.rank, op, form="reduce")
+    if x.dtype is DType.bool and op in ("sum", "prod", "mean"):
+        # MAX keeps bool: reduce in a numeric type and convert back (non-zero is True)
+        from max.graph.ops.elementwise import cast
+
+        via = DType.float32 if op == "mean" else DType.int32
+        return cast(_reduce(op, cast(x, via), ax, node=node), DType.bool)
     out = TensorType(result_dtype or x.dtype, _keep_rank(x, ax), x.device)
     return stage1(node or op, [x], out, {"axis": ax})
 
 
 def sum(x: Any, axis: int = -1) -> TensorValue:  # noqa: A001 - reference name
     """Sum along ``axis`` (keeps rank; same dtype)."""
-    return _reduce("sum", x, axis, allow_bool=False, nonempty=True)
+    return _reduce("sum", x, axis)
 
 
 def prod(x: Any, axis: int = -1) -> TensorValue:
     """Product along ``axis`` (keeps rank; same dtype, integer products wrap around)."""
-    return _reduce("prod", x, axis, allow_bool=False, nonempty=True)
+    return _reduce("prod", x, axis)
 
 
 def mean(x: Any, axis: int = -1) -> TensorValue:
     """Mean along ``axis`` (keeps rank; same dtype, integer means round toward zero)."""
-    return _reduce("mean", x, axis, allow_bool=False, nonempty=True)
+    return _reduce("mean", x, axis)
 
 
 def max(x: Any, y: Any = None, /, axis: int | None = None) -> TensorValue:  # noqa: A001
     """Elementwise maximum of ``x`` and ``y``; with ``y`` omitted, the maximum along ``axis`` (default -1)."""
     if y is not None:
         return _elementwise_max(x, y)
-    return _reduce("max", x, -1 if axis is None else axis, allow_bool=True, nonempty=True, node="reduce_max")
+    return _reduce("max", x, -1 if axis is None else axis, node="reduce_max")
 
 
 def min(x: Any, y: Any = None, /, axis: int | None = None) -> TensorValue:  # noqa: A001
     """Elementwise minimum of ``x`` and ``y``; with ``y`` omitted, the minimum along ``axis`` (default -1)."""
     if y is not None:
         return _elementwise_min(x, y)
-    return _reduce("min", x, -1 if axis is None else axis, allow_bool=True, nonempty=True, node="reduce_min")
+    return _reduce("min", x, -1 if axis is None else axis, node="reduce_min")
 
 
 def argmax(x: Any, axis: int = -1) -> TensorValue:
     """Index (int64) of the largest value along ``axis`` (keeps rank; first index on ties)."""
-    return _reduce("argmax", x, axis, allow_bool=True, nonempty=True, result_dtype=DType.int64)
+    return _reduce("argmax", x, axis, result_dtype=DType.int64)
 
 
 def argmin(x: Any, axis: int = -1) -> TensorValue:
     """Index (int64) of the smallest value along ``axis`` (keeps rank; first index on ties)."""
-    return _reduce("argmin", x, axis, allow_bool=True, nonempty=True, result_dtype=DType.int64)
+    return _reduce("argmin", x, axis, result_dtype=DType.int64)
 
 
 def _axis_wise(op: str, x: Any, axis: Any) -> TensorValue:

@@ -8,9 +8,11 @@ Dims that must agree (``concat``'s other axes, ``stack``'s shapes) compare
 by value, so equal symbolic names/expressions match and different names do
 not.
 
-Axis errors raise :class:`AxisError`, which is both an ``IndexError`` (the
-convention of the other op families) and a ``ValueError`` (what the reference
-documents for e.g. ``repeat_interleave``).
+Axis errors are MAX's (one helper, :func:`max.graph.ops._common.normalize_axis`):
+IndexError ``Axis out of range (expected to be in range of [-3, 2], but got -4)``
+(``transpose`` names ``axis_1``/``axis_2``), ``split`` IndexError ``Axis must be in
+range [-1, 1), got 2``, and ``repeat_interleave`` the same text as a ValueError (as
+its reference documents).
 
 Decisions where the reference text is ambiguous:
 
@@ -38,7 +40,7 @@ import numpy as np
 
 from max.dtype import DType
 from max.graph.dim import Dim, StaticDim, SymbolicDim, _mono_mul
-from max.graph.ops._common import as_shape, as_tensor, fail, same_device, stage, stage1
+from max.graph.ops._common import as_shape, as_tensor, fail, normalize_axis, same_device, stage, stage1, verifier_fail
 from max.graph.shape import Shape
 from max.graph.type import DeviceRef, TensorType
 from max.graph.value import TensorValue
@@ -64,23 +66,13 @@ __all__ = [
 ]
 
 
-class AxisError(IndexError, ValueError):
-    """An axis argument is out of range (both an IndexError and a ValueError)."""
-
-
 def _is_int(v: Any) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
-def _axis(axis: Any, rank: int, op: str, arg: str = "axis") -> int:
+def _axis(axis: Any, rank: int, op: str, arg: str = "axis", form: str = "index") -> int:
     """Normalise ``axis`` for a tensor of ``rank`` dims (negative counts from the end)."""
-    if not _is_int(axis):
-        fail(op, f"{arg} must be an int, got {type(axis).__name__} {axis!r}", TypeError)
-    a = int(axis)
-    if not -rank <= a < rank:
-        valid = f"valid: {-rank}..{rank - 1}" if rank else "a rank-0 tensor has no axes"
-        fail(op, f"{arg}={a} is out of range for a rank-{rank} tensor ({valid})", AxisError)
-    return a + rank if a < 0 else a
+    return normalize_axis(axis, rank, op, arg, form)
 
 
 def _int_arg(v: Any, op: str, arg: str) -> int:
@@ -142,7 +134,8 @@ def _result(x: TensorValue, shape: Any, dtype: DType | None = None) -> TensorTyp
 def reshape(x: Any, shape: Any) -> TensorValue:
     """Same elements in row-major order, new shape; one ``-1`` is inferred.
 
-    Raises ValueError when the element counts differ.
+    Raises ValueError when the element counts differ (MAX's verifier message, with its
+    hint to rebind) and when a -1 sits next to a 0 dim.
     """
     op = "reshape"
     x = as_tensor(x, op=op)
@@ -152,28 +145,42 @@ def reshape(x: Any, shape: Any) -> TensorValue:
     if len(minus) > 1:
         fail(op, f"at most one -1 is allowed in the target shape, got {raw}")
     total = _num_elements(x.shape)
+
+    def mismatch(target: Any) -> None:
+        verifier_fail("ReshapeOp", "rmo.reshape", [("x", x), ("shape", target)],
+                      f"[reshape] input and output number of elements must match: input {x.shape._text()} has "
+                      f"{total} elements, output {Shape(target)._text()} has {_num_elements(Shape(target))}",
+                      "If you are confident this is correct, consider a rebind to assert that the reshape is valid")
+
     if minus:
         rest = [d for i, d in enumerate(raw) if i != minus[0]]
         known = _num_elements(as_shape(rest, op))
         if known == 0:
-            fail(op, f"cannot infer -1 in {raw}: the other dims have zero elements")
+            raise ValueError("reshape(): cannot infer -1 dimension when another dimension is 0")
         inferred = _exact_div(total, known)
         if inferred is None or inferred * known != total:
-            fail(op, f"cannot reshape {x.shape} ({total} elements) to {raw}: {total} is not divisible by {known}")
+            mismatch(raw)
         raw[minus[0]] = inferred
     target = as_shape(raw, op)
     for d in target:
         if isinstance(d, StaticDim) and d.dim < 0:
             fail(op, f"dims must be non-negative (or a single -1), got {raw}")
     if _num_elements(target) != total:
-        fail(op, f"cannot reshape {x.shape} ({total} elements) to {target} ({_num_elements(target)} elements)")
+        mismatch(target)
     if target == x.shape:
         return x
     return stage1(op, [x], TensorType(x.dtype, target, x.device), {"shape": target})
 
 
 def shape_to_tensor(shape: Any) -> TensorValue:
-    """A 1-D int64 tensor holding the (possibly symbolic) dims of ``shape``."""
+    """A 1-D int64 tensor holding the (possibly symbolic) dims of ``shape``.
+
+    As in MAX, a string is read as a sequence of dim names (``"ab"`` is ``[a, b]``; a name
+    that is not valid is a ValueError) and a non-iterable is a TypeError."""
+    if isinstance(shape, str):
+        shape = [Dim(c) for c in shape]
+    elif not isinstance(shape, TensorValue):
+        iter(shape)  # TypeError: 'int' object is not iterable
     shp = as_shape(shape, "shape_to_tensor")
     return stage1(
         "shape_to_tensor", [], TensorType(DType.int64, [len(shp)], DeviceRef.CPU()), {"shape": shp}
@@ -185,11 +192,10 @@ def transpose(x: Any, axis_1: int, axis_2: int) -> TensorValue:
     """Swap two axes (negative axes count from the end)."""
     op = "transpose"
     x = as_tensor(x, op=op)
-    if x.rank == 0 and all(_is_int(v) and int(v) in (0, -1) for v in (axis_1, axis_2)):
-        return x  # a scalar's only "axis" swapped with itself (as torch and MAX allow)
-    a = _axis(axis_1, x.rank, op, "axis_1")
-    b = _axis(axis_2, x.rank, op, "axis_2")
-    if a == b:
+    # a scalar has one "axis" (0 or -1) to swap with itself, as torch and MAX allow
+    a = _axis(axis_1, builtins.max(x.rank, 1), op, "axis_1")
+    b = _axis(axis_2, builtins.max(x.rank, 1), op, "axis_2")
+    if x.rank == 0 or a == b:
         return x
     shp = list(x.shape)
     shp[a], shp[b] = shp[b], shp[a]
@@ -288,8 +294,9 @@ def broadcast_to(x: Any, shape: Any, out_dims: Any = None) -> TensorValue:
     for i, d in enumerate(x.shape):
         t = target[off + i]
         if d != 1 and d != t:
-            fail(op, f"cannot broadcast {x.shape} to {target}: dim {i} is {d}, which is neither 1 "
-                     f"nor the target's {t} (target axis {off + i})")
+            verifier_fail("BroadcastToOp", "rmo.broadcast_to", [("x", x), ("shape", target)],
+                          f"[broadcast_to] input dimension at index {i} ({d}) must be either 1 or equal to "
+                          f"corresponding output dimension at index {off + i} ({t})")
     if dynamic:
         expect = tuple(d.dim if isinstance(d, StaticDim) else None for d in target)
         return stage1(op, [x, shape_t], _result(x, target),
@@ -316,6 +323,15 @@ def _same_dtype(vals: list[TensorValue], op: str, arg: str) -> None:
                      f"{arg}[{i}] is {v.dtype.name}", ValueError)
 
 
+def _differ_on_non_concat_axis(types: list[TensorType], a: int) -> None:
+    """MAX's ValueError when the inputs of a concat differ on an axis other than ``a``."""
+    for k in range(types[0].rank):
+        if k != a and any(t.shape[k] != types[0].shape[k] for t in types[1:]):
+            shown = ", ".join(f"TensorValue(dtype={t.dtype!r}, shape={t.shape!r}, device={t.device!r})"
+                              for t in types)
+            raise ValueError(f"Concat inputs differ on non-concat axis {k}: vals=[{shown}]")
+
+
 def concat(original_vals: Any, axis: int = 0) -> TensorValue:
     """Join tensors along an existing axis; the other dims must be equal (symbolic dims by name)."""
     op = "concat"
@@ -328,10 +344,7 @@ def concat(original_vals: Any, axis: int = 0) -> TensorValue:
         if v.rank != rank:
             fail(op, f"all original_vals must have the same rank: original_vals[0] is {vals[0].shape}, "
                      f"original_vals[{i}] is {v.shape}")
-        for k in range(rank):
-            if k != a and v.shape[k] != vals[0].shape[k]:
-                fail(op, f"original_vals[0] {vals[0].shape} and original_vals[{i}] {v.shape} differ in dim {k} "
-                         f"({vals[0].shape[k]} vs {v.shape[k]}); only axis {a} may differ")
+    _differ_on_non_concat_axis([v.type for v in vals], a)
     if len(vals) == 1:
         return vals[0]
     total: Dim = StaticDim(0)
@@ -343,16 +356,26 @@ def concat(original_vals: Any, axis: int = 0) -> TensorValue:
 
 
 def stack(values: Any, axis: int = 0) -> TensorValue:
-    """Join equal-shaped tensors along a new axis (negative axes count from rank + 1)."""
+    """Join equal-shaped tensors along a new axis (negative axes count from rank + 1).
+
+    MAX's errors, in its order: ``Expected at least one value to stack``, ``All inputs to
+    stack must be the same rank``, ``All inputs to stack must have the same dtype``, the
+    axis (``Axis out of range ...``, counted on the result's rank), then ``Concat inputs
+    differ on non-concat axis k: vals=[...]`` (k counts the new axis)."""
     op = "stack"
-    vals = _tensor_list(values, op, "values")
-    _same_dtype(vals, op, "values")
+    if isinstance(values, TensorValue) or not hasattr(values, "__iter__") or isinstance(values, (str, bytes)):
+        fail(op, f"values must be a list of tensors, got {type(values).__name__}", TypeError)
+    vals = [as_tensor(v, op=op, arg=f"values[{i}]") for i, v in enumerate(values)]
+    if not vals:
+        raise ValueError("Expected at least one value to stack")
+    if any(v.rank != vals[0].rank for v in vals[1:]):
+        raise ValueError("All inputs to stack must be the same rank")
+    if any(v.dtype is not vals[0].dtype for v in vals[1:]):
+        raise ValueError("All inputs to stack must have the same dtype")
     same_device(op, *vals)
-    for i, v in enumerate(vals[1:], 1):
-        if v.shape != vals[0].shape:
-            fail(op, f"all values must have the same shape: values[0] is {vals[0].shape}, "
-                     f"values[{i}] is {v.shape}")
     a = _axis(axis, vals[0].rank + 1, op)
+    if any(v.shape != vals[0].shape for v in vals[1:]):
+        _differ_on_non_concat_axis([_result(v, v.shape[:a] + [1] + v.shape[a:]) for v in vals], a)
     shp = vals[0].shape[:a] + [len(vals)] + vals[0].shape[a:]
     return stage1(op, vals, _result(vals[0], shp), {"axis": a})
 
@@ -370,36 +393,49 @@ def _split(x: TensorValue, sizes: list[Dim], a: int) -> list[TensorValue]:
 
 
 def split(x: Any, split_sizes: Sequence[Any], axis: int = 0) -> list[TensorValue]:
-    """Split ``x`` along ``axis`` into pieces of ``split_sizes`` (which must sum to that dim)."""
+    """Split ``x`` along ``axis`` into pieces of ``split_sizes`` (which must sum to that dim).
+
+    As in MAX the sizes are static ints (a symbolic size is MAX's TypeError ``int(Dim('n')):
+    Int conversions only supported for static dims``); a negative size is ValueError
+    ``Split sizes must be positive: ...``, a wrong total ``Split sizes must sum to dimension
+    value; ...`` (a symbolic axis never equals a static total)."""
     op = "split"
     x = as_tensor(x, op=op)
-    a = _axis(axis, x.rank, op)
-    sizes = _dims_arg(split_sizes, op, "split_sizes")
+    a = _axis(axis, x.rank, op, form="split")
+    if isinstance(split_sizes, TensorValue) or isinstance(split_sizes, (str, bytes)) or not hasattr(
+            split_sizes, "__iter__"):
+        fail(op, f"split_sizes must be a sequence of ints, got {type(split_sizes).__name__}", TypeError)
+    sizes = []
+    for v in split_sizes:
+        if isinstance(v, (bool, np.bool_)):
+            fail(op, f"split_sizes must hold ints, got bool {v!r}", TypeError)
+        sizes.append(int(Dim(v)))
     if not sizes:
         fail(op, "split_sizes must not be empty")
-    for s in sizes:
-        if isinstance(s, StaticDim) and s.dim < 0:
-            fail(op, f"split_sizes must be non-negative, got {list(split_sizes)}")
-    total: Dim = StaticDim(0)
-    for s in sizes:
-        total = total + s
-    if total != x.shape[a]:
-        fail(op, f"split_sizes {[str(s) for s in sizes]} sum to {total}, but dim {a} of {x.shape} is {x.shape[a]}")
-    return _split(x, sizes, a)
+    if any(v < 0 for v in sizes):
+        raise ValueError(f"Split sizes must be positive: sizes={sizes}")
+    if x.shape[a] != builtins.sum(sizes):
+        raise ValueError(f"Split sizes must sum to dimension value; x.shape[axis]={x.shape[a]!r} != sum(sizes={sizes})")
+    return _split(x, [StaticDim(v) for v in sizes], a)
 
 
 def chunk(x: Any, chunks: int, axis: int = 0) -> list[TensorValue]:
-    """Split ``x`` into ``chunks`` equal pieces along ``axis`` (the size must divide exactly)."""
+    """Split ``x`` into ``chunks`` equal pieces along ``axis``.
+
+    As in MAX the axis must be static (a symbolic one is its TypeError ``int(Dim('n')): ...``)
+    and ``chunks`` must divide it: ValueError ``chunk: chunks=2 must statically divide
+    x.shape[axis]=Dim(1)``."""
     op = "chunk"
     x = as_tensor(x, op=op)
     n = _int_arg(chunks, op, "chunks")
-    if n <= 0:
-        fail(op, f"chunks must be positive, got {n}")
     a = _axis(axis, x.rank, op)
     d = x.shape[a]
-    size = d // n
-    if size * n != d:
-        fail(op, f"chunks={n} does not evenly divide dim {a} of {x.shape} (size {d})")
+    size_total = int(d)
+    if n <= 0:
+        fail(op, f"chunks must be positive, got {n}")
+    if size_total % n:
+        raise ValueError(f"chunk: chunks={n} must statically divide x.shape[axis]={d!r}")
+    size = StaticDim(size_total // n)
     if n == 1:
         return [x]
     # staged as its own op so the kernel needs no (possibly unbound) symbolic sizes
@@ -437,13 +473,15 @@ def pad(input: Any, paddings: Sequence[int], mode: str = "constant", value: Any 
 
     Modes (NumPy's ``np.pad`` names): ``'constant'`` fills with ``value``;
     ``'reflect'`` mirrors the values next to the edge, the edge itself not
-    repeated (each pad must be smaller than its dim); ``'edge'`` repeats the
-    edge value (a padded dim must be non-empty).
+    repeated (pads longer than the dim reflect again, as ``np.pad`` does);
+    ``'edge'`` repeats the edge value.  As in MAX the result shape is the
+    input's plus the pads in every mode; padding an empty dim in ``'reflect'``
+    or ``'edge'`` mode builds but fails when run (there is no value to repeat).
     """
     op = "pad"
     x = as_tensor(input, op=op, arg="input")
     if mode not in _PAD_MODES:
-        fail(op, f"mode={mode!r} is not supported; use one of {list(_PAD_MODES)}")
+        raise ValueError(f"unsupported padding mode {mode!r}; expected 'constant', 'reflect', or 'edge'")
     if isinstance(paddings, (str, bytes, TensorValue)) or not hasattr(paddings, "__iter__"):
         fail(op, f"paddings must be a sequence of ints, got {type(paddings).__name__}", TypeError)
     pads = [_int_arg(p, op, "paddings entry") for p in paddings]
@@ -454,15 +492,6 @@ def pad(input: Any, paddings: Sequence[int], mode: str = "constant", value: Any 
         fail(op, f"paddings must be non-negative, got {pads}")
     shp = [d + pads[2 * i] + pads[2 * i + 1] for i, d in enumerate(x.shape)]
     if mode != "constant":
-        for i, d in enumerate(x.shape):
-            before, after = pads[2 * i], pads[2 * i + 1]
-            if not (before or after) or not isinstance(d, StaticDim):
-                continue
-            if mode == "reflect" and builtins.max(before, after) >= d.dim:
-                fail(op, f"mode='reflect': paddings ({before}, {after}) of dim {i} must be smaller than "
-                         f"its size {d.dim}")
-            if mode == "edge" and d.dim == 0:
-                fail(op, f"mode='edge': dim {i} is empty, so it has no edge value to repeat")
         if not any(pads):
             return x
         return stage1(op, [x], _result(x, shp), {"paddings": tuple(pads), "mode": mode})
@@ -577,7 +606,7 @@ def repeat_interleave(x: Any, repeats: Any, axis: int | None = None, out_dim: An
     else:
         if not _is_int(axis):
             fail(op, f"axis must be an int or None, got {type(axis).__name__} {axis!r}", TypeError)
-        a = _axis(axis, x.rank, op)
+        a = _axis(axis, x.rank, op, form="value")
     d = x.shape[a]
     od = None if out_dim is None else _dims_arg([out_dim], op, "out_dim")[0]
     operands = [x]

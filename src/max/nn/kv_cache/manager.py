@@ -12,40 +12,35 @@ from max.nn.kv_cache.cache_params import KVCacheParams
 T = TypeVar("T")
 
 
+class _FieldValues:
+    """A dataclass as the sequence of its fields' values, in field order (iteration, ``len``, indexing)."""
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(getattr(self, f.name) for f in fields(self))  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return len(fields(self))  # type: ignore[arg-type]
+
+    def __getitem__(self, i: int) -> Any:
+        return list(self)[i]
+
+
 @dataclass
-class KVCacheInputSymbols:
+class KVCacheInputSymbols(_FieldValues):
     """Base of the graph input types a KV cache manager defines (one field per input).
 
     Iterating yields the types in field order, so ``Graph(input_types=[..., *symbols])``
     works.
     """
 
-    def __iter__(self) -> Iterator[Any]:
-        return iter(getattr(self, f.name) for f in fields(self))
-
-    def __len__(self) -> int:
-        return len(fields(self))
-
-    def __getitem__(self, i: int) -> Any:
-        return list(self)[i]
-
 
 @dataclass
-class KVCacheInputs:
+class KVCacheInputs(_FieldValues):
     """Base of the (driver tensor) inputs a KV cache manager hands to a model.
 
     Iterating yields the tensors in field order, matching the order of the manager's
     ``input_symbols()``, so ``model.execute(*model_inputs, *kv_cache_inputs)`` works.
     """
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(getattr(self, f.name) for f in fields(self))
-
-    def __len__(self) -> int:
-        return len(fields(self))
-
-    def __getitem__(self, i: int) -> Any:
-        return list(self)[i]
 
 
 @dataclass
@@ -171,6 +166,10 @@ class KVCacheManager(ABC, Generic[T]):
         if request_id not in self._claimed:
             raise ValueError(f"cannot release request {request_id!r}: it is not claimed")
         self._claimed.discard(request_id)
+
+    def cached_tokens(self, request_id: str) -> int:
+        """Tokens of ``request_id`` reused from a prefix cache (0: this manager has none)."""
+        return 0
 
     @property
     def claimed_requests(self) -> frozenset:

@@ -263,6 +263,7 @@ class PagedKVCacheManager(KVCacheManager[Any]):
         self.total_num_pages = total_num_pages
         self.pool = PagePool(total_num_pages)
         self._reqs: dict[str, _Request] = {}
+        self._reserved: list[int] = []  # pages held by the manager itself (reserve_page)
         self.prefix_cache_hit_tokens = 0
         self.prefix_cache_queried_tokens = 0
         self.spill_hit_tokens = 0
@@ -441,6 +442,8 @@ class PagedKVCacheManager(KVCacheManager[Any]):
         """Assert that refcounts equal the number of requests holding each page (tests)."""
         self.pool.check()
         expect = np.zeros(self.total_num_pages, dtype=np.int64)
+        for p in self._reserved:
+            expect[p] += 1
         for r in self._reqs.values():
             assert len(set(r.pages)) == len(r.pages)
             for p in r.pages:
@@ -449,10 +452,23 @@ class PagedKVCacheManager(KVCacheManager[Any]):
                 assert self.pool.lookup(h) == p
         assert (expect == self.pool.refcount).all()
 
+    def reserve_page(self) -> int:
+        """A page taken out of circulation for good, held by the manager itself (no request, never in the
+        prefix cache): e.g. where the padding rows of a CUDA-graph decode step write their K/V."""
+        page = self.pool.alloc()
+        self._reserved.append(page)
+        return page
+
     def _req(self, request_id: str) -> _Request:
         if request_id not in self._claimed:
             raise ValueError(f"request {request_id!r} is not claimed by this KV cache manager")
         return self._reqs[request_id]
+
+    def cached_tokens(self, request_id: str) -> int:
+        """Tokens of ``request_id`` whose K/V came from the prefix cache instead of being computed (0 for a
+        request this manager does not hold)."""
+        req = self._reqs.get(request_id)
+        return req.cached_tokens_hit if req is not None else 0
 
     # ----------------------------------------------------------- lifecycle
     def external_claim(self, request_id: str) -> None:

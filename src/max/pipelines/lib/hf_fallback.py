@@ -239,7 +239,7 @@ class HFFallbackModel(PipelineModel):
         import transformers
 
         from max.graph import DeviceRef
-        from max.pipelines.architectures.common.weights import compute_dtype
+        from max.pipelines.architectures.common.weights import compute_dtype, session_policy
 
         if return_logits is not None and ReturnLogits(return_logits) is not ReturnLogits.LAST_TOKEN:
             raise NotImplementedError(f"{huggingface_config.architectures}: the transformers fallback returns "
@@ -252,7 +252,7 @@ class HFFallbackModel(PipelineModel):
         t0 = time.perf_counter()
         mc = pipeline_config.model_config
         dev_ref = DeviceRef.from_device(devices[0])
-        self.compute_dtype = compute_dtype(encoding, dev_ref)
+        self.compute_dtype = compute_dtype(encoding, dev_ref, session_policy(session))
         self.device = torch.device("cpu") if dev_ref.is_cpu() else torch.device("cuda", dev_ref.id)
         kw: dict[str, Any] = dict(dtype=self.compute_dtype.to_torch(), trust_remote_code=mc.trust_remote_code)
         if mc.gguf_file is not None:

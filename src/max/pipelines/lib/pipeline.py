@@ -23,6 +23,7 @@ from max.driver import Buffer, load_devices
 from max.engine import InferenceSession
 from max.interfaces import GenerationStatus, Pipeline, StepPlan, TextGenerationInputs, TextGenerationOutput
 from max.nn.transformer import ReturnLogits
+from max.pipelines.lib.cuda_graph_decode import plain_greedy
 from max.pipelines.lib.scheduler import plan_step, prefill_chunk_size_of
 
 logger = logging.getLogger("max.pipelines")
@@ -63,6 +64,8 @@ class ModelOutputs:
     logits: Any
     next_token_logits: Any = None
     logit_offsets: Any = None
+    greedy_tokens: Any = None
+    """The argmax of each row of ``logits``, computed on the device (a CUDA-graph decode step), or None."""
 
 
 def upper_bounded_default(upper_bound: int, default: Optional[int]) -> int:
@@ -435,7 +438,11 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
 
             rows = [ctxs[i] for i in sample_rows]
             lg = logits if len(sample_rows) == len(ctxs) else logits[torch.tensor(sample_rows)]
-            toks = sample_for_contexts(lg, rows, self._generators)
+            if out.greedy_tokens is not None and len(sample_rows) == len(ctxs) and not self._all_logits \
+                    and all(plain_greedy(c) for c in rows):
+                toks = out.greedy_tokens  # chosen on the device: only the token ids come back
+            else:
+                toks = sample_for_contexts(lg, rows, self._generators)
             logprobs = _with_prompt_parts(rows, _sampled_log_probabilities(lg, toks, rows))
             toks = toks.tolist()
             for c, t, lp in zip(rows, toks, logprobs):

@@ -50,6 +50,8 @@ class StepOutput:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     log_probabilities: Any = None
+    cached_tokens: int = 0  # prompt tokens whose K/V the prefix cache supplied (known once the prompt ran)
+    stop_sequence: Optional[str] = None  # the stop string that ended the request (finish_reason "stop")
 
 
 @dataclass
@@ -68,6 +70,7 @@ class _Entry:
     t_last: Optional[float] = None
     skip_special_tokens: bool = True
     pages: int = 0  # KV pages reserved for the request's maximum length
+    cached_tokens: int = 0  # prompt tokens reused from the prefix cache
 
 
 class QueueFull(RuntimeError):
@@ -300,6 +303,8 @@ class TokenGenerationScheduler:
 
     def _emit(self, e: _Entry, tokens: list[int], status: GenerationStatus, now: float, logprobs: Any) -> None:
         ctx = e.ctx
+        if not e.generated:  # still in its prompt: prefix-cache hits are found while the prompt runs
+            self._note_cached(e)
         if tokens:
             if e.t_first is None:
                 e.t_first = now
@@ -311,13 +316,14 @@ class TokenGenerationScheduler:
         done = status.is_done
         text = e.text + self._detokenize(e, final=done)
         reason = None
+        matched = None
         if done:
             reason = "length" if status == GenerationStatus.MAXIMUM_LENGTH else "stop"
         if e.stop:
             hits = [(text.find(s, max(0, e.emitted - len(s))), s) for s in e.stop]
             hits = [(i, s) for i, s in hits if i >= 0]
             if hits:
-                i, _ = min(hits)
+                i, matched = min(hits)
                 text = text[:i]
                 done, reason = True, "stop"
         # hold back a possibly partial multi-byte character or stop-string prefix
@@ -335,7 +341,7 @@ class TokenGenerationScheduler:
         e.text = text
         out = StepOutput(ctx.request_id, list(tokens), new_text, done, reason,
                          prompt_tokens=int(getattr(ctx, "prompt_len", 0)), completion_tokens=len(e.generated),
-                         log_probabilities=logprobs)
+                         log_probabilities=logprobs, cached_tokens=e.cached_tokens, stop_sequence=matched)
         if tokens:
             self._hook("tokens_generated", len(tokens))
         if done:
@@ -364,7 +370,20 @@ class TokenGenerationScheduler:
             return now[len(before):]
         return ""
 
+    def _note_cached(self, e: _Entry) -> None:
+        """Record how many of ``e``'s prompt tokens the prefix cache supplied so far (before its release)."""
+        kv = self._kv_manager()
+        if kv is None:
+            return
+        try:
+            n = int(kv.cached_tokens(e.ctx.request_id))
+        except Exception:  # noqa: BLE001 - e.g. a test double without the prefix-cache account
+            return
+        e.cached_tokens = max(e.cached_tokens, min(n, int(getattr(e.ctx, "prompt_len", n))))
+
     def _finish(self, e: _Entry, reason: str, error: Optional[str] = None) -> None:
+        if not e.generated:
+            self._note_cached(e)
         try:
             self.pipeline.release(e.ctx.request_id)
         except Exception:  # noqa: BLE001
@@ -372,7 +391,7 @@ class TokenGenerationScheduler:
         try:
             e.callback(StepOutput(e.ctx.request_id, [], "", True, reason, error,
                                   prompt_tokens=int(getattr(e.ctx, "prompt_len", 0)),
-                                  completion_tokens=len(e.generated)))
+                                  completion_tokens=len(e.generated), cached_tokens=e.cached_tokens))
         except Exception:  # noqa: BLE001
             logger.exception("output callback for %s failed", e.ctx.request_id)
 

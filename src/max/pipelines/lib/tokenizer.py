@@ -279,10 +279,10 @@ class TextTokenizer(_HFTokenizerMixin):
         chat_template_options: Optional[dict[str, Any]] = None,
     ) -> str:
         """The prompt text for chat ``messages`` (with the generation prompt appended)."""
-        if not getattr(self.delegate, "chat_template", None):
+        opts = dict(chat_template_options or {})
+        if not opts.get("chat_template") and not getattr(self.delegate, "chat_template", None):
             raise ValueError(f"{self.model_path}: the tokenizer has no chat template; pass chat_template= or send "
                              "a plain prompt")
-        opts = dict(chat_template_options or {})
         opts.setdefault("add_generation_prompt", True)
         return self.delegate.apply_chat_template(_flatten_content(messages), tools=tools, tokenize=False, **opts)
 
@@ -469,7 +469,7 @@ class TextAndVisionTokenizer(TextTokenizer):
         opts.setdefault("add_generation_prompt", True)
         if getattr(self.processor, "chat_template", None):
             return self.processor.apply_chat_template(msgs, tools=tools, tokenize=False, **opts)
-        if not getattr(self.delegate, "chat_template", None):
+        if not opts.get("chat_template") and not getattr(self.delegate, "chat_template", None):
             raise ValueError(f"{self.model_path}: the model has no chat template; send a plain prompt")
         return self.delegate.apply_chat_template(msgs, tools=tools, tokenize=False, **opts)
 

@@ -40,7 +40,7 @@ async def translations(request: Request) -> Response:
 def _engine(state: AppState, path: str) -> Any:
     if state.transcriber is None:
         raise APIError(400, f"the model '{state.model_name}' is not a speech recognition model; {path} is not "
-                       "available", param="model", code="model_not_supported")
+                       "available", param="model", code="model_not_supported", keep=(state.model_name,))
     return state.transcriber
 
 
@@ -120,14 +120,12 @@ async def _handle(request: Request, task: str) -> Response:
     req = TranscriptionRequest(audio, language=language, task="translate" if task == "translate" else None,
                                timestamps=fmt in ("srt", "vtt", "verbose_json"), temperature=temperature,
                                prompt=prompt, word_timestamps="word" in grans)
-    if task == "transcribe" and language is not None:
-        req.task = "transcribe"
     try:
         out = await engine.transcribe(req)
     except InvalidRequest as e:  # typed where the check is made: its field, no message parsing
         known = ("language", "prompt", "temperature", "timestamp_granularities")
-        raise APIError(400, e.detail, param=e.param if e.param in known else "file",
-                       code=e.code) from None
+        param = "model" if e.param == "task" else e.param if e.param in known else "file"  # e.g. no translation
+        raise APIError(400, e.detail, param=param, code=e.code) from None
     except ValueError as e:
         raise APIError(400, str(e), param="file") from None
     return _render(out, fmt, task, temperature, set(grans) or {"segment"})

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from max.serve.engines import GenerationEngine
+from max.serve.fim import fim_token_texts, vocab_of
 from max.serve.jobs import Choice, Job, collect, error_event, sse, sse_data, start_job, stream_outputs
 from max.serve.logprobs import TokenText, completion_logprobs, split_prompt_entries, vllm_prompt_logprobs
 from max.serve.openai_schemas import APIError, CompletionRequest
@@ -41,20 +42,17 @@ async def completions(request: Request) -> Response:
     return JSONResponse(await _completion_full(state, gen, job, req))
 
 
-FIM_TOKENS = (("<fim_prefix>", "<fim_suffix>", "<fim_middle>"), ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"))
-
-
 def _fim_prompt(gen: GenerationEngine, prompt: Any, suffix: str) -> str:
-    """Fill-in-the-middle: ``prefix-suffix-middle`` with the model's FIM tokens; 400 when it has none."""
-    delegate = getattr(gen.tokenizer, "delegate", None)
-    vocab = delegate.get_vocab() if delegate is not None and hasattr(delegate, "get_vocab") else {}
-    for pre, suf, mid in FIM_TOKENS:
-        if pre in vocab and suf in vocab and mid in vocab:
-            if not isinstance(prompt, str):
-                raise APIError(400, "suffix needs a text prompt", param="prompt")
-            return f"{pre}{prompt}{suf}{suffix}{mid}"
+    """Fill-in-the-middle: ``prefix-suffix-middle`` with the model's FIM tokens (:mod:`max.serve.fim`); 400
+    when it has none."""
+    texts = fim_token_texts(vocab_of(gen.tokenizer))
+    if texts is not None:
+        pre, suf, mid = texts
+        if not isinstance(prompt, str):
+            raise APIError(400, "suffix needs a text prompt", param="prompt")
+        return f"{pre}{prompt}{suf}{suffix}{mid}"
     raise APIError(400, "suffix (fill-in-the-middle) is not supported by this model: its vocabulary has no "
-                   "FIM tokens (<fim_prefix>/<fim_suffix>/<fim_middle>)", param="suffix",
+                   "FIM tokens (<fim_prefix>/<fim_suffix>/<fim_middle> or the like)", param="suffix",
                    code="unsupported_parameter")
 
 

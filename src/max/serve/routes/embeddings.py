@@ -22,11 +22,11 @@ async def embeddings(request: Request) -> JSONResponse:
     if embedder is None:
         raise APIError(400, f"the model '{state.model_name}' is a text generation model and does not serve "
                        "embeddings; use /v1/chat/completions or /v1/completions", param="model",
-                       code="model_not_supported")
+                       code="model_not_supported", keep=(state.model_name,))
     if embedder.cross_encoder:
         raise APIError(400, f"the model '{state.model_name}' is a cross-encoder (a reranker): it scores text pairs "
                        "and produces no embeddings; use /v1/rerank or /v1/score", param="model",
-                       code="model_not_supported")
+                       code="model_not_supported", keep=(state.model_name,))
     inp = req.input
     if isinstance(inp, str):
         texts: list[Any] = [inp]

@@ -15,7 +15,8 @@ async def health(request: Request) -> JSONResponse:
     state = serve_state(request)
     if state.lifecycle.draining:  # load balancers stop sending work here
         return JSONResponse({"status": "draining"}, status_code=503)
-    ok = all(e.alive for e in (state.generator, state.embedder, state.transcriber) if e is not None)
+    ok = all(e.alive for st in state.all_states() for e in (st.generator, st.embedder, st.transcriber)
+             if e is not None)
     return JSONResponse({"status": "ok" if ok else "unhealthy"}, status_code=200 if ok else 503)
 
 

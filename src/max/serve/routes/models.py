@@ -1,4 +1,4 @@
-"""``GET /v1/models`` and ``GET /v1/models/{id}``."""
+"""``GET /v1/models`` (every model the server serves, and their LoRA adapters) and ``GET /v1/models/{id}``."""
 
 from __future__ import annotations
 
@@ -7,15 +7,19 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from max.pipelines.lib.tokenizer import TextAndVisionTokenizer
 from max.serve.state import AppState, serve_state
 
 router = APIRouter()
 
 
 def model_card(state: AppState) -> dict[str, Any]:
+    """The served model's card; ``capabilities.vision``: whether chat messages may carry images (the chat
+    page shows its image button only then)."""
     eng = state.generator or state.embedder or state.transcriber
+    vision = state.generator is not None and isinstance(state.generator.tokenizer, TextAndVisionTokenizer)
     return {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "libremax",
-            "max_model_len": getattr(eng, "max_length", None)}
+            "max_model_len": getattr(eng, "max_length", None), "capabilities": {"vision": vision}}
 
 
 def adapter_cards(state: AppState) -> list[dict[str, Any]]:
@@ -28,14 +32,13 @@ def adapter_cards(state: AppState) -> list[dict[str, Any]]:
 
 @router.get("/v1/models")
 async def list_models(request: Request) -> JSONResponse:
-    state = serve_state(request)
-    return JSONResponse({"object": "list", "data": [model_card(state), *adapter_cards(state)]})
+    cards = [c for st in serve_state(request).all_states() for c in (model_card(st), *adapter_cards(st))]
+    return JSONResponse({"object": "list", "data": cards})
 
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, request: Request) -> JSONResponse:
-    state = serve_state(request)
-    state.check_model(model_id)
+    state = serve_state(request).for_model(model_id)
     for card in adapter_cards(state):
         if card["id"] == model_id:
             return JSONResponse(card)

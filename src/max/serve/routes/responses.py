@@ -225,7 +225,8 @@ class _Builder:
             "tool_choice": req.tool_choice if req.tool_choice is not None else "auto",
             "tools": req.tools or [], "top_p": req.top_p if req.top_p is not None else 1.0, "truncation": "disabled",
             "usage": None if usage is None else {
-                "input_tokens": usage["prompt_tokens"], "input_tokens_details": {"cached_tokens": 0},
+                "input_tokens": usage["prompt_tokens"], "input_tokens_details": {
+                    "cached_tokens": usage["prompt_tokens_details"]["cached_tokens"]},
                 "output_tokens": usage["completion_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": usage["total_tokens"]},
             "user": req.user, "metadata": req.metadata or {},
@@ -249,9 +250,8 @@ def _remember(state: AppState, req: ResponsesRequest, history: list[dict[str, An
 # ----------------------------------------------------------------------------- routes
 @router.post("/v1/responses")
 async def create_response(request: Request) -> Response:
-    state = serve_state(request)
     req = parse(ResponsesRequest, await read_json(request))
-    state.check_model(req.model)
+    state = serve_state(request).for_model(req.model)
     gen = state.need_generator("/v1/responses")
     history: list[dict[str, Any]] = []
     if req.previous_response_id is not None:

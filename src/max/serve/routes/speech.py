@@ -5,8 +5,9 @@ id ``"0"``, ``"1"``, ... or one of OpenAI's voice names, each mapped to a speake
 (``mp3`` default, ``wav``, ``pcm``, ``flac``; ``opus`` / ``aac`` are refused), ``speed`` (0.25-4.0, by
 resampling), ``stream_format`` (``audio``: the bytes, chunked as they are made -- ``pcm`` and ``wav`` stream,
 ``mp3`` / ``flac`` come once complete; ``sse``: ``speech.audio.delta`` events with base64 bytes, then
-``speech.audio.done``), optional ``seed`` and ``max_new_frames`` (libremax extensions).  Bad fields are 400s
-naming the field, answered before the request joins the batch.
+``speech.audio.done``; without it a ``wav`` comes whole, once complete, with its real RIFF/data sizes -- a
+streamed one cannot know them and says 0xFFFFFFFF), optional ``seed`` and ``max_new_frames`` (libremax
+extensions).  Bad fields are 400s naming the field, answered before the request joins the batch.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ async def speech(request: Request) -> Response:
     engine = getattr(state, "speaker", None)
     if engine is None:
         raise APIError(400, f"the model '{state.model_name}' is not a text-to-speech model; /v1/audio/speech is not "
-                       "available", param="model", code="model_not_supported")
+                       "available", param="model", code="model_not_supported", keep=(state.model_name,))
     body = await read_json(request)
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object", code="invalid_request")
@@ -86,11 +87,12 @@ async def speech(request: Request) -> Response:
         ctx = pipe.new_context(text, speaker, sampling_params=pipe.default_sampling(seed), max_new_frames=frames)
     except InvalidRequest as e:
         raise _bad(e.detail, e.param if e.param in _FIELDS else "input") from None
-    enc = SpeechEncoder(fmt, pipe.sample_rate, float(speed))
+    whole = fmt == "wav" and "stream_format" not in body  # streamed only when asked: its header has no sizes
+    enc = SpeechEncoder(fmt, pipe.sample_rate, float(speed), whole=whole)
     chunks = engine.speak(ctx)
     if stream_format == "sse":
         return StreamingResponse(_sse(chunks, enc), media_type="text/event-stream")
-    if not streams(fmt):  # one body once complete (errors are still a clean 4xx/5xx)
+    if whole or not streams(fmt):  # one body once complete (errors are still a clean 4xx/5xx)
         data = b"".join([enc.add(out.audio_data) async for out in chunks]) + enc.finish()
         return Response(data, media_type=MEDIA_TYPES[fmt])
     return StreamingResponse(_bytes(chunks, enc), media_type=MEDIA_TYPES[fmt])

@@ -8,6 +8,10 @@ through the model's chat template as ``/v1/chat/completions`` renders them), plu
 ``"return_token_strs": true`` for each token's text; it answers ``{"count", "max_model_len",
 "tokens", "token_strs"}``.  Detokenize takes ``{"tokens": [ids]}`` and answers ``{"prompt": text}``.
 Ids outside the vocabulary are a 400 naming ``tokens``.
+
+``POST /apply-template`` (llama-server's endpoint) takes the chat-style body and answers ``{"prompt": text}``:
+the messages rendered through the model's chat template exactly as ``/v1/chat/completions`` would feed them
+(with the generation prompt unless ``add_generation_prompt`` is false).
 """
 
 from __future__ import annotations
@@ -122,6 +126,16 @@ async def detokenize(request: Request) -> JSONResponse:
     return JSONResponse({"prompt": text})
 
 
+async def apply_template(request: Request) -> JSONResponse:
+    state, req = await parse_body(request, TokenizeRequest)
+    if req.messages is None:
+        raise APIError(400, "'messages' is a required property", param="messages", code="missing_required_parameter")
+    gen = state.need_generator(request.url.path)
+    text = await asyncio.get_running_loop().run_in_executor(None, _chat_text, gen.tokenizer, req)
+    return JSONResponse({"prompt": text})
+
+
+router.add_api_route("/apply-template", apply_template, methods=["POST"])
 for _prefix in ("/v1", ""):
     router.add_api_route(f"{_prefix}/tokenize", tokenize, methods=["POST"])
     router.add_api_route(f"{_prefix}/detokenize", detokenize, methods=["POST"])

@@ -1,23 +1,34 @@
 // The chat page of `max serve`: plain JavaScript, no build step, no network beyond this server.
-// Streams answers from /v1/chat/completions (SSE), keeps the conversation and settings in localStorage.
+// Streams answers from /v1/chat/completions (SSE), keeps the conversation and settings in localStorage and
+// the API key in sessionStorage (this tab only).  Answers are Markdown: marked turns them into HTML and
+// DOMPurify keeps only inert markup (static/vendor), re-rendered as they stream.
 "use strict";
 
 const STORE = "libremax-chat-v1";
+const KEY_STORE = "libremax-chat-api-key";  // sessionStorage
 const $ = (id) => document.getElementById(id);
-const SETTINGS = ["system", "temperature", "top_p", "max_tokens", "json_mode", "json_schema", "api_key"];
+const SETTINGS = ["system", "temperature", "top_p", "max_tokens", "json_mode", "json_schema"];
 
 let state = { messages: [], settings: {} };
 let pendingImages = [];   // data URLs attached to the next message
 let controller = null;    // AbortController of the answer being streamed
 let model = null;
+let vision = false;       // the served model takes images (/v1/models: capabilities.vision)
 
 function load() {
   try { state = Object.assign(state, JSON.parse(localStorage.getItem(STORE) || "{}")); } catch (e) { /* fresh start */ }
+  if (!state.settings || typeof state.settings !== "object") state.settings = {};
+  if ("api_key" in state.settings) {  // earlier pages kept the key in localStorage: move it to this tab only
+    if (state.settings.api_key && !sessionStorage.getItem(KEY_STORE)) sessionStorage.setItem(KEY_STORE, state.settings.api_key);
+    delete state.settings.api_key;
+    localStorage.setItem(STORE, JSON.stringify(state));
+  }
   for (const k of SETTINGS) {
     const el = $(k), v = state.settings[k];
     if (v === undefined) continue;
     if (el.type === "checkbox") el.checked = !!v; else el.value = v;
   }
+  $("api_key").value = sessionStorage.getItem(KEY_STORE) || "";
   $("json_schema").hidden = !$("json_mode").checked;
 }
 
@@ -27,6 +38,43 @@ function save() {
     state.settings[k] = el.type === "checkbox" ? el.checked : el.value;
   }
   localStorage.setItem(STORE, JSON.stringify(state));
+}
+
+function saveKey() {
+  const key = $("api_key").value.trim();
+  if (key) sessionStorage.setItem(KEY_STORE, key); else sessionStorage.removeItem(KEY_STORE);
+}
+
+// Markdown -> sanitised HTML.  Model output is untrusted: DOMPurify drops scripts, event handlers,
+// javascript: URLs and the like; on top of it no ids/names (they could shadow this page's elements), no
+// styles or forms, images only from data: URLs, links open in a new tab without an opener.  The page's
+// CSP (no inline script) is a second wall.
+const md = (typeof marked !== "undefined") ? new marked.Marked({ gfm: true, breaks: true }) : null;
+const PURIFY = { USE_PROFILES: { html: true },  // HTML only: no SVG or MathML
+                 FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "option", "iframe", "object",
+                               "embed", "link", "meta", "base"],
+                 FORBID_ATTR: ["style", "id", "name", "form", "formaction", "srcset"] };
+if (md && typeof DOMPurify !== "undefined") {
+  DOMPurify.addHook("afterSanitizeAttributes", (node) => {
+    if (node.tagName === "A" && node.hasAttribute("href")) {
+      node.setAttribute("target", "_blank");
+      node.setAttribute("rel", "noopener noreferrer");
+    }
+    if (node.tagName === "IMG" && !/^data:image\//i.test(node.getAttribute("src") || "")) node.removeAttribute("src");
+    if (node.hasAttribute("class")) {  // only marked's code-language classes, never this page's own
+      const keep = node.getAttribute("class").split(/\s+/).filter((c) => /^language-[\w+#.-]+$/.test(c));
+      if (keep.length) node.setAttribute("class", keep.join(" ")); else node.removeAttribute("class");
+    }
+  });
+}
+
+function renderMarkdown(el, text) {
+  if (md && typeof DOMPurify !== "undefined" && DOMPurify.isSupported) {
+    el.innerHTML = DOMPurify.sanitize(md.parse(text), PURIFY);
+  } else {
+    el.textContent = text;  // the libraries did not load: plain text, never raw HTML
+    el.classList.add("plain");
+  }
 }
 
 function headers() {
@@ -60,7 +108,12 @@ function renderMessage(m, i) {
   role.textContent = m.role;
   const text = document.createElement("div");
   text.className = "text";
-  text.textContent = m.content;
+  if (m.role === "assistant") {
+    text.classList.add("md");
+    renderMarkdown(text, m.content);
+  } else {
+    text.textContent = m.content;
+  }
   div.append(role, text);
   for (const url of m.images || []) {
     const img = document.createElement("img");
@@ -156,7 +209,12 @@ async function send(text) {
   setBusy(true);
   controller = new AbortController();
   const t0 = performance.now();
-  let tFirst = null, chunks = 0, usage = null, finish = null;
+  let tFirst = null, chunks = 0, usage = null, finish = null, frame = null;
+  const paint = () => {  // the Markdown of the answer so far, at most once per frame
+    frame = null;
+    renderMarkdown(textNode, answer.content);
+    $("messages").scrollTop = $("messages").scrollHeight;
+  };
   const update = () => {
     const now = performance.now();
     const tokens = usage ? usage.completion_tokens : chunks;
@@ -167,7 +225,11 @@ async function send(text) {
   try {
     const resp = await fetch("/v1/chat/completions", { method: "POST", headers: headers(), body: JSON.stringify(body),
                                                        signal: controller.signal });
-    if (!resp.ok) throw new Error(await errorMessage(resp));
+    if (!resp.ok) {
+      if (resp.status === 401) refreshModel();  // the label says why
+      throw new Error(await errorMessage(resp));
+    }
+    if (model === null) refreshModel();  // the key works now: name the model, show its capabilities
     const reader = resp.body.getReader();
     const decoder = new TextDecoder();
     let buf = "";
@@ -193,7 +255,7 @@ async function send(text) {
             if (tFirst === null) tFirst = performance.now();
             chunks += 1;
             answer.content += delta;
-            textNode.textContent = answer.content;
+            if (frame === null) frame = requestAnimationFrame(paint);
           }
           if (c.finish_reason) finish = c.finish_reason;
         }
@@ -220,6 +282,8 @@ async function send(text) {
       finish = "error";
     }
   }
+  if (frame !== null) cancelAnimationFrame(frame);
+  paint();
   update();
   node.classList.remove("streaming");
   node.dataset.finish = finish || "stop";
@@ -237,11 +301,57 @@ function readImage(file) {
   });
 }
 
+function setModelLabel(text) {
+  $("model-name").textContent = text;
+  $("topbar-model").textContent = text;
+}
+
+// the served model, whether it takes images, and whether the API key works
+async function refreshModel() {
+  let resp;
+  try {
+    resp = await fetch("/v1/models", { headers: headers() });
+  } catch (e) {
+    showError("cannot reach the server: " + e.message);
+    return;
+  }
+  if (resp.ok) {
+    const j = await resp.json();
+    const card = j.data && j.data.length ? j.data[0] : null;
+    model = card ? card.id : null;
+    vision = !!(card && card.capabilities && card.capabilities.vision);
+    setModelLabel(model || "");
+  } else {
+    model = null;
+    vision = false;
+    setModelLabel(resp.status === 401 ? ($("api_key").value.trim() ? "(API key rejected)" : "(set the API key)")
+                                      : `(${await errorMessage(resp)})`);
+  }
+  $("attach").hidden = !vision;
+  if (!vision && pendingImages.length) { pendingImages = []; renderAttachments(); }
+}
+
+function openSettings(open) {
+  document.body.classList.toggle("settings-open", open);
+  $("toggle-settings").setAttribute("aria-expanded", String(open));
+}
+
 async function init() {
   load();
   render();
   setBusy(false);
   for (const k of SETTINGS) $(k).addEventListener("change", save);
+  let keyTimer = null;
+  $("api_key").addEventListener("input", () => {
+    saveKey();
+    clearTimeout(keyTimer);
+    keyTimer = setTimeout(refreshModel, 300);
+  });
+  $("toggle-settings").addEventListener("click", () => openSettings(!document.body.classList.contains("settings-open")));
+  document.querySelector("main").addEventListener("click", (ev) => {  // the dimmed area closes the drawer
+    if (ev.target === ev.currentTarget) openSettings(false);
+  });
+  document.addEventListener("keydown", (ev) => { if (ev.key === "Escape") openSettings(false); });
   $("json_mode").addEventListener("change", () => { $("json_schema").hidden = !$("json_mode").checked; });
   $("composer").addEventListener("submit", (ev) => {
     ev.preventDefault();
@@ -258,16 +368,7 @@ async function init() {
     ev.target.value = "";
     renderAttachments();
   });
-  try {
-    const resp = await fetch("/v1/models", { headers: headers() });
-    if (resp.ok) {
-      const j = await resp.json();
-      model = j.data && j.data.length ? j.data[0].id : null;
-      $("model-name").textContent = model || "";
-    } else {
-      $("model-name").textContent = "(set the API key)";
-    }
-  } catch (e) { showError("cannot reach the server: " + e.message); }
+  await refreshModel();
   document.body.dataset.ready = "1";
 }
 

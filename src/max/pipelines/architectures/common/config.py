@@ -17,8 +17,8 @@ from typing import Any, Mapping
 
 from max.pipelines.architectures.common.gguf_rope import rope_from_gguf_tensors
 
-__all__ = ["DecoderConfig", "NormPlan", "eos_ids", "gguf_hf_config", "gguf_kv_heads", "gguf_layer_kv_heads",
-           "gguf_ssm_keys", "hf_common", "kv_heads", "rope_defaults",
+__all__ = ["DecoderConfig", "LLAMA_HF_DEFAULTS", "NormPlan", "derive_defaults", "eos_ids", "gguf_hf_config",
+           "gguf_kv_heads", "gguf_layer_kv_heads", "gguf_ssm_keys", "hf_common", "kv_heads", "rope_defaults",
            "whole_head_dim", "with_defaults"]
 
 
@@ -282,4 +282,24 @@ def kv_heads(d: dict[str, Any]) -> int:
 def whole_head_dim(d: dict[str, Any]) -> int:
     """The derived default of ``head_dim``: ``hidden_size / num_attention_heads``."""
     return d["hidden_size"] // d["num_attention_heads"]
+
+
+LLAMA_HF_DEFAULTS: dict[str, Any] = dict(
+    vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+    num_key_value_heads=kv_heads, head_dim=whole_head_dim, hidden_act="silu", max_position_embeddings=2048,
+    rms_norm_eps=1e-6, pad_token_id=None, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+    attention_bias=False, mlp_bias=False)
+"""``transformers.LlamaConfig``'s defaults: Llama's table (see :func:`with_defaults`) and the base of the
+config classes transformers derived from it (Mistral, Mixtral, Granite, DeepSeek-V2: :func:`derive_defaults`)."""
+
+
+def derive_defaults(base: Mapping[str, Any], drop: tuple[str, ...] = (), **changes: Any) -> dict[str, Any]:
+    """A family's table of defaults as ``base`` (in its order) without the keys ``drop`` and with
+    ``changes``: a key of ``base`` changes its value in place, a new key comes after them."""
+    unknown = [k for k in drop if k not in base]
+    if unknown:
+        raise KeyError(f"derive_defaults: the base table has no {unknown}")
+    out = {k: v for k, v in base.items() if k not in drop}
+    out.update(changes)
+    return out
 

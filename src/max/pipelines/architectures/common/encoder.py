@@ -18,7 +18,7 @@ from max.driver import Buffer
 from max.dtype import DType
 from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
 from max.nn.layer import Module
-from max.pipelines.architectures.common.weights import WeightFactory, compute_dtype, load_weights_into
+from max.pipelines.architectures.common.weights import WeightFactory, compute_dtype, load_weights_into, session_policy
 from max.pipelines.lib.pipeline import ModelInputs, ModelOutputs, PipelineModel, upper_bounded_default
 
 __all__ = ["EncoderPipelineModel", "additive_mask", "build_encoder_graph", "mean_pool", "tokens_of"]
@@ -87,7 +87,7 @@ class EncoderPipelineModel(PipelineModel):
         cfg = self.encoder_config(pipeline_config)
         self.config = cfg
         dev_ref = DeviceRef.from_device(devices[0])
-        dt = compute_dtype(encoding, dev_ref)
+        dt = compute_dtype(encoding, dev_ref, session_policy(session))
         self.compute_dtype = dt
         self.pool_embeddings = bool(getattr(pipeline_config, "pool_embeddings", True))
         self.max_seq_len = self.calculate_max_seq_len(pipeline_config, huggingface_config)

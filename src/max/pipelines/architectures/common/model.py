@@ -30,6 +30,7 @@ from max.pipelines.architectures.common.weights import (
     compute_dtype,
     int4_checkpoint,
     keeps_quantized,
+    session_policy,
     load_weights_into,
     standard_adapters,
     storage_dtype,
@@ -195,7 +196,8 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
                 raise NotImplementedError("LoRA adapters are not supported with tensor parallelism yet")
             check_tensor_parallel(cfg, n_dev)
         dev_ref = refs[0]
-        dt = compute_dtype(encoding, dev_ref)
+        policy = session_policy(session)
+        dt = compute_dtype(encoding, dev_ref, policy)
         self.compute_dtype = dt
         self.max_seq_len = self.calculate_max_seq_len(pipeline_config, huggingface_config)
         kvc = kv_cache_config
@@ -218,7 +220,8 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
                            pipeline_config=pipeline_config)
         checkpoint = int4_checkpoint(checkpoint, _quantization_config(huggingface_config))
         lora_inputs, lora_targets, startup = _lora_setup(pipeline_config, dt, dev_ref)
-        factory = self.weight_factory(pipeline_config, encoding, dt, dev_ref, checkpoint, lora_inputs, lora_targets)
+        factory = self.weight_factory(pipeline_config, encoding, dt, dev_ref, checkpoint, lora_inputs, lora_targets,
+                                      policy=policy)
         module = self.build_module(cfg, factory, kv_params, self.max_seq_len,
                                    **({"devices": refs} if n_dev > 1 else {}))
         if return_logits is not None:
@@ -248,6 +251,20 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
         if callable(release):
             release()
         self._n_logits = Buffer.from_numpy(np.array([1], np.int64))
+        self.decode_graphs: Any = None
+        """``DecodeGraphs`` (CUDA-graph decode steps) on one CUDA device; None on the CPU."""
+        if self._graphs_apply():
+            from max.pipelines.lib.cuda_graph_decode import decode_graphs_for
+
+            self.decode_graphs = decode_graphs_for(self)
+
+    def _graphs_apply(self) -> bool:
+        """Whether this family runs the shared step graph as it is (a family that overrides how the step is
+        built, prepared or run keeps the eager engine) on a CUDA device."""
+        cls, base = type(self), DecoderPipelineModel
+        same = all(getattr(cls, m) is getattr(base, m) for m in ("execute", "run_graph", "build_step_graph",
+                                                                  "prepare_initial_token_inputs"))
+        return same and any(r.is_gpu() for r in self.device_refs)
 
     def make_kv_manager(self, kv_params: KVCacheParams, max_batch: int, cfg: DecoderConfig, devices: list,
                         session: Any, kvc: Any) -> Any:
@@ -270,16 +287,19 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
 
     @staticmethod
     def weight_factory(pipeline_config: Any, encoding: Any, dt: DType, device: DeviceRef,
-                       checkpoint: Mapping[str, Any], lora: Any = None, lora_targets: Any = ()) -> WeightFactory:
+                       checkpoint: Mapping[str, Any], lora: Any = None, lora_targets: Any = (),
+                       policy: Any = None) -> WeightFactory:
         """The factory for this run's encoding: GGML blocks kept as they are on the CPU (the native
         kernels read them), float weights quantised on load when the chosen encoding asks for it,
-        half-precision weights kept half precision; LoRA projections as configured."""
-        keep = keeps_quantized(encoding, device)
+        half-precision weights kept half precision; LoRA projections as configured.  ``policy``: the
+        session's backend policy (:func:`session_policy`)."""
+        keep = keeps_quantized(encoding, device, policy)
         src = getattr(pipeline_config.model_config, "source_encoding", None)
         quantize_to = None
         if keep and src is not None and not src.is_quantized:
             quantize_to = encoding.quantization_encoding
-        return WeightFactory(dt, device, checkpoint, storage=storage_dtype(encoding, device), keep_quantized=keep,
+        return WeightFactory(dt, device, checkpoint, storage=storage_dtype(encoding, device, policy),
+                             keep_quantized=keep,
                              quantize_to=quantize_to, lora=lora, lora_targets=lora_targets)
 
     @classmethod
@@ -310,6 +330,12 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
             kv = [b for per_dev in kv_cache_inputs for b in per_dev]
         inputs = ModelInputs(tokens=Buffer.from_numpy(flat), input_row_offsets=Buffer.from_numpy(offsets),
                              kv_cache_inputs=kv, return_n_logits=self._n_logits)
+        if self.decode_graphs is not None and lens and all(n == 1 for n in lens):
+            # a CUDA-graph step stages these itself; the eager fallback moves tokens and offsets in execute
+            inputs.decode_rows = (flat, [c.start_idx for c in context_batch],
+                                  [self.kv_manager.get_req_blocks(c.request_id) for c in context_batch])
+        else:
+            self._to_device(inputs)
         if self._lora is not None:  # each request's adapter: its model name when that names a loaded one
             names = [getattr(c, "model_name", None) for c in context_batch]
             inputs.lora_inputs = [Buffer.from_dlpack(t) for t in self._lora.inputs(names, lens)]
@@ -322,8 +348,20 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
         return self._lora
 
     def execute(self, model_inputs: ModelInputs) -> ModelOutputs:
+        rows = getattr(model_inputs, "decode_rows", None)
+        if rows is not None:  # a decode step on CUDA: the captured graph of its bucket
+            got = self.decode_graphs.run(*rows)
+            if got is not None:
+                return ModelOutputs(logits=got[0], greedy_tokens=got[1])
+            self._to_device(model_inputs)
         (logits,) = self.run_graph(model_inputs)
         return ModelOutputs(logits=logits._torch())
+
+    def _to_device(self, inputs: ModelInputs) -> None:
+        """Tokens and row offsets onto the graph's device (a no-op on the CPU)."""
+        dev = self.devices[0]
+        inputs.tokens = inputs.tokens.to(dev)
+        inputs.input_row_offsets = inputs.input_row_offsets.to(dev)
 
     def run_graph(self, model_inputs: ModelInputs) -> list[Any]:
         """The compiled step graph's outputs (driver buffers) for ``model_inputs``."""

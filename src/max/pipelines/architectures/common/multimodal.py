@@ -28,7 +28,7 @@ from max.dtype import DType
 from max.graph import DeviceRef, Graph, TensorType, TensorValue, ops
 from max.nn.layer import Module
 from max.pipelines.architectures.common.model import DecoderPipelineModel
-from max.pipelines.architectures.common.weights import load_weights_into
+from max.pipelines.architectures.common.weights import load_weights_into, session_policy
 from max.pipelines.lib.pipeline import ModelInputs, ModelOutputs
 
 __all__ = ["VisionDecoderPipelineModel", "image_rows", "split_adapters"]
@@ -105,7 +105,8 @@ class VisionDecoderPipelineModel(DecoderPipelineModel):
         cls = type(self)
         self.vision_config = cls.vision_config_from_hf(hf)
         checkpoint = cls.vision_adapter(dict(weights.items()))
-        factory = self.weight_factory(pipeline_config, encoding, self.compute_dtype, device, checkpoint)
+        factory = self.weight_factory(pipeline_config, encoding, self.compute_dtype, device, checkpoint,
+                                      policy=session_policy(self.session))
         vision = cls.vision_module(self.vision_config, factory)
         load_weights_into(vision, checkpoint, f"{self.config.architecture} (vision)")
         self.vision_model = self.session.load(cls.vision_graph(vision, device), weights_registry=vision.state_dict())

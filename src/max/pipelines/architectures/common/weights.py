@@ -51,6 +51,7 @@ __all__ = [
     "load_weights_into",
     "rename_gguf",
     "rename_hf",
+    "session_policy",
     "GGUF_SSM_NAMES",
     "gguf_ssm_layout",
     "standard_adapters",
@@ -58,28 +59,34 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- dtype policy
-# The engine's backend policy decides (max.engine.backend); these are the names families use.
-def _policy() -> Any:
-    from max.engine import backend
+# The engine's backend policy decides (max.engine.backend); these are the names families use.  A family
+# passes its session's policy (``session_policy(session)``): the one its graphs are lowered with.
+def session_policy(session: Any) -> Any:
+    """The backend policy ``session`` compiles with (``InferenceSession.backend``); the process's
+    (``backend.current()``) for anything without one."""
+    policy = getattr(session, "backend", None)
+    if policy is None:
+        from max.engine import backend
 
-    return backend.current()
+        policy = backend.current()
+    return policy
 
 
-def compute_dtype(encoding: Any, device: DeviceRef) -> DType:
-    """The dtype a model computes in for a weight ``encoding`` on ``device``
-    (:meth:`max.engine.backend.BackendPolicy.compute_dtype`)."""
-    return _policy().compute_dtype(encoding, device)
+def compute_dtype(encoding: Any, device: DeviceRef, policy: Any = None) -> DType:
+    """The dtype a model computes in for a weight ``encoding`` on ``device`` under ``policy`` (default the
+    process's; :meth:`max.engine.backend.BackendPolicy.compute_dtype`)."""
+    return (policy or session_policy(None)).compute_dtype(encoding, device)
 
 
-def storage_dtype(encoding: Any, device: DeviceRef) -> DType:
+def storage_dtype(encoding: Any, device: DeviceRef, policy: Any = None) -> DType:
     """The dtype float weights are kept in (:meth:`~max.engine.backend.BackendPolicy.weight_storage`)."""
-    return _policy().weight_storage(encoding, device).dtype
+    return (policy or session_policy(None)).weight_storage(encoding, device).dtype
 
 
-def keeps_quantized(encoding: Any, device: DeviceRef) -> bool:
+def keeps_quantized(encoding: Any, device: DeviceRef, policy: Any = None) -> bool:
     """Whether GGML block-quantised weights stay quantised in memory (native CPU kernels read them);
     elsewhere they are dequantised once at load."""
-    return _policy().weight_storage(encoding, device).keep_quantized
+    return (policy or session_policy(None)).weight_storage(encoding, device).keep_quantized
 
 
 class WidenedLinear(Linear):

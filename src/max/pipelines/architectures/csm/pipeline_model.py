@@ -14,7 +14,7 @@ from max.graph import DeviceRef
 from max.graph.weights import WeightsFormat
 from max.nn.kv_cache import PagedKVCacheManager, kv_cache_budget
 from max.pipelines.architectures.common.model import kv_params_for
-from max.pipelines.architectures.common.weights import WeightFactory, compute_dtype, load_weights_into
+from max.pipelines.architectures.common.weights import WeightFactory, compute_dtype, load_weights_into, session_policy
 from max.pipelines.architectures.csm.codec import PREFIX as CODEC_PREFIX
 from max.pipelines.architectures.csm.codec import load_codec
 from max.pipelines.architectures.csm.config import ARCHITECTURE, CsmConfig, config_from_hf, generation_settings
@@ -98,7 +98,7 @@ class CsmPipelineModel(PipelineModel):
         self.settings = generation_settings(str(pipeline_config.model_config.model_path or ""))
         dev = DeviceRef.from_device(devices[0])
         self._torch_device = getattr(devices[0], "_torch_device", None) or "cpu"
-        dt = compute_dtype(encoding, dev)
+        dt = compute_dtype(encoding, dev, session_policy(session))
         self.max_seq_len = self.calculate_max_seq_len(pipeline_config, huggingface_config)
         kvc = kv_cache_config
         kv_params = kv_params_for(c.backbone, kvc.cache_dtype or dt, kvc.kv_cache_page_size,

@@ -11,23 +11,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from max.pipelines.architectures.common import (
-    DecoderConfig,
-    gguf_hf_config,
-    hf_common,
-    kv_heads,
-    rope_defaults,
-    with_defaults,
-)
+from max.pipelines.architectures.common import DecoderConfig, gguf_hf_config, hf_common, rope_defaults, with_defaults
+from max.pipelines.architectures.common.config import LLAMA_HF_DEFAULTS, derive_defaults
 from max.pipelines.architectures.common.moe import MoESpec
 
-HF_DEFAULTS: dict[str, Any] = dict(
-    vocab_size=102400, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
-    num_key_value_heads=kv_heads, hidden_act="silu", max_position_embeddings=2048, rms_norm_eps=1e-6,
-    pad_token_id=None, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, attention_bias=False,
-    mlp_bias=False, first_k_dense_replace=0, kv_lora_rank=512, q_lora_rank=1536, n_group=None, n_routed_experts=64,
-    n_shared_experts=2, qk_nope_head_dim=128, qk_rope_head_dim=64, routed_scaling_factor=1.0, topk_group=None,
-    topk_method="greedy", norm_topk_prob=False, v_head_dim=128, num_experts_per_tok=None, moe_intermediate_size=1407)
+HF_DEFAULTS: dict[str, Any] = derive_defaults(
+    LLAMA_HF_DEFAULTS, drop=("head_dim",), vocab_size=102400, first_k_dense_replace=0, kv_lora_rank=512,
+    q_lora_rank=1536, n_group=None, n_routed_experts=64, n_shared_experts=2, qk_nope_head_dim=128, qk_rope_head_dim=64,
+    routed_scaling_factor=1.0, topk_group=None, topk_method="greedy", norm_topk_prob=False, v_head_dim=128,
+    num_experts_per_tok=None, moe_intermediate_size=1407)
 """``transformers.DeepseekV2Config``'s defaults (what a GGUF file lacks); RoPE base 10000.  ``head_dim`` is
 always ``qk_rope_head_dim`` and ``qk_head_dim`` ``qk_nope_head_dim + qk_rope_head_dim``."""
 

@@ -15,7 +15,7 @@ from max.nn.transformer import ReturnLogits
 from max.pipelines.architectures.common.config import DecoderConfig
 from max.pipelines.architectures.common.layers import build_decoder, default_mlp
 from max.pipelines.architectures.common.moe import DecoderMoE
-from max.pipelines.architectures.common.weights import WeightFactory
+from max.pipelines.architectures.common.weights import WeightFactory, session_policy
 from max.pipelines.architectures.deepseek_v2.model import DeepseekV2Model, MLAttention
 from max.pipelines.architectures.deepseek_v3.config import config_from_hf
 from max.pipelines.architectures.deepseek_v3.weight_adapters import WEIGHT_ADAPTERS, mtp_state_dict
@@ -107,7 +107,8 @@ class DeepseekV3Model(DeepseekV2Model):
                              f"its multi-token prediction layer (model.layers.{n}.*)")
         kv_params = kv_params_for(cfg, self.kv_params.dtype, page_size=kvc.kv_cache_page_size,
                                   enable_prefix_caching=False, shape=self.kv_cache_shape(cfg))
-        factory = self.weight_factory(pipeline_config, encoding, self.compute_dtype, self.device_refs[0], checkpoint)
+        factory = self.weight_factory(pipeline_config, encoding, self.compute_dtype, self.device_refs[0], checkpoint,
+                                      policy=session_policy(session))
         self.mtp_draft = MTPDraftModel(cfg, checkpoint, factory, kv_params, self.max_seq_len,
                                        pipeline_config.max_batch_size or self.default_max_batch, devices, session,
                                        self.device_refs[0], n, kvc)

@@ -4,20 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from max.pipelines.architectures.common import (
-    DecoderConfig,
-    gguf_hf_config,
-    hf_common,
-    kv_heads,
-    rope_defaults,
-    with_defaults,
-)
+from max.pipelines.architectures.common import DecoderConfig, gguf_hf_config, hf_common, rope_defaults, with_defaults
+from max.pipelines.architectures.common.config import LLAMA_HF_DEFAULTS, derive_defaults
 
-HF_DEFAULTS: dict[str, Any] = dict(
-    vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
-    num_key_value_heads=kv_heads, hidden_act="silu", max_position_embeddings=2048, rms_norm_eps=1e-6,
-    pad_token_id=None, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, attention_bias=False,
-    mlp_bias=False, embedding_multiplier=1.0, logits_scaling=1.0, residual_multiplier=1.0, attention_multiplier=1.0)
+HF_DEFAULTS: dict[str, Any] = derive_defaults(
+    LLAMA_HF_DEFAULTS, drop=("head_dim",), embedding_multiplier=1.0, logits_scaling=1.0, residual_multiplier=1.0,
+    attention_multiplier=1.0)
 """``transformers.GraniteConfig``'s defaults (what a GGUF file lacks); RoPE base 10000."""
 
 

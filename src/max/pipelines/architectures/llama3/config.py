@@ -4,21 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from max.pipelines.architectures.common import (
-    DecoderConfig,
-    gguf_hf_config,
-    hf_common,
-    kv_heads,
-    rope_defaults,
-    whole_head_dim,
-    with_defaults,
-)
+from max.pipelines.architectures.common import DecoderConfig, gguf_hf_config, hf_common, rope_defaults, with_defaults
+from max.pipelines.architectures.common.config import LLAMA_HF_DEFAULTS
 
-HF_DEFAULTS: dict[str, Any] = dict(
-    vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
-    num_key_value_heads=kv_heads, head_dim=whole_head_dim, hidden_act="silu", max_position_embeddings=2048,
-    rms_norm_eps=1e-6, pad_token_id=None, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
-    attention_bias=False, mlp_bias=False)
+HF_DEFAULTS: dict[str, Any] = LLAMA_HF_DEFAULTS
 """``transformers.LlamaConfig``'s defaults (what a GGUF file lacks); RoPE base 10000."""
 
 

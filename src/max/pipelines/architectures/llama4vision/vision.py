@@ -18,6 +18,7 @@ import numpy as np
 
 from max.dtype import DType
 from max.graph import DeviceRef, Graph, TensorType, TensorValue, Weight, ops
+from max.graph.rope import rope_inv_freq
 from max.nn import LayerList, LayerNorm, Module
 from max.pipelines.architectures.common.multimodal import image_graph
 from max.pipelines.architectures.common.siglip import flatten_patches, full_attention, pixel_shuffle
@@ -31,7 +32,7 @@ def rope_angles(c: VisionConfig) -> np.ndarray:
     """``[patches + 1, head_dim / 2]`` float64: each position's angle per interleaved pair (the last position
     is the class token: 0)."""
     side, k = c.patches_per_side, c.head_dim // 4
-    freq = c.rope_theta ** -(np.arange(k, dtype=np.float64) * 2 / (2 * k))
+    freq = rope_inv_freq(c.rope_theta, 2 * k)
     idx = np.arange(side * side)
     col, row = idx % side + 1, idx // side + 1
     angles = np.concatenate([col[:, None] * freq, row[:, None] * freq], axis=1)

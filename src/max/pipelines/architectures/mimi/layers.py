@@ -21,10 +21,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 
 from max.dtype import DType
 from max.graph import DeviceRef, FilterLayout, TensorValue, Weight, ops
+from max.graph.rope import rope_inv_freq as _inv_freq
 from max.nn import LayerNorm, Linear, Module
 from max.pipelines.architectures.common.layers import activation
 from max.pipelines.architectures.mimi.config import WHO, MimiSettings
@@ -139,8 +139,7 @@ class CausalConvTranspose1d(Module):
 
 def rope_inv_freq(s: MimiSettings) -> np.ndarray:
     """RoPE inverse frequencies (float32, computed the way the checkpoint's model computes them)."""
-    dim = s.head_dim
-    return (1.0 / (s.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))).numpy()
+    return _inv_freq(s.rope_theta, s.head_dim, np.float32)
 
 
 class _Attention(Module):

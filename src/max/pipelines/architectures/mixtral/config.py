@@ -5,20 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from max.pipelines.architectures.common import (
-    DecoderConfig,
-    gguf_hf_config,
-    hf_common,
-    rope_defaults,
-    with_defaults,
-)
+from max.pipelines.architectures.common import DecoderConfig, gguf_hf_config, hf_common, rope_defaults, with_defaults
+from max.pipelines.architectures.common.config import LLAMA_HF_DEFAULTS, derive_defaults
 from max.pipelines.architectures.common.moe import MoESpec
 
-HF_DEFAULTS: dict[str, Any] = dict(
-    vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-    num_key_value_heads=8, head_dim=None, hidden_act="silu", max_position_embeddings=4096 * 32, rms_norm_eps=1e-5,
-    pad_token_id=None, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, sliding_window=None,
-    num_experts_per_tok=2, num_local_experts=8)
+HF_DEFAULTS: dict[str, Any] = derive_defaults(
+    LLAMA_HF_DEFAULTS, drop=("attention_bias", "mlp_bias"), intermediate_size=14336, num_key_value_heads=8,
+    head_dim=None, max_position_embeddings=4096 * 32, rms_norm_eps=1e-5, sliding_window=None, num_experts_per_tok=2,
+    num_local_experts=8)
 """``transformers.MixtralConfig``'s defaults (what a GGUF file lacks; ``head_dim`` None: hidden / heads);
 RoPE base 1e6."""
 

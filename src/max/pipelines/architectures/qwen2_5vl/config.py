@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from max.graph.rope import rope_inv_freq
 from max.pipelines.architectures.common import DecoderConfig, hf_common
 from max.pipelines.architectures.common.vision_config import MergedPatchGrid, hf_part, merged_patch_fields
 
@@ -65,4 +66,4 @@ def vision_config_from_hf(hf: dict) -> VisionConfig:
 
 def inv_freq(theta: float, dim: int) -> np.ndarray:
     """RoPE inverse frequencies ``theta ** (-2i / dim)`` (float32, as transformers computes them)."""
-    return (1.0 / (theta ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))).astype(np.float32)
+    return rope_inv_freq(theta, dim, np.float32)

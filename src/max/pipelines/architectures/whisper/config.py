@@ -91,6 +91,10 @@ class GenerationSettings:
     begin_suppress_tokens: list[int] = field(default_factory=list)
     max_initial_timestamp_index: int | None = None
     is_multilingual: bool = True
+    forced_decoder_ids: list[tuple[int, int | None]] = field(default_factory=list)
+    """``(position, token)`` pairs the decoder prompt starts with when a request gives neither a language nor a
+    task (``[(1, None), (2, <|transcribe|>)]`` on the released multilingual checkpoints: a detected language,
+    then transcribe); ignored when either is given, as transformers does."""
     prev_sot_token_id: int | None = None
     max_length: int = 448
     alignment_heads: list[tuple[int, int]] = field(default_factory=list)
@@ -123,6 +127,9 @@ def generation_settings(model_dir: str | None, cfg: WhisperConfig, hf: dict) -> 
         with open(path, encoding="utf-8") as f:
             g = json.load(f)
     eos = g.get("eos_token_id", cfg.eos_token_id)
+    forced = g.get("forced_decoder_ids")
+    if forced is None:  # transformers falls back to the model config's
+        forced = hf.get("forced_decoder_ids")
     s = GenerationSettings(
         decoder_start_token_id=int(g.get("decoder_start_token_id", cfg.decoder_start_token_id)),
         eos_token_id=int(eos[0] if isinstance(eos, list) else eos),
@@ -132,8 +139,27 @@ def generation_settings(model_dir: str | None, cfg: WhisperConfig, hf: dict) -> 
         begin_suppress_tokens=list(g.get("begin_suppress_tokens") or hf.get("begin_suppress_tokens") or []),
         max_initial_timestamp_index=g.get("max_initial_timestamp_index"),
         is_multilingual=bool(g.get("is_multilingual", bool(g.get("lang_to_id")))),
+        forced_decoder_ids=_forced_ids(forced),
         prev_sot_token_id=g.get("prev_sot_token_id"),
         max_length=int(g.get("max_length") or cfg.max_target_positions),
         alignment_heads=[(int(a), int(b)) for a, b in (g.get("alignment_heads") or [])],
         median_filter_width=int(hf.get("median_filter_width") or 7))
     return s
+
+
+def _forced_ids(forced: Any) -> list[tuple[int, int | None]]:
+    """``forced_decoder_ids`` checked: ``[[position, token or null], ...]`` for positions 1, 2, ... in order (the
+    prompt pattern transformers accepts; a list not starting at position 1 is ignored, as transformers does)."""
+    if not forced:
+        return []
+    try:
+        pairs = [(int(i), None if t is None else int(t)) for i, t in forced]
+    except (TypeError, ValueError):
+        raise ValueError(f"{ARCHITECTURE}: forced_decoder_ids must be a list of [position, token id or null] pairs, "
+                         f"got {forced!r}") from None
+    if pairs[0][0] != 1:
+        return []
+    if [i for i, _ in pairs] != list(range(1, len(pairs) + 1)):
+        raise ValueError(f"{ARCHITECTURE}: forced_decoder_ids {forced!r} must give positions 1, 2, ... in order "
+                         "(Whisper's prompt pattern)")
+    return pairs

@@ -11,35 +11,59 @@ import numpy as np
 from max.interfaces.errors import InvalidRequest
 from max.pipelines.architectures.whisper.config import HOP_LENGTH, SAMPLING_RATE, TIME_PRECISION, GenerationSettings
 
-__all__ = ["Segment", "TokenRules", "prompt_tokens", "split_segments"]
+__all__ = ["Segment", "TokenRules", "needs_language", "prompt_tokens", "split_segments"]
 
 INPUT_STRIDE = 2  # mel frames per encoder position (= per timestamp step)
 HOP_SECONDS = HOP_LENGTH / SAMPLING_RATE  # seconds per mel frame
 
 
-def prompt_tokens(s: GenerationSettings, language_id: int | None, task: str | None, timestamps: bool,
-                  previous: list[int] | None = None, default_task: bool = True) -> list[int]:
-    """``[<|startofprev|> previous..., ]<|startoftranscript|> <|lang|> <|task|> [<|notimestamps|>]``; without a
-    ``task``, ``<|transcribe|>`` when ``default_task`` (transformers adds it when the language was given, not
-    when it was detected)."""
+def needs_language(s: GenerationSettings, language_id: int | None, task: str | None) -> bool:
+    """Whether a request's prompt takes a detected language: it gives none, the model has ``lang_to_id``, and the
+    prompt's language position is not fixed by ``forced_decoder_ids`` (which apply only when neither a
+    language nor a task is given) -- transformers' rule."""
+    if language_id is not None or not s.lang_to_id:
+        return False
+    forced = s.forced_decoder_ids if task is None else []
+    return not forced or forced[0][1] is None
+
+
+def prompt_tokens(s: GenerationSettings, task: str | None, timestamps: bool, language_id: int | None = None,
+                  detected_id: int | None = None, previous: list[int] | None = None) -> list[int]:
+    """The decoder prompt of a request, built as transformers' Whisper ``generate`` builds it:
+    ``[<|startofprev|> previous...] <|startoftranscript|>``, then, when neither a language (``language_id``, the
+    given language's token) nor a ``task`` is given, the checkpoint's ``forced_decoder_ids``; the language (the
+    given one, else ``detected_id`` when :func:`needs_language`) at position 1; the ``task``'s token, or
+    ``<|transcribe|>`` when a language is given and no task token is there yet; ``<|notimestamps|>`` without
+    ``timestamps`` (removed from the end with them)."""
     out: list[int] = []
     if previous:
         if s.prev_sot_token_id is None:
             raise InvalidRequest("prompt: this model has no <|startofprev|> token", param="prompt")
         out += [s.prev_sot_token_id, *previous]
-    out.append(s.decoder_start_token_id)
-    if language_id is not None:
-        out.append(language_id)
+    given = language_id is not None
+    init: list[int | None] = [s.decoder_start_token_id]
+    if task is None and not given:
+        init += [t for _, t in s.forced_decoder_ids]
+    lang = language_id if given else detected_id
+    if lang is not None:
+        if len(init) > 1:
+            init[1] = lang
+        else:
+            init.append(lang)
     if task is not None:
         if task not in s.task_to_id:
             raise InvalidRequest(f"task {task!r} is not supported by this model (supported: {sorted(s.task_to_id)})",
                                  param="task")
-        out.append(s.task_to_id[task])
-    elif default_task and "transcribe" in s.task_to_id:
-        out.append(s.task_to_id["transcribe"])
-    if not timestamps and s.no_timestamps_token_id is not None:
-        out.append(s.no_timestamps_token_id)
-    return out
+        init.append(s.task_to_id[task])
+    elif given and "transcribe" in s.task_to_id and not any(t in init for t in s.task_to_id.values()):
+        init.append(s.task_to_id["transcribe"])
+    nts = s.no_timestamps_token_id
+    if nts is not None:
+        if not timestamps and init[-1] != nts:
+            init.append(nts)
+        elif timestamps and init[-1] == nts:
+            init.pop()
+    return out + [t for t in init if t is not None]
 
 
 class TokenRules:

@@ -19,7 +19,7 @@ from max.dtype import DType
 from max.graph import BufferType, DeviceRef, TensorType
 from max.graph.weights import WeightsFormat
 from max.nn.kv_cache import KVCacheParams, PagedKVCacheManager, kv_cache_budget
-from max.pipelines.architectures.common.weights import WeightFactory, compute_dtype, load_weights_into
+from max.pipelines.architectures.common.weights import WeightFactory, compute_dtype, load_weights_into, session_policy
 from max.pipelines.architectures.whisper.cache_seq import CacheSeq
 from max.pipelines.architectures.whisper.config import (
     ARCHITECTURE,
@@ -89,7 +89,7 @@ class WhisperPipelineModel(PipelineModel):
         self.settings = generation_settings(str(pipeline_config.model_config.model_path or ""), cfg, hf)
         dev = DeviceRef.from_device(devices[0])
         self._torch_device = getattr(devices[0], "_torch_device", None) or "cpu"
-        dt = compute_dtype(encoding, dev)
+        dt = compute_dtype(encoding, dev, session_policy(session))
         self.compute_dtype = dt
         self.max_seq_len = self.calculate_max_seq_len(pipeline_config, huggingface_config)
         kvc = kv_cache_config

@@ -5,8 +5,10 @@ A batch of requests runs in rounds: each round encodes the current 30 s window o
 together (one decoder step per token for the whole batch, each request's self-attention on its own pages of
 the paged KV cache, its cross-attention over its own window's pages).  Short audio is one window; longer
 audio advances window by window to the end of the last complete timestamped segment (timestamps are
-predicted for long audio even when the caller does not ask for them).  A request's language is detected from
-its first window when not given.
+predicted for long audio even when the caller does not ask for them).  The decoder prompt follows the
+checkpoint's generation config as transformers' ``generate`` does (:func:`~.decoding.prompt_tokens`): with
+neither a language nor a task given, its ``forced_decoder_ids`` (a detected language, then ``<|transcribe|>``
+on the released checkpoints); a language not given and not fixed there is detected from the first window.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from max.pipelines.architectures.whisper.decoding import (
     Segment,
     TokenRules,
     _logsumexp,
+    needs_language,
     prompt_tokens,
     split_segments,
 )
@@ -50,8 +53,9 @@ class TranscriptionRequest:
     audio: np.ndarray
     language: Optional[str] = None
     task: Optional[str] = None
-    """``transcribe`` or ``translate`` (to English); None: transcribe (no task token when the language is
-    detected, as transformers does)."""
+    """``transcribe`` or ``translate`` (to English); None: what the checkpoint's generation config says (its
+    ``forced_decoder_ids`` when no language is given either: transcribe on the released checkpoints; with a
+    language, transcribe), as transformers does."""
     timestamps: bool = False
     temperature: Union[float, Sequence[float]] = 0.0
     """A temperature, or for long audio the temperatures tried in turn on a window whose result fails the
@@ -93,6 +97,8 @@ class Transcription:
     """Windows decoded again at a higher temperature (long audio, thresholds failed)."""
     skipped_windows: int = 0
     """Windows skipped as silence (``no_speech_threshold``)."""
+    prompt: list[int] = field(default_factory=list)
+    """The first window's decoder prompt (the special tokens the transcription was conditioned on)."""
 
 
 @dataclass
@@ -101,7 +107,10 @@ class _Job:
     features: np.ndarray  # [n_mels, frames]
     frames: int  # frames the windows advance over
     audio_frames: int = 0  # frames holding audio
-    language_id: Optional[int] = None
+    language_id: Optional[int] = None  # the given language's token
+    detected_id: Optional[int] = None  # the detected language's token (no language given)
+    prompt_language: Optional[int] = None  # the language token of the prompt (given, detected or forced)
+    prompt: list[int] = field(default_factory=list)  # the first window's decoder prompt
     seek: int = 0
     tokens: list[int] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
@@ -150,14 +159,17 @@ class WhisperPipeline:
 
     # ------------------------------------------------------------------ API
     def transcribe(self, requests: Sequence[TranscriptionRequest]) -> list[Transcription]:
-        """Each request's transcription (requests decode together; one at a time per pipeline)."""
+        """Each request's transcription (requests decode together, ``max_batch_size`` windows per round; one call
+        at a time per pipeline)."""
         jobs = [self._job(r) for r in requests]
+        cap = self.model.max_batch
         with self._lock:
             while True:
                 todo = [j for j in jobs if not j.done]
                 if not todo:
                     break
-                self._round(todo)
+                for k in range(0, len(todo), cap):  # at most max_batch windows (cache slots) per round
+                    self._round(todo[k:k + cap])
         return [self._result(j) for j in jobs]
 
     def check(self, r: TranscriptionRequest) -> None:
@@ -170,13 +182,22 @@ class WhisperPipeline:
             raise InvalidRequest("audio holds NaN or infinite samples", param="file")
         if r.task is not None and r.task not in ("transcribe", "translate"):
             raise InvalidRequest(f"task must be 'transcribe' or 'translate', got {r.task!r}", param="task")
+        if not self.settings.is_multilingual:  # an English-only model: no language or task tokens
+            from max.pipelines.architectures.whisper.languages import LANGUAGE_CODES
+
+            if r.task == "translate":
+                raise InvalidRequest("this model is English-only: it does not translate", param="task")
+            if r.language is not None and LANGUAGE_CODES.get(r.language.strip().lower(), r.language.strip().lower()
+                                                             ).strip("<|>") != "en":
+                raise InvalidRequest(f"this model is English-only: language {r.language!r} is not supported",
+                                     param="language")
         if r.task == "translate" and "translate" not in self.settings.task_to_id:
             raise InvalidRequest(f"task {r.task!r} is not supported by this model", param="task")
         temps = r.temperatures
         if not temps or not all(0.0 <= t <= 2.0 for t in temps):
             raise InvalidRequest(f"temperature must be between 0 and 2 (or a non-empty sequence of such), got "
                                  f"{r.temperature}", param="temperature")
-        if r.language is not None:
+        if r.language is not None and self.settings.is_multilingual:
             self.settings.language_id(r.language)
         if r.word_timestamps and not self.settings.alignment_heads:
             raise InvalidRequest("word timestamps need the model's alignment_heads (generation_config.json), which "
@@ -193,7 +214,7 @@ class WhisperPipeline:
         feats = log_mel_spectrogram(a, self.model.config.num_mel_bins, pad_to_window=a.size <= N_FRAMES * 160)
         frames = N_FRAMES if a.size <= N_FRAMES * 160 else a.size // 160
         j = _Job(r, feats, frames, audio_frames=-(-a.size // 160))
-        if r.language is not None:
+        if r.language is not None and self.settings.is_multilingual:
             j.language_id = self.settings.language_id(r.language)
         if any(t > 0 for t in r.temperatures):
             j.generator = torch.Generator().manual_seed(int(r.seed) if r.seed is not None else
@@ -222,10 +243,13 @@ class WhisperPipeline:
             prev = None
             if j.req.prompt:
                 prev = self.tokenizer.encode(" " + j.req.prompt.strip(), add_special_tokens=False)
-            multi = self.settings.is_multilingual
-            prompts.append(prompt_tokens(self.settings, j.language_id if multi else None,
-                                         j.req.task if multi else None, t, prev,
-                                         default_task=multi and j.req.language is not None))
+            p = prompt_tokens(self.settings, self._task(j), t, j.language_id, j.detected_id, prev)
+            if not j.prompt:
+                j.prompt = list(p)
+            langs = set(self.settings.lang_to_id.values())
+            j.prompt_language = next((x for x in p[p.index(self.settings.decoder_start_token_id) + 1:][:1]
+                                      if x in langs), None)
+            prompts.append(p)
         for j in jobs:
             j.temp_idx = 0
         outs, ended, lps = self._decode(jobs, cross, prompts, ts)
@@ -270,6 +294,10 @@ class WhisperPipeline:
                 j.times += [offset + float(t) for t in times[:len(kept)]]
             j.tokens += kept
             j.seek += max(int(advance), 1)
+
+    def _task(self, j: _Job) -> Optional[str]:
+        """The request's task token name (None on an English-only model, which has none)."""
+        return j.req.task if self.settings.is_multilingual else None
 
     @staticmethod
     def _long(j: _Job) -> bool:
@@ -329,14 +357,15 @@ class WhisperPipeline:
 
     def _detect_languages(self, jobs: list[_Job], cross: "CrossCache") -> None:
         s = self.settings
-        need = [i for i, j in enumerate(jobs) if j.language_id is None and s.is_multilingual and s.lang_to_id]
+        need = [i for i, j in enumerate(jobs)
+                if j.detected_id is None and needs_language(s, j.language_id, self._task(j))]
         if not need:
             return
         seqs = [_Seq(f"whisper-lang-{next(_ids)}", [s.decoder_start_token_id], 0, 1) for _ in need]
         logits = self._with_cache(seqs, lambda: self.model.decode_step(seqs, cross.rows(need)))
         lang_ids = torch.as_tensor(sorted(s.lang_to_id.values()))
         for i, row in zip(need, logits):
-            jobs[i].language_id = int(lang_ids[int(torch.argmax(row[lang_ids]))])
+            jobs[i].detected_id = int(lang_ids[int(torch.argmax(row[lang_ids]))])
 
     def _with_cache(self, seqs: list[_Seq], fn: Any) -> Any:
         mgr = self.model.kv_manager
@@ -361,6 +390,11 @@ class WhisperPipeline:
         for p in prompts:
             if len(p) >= limit:
                 raise InvalidRequest(f"the prompt takes {len(p)} of the decoder's {limit} positions", param="prompt")
+        # without max_new_tokens a window ends at the generation config's max_length past the prompt's first
+        # tokens (at most half the decoder's positions), within the decoder's positions (transformers' rule)
+        half = self.model.config.max_target_positions // 2 - 1
+        ends = [limit if j.req.max_new_tokens is not None else min(s.max_length + min(half, len(p)), limit)
+                for j, p in zip(jobs, prompts)]
 
         def run() -> None:
             active = list(range(len(jobs)))
@@ -380,7 +414,7 @@ class WhisperPipeline:
                     q = seqs[i]
                     q.tokens.append(tok)
                     q.active_idx += 1
-                    if (cap is not None and len(gen[i]) >= cap) or q.active_idx >= limit:
+                    if (cap is not None and len(gen[i]) >= cap) or q.active_idx >= ends[i]:
                         continue
                     still.append(i)
                 if len(still) != len(active):  # requests finished: the others' windows
@@ -414,9 +448,9 @@ class WhisperPipeline:
         return self.tokenizer.decode(keep, skip_special_tokens=True)
 
     def _result(self, j: _Job) -> Transcription:
-        lang = None
-        if j.language_id is not None:
-            lang = next((k.strip("<|>") for k, v in self.settings.lang_to_id.items() if v == j.language_id), None)
+        lang = None if self.settings.is_multilingual else "en"  # an English-only model's output is English
+        if j.prompt_language is not None:
+            lang = next((k.strip("<|>") for k, v in self.settings.lang_to_id.items() if v == j.prompt_language), None)
         for seg in j.segments:
             seg.text = self._text(seg.tokens)
         words: list[Word] = []
@@ -426,4 +460,4 @@ class WhisperPipeline:
                                 limit)
         return Transcription(text=self._text(j.tokens), language=lang, duration=j.req.audio.size / SAMPLING_RATE,
                              tokens=j.tokens, segments=j.segments, token_times=j.times, words=words,
-                             fallbacks=j.fallbacks, skipped_windows=j.skipped)
+                             fallbacks=j.fallbacks, skipped_windows=j.skipped, prompt=j.prompt)
