@@ -102,3 +102,24 @@ def peak_rss_mib() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def time_scheduled(llm, ctxs: list) -> dict:
+    """Run ``ctxs`` on ``llm``'s scheduler to completion and time it from the outputs' arrival:
+    ``ttft`` (mean time to each request's first token), ``tpot`` (mean time per later token; None when
+    no request got two), ``tok_s`` (all tokens / wall time) and ``tokens`` (how many came)."""
+    stamps: dict[str, list[float]] = {c.request_id: [] for c in ctxs}
+
+    def cb(out) -> None:  # noqa: ANN001
+        stamps[out.request_id].extend([time.perf_counter()] * len(out.tokens))
+
+    t = time.perf_counter()
+    for c in ctxs:
+        llm.scheduler.submit(c, cb)
+    llm.scheduler.run_until_idle()
+    end = time.perf_counter()
+    firsts = [s[0] - t for s in stamps.values()]
+    tpots = [(s[-1] - s[0]) / (len(s) - 1) for s in stamps.values() if len(s) > 1]
+    total = sum(len(s) for s in stamps.values())
+    return {"ttft": sum(firsts) / len(firsts), "tpot": sum(tpots) / len(tpots) if tpots else None,
+            "tok_s": total / (end - t), "tokens": total}

@@ -50,7 +50,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _common import peak_rss_mib  # noqa: E402
+from _common import peak_rss_mib, time_scheduled  # noqa: E402
 TEXT = os.path.join(HERE, "..", "tests", "fixtures", "text", "teacher_forcing.txt")
 SHORT_PROMPT = "The capital of France is"
 BATCH_PROMPTS = [f"Write one sentence about the number {i}:" for i in range(16)]
@@ -151,21 +151,9 @@ def run_libremax(path: str, encoding: str, n: int, prompt_tokens: int, threads: 
     def run(prompts: list[str], max_new: int) -> dict:
         params = SamplingParams(top_k=1, max_new_tokens=max_new, ignore_eos=True)
         ctxs = [llm.make_context(p, params) for p in prompts]
-        stamps: dict[str, list[float]] = {c.request_id: [] for c in ctxs}
-
-        def cb(out) -> None:  # noqa: ANN001
-            stamps[out.request_id].extend([time.perf_counter()] * len(out.tokens))
-
-        t = time.perf_counter()
-        for c in ctxs:
-            llm.scheduler.submit(c, cb)
-        llm.scheduler.run_until_idle()
-        end = time.perf_counter()
-        firsts = [s[0] - t for s in stamps.values()]
-        tpots = [(s[-1] - s[0]) / (len(s) - 1) for s in stamps.values() if len(s) > 1]
-        total = sum(len(s) for s in stamps.values())
-        return {"ttft": sum(firsts) / len(firsts), "tpot": sum(tpots) / len(tpots) if tpots else None,
-                "tok_s": total / (end - t), "prompt_tokens": len(ctxs[0].all_tokens) - total // len(ctxs)}
+        res = time_scheduled(llm, ctxs)
+        res["prompt_tokens"] = len(ctxs[0].all_tokens) - res.pop("tokens") // len(ctxs)
+        return res
 
     run([SHORT_PROMPT], 8)  # warm-up
     ttft = min(run([long_prompt], 1)["ttft"] for _ in range(3))

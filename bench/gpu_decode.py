@@ -177,25 +177,13 @@ def run_libremax(path: str, device: str, n: int, prompt_tokens: int, batches: li
     pm = llm.pipeline.pipeline_model
 
     def run(prompts: list[list[int]], max_new: int) -> dict:
-        from max.pipelines.lib.config import PipelineConfig as _  # noqa: F401
+        from _common import time_scheduled
 
         params = SamplingParams(top_k=1, max_new_tokens=max_new, ignore_eos=True)
         ctxs = [llm.make_context(llm.tokenizer.delegate.decode(p), params) for p in prompts]
-        stamps: dict[str, list[float]] = {c.request_id: [] for c in ctxs}
-
-        def cb(out) -> None:  # noqa: ANN001
-            stamps[out.request_id].extend([time.perf_counter()] * len(out.tokens))
-
-        t = time.perf_counter()
-        for c in ctxs:
-            llm.scheduler.submit(c, cb)
-        llm.scheduler.run_until_idle()
-        end = time.perf_counter()
-        firsts = [s[0] - t for s in stamps.values()]
-        tpots = [(s[-1] - s[0]) / (len(s) - 1) for s in stamps.values() if len(s) > 1]
-        total = sum(len(s) for s in stamps.values())
-        return {"ttft": sum(firsts) / len(firsts), "tpot": sum(tpots) / len(tpots) if tpots else None,
-                "tok_s": total / (end - t)}
+        res = time_scheduled(llm, ctxs)
+        del res["tokens"]
+        return res
 
     short = [_prompt_ids(path, 8)]
     run(short, 4)  # warm-up: compile caches, first captures
