@@ -427,11 +427,18 @@ def _kernels_line() -> str:
     used = native.isa()
     if used == "torch":
         return "torch (native kernels disabled or unavailable)"
-    refine = native.act_refine()
-    codes = (f"quantised matmuls refine the 8-bit activation codes of {refine} of the blocks" if refine else
-             "quantised matmuls use 8-bit activation codes alone")
+    refine, thr = native.act_refine(), native.act_refine_threshold()
+    if not refine:
+        codes = "quantised matmuls use 8-bit activation codes alone: LIBREMAX_ACT_REFINE"
+    elif refine == 1 or not thr:
+        codes = (f"quantised matmuls refine the 8-bit activation codes of {refine} of the blocks: "
+                 "LIBREMAX_ACT_REFINE")
+    else:
+        codes = (f"quantised matmuls refine the 8-bit activation codes of the blocks whose squared scale is >= "
+                 f"{thr:g}x the row's mean, at most {refine} of them: LIBREMAX_ACT_REFINE, "
+                 "LIBREMAX_ACT_REFINE_THRESHOLD")
     return (f"{used} (this CPU runs: {', '.join(native.runnable())}; LIBREMAX_NATIVE_ISA picks another; "
-            f"{codes}: LIBREMAX_ACT_REFINE)")
+            f"{codes})")
 
 
 def _takes_images(tokenizer: Any) -> bool:
