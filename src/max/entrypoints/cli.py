@@ -642,13 +642,15 @@ def transcribe(files: tuple, model_path: str, devices: str, language: Any, task:
     try:
         audios = [decode_audio(f, 16000, filename=os.path.basename(f)) for f in files]
         from max.pipelines import PipelineConfig
-        from max.pipelines.architectures.whisper.transcribe import TranscriptionRequest, WhisperPipeline
+        from max.pipelines.lib.registry import PIPELINE_REGISTRY, register_all_models
+        from max.pipelines.lib.transcription import TranscriptionRequest
 
         kw: dict[str, Any] = {"model_path": model_path, "device_specs": devices}
         if max_batch_size:
             kw["max_batch_size"] = max_batch_size
         click.echo(f"Loading {model_path} ...", err=True)
-        pipe = WhisperPipeline(PipelineConfig(**kw))
+        register_all_models()
+        pipe = PIPELINE_REGISTRY.retrieve_transcriber(PipelineConfig(**kw))
         t1 = time.perf_counter()
         temps: Any = temperature
         if temperature_increment:

@@ -32,11 +32,12 @@ def model_task(pipeline_config: Any) -> Any:
 
 
 def is_speech_recognition(pipeline_config: Any) -> bool:
-    """Whether the configured model is a speech recognition model (Whisper), served by the audio routes."""
-    from max.pipelines.architectures.whisper.config import ARCHITECTURE
+    """Whether the configured model is a speech recognition model (Whisper), served by the audio routes (the
+    registry says: its architecture has a transcription pipeline)."""
+    from max.pipelines.lib.registry import PIPELINE_REGISTRY, register_all_models
 
-    hf = pipeline_config.model_config.huggingface_config
-    return ARCHITECTURE in (getattr(hf, "architectures", None) or [])
+    register_all_models()
+    return PIPELINE_REGISTRY.transcribes(pipeline_config)
 
 
 def build_app(pipeline_config: Any, *, served_model_name: Optional[str] = None, api_key: Optional[str] = None,
@@ -149,10 +150,9 @@ def _build_app(pipeline_config: Any, *, served_model_name: Optional[str], api_ke
     name = served_model_name or path
     aliases = {path, os.path.basename(path.rstrip("/")), os.path.splitext(os.path.basename(path))[0]}
     if is_speech_recognition(pipeline_config):
-        from max.pipelines.architectures.whisper.transcribe import WhisperPipeline
         from max.serve.engines import TranscriptionEngine
 
-        engine = TranscriptionEngine(WhisperPipeline(pipeline_config), pipeline_config.max_batch_size or 8,
+        engine = TranscriptionEngine(PIPELINE_REGISTRY.retrieve_transcriber(pipeline_config), pipeline_config.max_batch_size or 8,
                                      max_audio_seconds=max_audio_seconds)
         return create_app(name, transcriber=engine, api_key=api_key, metrics=metrics, aliases=aliases,
                           **{k: v for k, v in app_options.items() if k == "allowed_origins"})

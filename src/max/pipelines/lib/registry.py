@@ -70,6 +70,10 @@ class SupportedArchitecture:
     """libremax extension: GGUF metadata -> the Hugging Face config dict (with ``model_type`` and
     ``architectures``), or None when the file is not this architecture's (e.g. a ``llama`` file
     with experts is Mixtral's)."""
+    transcription_pipeline: Optional[Callable[..., Any]] = None
+    """libremax extension: for an architecture that transcribes speech (Whisper), ``(pipeline_config) ->``
+    its speech-recognition pipeline (``transcribe(list[TranscriptionRequest])``, ``check(request)``; see
+    :mod:`max.pipelines.lib.transcription`); :meth:`PipelineRegistry.retrieve_transcriber` builds it."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -250,6 +254,21 @@ class PipelineRegistry:
     def retrieve_pipeline_task(self, pipeline_config: "PipelineConfig") -> PipelineTask:
         """The task of the model's architecture; ValueError if none matches."""
         return self._require(pipeline_config).task
+
+    def transcribes(self, pipeline_config: "PipelineConfig") -> bool:
+        """Whether the model of ``pipeline_config`` is a speech-recognition model (its registered architecture
+        has a ``transcription_pipeline``)."""
+        arch = self.retrieve_architecture(pipeline_config.model_config.huggingface_weight_repo)
+        return arch is not None and arch.transcription_pipeline is not None
+
+    def retrieve_transcriber(self, pipeline_config: "PipelineConfig") -> Any:
+        """The speech-recognition pipeline of the model of ``pipeline_config``; ValueError naming the
+        architecture when the model does not transcribe speech."""
+        arch = self._require(pipeline_config)
+        if arch.transcription_pipeline is None:
+            raise ValueError(f"{pipeline_config.model_config.model_path}: architecture {arch.name} does not "
+                             "transcribe speech (a speech recognition model such as Whisper does)")
+        return arch.transcription_pipeline(pipeline_config)
 
     def retrieve_tokenizer(self, pipeline_config: "PipelineConfig", override_architecture: Optional[str] = None
                            ) -> Any:

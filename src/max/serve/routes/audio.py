@@ -68,8 +68,8 @@ def _one(form: Any, name: str) -> Optional[str]:
 
 
 async def _handle(request: Request, task: str) -> Response:
-    from max.pipelines.architectures.whisper.transcribe import TranscriptionRequest
     from max.pipelines.lib.audio import AudioError, decode_audio
+    from max.pipelines.lib.transcription import TranscriptionRequest
 
     state = serve_state(request)
     path = request.url.path
@@ -140,7 +140,7 @@ def _stamp(t: float, sep: str) -> str:
 
 
 def _render(out: Any, fmt: str, task: str, temperature: float, grans: set) -> Response:
-    from max.pipelines.architectures.whisper.languages import LANGUAGE_CODES
+    from max.pipelines.lib.transcription import language_name
 
     text = out.text.strip()
     if fmt == "json":
@@ -156,8 +156,7 @@ def _render(out: Any, fmt: str, task: str, temperature: float, grans: set) -> Re
         body = "WEBVTT\n\n" + "".join(f"{_stamp(s.start, '.')} --> {_stamp(s.end, '.')}\n{s.text.strip()}\n\n"
                                       for s in segs)
         return PlainTextResponse(body, media_type="text/vtt")
-    names = {v: k for k, v in LANGUAGE_CODES.items()}
-    lang = "english" if task == "translate" else names.get(out.language or "", out.language)
+    lang = "english" if task == "translate" else language_name(out.language)
     body: dict = {"task": "translate" if task == "translate" else "transcribe", "language": lang,
                   "duration": round(out.duration, 3), "text": text}
     if "word" in grans:

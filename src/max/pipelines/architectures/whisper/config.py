@@ -107,7 +107,7 @@ class GenerationSettings:
 
     def language_id(self, language: str) -> int:
         """The token of ``language`` (``en``, ``<|en|>`` or ``english``); ValueError naming the choices."""
-        from max.pipelines.architectures.whisper.languages import LANGUAGE_CODES
+        from max.pipelines.lib.transcription import LANGUAGE_CODES
 
         key = language.strip().lower()
         if key in LANGUAGE_CODES:

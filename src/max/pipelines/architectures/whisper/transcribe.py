@@ -19,7 +19,7 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ from max.pipelines.architectures.whisper.decoding import (
     split_segments,
 )
 from max.pipelines.architectures.whisper.features import log_mel_spectrogram
+from max.pipelines.lib.transcription import TranscriptionRequest
 
 if TYPE_CHECKING:
     from max.pipelines.architectures.whisper.pipeline_model import CrossCache
@@ -44,41 +45,6 @@ if TYPE_CHECKING:
 __all__ = ["Transcription", "TranscriptionRequest", "WhisperPipeline", "compression_ratio"]
 
 _ids = itertools.count()
-
-
-@dataclass
-class TranscriptionRequest:
-    """One audio to transcribe (mono float samples at 16 kHz) and its options."""
-
-    audio: np.ndarray
-    language: Optional[str] = None
-    task: Optional[str] = None
-    """``transcribe`` or ``translate`` (to English); None: what the checkpoint's generation config says (its
-    ``forced_decoder_ids`` when no language is given either: transcribe on the released checkpoints; with a
-    language, transcribe), as transformers does."""
-    timestamps: bool = False
-    temperature: Union[float, Sequence[float]] = 0.0
-    """A temperature, or for long audio the temperatures tried in turn on a window whose result fails the
-    thresholds below (transformers' temperature fallback; short audio uses the first only, as transformers)."""
-    prompt: Optional[str] = None
-    max_new_tokens: Optional[int] = None
-    seed: Optional[int] = None
-    word_timestamps: bool = False
-    """Also time each token and word (needs the model's ``alignment_heads``)."""
-    compression_ratio_threshold: Optional[float] = None
-    """Long audio: a window whose tokens' zlib compression ratio exceeds this is decoded again at the next
-    temperature (repetitive output)."""
-    logprob_threshold: Optional[float] = None
-    """Long audio: a window whose average token log-probability is below this is decoded again at the next
-    temperature."""
-    no_speech_threshold: Optional[float] = None
-    """Long audio, with ``logprob_threshold``: a window whose no-speech probability exceeds this and whose average
-    log-probability is below ``logprob_threshold`` is skipped as silence."""
-
-    @property
-    def temperatures(self) -> tuple[float, ...]:
-        t = self.temperature
-        return (float(t),) if isinstance(t, (int, float)) else tuple(float(x) for x in t)
 
 
 @dataclass
@@ -183,7 +149,7 @@ class WhisperPipeline:
         if r.task is not None and r.task not in ("transcribe", "translate"):
             raise InvalidRequest(f"task must be 'transcribe' or 'translate', got {r.task!r}", param="task")
         if not self.settings.is_multilingual:  # an English-only model: no language or task tokens
-            from max.pipelines.architectures.whisper.languages import LANGUAGE_CODES
+            from max.pipelines.lib.transcription import LANGUAGE_CODES
 
             if r.task == "translate":
                 raise InvalidRequest("this model is English-only: it does not translate", param="task")
