@@ -21,7 +21,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from max.interfaces.errors import InvalidRequest
 from max.serve.engines import EmbeddingsEngine, GenerationEngine, TranscriptionEngine
+from max.serve.invalid import answer
 from max.serve.metrics import ServeMetrics
 from max.serve.middleware import AuthAndCount
 from max.serve.openai_schemas import APIError
@@ -126,6 +128,8 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
         return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    app.add_exception_handler(InvalidRequest, answer)  # raised where a check is made; one mapping to HTTP
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -30,6 +30,7 @@ from max.interfaces.sampling import TOP_K_DISABLED
 from max.pipelines.lib.scheduler import QueueFull, StepOutput
 from max.pipelines.lib.structured_output import GrammarError
 from max.serve.engines import GenerationEngine
+from max.serve.invalid import FieldMap, expect
 from max.serve.lifecycle import Lifecycle
 from max.serve.openai_schemas import SEED_MAX, APIError
 from max.serve.state import AppState
@@ -124,10 +125,16 @@ class Job:
 
 
 _PARAM_NAMES = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens"}
+_PROMPT_PARAMS = ("prompt", "messages", "images", None)  # the body's prompt (or chat messages) field
+
+
+SAMPLING_FIELDS = FieldMap(rename=_PARAM_NAMES)
+"""The body's names of ``SamplingParams``' fields."""
 
 
 def sampling_params(req: Any, max_new: Optional[int], seed: Optional[int]) -> SamplingParams:
-    """The request body's sampling fields as ``SamplingParams`` (400 naming the field when invalid)."""
+    """The request body's sampling fields as ``SamplingParams`` (InvalidRequest naming the field when invalid:
+    the route's handler answers it with :data:`SAMPLING_FIELDS`)."""
     kw: dict[str, Any] = {}
     for name in ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
                  "repetition_penalty", "stop_token_ids", "logit_bias"):
@@ -146,10 +153,7 @@ def sampling_params(req: Any, max_new: Optional[int], seed: Optional[int]) -> Sa
         kw["max_new_tokens"] = max_new
     if seed is not None:
         kw["seed"] = seed
-    try:
-        return SamplingParams(**kw)
-    except InvalidRequest as e:
-        raise APIError(400, e.detail, param=_PARAM_NAMES.get(e.param or "", e.param), code=e.code) from None
+    return SamplingParams(**kw)
 
 
 def _new_context(tokenizer: Any, treq: TextGenerationRequest) -> Any:
@@ -174,12 +178,16 @@ async def start_job(state: AppState, gen: GenerationEngine, request: Request, ri
     loop = asyncio.get_running_loop()
     tok = gen.tokenizer
     max_len = gen.max_length
-    is_chat = "messages" in inputs[0]
+    prompt_field = "messages" if "messages" in inputs[0] else "prompt"
     job = Job(rid, int(time.time()), [], asyncio.Queue(), request, gen.scheduler, lifecycle=state.lifecycle)
     for p_i, inp in enumerate(inputs):
         for j in range(max(req.n, getattr(req, "best_of", None) or 0)):  # best_of: candidates to rank
             seed = None if req.seed is None else (req.seed + j) % (SEED_MAX + 1)
+            expect(request, SAMPLING_FIELDS)
             params = sampling_params(req, max_new, seed)
+            expect(request, FieldMap(rename={**_PARAM_NAMES, **{p: prompt_field for p in _PROMPT_PARAMS},
+                                             "response_format": constraint_field},
+                                     prefix="" if len(inputs) == 1 else f"prompt[{p_i}]: "))
             treq_id = f"{rid}-{p_i}-{j}"
             try:
                 treq = TextGenerationRequest(request_id=treq_id,
@@ -191,17 +199,11 @@ async def start_job(state: AppState, gen: GenerationEngine, request: Request, ri
             except GrammarError as e:
                 param = e.param if constraint_field == "response_format" else constraint_field
                 raise APIError(400, str(e), param=param, code="invalid_response_format") from None
-            except InvalidRequest as e:  # typed where the check was made: its field and code, no parsing
-                msg = e.detail if len(inputs) == 1 else f"prompt[{p_i}]: {e.detail}"
-                param = e.param
-                if param in ("prompt", "messages", "images", None):
-                    param = "messages" if is_chat else "prompt"
-                elif param == "response_format":
-                    param = constraint_field
-                raise APIError(400, msg, param=_PARAM_NAMES.get(param, param), code=e.code) from None
+            except InvalidRequest:  # answered by the app's handler, its fields named as said above
+                raise
             except (ValueError, TypeError) as e:  # other checks of the prompt (chat template, images, ...)
                 msg = str(e) if len(inputs) == 1 else f"prompt[{p_i}]: {e}"
-                raise APIError(400, msg, param="messages" if is_chat else "prompt", code="invalid_value") from None
+                raise APIError(400, msg, param=prompt_field, code="invalid_value") from None
             n_prompt = int(ctx.prompt_len)
             if max_new is not None and explicit_max and max_len is not None and n_prompt + max_new > max_len:
                 raise APIError(400, f"max_tokens ({max_new}) plus the prompt ({n_prompt} tokens) exceeds the "
@@ -212,6 +214,7 @@ async def start_job(state: AppState, gen: GenerationEngine, request: Request, ri
             if j == 0:
                 job.prompt_tokens += n_prompt
             job.choices.append(Choice(len(job.choices), ctx, p_i))
+    expect(request, None)
 
     def make_cb(i: int) -> Any:
         def cb(out: StepOutput) -> None:

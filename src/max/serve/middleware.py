@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi.responses import JSONResponse
-
+from max.serve.invalid import shaped
 from max.serve.openai_schemas import APIError
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/health", "/metrics")
@@ -30,11 +29,6 @@ def _key_ok(headers: dict, key: str) -> bool:
     """``Authorization: Bearer KEY`` (OpenAI's clients) or ``x-api-key: KEY`` (Anthropic's)."""
     auth = headers.get(b"authorization", b"").decode("latin-1")
     return auth == f"Bearer {key}" or headers.get(b"x-api-key", b"").decode("latin-1") == key
-
-
-def _error(path: str, e: APIError) -> JSONResponse:
-    body = e.anthropic_body() if path == "/v1/messages" or path.startswith("/v1/messages/") else e.body()
-    return JSONResponse(body, status_code=e.status, headers=e.headers)
 
 
 def _api_path(path: str) -> str:
@@ -65,7 +59,7 @@ class AuthAndCount:
                              "'x-api-key: <key>')", code="invalid_api_key")
                 self.state.metrics.request_done(endpoint, 401)
                 e.headers = {"WWW-Authenticate": "Bearer"}
-                await _error(path, e)(scope, receive, send)
+                await shaped(path, e)(scope, receive, send)
                 return
         work = _is_api(path) and scope.get("method") == "POST"
         if work:
@@ -79,7 +73,7 @@ class AuthAndCount:
             if early is not None:
                 if early.status:  # status 0: the client went away while sending
                     self.state.metrics.request_done(endpoint, early.status)
-                    await _error(path, early)(scope, receive, send)
+                    await shaped(path, early)(scope, receive, send)
                 return
         status = [500]
 

@@ -17,10 +17,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from max.interfaces.errors import InvalidRequest
+from max.serve.invalid import FieldMap, expect
 from max.serve.openai_schemas import APIError
 from max.serve.state import AppState, serve_state
 
 router = APIRouter()
+
+_CHECK_FIELDS = FieldMap(rename={"task": "model"},  # e.g. a model that does not translate
+                         known=frozenset({"language", "prompt", "temperature", "timestamp_granularities"}),
+                         default="file")
+"""The form's names of the transcription pipeline's checks."""
 
 FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
 _FIELDS = {"file", "model", "language", "prompt", "response_format", "temperature", "timestamp_granularities[]",
@@ -120,12 +126,11 @@ async def _handle(request: Request, task: str) -> Response:
     req = TranscriptionRequest(audio, language=language, task="translate" if task == "translate" else None,
                                timestamps=fmt in ("srt", "vtt", "verbose_json"), temperature=temperature,
                                prompt=prompt, word_timestamps="word" in grans)
+    expect(request, _CHECK_FIELDS)
     try:
         out = await engine.transcribe(req)
-    except InvalidRequest as e:  # typed where the check is made: its field, no message parsing
-        known = ("language", "prompt", "temperature", "timestamp_granularities")
-        param = "model" if e.param == "task" else e.param if e.param in known else "file"  # e.g. no translation
-        raise APIError(400, e.detail, param=param, code=e.code) from None
+    except InvalidRequest:  # answered by the app's handler
+        raise
     except ValueError as e:
         raise APIError(400, str(e), param="file") from None
     return _render(out, fmt, task, temperature, set(grans) or {"segment"})

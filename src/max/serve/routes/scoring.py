@@ -25,7 +25,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from max.interfaces.errors import InvalidRequest
+from max.serve.invalid import FieldMap, expect
 from max.serve.jobs import collect, start_job
 from max.serve.openai_schemas import APIError, CompletionRequest, _Body, parse
 from max.serve.state import AppState, parse_body
@@ -90,10 +90,8 @@ def _pairs(text_1: Union[str, list[str]], text_2: Union[str, list[str]]) -> list
 async def _scores(state: AppState, request: Request, pairs: list[tuple[str, str]], instruction: Optional[str],
                   path: str, model: Optional[str]) -> tuple[np.ndarray, int]:
     if state.embedder is not None:
-        try:
-            return await state.embedder.score(pairs)
-        except InvalidRequest as e:
-            raise APIError(400, e.detail, code=e.code) from None
+        expect(request, FieldMap(known=frozenset()))  # the pairs as a whole: no field named
+        return await state.embedder.score(pairs)
     return await _causal_scores(state, request, pairs, instruction, path, model)
 
 

@@ -19,7 +19,7 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from max.interfaces.errors import InvalidRequest
+from max.serve.invalid import FieldMap, expect
 from max.serve.openai_schemas import APIError
 from max.serve.speech_output import FORMATS, MEDIA_TYPES, UNSUPPORTED, SpeechEncoder, streams
 from max.serve.state import read_json, serve_state
@@ -62,10 +62,8 @@ async def speech(request: Request) -> Response:
         voice = voice.get("id")
     if not isinstance(voice, str) or not voice:
         raise _bad(f"'voice' is required: one of {', '.join(pipe.voices())}", "voice")
-    try:
-        speaker = pipe.speaker_for_voice(voice)
-    except InvalidRequest as e:
-        raise _bad(e.detail, "voice") from None
+    expect(request, FieldMap(known=frozenset(), default="voice", code="invalid_request"))
+    speaker = pipe.speaker_for_voice(voice)
     fmt = body.get("response_format", "mp3")
     if fmt in UNSUPPORTED or fmt not in FORMATS:
         raise _bad(f"response_format must be one of {', '.join(FORMATS)}, got {fmt!r}", "response_format")
@@ -83,10 +81,9 @@ async def speech(request: Request) -> Response:
     frames = body.get("max_new_frames")
     if frames is not None and (isinstance(frames, bool) or not isinstance(frames, int) or frames < 1):
         raise _bad(f"'max_new_frames' must be a positive integer, got {frames!r}", "max_new_frames")
-    try:
-        ctx = pipe.new_context(text, speaker, sampling_params=pipe.default_sampling(seed), max_new_frames=frames)
-    except InvalidRequest as e:
-        raise _bad(e.detail, e.param if e.param in _FIELDS else "input") from None
+    expect(request, FieldMap(known=frozenset(_FIELDS), default="input", code="invalid_request"))
+    ctx = pipe.new_context(text, speaker, sampling_params=pipe.default_sampling(seed), max_new_frames=frames)
+    expect(request, None)
     whole = fmt == "wav" and "stream_format" not in body  # streamed only when asked: its header has no sizes
     enc = SpeechEncoder(fmt, pipe.sample_rate, float(speed), whole=whole)
     chunks = engine.speak(ctx)
