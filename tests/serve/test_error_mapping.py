@@ -78,3 +78,62 @@ def test_field_map():
     f = FieldMap(rename={"task": "model", None: "input"}, known=frozenset({"language"}), default="file")
     assert [f.param(p) for p in ("task", None, "language", "audio")] == ["model", "input", "language", "file"]
     assert FieldMap().param("x") == "x" and FieldMap(known=frozenset()).param("x") is None
+
+
+def _internal(r: httpx.Response) -> None:
+    assert r.status_code == 500, r.text
+    err = r.json()["error"]
+    assert err["code"] == "internal_error" and "our bug" not in err["message"], err
+
+
+def test_our_own_value_error_is_a_500_with_a_logged_trace(server, failing_tokenizer, monkeypatch, caplog):
+    """A ValueError (or TypeError) from our code in the request path is the server's fault: 500, the traceback in
+    the log, the client told only a reference; the next request is served."""
+    for exc in (ValueError("our bug"), TypeError("our bug")):
+        failing_tokenizer[0] = exc
+        caplog.clear()
+        with caplog.at_level("ERROR", logger="max.serve"):
+            _internal(post(server, "/v1/chat/completions", json={"messages": MSG, "max_tokens": 2}))
+        logged = [rec for rec in caplog.records if rec.exc_info and rec.exc_info[1] is exc]
+        assert logged, [rec.getMessage() for rec in caplog.records]
+    monkeypatch.undo()
+    r = post(server, "/v1/chat/completions", json={"messages": MSG, "max_tokens": 2})
+    assert r.status_code == 200, r.text
+
+
+def test_embeddings_value_error_is_a_500_client_errors_400():
+    import numpy as np
+
+    from max.serve.app import EmbeddingsEngine, create_app
+    from max.serve.server import ServerThread
+
+    class Pipeline:
+        raise_: BaseException = ValueError("our bug")
+
+        def encode_texts(self, texts):
+            if self.raise_ is not None:
+                raise self.raise_
+            return np.ones((len(texts), 4), np.float32), len(texts)
+
+    pipe = Pipeline()
+    with ServerThread(create_app("emb", embedder=EmbeddingsEngine(pipe))) as srv:
+        _internal(post(srv, "/v1/embeddings", json={"input": "hello", "model": "emb"}))
+        pipe.raise_ = PromptTooLong("input 0 has 9 tokens, more than 4", length=9, limit=4, param="input")
+        r = post(srv, "/v1/embeddings", json={"input": "hello", "model": "emb"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "input", r.text
+        assert r.json()["error"]["code"] == "context_length_exceeded"
+        pipe.raise_ = None
+        r = post(srv, "/v1/embeddings", json={"input": "hello", "model": "emb"})
+        assert r.status_code == 200 and len(r.json()["data"]) == 1, r.text
+
+
+def test_chat_template_errors_are_the_clients(server, monkeypatch):
+    """A template that rejects the client's messages (raise_exception) is a 400 about messages."""
+    tok = server.engine.tokenizer
+    monkeypatch.setattr(tok.delegate, "chat_template",
+                        "{% if messages[0]['role'] != 'system' %}{{ raise_exception('a system message first') }}"
+                        "{% endif %}{{ messages[0]['content'] }}")
+    r = post(server, "/v1/chat/completions", json={"messages": MSG, "max_tokens": 2})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "messages" and "a system message first" in err["message"], err

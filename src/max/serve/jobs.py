@@ -25,7 +25,6 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from max.interfaces import SamplingParams, TextGenerationRequest
-from max.interfaces.errors import InvalidRequest
 from max.interfaces.sampling import TOP_K_DISABLED
 from max.pipelines.lib.scheduler import QueueFull, StepOutput
 from max.pipelines.lib.structured_output import GrammarError
@@ -199,11 +198,6 @@ async def start_job(state: AppState, gen: GenerationEngine, request: Request, ri
             except GrammarError as e:
                 param = e.param if constraint_field == "response_format" else constraint_field
                 raise APIError(400, str(e), param=param, code="invalid_response_format") from None
-            except InvalidRequest:  # answered by the app's handler, its fields named as said above
-                raise
-            except (ValueError, TypeError) as e:  # other checks of the prompt (chat template, images, ...)
-                msg = str(e) if len(inputs) == 1 else f"prompt[{p_i}]: {e}"
-                raise APIError(400, msg, param=prompt_field, code="invalid_value") from None
             n_prompt = int(ctx.prompt_len)
             if max_new is not None and explicit_max and max_len is not None and n_prompt + max_new > max_len:
                 raise APIError(400, f"max_tokens ({max_new}) plus the prompt ({n_prompt} tokens) exceeds the "

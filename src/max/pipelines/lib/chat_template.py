@@ -22,16 +22,35 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
-__all__ = ["render_chat_template"]
+from max.interfaces.errors import InvalidRequest
+
+__all__ = ["client_template_errors", "render_chat_template"]
 
 REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
 """Where a message may carry its reasoning; the first is the name templates read."""
 
 _CONTINUE_MARK = "CONTINUE_FINAL_MESSAGE_TAG "
+
+
+@contextmanager
+def client_template_errors() -> Iterator[None]:
+    """Around a tokenizer's chat template rendering a client's messages: what the template (or the library
+    running it) rejects in them — a ``raise_exception`` of the template, an undefined field, a wrong type, a
+    malformed or empty conversation — becomes :class:`InvalidRequest` about ``messages`` (the client's
+    400); other errors pass.  (:func:`render_chat_template` itself raises what transformers raises.)"""
+    import jinja2
+
+    try:
+        yield
+    except InvalidRequest:
+        raise
+    except (jinja2.TemplateError, TypeError, ValueError) as e:
+        raise InvalidRequest(str(e), param="messages") from e
 
 
 @lru_cache(maxsize=16)

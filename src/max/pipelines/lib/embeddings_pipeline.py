@@ -139,10 +139,12 @@ class EmbeddingsPipeline(Pipeline):
         raises ValueError unless ``truncate`` (then it is cut to ``max_seq_len``).
         """
         if isinstance(texts, (str, bytes)):
-            raise TypeError("encode_texts: expected a list of strings, got a single string (wrap it in a list)")
+            raise InvalidRequestType("expected a list of strings, got a single string (wrap it in a list)",
+                                     param="input", where="encode_texts")
         texts = list(texts)
         if not texts:
-            raise ValueError("encode_texts: the input list is empty; pass at least one text")
+            raise InvalidRequest("the input list is empty; pass at least one text", param="input",
+                                 where="encode_texts")
         if self.cross_encoder:
             raise ValueError("encode_texts: this model is a cross-encoder (a reranker): it scores text pairs "
                              "(score_pairs, /v1/rerank, /v1/score) and produces no embeddings")
@@ -203,11 +205,11 @@ class EmbeddingsPipeline(Pipeline):
             if isinstance(t, str):
                 continue
             if isinstance(t, bytes) or not hasattr(t, "__len__"):
-                raise TypeError(f"encode_texts: input {i} must be a str or a sequence of token ids, "
-                                f"got {type(t).__name__}")
+                raise InvalidRequestType(f"input {i} must be a str or a sequence of token ids, got "
+                                         f"{type(t).__name__}", param="input", where="encode_texts")
             ids = np.asarray(list(t), dtype=np.int64).reshape(-1)
             if ids.size == 0:
-                raise ValueError(f"encode_texts: input {i} is an empty token list")
+                raise InvalidRequest(f"input {i} is an empty token list", param="input", where="encode_texts")
             rows[i] = ids[: self.max_seq_len] if truncate else ids
         if strs:
             delegate = getattr(self._tokenizer, "delegate", None)
@@ -223,7 +225,7 @@ class EmbeddingsPipeline(Pipeline):
 
     def _check_row(self, ids: np.ndarray, who: str) -> None:
         if ids.size == 0:
-            raise ValueError(f"{who}: no tokens to embed")
+            raise InvalidRequest(f"{who}: no tokens to embed", param="input")
         if ids.size > self.max_seq_len:
             raise PromptTooLong(
                 f"{who} has {ids.size} tokens, more than this model's maximum input length of {self.max_seq_len} "

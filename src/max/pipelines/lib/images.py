@@ -15,6 +15,8 @@ import os
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from max.interfaces.errors import InvalidRequest
+
 __all__ = ["ImageInputError", "decode_image", "image_bytes_of"]
 
 SUPPORTED_FORMATS = ("PNG", "JPEG", "GIF", "WEBP", "BMP", "TIFF")
@@ -23,7 +25,7 @@ MAX_IMAGE_BYTES = 32 << 20
 FETCH_TIMEOUT_S = 10.0
 
 
-class ImageInputError(ValueError):
+class ImageInputError(InvalidRequest):
     """An image reference or image file that cannot be used."""
 
 

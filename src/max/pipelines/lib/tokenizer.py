@@ -24,8 +24,9 @@ import numpy as np
 import numpy.typing as npt
 
 from max.interfaces import TextGenerationRequest, TextGenerationRequestMessage, TextGenerationRequestTool
-from max.interfaces.errors import EmptyPrompt, InvalidRequest, PromptTooLong
+from max.interfaces.errors import EmptyPrompt, InvalidRequest, InvalidRequestType, PromptTooLong
 from max.pipelines.core import ImageMetadata, TextAndVisionContext, TextContext
+from max.pipelines.lib.chat_template import client_template_errors
 from max.pipelines.lib.gguf_utils import is_gguf_file
 from max.pipelines.lib.hf_utils import eos_token_ids_from_configs, generate_local_model_path, load_generation_config
 
@@ -93,7 +94,7 @@ def _flatten_content(messages: Sequence[TextGenerationRequestMessage]) -> list[d
     parts (a text-only model) and unknown part types."""
     out, images = _split_images(messages)
     if images:
-        raise ValueError("this model's tokenizer takes text only; the message has an image part")
+        raise InvalidRequest("this model's tokenizer takes text only; the message has an image part", param="images")
     if video_parts(out):
         raise InvalidRequest("this model's tokenizer takes text only; the message has a video part", param="video_url")
     for m in out:
@@ -193,7 +194,7 @@ class _HFTokenizerMixin:
             try:
                 as_ints = [int(t) for t in prompt]
             except (TypeError, ValueError):
-                raise ValueError("a token-id prompt must be a list of integers") from None
+                raise InvalidRequestType("a token-id prompt must be a list of integers", param="prompt") from None
             ids = self.check_token_ids(as_ints)
         self._check_length(len(ids))
         return ids
@@ -281,10 +282,12 @@ class TextTokenizer(_HFTokenizerMixin):
         """The prompt text for chat ``messages`` (with the generation prompt appended)."""
         opts = dict(chat_template_options or {})
         if not opts.get("chat_template") and not getattr(self.delegate, "chat_template", None):
-            raise ValueError(f"{self.model_path}: the tokenizer has no chat template; pass chat_template= or send "
-                             "a plain prompt")
+            raise InvalidRequest(f"{self.model_path}: the tokenizer has no chat template; pass chat_template= or "
+                                 "send a plain prompt", param="messages", code="no_chat_template")
         opts.setdefault("add_generation_prompt", True)
-        return self.delegate.apply_chat_template(_flatten_content(messages), tools=tools, tokenize=False, **opts)
+        flat = _flatten_content(messages)
+        with client_template_errors():
+            return self.delegate.apply_chat_template(flat, tools=tools, tokenize=False, **opts)
 
     def decode_sync(self, encoded: npt.ArrayLike | int, **kwargs: Any) -> str:
         ids = np.atleast_1d(np.asarray(encoded)).astype(np.int64).tolist()
@@ -468,10 +471,13 @@ class TextAndVisionTokenizer(TextTokenizer):
         opts = dict(chat_template_options or {})
         opts.setdefault("add_generation_prompt", True)
         if getattr(self.processor, "chat_template", None):
-            return self.processor.apply_chat_template(msgs, tools=tools, tokenize=False, **opts)
+            with client_template_errors():
+                return self.processor.apply_chat_template(msgs, tools=tools, tokenize=False, **opts)
         if not opts.get("chat_template") and not getattr(self.delegate, "chat_template", None):
-            raise ValueError(f"{self.model_path}: the model has no chat template; send a plain prompt")
-        return self.delegate.apply_chat_template(msgs, tools=tools, tokenize=False, **opts)
+            raise InvalidRequest(f"{self.model_path}: the model has no chat template; send a plain prompt",
+                                 param="messages", code="no_chat_template")
+        with client_template_errors():
+            return self.delegate.apply_chat_template(msgs, tools=tools, tokenize=False, **opts)
 
     async def new_context(self, request: TextGenerationRequest) -> TextAndVisionContext:  # type: ignore[override]
         return self.new_context_sync(request)
@@ -545,13 +551,14 @@ def _split_images(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], list[A
                     iu = part.get("image_url")
                     url = iu.get("url") if isinstance(iu, dict) else iu
                     if not url:
-                        raise ValueError("an image_url part needs image_url.url")
+                        raise InvalidRequest("an image_url part needs image_url.url", param="messages")
                     refs.append(url)
                     parts.append({"type": "image"})
                 elif kind == "image":
                     ref = part.get("image", part.get("url"))
                     if ref is None:
-                        raise ValueError("an image part needs 'image' (bytes, data: URI or path) or 'url'")
+                        raise InvalidRequest("an image part needs 'image' (bytes, data: URI or path) or 'url'",
+                                             param="messages")
                     refs.append(ref)
                     parts.append({"type": "image"})
                 elif kind in ("video_url", "video"):
@@ -559,8 +566,8 @@ def _split_images(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], list[A
                 elif kind == "text":
                     parts.append({"type": "text", "text": part.get("text", part.get("content", ""))})
                 else:
-                    raise ValueError(f"unsupported content part type {kind!r} (supported: text, image_url, "
-                                     "video_url)")
+                    raise InvalidRequest(f"unsupported content part type {kind!r} (supported: text, image_url, "
+                                         "video_url)", param="messages")
             m["content"] = parts
         elif c is None:
             m["content"] = ""
@@ -607,8 +614,9 @@ class PreTrainedPipelineTokenizer(_HFTokenizerMixin):
         self.max_length = max_length
 
     def apply_chat_template(self, messages: list[TextGenerationRequestMessage]) -> str:
-        return self.delegate.apply_chat_template(_flatten_content(messages), tokenize=False,
-                                                 add_generation_prompt=True)
+        flat = _flatten_content(messages)
+        with client_template_errors():
+            return self.delegate.apply_chat_template(flat, tokenize=False, add_generation_prompt=True)
 
     async def encode(self, prompt: str | Sequence[int], add_special_tokens: bool = False) -> npt.NDArray[np.int64]:
         return self.encode_sync(prompt, add_special_tokens)
@@ -644,8 +652,8 @@ class IdentityPipelineTokenizer:
 
     async def encode(self, prompt: str, add_special_tokens: bool = False) -> str:
         if self.max_length is not None and len(prompt) > self.max_length:
-            raise ValueError(f"the prompt has {len(prompt)} characters, more than the maximum length "
-                             f"{self.max_length}")
+            raise PromptTooLong(f"the prompt has {len(prompt)} characters, more than the maximum length "
+                                f"{self.max_length}", length=len(prompt), limit=self.max_length)
         return prompt
 
     async def decode(self, encoded: str, **kwargs: Any) -> str:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from max.interfaces.errors import InvalidRequest
 from max.pipelines.lib.images import ImageInputError, decode_image, image_bytes_of
 
 __all__ = ["MAX_DECODED_FRAMES", "Video", "VideoInputError", "decode_video", "video_from_images"]
@@ -25,8 +26,9 @@ Sampler = Callable[[int, Optional[float]], np.ndarray]
 """``sampler(total_frames, fps)`` -> the indices of the frames the model takes."""
 
 
-class VideoInputError(ValueError):
-    """A video reference or video file that cannot be used."""
+class VideoInputError(InvalidRequest):
+    """A video reference or video file that cannot be used (a client's error: :class:`InvalidRequest`, a
+    ``ValueError``)."""
 
 
 @dataclass

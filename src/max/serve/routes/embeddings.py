@@ -9,10 +9,13 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from max.serve.invalid import FieldMap, expect
 from max.serve.openai_schemas import APIError, EmbeddingRequest
 from max.serve.state import parse_body
 
 router = APIRouter()
+
+_INPUT = FieldMap(known=frozenset(), default="input")
 
 
 @router.post("/v1/embeddings")
@@ -38,10 +41,9 @@ async def embeddings(request: Request) -> JSONResponse:
         raise APIError(400, "input must not be empty", param="input")
     if any(len(t) == 0 for t in texts):
         raise APIError(400, "input strings / token lists must not be empty", param="input")
-    try:
-        arr, n_tokens = await embedder.embed(texts)
-    except (ValueError, TypeError) as e:
-        raise APIError(400, str(e), param="input") from None
+    expect(request, _INPUT)  # the tokenizer's checks (length, token ids) are about the input
+    arr, n_tokens = await embedder.embed(texts)
+    expect(request, None)
     if arr.ndim != 2 or arr.shape[0] != len(texts):
         raise APIError(500, f"the embeddings pipeline returned shape {arr.shape} for {len(texts)} inputs")
     if req.dimensions is not None:
