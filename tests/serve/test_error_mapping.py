@@ -137,3 +137,16 @@ def test_chat_template_errors_are_the_clients(server, monkeypatch):
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["param"] == "messages" and "a system message first" in err["message"], err
+
+
+def test_template_errors_on_tokenize_and_count_tokens(server, monkeypatch):
+    tok = server.engine.tokenizer
+    monkeypatch.setattr(tok.delegate, "chat_template", "{{ raise_exception('no users here') }}")
+    r = post(server, "/tokenize", json={"messages": MSG})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text
+    assert "no users here" in r.json()["error"]["message"]
+    r = post(server, "/v1/messages/count_tokens", json={"model": "tiny", "messages": MSG})
+    assert r.status_code == 400, r.text
+    body = r.json()
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    assert "no users here" in body["error"]["message"]

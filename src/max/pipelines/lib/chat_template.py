@@ -49,7 +49,10 @@ def client_template_errors() -> Iterator[None]:
         yield
     except InvalidRequest:
         raise
-    except (jinja2.TemplateError, TypeError, ValueError) as e:
+    except jinja2.TemplateError as e:
+        raise InvalidRequest(f"the chat template failed on these messages: {type(e).__name__}: {e}",
+                             param="messages") from e
+    except (TypeError, ValueError) as e:
         raise InvalidRequest(str(e), param="messages") from e
 
 

@@ -16,7 +16,6 @@ from typing import Any, Optional
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from max.interfaces.errors import InvalidRequest
 from max.serve.invalid import FieldMap, expect
 from max.serve.openai_schemas import APIError
 from max.serve.state import AppState, serve_state
@@ -126,13 +125,8 @@ async def _handle(request: Request, task: str) -> Response:
     req = TranscriptionRequest(audio, language=language, task="translate" if task == "translate" else None,
                                timestamps=fmt in ("srt", "vtt", "verbose_json"), temperature=temperature,
                                prompt=prompt, word_timestamps="word" in grans)
-    expect(request, _CHECK_FIELDS)
-    try:
-        out = await engine.transcribe(req)
-    except InvalidRequest:  # answered by the app's handler
-        raise
-    except ValueError as e:
-        raise APIError(400, str(e), param="file") from None
+    expect(request, _CHECK_FIELDS)  # the pipeline's checks raise InvalidRequest, answered by the app's handler
+    out = await engine.transcribe(req)
     return _render(out, fmt, task, temperature, set(grans) or {"segment"})
 
 

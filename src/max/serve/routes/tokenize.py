@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from max.interfaces.errors import PromptTooLong
+from max.serve.invalid import FieldMap, expect
 from max.serve.openai_schemas import APIError, ChatMessage, _Body
 from max.serve.state import parse_body
 from max.serve.tools import check_tools, messages_for_template
@@ -73,13 +74,13 @@ def _chat_text(tok: Any, req: TokenizeRequest) -> str:
         opts.update(add_generation_prompt=False, continue_final_message=True)
     else:
         opts["add_generation_prompt"] = req.add_generation_prompt
-    try:
-        return tok.apply_chat_template(messages, req.tools, opts)
-    except ValueError as e:
-        raise APIError(400, str(e), param="messages") from None
-    except Exception as e:  # noqa: BLE001 - a template error (jinja2) is the request's problem
-        raise APIError(400, f"the chat template failed on these messages: {type(e).__name__}: {e}",
-                       param="messages") from None
+    return tok.apply_chat_template(messages, req.tools, opts)  # a template's errors: InvalidRequest
+
+
+def _fields(req: TokenizeRequest) -> FieldMap:
+    """The checks of the prompt (template, content parts, length) are about ``messages`` or ``prompt``."""
+    field = "messages" if req.messages is not None else "prompt"
+    return FieldMap(known=frozenset(), default=field)
 
 
 def _tokenize(tok: Any, req: TokenizeRequest) -> list[int]:
@@ -95,8 +96,6 @@ def _tokenize(tok: Any, req: TokenizeRequest) -> list[int]:
         return [int(t) for t in tok.encode_sync(text, add_special_tokens=special)]
     except PromptTooLong:  # longer than the model's maximum length: count it anyway
         return [int(t) for t in tok.delegate.encode(text, add_special_tokens=special)]
-    except ValueError as e:
-        raise APIError(400, str(e), param="messages" if req.messages is not None else "prompt") from None
 
 
 def _check_ids(tok: Any, ids: list[int]) -> None:
@@ -111,6 +110,7 @@ async def tokenize(request: Request) -> JSONResponse:
     state, req = await parse_body(request, TokenizeRequest)
     gen = state.need_generator(request.url.path)
     tok = gen.tokenizer
+    expect(request, _fields(req))
     ids = await asyncio.get_running_loop().run_in_executor(None, _tokenize, tok, req)
     body: dict[str, Any] = {"count": len(ids), "max_model_len": gen.max_length, "tokens": ids, "token_strs": None}
     if req.return_token_strs:
@@ -131,6 +131,7 @@ async def apply_template(request: Request) -> JSONResponse:
     if req.messages is None:
         raise APIError(400, "'messages' is a required property", param="messages", code="missing_required_parameter")
     gen = state.need_generator(request.url.path)
+    expect(request, _fields(req))
     text = await asyncio.get_running_loop().run_in_executor(None, _chat_text, gen.tokenizer, req)
     return JSONResponse({"prompt": text})
 
