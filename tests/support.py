@@ -7,6 +7,7 @@ loads it in a session on the test device and returns numpy outputs.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from fractions import Fraction
@@ -183,3 +184,22 @@ def apt_install(*packages: str) -> str | None:
     if r.returncode != 0:
         return f"apt-get install {' '.join(packages)} failed: {r.stderr.strip()[-500:]}"
     return None
+
+
+@contextlib.contextmanager
+def raises(exc: type, *phrases: str):
+    """The exact exception class ``exc`` (not a subclass or a sibling) whose message contains every phrase
+    verbatim: how the MAX 26.7 behaviour tests check MAX's exception types and key phrases."""
+    import pytest
+
+    with pytest.raises(BaseException) as info:
+        yield info
+    assert type(info.value) is exc, f"expected exactly {exc.__name__}, got {type(info.value).__name__}: {info.value}"
+    for p in phrases:
+        assert p in str(info.value), f"{p!r} not in {str(info.value)!r}"
+
+
+def build(types: Sequence[TensorType], fn: Callable[..., Any]) -> Any:
+    """Run ``fn`` on the inputs of a new graph with ``types`` (graph build only); its result."""
+    with Graph("b", input_types=types) as g:
+        return fn(*[v.tensor for v in g.inputs])

@@ -7,8 +7,6 @@ rule 1 asks; messages must contain MAX's key phrase.
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import pytest
 
@@ -16,6 +14,7 @@ from max.driver import CPU, Buffer
 from max.dtype import DType
 from max.graph import DeviceRef, Dim, Graph, Shape, TensorType, ops
 from max.graph.ops._common import normalize_axis, same_device, verifier_error
+from support import build, raises
 
 C = DeviceRef.CPU()
 G = DeviceRef.GPU()
@@ -27,22 +26,6 @@ SCATTER_ND = ["scatter_nd", "scatter_nd_add", "scatter_nd_max", "scatter_nd_min"
 
 def tt(dt, shape, dev=C):
     return TensorType(dt, shape, dev)
-
-
-@contextlib.contextmanager
-def raises(exc, *phrases):
-    """The exact exception class ``exc`` whose message contains every phrase verbatim."""
-    with pytest.raises(BaseException) as info:
-        yield info
-    assert type(info.value) is exc, f"expected exactly {exc.__name__}, got {type(info.value).__name__}: {info.value}"
-    for p in phrases:
-        assert p in str(info.value), f"{p!r} not in {str(info.value)!r}"
-
-
-def build(types, fn):
-    """Run ``fn`` on the inputs of a new graph with ``types``; its result."""
-    with Graph("b", input_types=types) as g:
-        return fn(*[v.tensor for v in g.inputs])
 
 
 # ----------------------------------------------------------------------------- B1 shared formats

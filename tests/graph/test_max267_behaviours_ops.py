@@ -8,14 +8,12 @@ phrase.  Newly accepted ops that can run are executed and compared with numpy (f
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import pytest
 
 from max.dtype import DType
-from max.graph import DeviceRef, Graph, TensorType, ops
-from support import run1, run_graph
+from max.graph import DeviceRef, TensorType, ops
+from support import build, raises, run1, run_graph
 
 C = DeviceRef.CPU()
 G = DeviceRef.GPU()
@@ -24,21 +22,6 @@ F32, F16, I64, B = DType.float32, DType.float16, DType.int64, DType.bool
 
 def tt(dt, shape, dev=C):
     return TensorType(dt, shape, dev)
-
-
-@contextlib.contextmanager
-def raises(exc, *phrases):
-    """The exact exception class ``exc`` whose message contains every phrase verbatim."""
-    with pytest.raises(BaseException) as info:
-        yield info
-    assert type(info.value) is exc, f"expected exactly {exc.__name__}, got {type(info.value).__name__}: {info.value}"
-    for p in phrases:
-        assert p in str(info.value), f"{p!r} not in {str(info.value)!r}"
-
-
-def build(types, fn):
-    with Graph("b", input_types=types) as g:
-        return fn(*[v.tensor for v in g.inputs])
 
 
 _RNG = np.random.default_rng(267)
