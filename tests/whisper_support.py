@@ -59,6 +59,33 @@ WHISPER_TINY = dict(d_model=384, encoder_layers=4, encoder_attention_heads=6, de
 """openai/whisper-tiny's sizes (bench/audio.py; with ``text_vocab=50257`` its vocabulary size too)."""
 
 
+def _write_bpe(d: str, byte_chars: list[str], text_vocab: int) -> dict:
+    """vocab.json and merges.txt in ``d``: the byte characters in ``byte_chars``' order, the merges, filler
+    text tokens up to ``text_vocab``; the vocabulary written."""
+    vocab = {c: i for i, c in enumerate(byte_chars)}
+    for a, b in _MERGES:
+        vocab[a + b] = len(vocab)
+    _fill(vocab, text_vocab)
+    with open(os.path.join(d, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    with open(os.path.join(d, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in _MERGES))
+    return vocab
+
+
+def whisper_pair(d: str, **hf_kwargs) -> tuple:
+    """``(WhisperPipeline, transformers model, feature extractor)`` of the checkpoint folder ``d``, as the
+    Whisper tests compare them (batch 4, 16-token pages)."""
+    import transformers
+
+    from max.pipelines.architectures.whisper.transcribe import WhisperPipeline
+    from max.pipelines.lib import PipelineConfig
+
+    pipe = WhisperPipeline(PipelineConfig(model_path=d, max_batch_size=4, kv_cache_page_size=16))
+    hf = transformers.WhisperForConditionalGeneration.from_pretrained(d, **hf_kwargs).eval()
+    return pipe, hf, transformers.WhisperFeatureExtractor(feature_size=80)
+
+
 @functools.lru_cache(maxsize=None)
 def tiny_whisper_dir(seed: int = 0, sizes: tuple = tuple(TINY.items()), text_vocab: int = 0) -> str:
     """Folder with config.json, generation_config.json, model.safetensors, vocab.json/merges.txt and the
@@ -67,14 +94,7 @@ def tiny_whisper_dir(seed: int = 0, sizes: tuple = tuple(TINY.items()), text_voc
     import transformers
 
     d = tempfile.mkdtemp(prefix="tiny-whisper-")
-    vocab = {c: i for i, c in enumerate(_byte_chars())}
-    for a, b in _MERGES:
-        vocab[a + b] = len(vocab)
-    _fill(vocab, text_vocab)
-    with open(os.path.join(d, "vocab.json"), "w", encoding="utf-8") as f:
-        json.dump(vocab, f, ensure_ascii=False)
-    with open(os.path.join(d, "merges.txt"), "w", encoding="utf-8") as f:
-        f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in _MERGES))
+    vocab = _write_bpe(d, _byte_chars(), text_vocab)
     base = len(vocab)
     tok = transformers.WhisperTokenizer(os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt"),
                                         unk_token="<|endoftext|>", bos_token="<|endoftext|>",
@@ -168,14 +188,7 @@ def released_whisper_dir(seed: int = 0, max_target_positions: int = 96) -> str:
 
     langs = list(LANGUAGES)[:99]  # the released checkpoints' 99 (large-v3 adds yue)
     d = tempfile.mkdtemp(prefix="released-whisper-")
-    vocab = {c: i for i, c in enumerate(_gpt2_byte_order())}
-    for a, b in _MERGES:
-        vocab[a + b] = len(vocab)
-    _fill(vocab, RELEASED_TEXT_VOCAB)
-    with open(os.path.join(d, "vocab.json"), "w", encoding="utf-8") as f:
-        json.dump(vocab, f, ensure_ascii=False)
-    with open(os.path.join(d, "merges.txt"), "w", encoding="utf-8") as f:
-        f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in _MERGES))
+    vocab = _write_bpe(d, _gpt2_byte_order(), RELEASED_TEXT_VOCAB)
     special = ["<|endoftext|>", "<|startoftranscript|>", *[f"<|{c}|>" for c in langs], "<|translate|>",
                "<|transcribe|>", "<|startoflm|>", "<|startofprev|>", "<|nocaptions|>", "<|notimestamps|>"]
     tok = transformers.WhisperTokenizer(os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt"),

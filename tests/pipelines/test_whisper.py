@@ -11,11 +11,10 @@ import pytest
 import torch
 import transformers
 
-from whisper_support import speech, synthetic_voice, tiny_whisper_dir
+from whisper_support import speech, synthetic_voice, tiny_whisper_dir, whisper_pair
 
 from max.pipelines.architectures.whisper.features import log_mel_spectrogram
-from max.pipelines.architectures.whisper.transcribe import TranscriptionRequest, WhisperPipeline
-from max.pipelines.lib import PipelineConfig
+from max.pipelines.architectures.whisper.transcribe import TranscriptionRequest
 
 NEW = 16
 
@@ -23,9 +22,7 @@ NEW = 16
 @pytest.fixture(scope="module")
 def tiny():
     d = tiny_whisper_dir()
-    pipe = WhisperPipeline(PipelineConfig(model_path=d, max_batch_size=4, kv_cache_page_size=16))
-    hf = transformers.WhisperForConditionalGeneration.from_pretrained(d).eval()
-    return d, pipe, hf, transformers.WhisperFeatureExtractor(feature_size=80)
+    return (d, *whisper_pair(d))
 
 
 @pytest.fixture(scope="module")

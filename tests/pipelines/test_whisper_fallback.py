@@ -9,15 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import transformers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers.models.whisper import generation_whisper as hf_gen
 
-from whisper_support import speech, synthetic_voice, tiny_whisper_dir
+from whisper_support import speech, synthetic_voice, tiny_whisper_dir, whisper_pair
 
-from max.pipelines.architectures.whisper.transcribe import TranscriptionRequest, WhisperPipeline, compression_ratio
-from max.pipelines.lib import PipelineConfig
+from max.pipelines.architectures.whisper.transcribe import TranscriptionRequest, compression_ratio
 
 NEW = 12
 TEMPS = (0.0, 0.6)
@@ -25,10 +23,7 @@ TEMPS = (0.0, 0.6)
 
 @pytest.fixture(scope="module")
 def tiny():
-    d = tiny_whisper_dir()
-    pipe = WhisperPipeline(PipelineConfig(model_path=d, max_batch_size=4, kv_cache_page_size=16))
-    hf = transformers.WhisperForConditionalGeneration.from_pretrained(d).eval()
-    return pipe, hf, transformers.WhisperFeatureExtractor(feature_size=80)
+    return whisper_pair(tiny_whisper_dir())
 
 
 @pytest.fixture(scope="module")

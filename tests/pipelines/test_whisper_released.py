@@ -15,13 +15,11 @@ import itertools
 import numpy as np
 import pytest
 import torch
-import transformers
 
-from whisper_support import released_whisper_dir, speech, synthetic_voice
+from whisper_support import released_whisper_dir, speech, synthetic_voice, whisper_pair
 
 from max.pipelines.architectures.whisper.decoding import needs_language, prompt_tokens
-from max.pipelines.architectures.whisper.transcribe import TranscriptionRequest, WhisperPipeline
-from max.pipelines.lib import PipelineConfig
+from max.pipelines.architectures.whisper.transcribe import TranscriptionRequest
 
 NEW = 16
 SOT, TRANSLATE, TRANSCRIBE, NOTIMESTAMPS = 50258, 50358, 50359, 50363
@@ -30,9 +28,7 @@ SOT, TRANSLATE, TRANSCRIBE, NOTIMESTAMPS = 50258, 50358, 50359, 50363
 @pytest.fixture(scope="module")
 def rel():
     d = released_whisper_dir()
-    pipe = WhisperPipeline(PipelineConfig(model_path=d, max_batch_size=4, kv_cache_page_size=16))
-    hf = transformers.WhisperForConditionalGeneration.from_pretrained(d).eval()
-    return d, pipe, hf, transformers.WhisperFeatureExtractor(feature_size=80)
+    return (d, *whisper_pair(d))
 
 
 @pytest.fixture(scope="module")
