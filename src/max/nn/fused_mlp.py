@@ -8,7 +8,7 @@ from max.dtype import DType
 from max.graph import DeviceRef, TensorValue, ops
 from max.graph.quantization import QuantizationEncoding
 from max.nn.layer import Module, check_input
-from max.nn.linear import _ACTIVATIONS, Linear
+from max.nn.linear import _ACTIVATIONS, Linear, gated_mlp_setup
 
 __all__ = ["FusedMLP"]
 
@@ -26,23 +26,11 @@ class FusedMLP(Module):
                  feed_forward_length: int, devices: Sequence[DeviceRef], linear_cls: Callable[..., Linear] = Linear,
                  has_bias: bool = False, activation_function: str = "silu", float8_config: Any = None) -> None:
         super().__init__()
-        if activation_function not in _ACTIVATIONS:
-            raise ValueError(f"FusedMLP: activation_function must be one of {sorted(_ACTIVATIONS)}, got "
-                             f"{activation_function!r}")
         for arg, v in (("hidden_dim", hidden_dim), ("feed_forward_length", feed_forward_length)):
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ValueError(f"FusedMLP: {arg} must be a positive int, got {v!r}")
-        devs = list(devices) if devices is not None else []
-        device = devs[0] if devs else DeviceRef.CPU()
-        self.devices = devs or [device]
-        self.hidden_dim = hidden_dim
-        self.feed_forward_length = feed_forward_length
-        self.activation_function = activation_function
-        kw: dict[str, Any] = dict(dtype=dtype, device=device, has_bias=has_bias)
-        if quantization_encoding is not None:
-            kw["quantization_encoding"] = quantization_encoding
-        if float8_config is not None:
-            kw["float8_config"] = float8_config
+        kw = gated_mlp_setup(self, "FusedMLP", dtype, quantization_encoding, hidden_dim, feed_forward_length, devices,
+                             has_bias, activation_function, float8_config)
         self.gate_up_proj = linear_cls(in_dim=hidden_dim, out_dim=2 * feed_forward_length, **kw)
         self.down_proj = linear_cls(in_dim=feed_forward_length, out_dim=hidden_dim, **kw)
 

@@ -347,6 +347,30 @@ class GPTQLinear(Linear):
         return super().__call__(x)
 
 
+def gated_mlp_setup(mlp: Module, what: str, dtype: DType, quantization_encoding: QuantizationEncoding | None,
+                    hidden_dim: int, feed_forward_length: int, devices: Sequence[DeviceRef] | None, has_bias: bool,
+                    activation_function: str, float8_config: Any) -> dict[str, Any]:
+    """The common part of a gated MLP's construction (:class:`MLP`, ``FusedMLP``): checks the activation,
+    sets ``devices`` (the first one holds the weights; CPU without devices), ``hidden_dim``,
+    ``feed_forward_length`` and ``activation_function`` on ``mlp``; the keyword arguments of its Linears."""
+    if activation_function not in _ACTIVATIONS:
+        raise ValueError(
+            f"{what}: activation_function must be one of {sorted(_ACTIVATIONS)}, got {activation_function!r}"
+        )
+    devs = list(devices) if devices is not None else []
+    device = devs[0] if devs else DeviceRef.CPU()
+    mlp.devices = devs or [device]
+    mlp.hidden_dim = hidden_dim
+    mlp.feed_forward_length = feed_forward_length
+    mlp.activation_function = activation_function
+    kw: dict[str, Any] = dict(dtype=dtype, device=device, has_bias=has_bias)
+    if quantization_encoding is not None:
+        kw["quantization_encoding"] = quantization_encoding
+    if float8_config is not None:
+        kw["float8_config"] = float8_config
+    return kw
+
+
 class MLP(Module):
     """``down_proj(act(gate_proj(x)) * up_proj(x))`` with three Linear layers (SiLU by default)."""
 
@@ -364,23 +388,10 @@ class MLP(Module):
         dist_gemm_config: DistributedGemmConfig | None = None,
     ) -> None:
         super().__init__()
-        if activation_function not in _ACTIVATIONS:
-            raise ValueError(
-                f"MLP: activation_function must be one of {sorted(_ACTIVATIONS)}, got {activation_function!r}"
-            )
-        devs = list(devices) if devices is not None else []
-        device = devs[0] if devs else DeviceRef.CPU()
-        self.devices = devs or [device]
-        self.hidden_dim = hidden_dim
-        self.feed_forward_length = feed_forward_length
-        self.activation_function = activation_function
+        kw = gated_mlp_setup(self, "MLP", dtype, quantization_encoding, hidden_dim, feed_forward_length, devices,
+                             has_bias, activation_function, float8_config)
         self.dist_gemm_config = dist_gemm_config
         self._max_nn_cfg = (dtype, quantization_encoding, linear_cls, has_bias, float8_config)
-        kw: dict[str, Any] = dict(dtype=dtype, device=device, has_bias=has_bias)
-        if quantization_encoding is not None:
-            kw["quantization_encoding"] = quantization_encoding
-        if float8_config is not None:
-            kw["float8_config"] = float8_config
         self.gate_proj = linear_cls(in_dim=hidden_dim, out_dim=feed_forward_length, **kw)
         self.down_proj = linear_cls(in_dim=feed_forward_length, out_dim=hidden_dim, **kw)
         self.up_proj = linear_cls(in_dim=hidden_dim, out_dim=feed_forward_length, **kw)
