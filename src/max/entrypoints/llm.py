@@ -25,6 +25,12 @@ def run_coro(coro: Any) -> Any:
         return ex.submit(asyncio.run, coro).result()
 
 
+def has_chat_template(tokenizer: Any) -> bool:
+    """Whether the model's tokenizer (or its multimodal processor) has a chat template."""
+    return bool(getattr(getattr(tokenizer, "delegate", None), "chat_template", None)
+                or getattr(getattr(tokenizer, "processor", None), "chat_template", None))
+
+
 def make_context(tokenizer: Any, pipeline_config: Any, prompt: str, sampling_params: SamplingParams, *,
                  request_id: Optional[str] = None, chat: bool = False, response_format: Optional[dict] = None,
                  images: Optional[Sequence[Any]] = None) -> Any:
@@ -37,8 +43,7 @@ def make_context(tokenizer: Any, pipeline_config: Any, prompt: str, sampling_par
     its image placeholders in front of the prompt.  A text-only model raises ValueError."""
     images = list(images or [])
     content: Any = prompt
-    if images and getattr(getattr(tokenizer, "delegate", None), "chat_template", None) is not None or \
-            images and getattr(getattr(tokenizer, "processor", None), "chat_template", None):
+    if images and has_chat_template(tokenizer):
         chat = True
         content = [*({"type": "image", "image": im} for im in images), {"type": "text", "text": prompt}]
         images = []
@@ -156,7 +161,7 @@ class LLM:
         per_prompt = _images_per_prompt(images, single, len(plist))
         ctxs = [self.make_context(p, base, response_format=response_format, images=im)
                 for p, im in zip(plist, per_prompt)]  # validates first
-        if self._has_chat_template() and not any(per_prompt) and not self._chat_hint_given:
+        if has_chat_template(self.tokenizer) and not any(per_prompt) and not self._chat_hint_given:
             self._chat_hint_given = True
             warnings.warn("LLM.generate continues the prompts as plain text, but this model has a chat template: "
                           "use LLM.chat([{'role': 'user', 'content': ...}]) to ask it as a conversation",
@@ -182,7 +187,7 @@ class LLM:
         generation fails."""
         convs = _conversations(messages)
         template = _template_text(chat_template)
-        if template is None and not self._has_chat_template():
+        if template is None and not has_chat_template(self.tokenizer):
             raise ValueError(f"LLM.chat: {self.pipeline_config.model_config.model_path} has no chat template; "
                              "pass chat_template= (Jinja text or a file) or use LLM.generate for plain prompts")
         opts: dict[str, Any] = dict(chat_template_kwargs or {})
@@ -198,11 +203,6 @@ class LLM:
                 response_format=response_format)
             ctxs.append(run_coro(self.tokenizer.new_context(req)))
         return self._run(ctxs, base, use_tqdm, "chat")
-
-    def _has_chat_template(self) -> bool:
-        tok = self.tokenizer
-        return bool(getattr(getattr(tok, "delegate", None), "chat_template", None)
-                    or getattr(getattr(tok, "processor", None), "chat_template", None))
 
     @staticmethod
     def _sampling(sampling_params: Optional[SamplingParams], max_new_tokens: Any, what: str) -> SamplingParams:
