@@ -20,6 +20,7 @@ from max.nn.kv_cache import (
     state_bytes,
     state_slots_for,
 )
+from max.pipelines.lib.step_plan import snapshot_cut
 from test_kv_cache_context import FakeContext
 
 SPECS = [StateSpec("layers.0.conv", (6, 2)), StateSpec("layers.0.ssm", (2, 3, 4))]
@@ -35,6 +36,7 @@ def test_slots_follow_requests_and_are_zeroed():
     m = _mgr(prefix=False)
     assert not m.params.enable_prefix_caching and m.num_snapshots == 0
     assert not _mgr(num_snapshots=0).params.enable_prefix_caching  # no snapshots: no prefix caching
+    assert m.state_snapshot_interval is None and _mgr(num_snapshots=0).state_snapshot_interval is None
     m.claim("a")
     m.claim("b")
     sa, sb = m.slot_of("a"), m.slot_of("b")
@@ -173,12 +175,14 @@ def test_snapshot_at_a_page_boundary_restores_the_state_with_the_pages():
     prompt = list(range(10, 20))  # 10 tokens, pages of 4: boundaries 4 and 8
     a = FakeContext("a", prompt)
     m.claim("a")
-    assert m.snapshot_end(a) == 8  # the prompt's step ends at its last page boundary
+    assert m.state_snapshot_interval == 4
+    assert snapshot_cut(a.start_idx, a.active_idx, m.state_snapshot_interval) == 8  # the prompt's step ends at
+    # its last page boundary
     a.set_token_indices(active_idx=8)
     _run(m, a)
     assert m.state_snapshots_used == 1 and m.state_snapshots_taken == 1
     a.set_token_indices(active_idx=10)
-    assert m.snapshot_end(a) == 10
+    assert snapshot_cut(a.start_idx, a.active_idx, m.state_snapshot_interval) == 10
     _run(m, a)  # state at 10: off a boundary, no snapshot
     _decode(m, a, 5)
     _decode(m, a, 6)  # state at 12: a snapshot at the third page's end

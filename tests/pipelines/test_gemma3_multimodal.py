@@ -138,15 +138,16 @@ def test_prefix_cache_keeps_images_apart(vlm, alt_llm):
 
 def test_chunked_prefill_never_cuts_an_image():
     from max.pipelines.core import ImageMetadata, TextAndVisionContext
-    from max.pipelines.lib.pipeline import _chunk_end
+    from max.pipelines.lib.step_plan import chunk_end
 
     px = np.zeros((3, 2, 2), np.float32)
     c = TextAndVisionContext(max_length=64, tokens=np.arange(30),
                              images=[ImageMetadata(5, 9, px), ImageMetadata(12, 20, px)])
-    assert _chunk_end(c, 7) == 5  # inside the first image: end before it
-    assert _chunk_end(c, 10) == 10
+    assert c.image_spans == ((5, 9), (12, 20))
+    assert chunk_end(c.start_idx, 7, c.image_spans) == 5  # inside the first image: end before it
+    assert chunk_end(c.start_idx, 10, c.image_spans) == 10
     c.set_token_indices(start_idx=12)
-    assert _chunk_end(c, 14) == 20  # the image starts the chunk: take all of it
+    assert chunk_end(c.start_idx, 14, c.image_spans) == 20  # the image starts the chunk: take all of it
     assert c.compute_image_aligned_idx(15) == 12 and c.image_idx == 1
 
 

@@ -45,7 +45,7 @@ from max.interfaces.request import (
     new_request_id,
 )
 from max.interfaces.sampling import BatchProcessorInputs, ProcessorInputs, SamplingParams, SamplingParamsInput
-from max.interfaces.scheduler import Scheduler, SchedulerResult, StepPlan
+from max.interfaces.scheduler import RequestStep, Scheduler, SchedulerResult, StepPlan
 from max.interfaces.status import GenerationStatus
 
 __all__ = [
@@ -80,6 +80,7 @@ __all__ = [
     "SamplingParamsInput",
     "Scheduler",
     "SchedulerResult",
+    "RequestStep",
     "StepPlan",
     "SharedMemoryArray",
     "TextGenerationInputs",

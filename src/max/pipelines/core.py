@@ -78,6 +78,9 @@ class TextContext:
     """Echo with log probabilities: the prompt tokens' entries computed so far (one per prefill chunk),
     joined to the first sampled token's entry when it is sampled (pipeline working state)."""
     target_endpoint: Optional[str] = None
+    cache_salt: Optional[str] = None
+    """Names what the prefix cache may share this request's pages with: only requests of the same salt
+    (set from the images' pixels, a LoRA adapter, or Phi-3 LongRoPE's factors); None: any request."""
 
     def __post_init__(self) -> None:
         toks = np.asarray(self.tokens)
@@ -140,6 +143,12 @@ class TextContext:
     def active_length(self) -> int:
         """Tokens input this iteration: the prompt (or chunk) in CE, 1 (or more) in TG."""
         return self._active_idx - self._start_idx
+
+    @property
+    def image_spans(self) -> tuple[tuple[int, int], ...]:
+        """The token spans ``(start, end)`` that must each run in one step (an image's tokens attend to each
+        other both ways); none for text."""
+        return ()
 
     @property
     def current_length(self) -> int:
@@ -343,7 +352,6 @@ class TextAndVisionContext(TextContext):
     _needs_vision_encoding: bool = True
     vision_token_ids: list[int] = field(default_factory=list)
     images: list[ImageMetadata] = field(default_factory=list)
-    cache_salt: Optional[str] = None
     vision_embeddings: Any = None
 
     def __post_init__(self) -> None:
@@ -388,6 +396,10 @@ class TextAndVisionContext(TextContext):
     def next_images(self) -> list[ImageMetadata]:
         """The images not yet fully in the KV cache."""
         return self.images[self.image_idx:]
+
+    @property
+    def image_spans(self) -> tuple[tuple[int, int], ...]:
+        return tuple((im.start_idx, im.end_idx) for im in self.images)
 
     def compute_image_aligned_idx(self, idx: int) -> int:
         """``idx`` moved down to the start of the image whose span it cuts (unchanged otherwise)."""

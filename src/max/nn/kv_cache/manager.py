@@ -172,6 +172,17 @@ class KVCacheManager(ABC, Generic[T]):
         return 0
 
     @property
+    def prefix_caching(self) -> bool:
+        """Whether this manager reuses cached prompt prefixes (then it has ``reuse_cached_prefix(ctx)``)."""
+        return False
+
+    @property
+    def state_snapshot_interval(self) -> Optional[int]:
+        """Every how many tokens the manager keeps a snapshot of a request's recurrent state, at the end of a
+        step standing on such a boundary (None: it keeps none).  The step planner ends prompt steps there."""
+        return None
+
+    @property
     def claimed_requests(self) -> frozenset:
         """The request ids currently claimed."""
         return frozenset(self._claimed)

@@ -470,6 +470,10 @@ class PagedKVCacheManager(KVCacheManager[Any]):
         req = self._reqs.get(request_id)
         return req.cached_tokens_hit if req is not None else 0
 
+    @property
+    def prefix_caching(self) -> bool:
+        return bool(self.params.enable_prefix_caching)
+
     # ----------------------------------------------------------- lifecycle
     def external_claim(self, request_id: str) -> None:
         super().external_claim(request_id)

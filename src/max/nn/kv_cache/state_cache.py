@@ -23,8 +23,8 @@ state.  This manager owns them beside the KV pages of the model's attention laye
   and the request goes on from there.  Snapshots live in ``num_snapshots`` fixed slots (least recently
   used one replaced when all are taken) and are dropped with their page when the page cache evicts it,
   or by ``reset_prefix_cache``.  A prompt's state passes a page boundary only at the end of a step, so
-  :meth:`snapshot_end` tells the pipeline to end a prompt's step at its last page boundary (the rest of
-  the prompt runs in the next step): a later request sharing that prefix (a repeated prompt, the next
+  :attr:`state_snapshot_interval` tells the step planner to end a prompt's step at its last page boundary
+  (the rest of the prompt runs in the next step): a later request sharing that prefix (a repeated prompt, the next
   turn of a conversation) then finds it; decoding passes every later boundary;
 * memory: ``--kv-cache-memory`` covers pages, slots and snapshots (:func:`max.nn.kv_cache.kv_cache_budget`
   with ``state_bytes``, :func:`state_slots_for`); :meth:`describe` (the start-up line) and ``/metrics``
@@ -310,15 +310,13 @@ class HybridKVCacheManager(PagedKVCacheManager):
         if snap is not None:
             self._free_snaps.append(snap)
 
-    def snapshot_end(self, ctx: Any) -> int:
-        """Where a step running ``ctx``'s pending tokens should end: at the last page boundary inside
-        them, when they end off a boundary, so the state is snapshotted there (see the module docstring);
-        else ``ctx.active_idx``.  Decode steps (one token) and models without prefix caching run whole."""
-        start, end = int(ctx.start_idx), int(ctx.active_idx)
+    @property
+    def state_snapshot_interval(self) -> Optional[int]:
+        """The page size when prefix caching keeps state snapshots (a prompt's step should end at its last
+        page boundary: the step planner's ``snapshot_cut``), else None."""
         if not self.params.enable_prefix_caching or not self.num_snapshots:
-            return end
-        b = (end // self.page_size) * self.page_size
-        return b if start < b < end else end
+            return None
+        return self.page_size
 
     def step(self, batch: Sequence[Any]) -> None:
         """:meth:`PagedKVCacheManager.step`, then a state snapshot for each request whose state stands at

@@ -219,6 +219,11 @@ class RequestCaches:
     def step(self, batch: Sequence[Any]) -> None:
         """Nothing to do: each request's state was updated by its transformers call."""
 
+    prefix_caching = False
+    """No prefix cache: every request computes its whole prompt."""
+    state_snapshot_interval = None
+    """No recurrent-state snapshots."""
+
     @property
     def total_num_pages(self) -> int:
         """Request slots (there are no pages): every slot is free once every request was released."""

@@ -24,7 +24,8 @@ from max.engine import InferenceSession
 from max.interfaces import GenerationStatus, Pipeline, StepPlan, TextGenerationInputs, TextGenerationOutput
 from max.nn.transformer import ReturnLogits
 from max.pipelines.lib.cuda_graph_decode import plain_greedy
-from max.pipelines.lib.scheduler import plan_step, prefill_chunk_size_of
+from max.pipelines.lib.scheduler import prefill_chunk_size_of
+from max.pipelines.lib.step_plan import StepCapabilities, StepPlanner
 
 logger = logging.getLogger("max.pipelines")
 
@@ -217,7 +218,17 @@ class PipelineModel(abc.ABC):
         return self.encoding.dtype
 
     @property
-    def lora_manager(self) -> None:
+    def lora_manager(self) -> Any:
+        """The model's LoRA adapters (a ``LoRAManager``), or None: a model built without LoRA."""
+        return None
+
+    def prepare_contexts(self, ctxs: Sequence[Any]) -> None:
+        """Called by the pipeline before it fetches the KV cache for a step, with the step's contexts at
+        their planned indices; a model whose computation depends on a request's length may adjust them here
+        (Phi-3 LongRoPE recomputes a request crossing its original context).  Default: nothing."""
+
+    def draft_token_limit(self, ctx: Any) -> Optional[int]:
+        """The most draft tokens a speculative verification step may add to ``ctx`` (None: any)."""
         return None
 
     @abc.abstractmethod
@@ -278,7 +289,16 @@ def build_pipeline_model(pipeline_config: Any, pipeline_model: type, weight_adap
 
 
 class TextGenerationPipeline(GenerateMixin, Pipeline):
-    """Generates text for batches of ``TextContext`` with one ``PipelineModel``."""
+    """Generates text for batches of ``TextContext`` with one ``PipelineModel``.
+
+    Each step runs a :class:`~max.interfaces.StepPlan` made by the step planner (``step_plan.py``): the
+    scheduler's, handed in ``TextGenerationInputs.plan``, or -- for a direct ``execute`` call without one --
+    a planner with the config's prefill chunk size.  The pipeline sets each context to its planned step,
+    runs the model, samples where the plan says so, and decides nothing itself.  What it can do that
+    changes a plan it declares in :attr:`step_capabilities`."""
+
+    _force_all_logits = False
+    """A subclass that needs every position's logits (verifying speculative drafts) sets this."""
 
     def __init__(self, pipeline_config: Any, pipeline_model: type, eos_token_id: int, weight_adapters: Any,
                  tokenizer: Any) -> None:
@@ -287,8 +307,7 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
         self._tokenizer = tokenizer
         self._eos_token_id = eos_token_id
         # every position's logits: echo (prompt log probabilities) or a subclass verifying drafts
-        self._all_logits = bool(getattr(pipeline_config, "enable_echo", False)) or \
-            bool(getattr(self, "_force_all_logits", False))
+        self._all_logits = bool(getattr(pipeline_config, "enable_echo", False)) or self._force_all_logits
         self._devices, self._pipeline_model = build_pipeline_model(
             pipeline_config, pipeline_model, weight_adapters,
             ReturnLogits.ALL if self._all_logits else ReturnLogits.LAST_TOKEN)
@@ -321,6 +340,15 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
     def pipeline_model(self) -> PipelineModel:
         return self._pipeline_model
 
+    @property
+    def step_capabilities(self) -> StepCapabilities:
+        """What this pipeline can do that changes a step's plan: its KV manager's prefix cache and state
+        snapshots, its model's LoRA adapters (see :class:`~max.pipelines.lib.step_plan.StepCapabilities`)."""
+        mgr = self._pipeline_model.kv_manager
+        return StepCapabilities(prefix_cache=mgr if mgr.prefix_caching else None,
+                                snapshot_interval=mgr.state_snapshot_interval,
+                                adapters=self._pipeline_model.lora_manager)
+
     def calculate_num_steps(self, num_steps: int, context: Any) -> int:
         """``num_steps`` capped by what the request's ``max_length`` leaves."""
         left = context.max_length - context.current_length
@@ -340,19 +368,23 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
         return self._pipeline_model.prepare_initial_token_inputs(ctxs, kv), num_steps, None
 
     def execute(self, inputs: TextGenerationInputs) -> dict[str, TextGenerationOutput]:
+        """Runs ``inputs.plan`` (one step), or without a plan ``inputs.num_steps`` steps, each planned by a
+        :class:`StepPlanner` with the config's prefill chunk size (a direct call, as MAX's pipelines take)."""
         batch = inputs.batch
+        if inputs.plan is not None and inputs.num_steps != 1:
+            raise ValueError(f"{type(self).__name__}.execute: a StepPlan covers one step, but num_steps is "
+                             f"{inputs.num_steps}")
         mgr = self._pipeline_model.kv_manager
         for rid in batch:
             if not mgr.contains(rid):
                 mgr.external_claim(rid)
-        for step in range(inputs.num_steps):
+        planner = None if inputs.plan is not None else \
+            StepPlanner(prefill_chunk_size_of(self._pipeline_config), self.step_capabilities)
+        for _ in range(inputs.num_steps):
             active = [c for c in batch.values() if not c.is_done]
             if not active:
                 break
-            # the scheduler's record for its step; without one (a direct call) the same rule from the config
-            plan = inputs.plan if inputs.plan is not None and step == 0 else \
-                plan_step(active, prefill_chunk_size_of(self._pipeline_config))
-            self._run_step(active, plan)
+            self._run_step(active, inputs.plan if planner is None else planner.plan(active))
         return {rid: ctx.to_generation_output() for rid, ctx in batch.items()}
 
     def _run_step(self, ctxs: list[Any], plan: StepPlan) -> None:
@@ -391,48 +423,28 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
 
     # ---------------------------------------------------------------- one step
     def _step(self, ctxs: list[Any], plan: StepPlan) -> None:
-        """One model call: prompt chunks and decode tokens together, then sample; a request runs at most
-        ``plan``'s tokens for it (a prompt chunk samples nothing)."""
+        """One model call running each context's step of ``plan`` (prompt chunks and decode tokens
+        together), then sampling the contexts whose step samples."""
+        steps = [plan.step_for(c) for c in ctxs]
+        pending = [c.active_idx for c in ctxs]
         mgr = self._pipeline_model.kv_manager
-        lora = getattr(self._pipeline_model, "lora_manager", None)
-        if lora is not None:  # prefix-cache pages are shared only between requests of the same adapter
-            for c in ctxs:
-                c.cache_salt = f"lora:{c.model_name}" if lora.has(getattr(c, "model_name", None)) else None
-        chunked: dict[int, int] = {}
-        reuse = getattr(mgr, "reuse_cached_prefix", None)
-        # a recurrent-state model ends a prompt's step at a page boundary, to snapshot its state there
-        snapshot_end = getattr(mgr, "snapshot_end", None)
-        for i, c in enumerate(ctxs):
-            n = plan.tokens_for(c.request_id)
-            if n is not None and c.active_length > n:
-                if reuse is not None:
-                    reuse(c)  # look the prefix cache up over the whole prompt before cutting it into chunks
-                if c.active_length > n:
-                    end = _chunk_end(c, c.start_idx + n)
-                    if end < c.active_idx:
-                        chunked[i] = c.active_idx
-                        c.set_token_indices(active_idx=end)
-            elif snapshot_end is not None and c.active_length > 1:
-                if reuse is not None:
-                    reuse(c)
-                end = snapshot_end(c)
-                if end < c.active_idx:
-                    chunked[i] = c.active_idx
-                    c.set_token_indices(active_idx=end)
-        prepare = getattr(self._pipeline_model, "prepare_contexts", None)
-        if prepare is not None:  # the model may need some requests recomputed (Phi-3 LongRoPE)
-            prepare(ctxs)
-        kv = mgr.fetch(ctxs, 1)
-        # the prefix cache may have advanced start_idx; a chunk boundary keeps its end
-        model_inputs = self._pipeline_model.prepare_initial_token_inputs(ctxs, kv)
-        out = self._pipeline_model.execute(model_inputs)
+        try:
+            for c, s in zip(ctxs, steps):
+                c.set_token_indices(active_idx=s.end)
+            self._pipeline_model.prepare_contexts(ctxs)
+            kv = mgr.fetch(ctxs, 1)  # the prefix cache may advance start_idx; the step keeps its end
+            out = self._pipeline_model.execute(self._pipeline_model.prepare_initial_token_inputs(ctxs, kv))
+        except BaseException:  # nothing ran: every request keeps all it had pending (for a retry)
+            for c, end in zip(ctxs, pending):
+                c.set_token_indices(active_idx=end)
+            raise
         logits = out.logits
         if self._all_logits:  # every position's logits: keep the prompts' for echo, sample from the last rows
             lens = [c.active_length for c in ctxs]
             ends = np.cumsum(lens)
             self._prompt_log_probabilities(ctxs, logits, ends - np.asarray(lens), ends)
             logits = logits[torch.as_tensor(ends - 1, device=logits.device)]
-        sample_rows = [i for i in range(len(ctxs)) if i not in chunked]
+        sample_rows = [i for i, s in enumerate(steps) if s.samples]
         if sample_rows:
             from max.pipelines.lib.sampling.sampling import sample_for_contexts
 
@@ -448,20 +460,10 @@ class TextGenerationPipeline(GenerateMixin, Pipeline):
             for c, t, lp in zip(rows, toks, logprobs):
                 c.update(int(t), lp)
             _advance_grammars(rows, toks)
-        for i, end in chunked.items():
-            c = ctxs[i]
-            c.set_token_indices(start_idx=c.active_idx, active_idx=end)
+        for c, s, end in zip(ctxs, steps, pending):
+            if not s.samples:  # a prompt chunk: the rest of the prompt is pending for the next step
+                c.set_token_indices(start_idx=c.active_idx, active_idx=end)
         mgr.step(ctxs)
-
-
-def _chunk_end(c: Any, end: int) -> int:
-    """Where a prefill chunk ending at ``end`` may end: never inside an image's tokens (they attend to each
-    other both ways, so they must be in one step): before the image, or after it when it starts the chunk."""
-    align = getattr(c, "compute_image_aligned_idx", None)
-    if align is None:
-        return end
-    a = align(end)
-    return a if a > c.start_idx else c.image_span_end(end)
 
 
 def _prompt_lp_wanted(c: Any) -> bool:

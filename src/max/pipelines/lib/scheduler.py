@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
 from max.interfaces import GenerationStatus, StepPlan, TextGenerationInputs
+from max.pipelines.lib.step_plan import StepPlanner
 
 logger = logging.getLogger("max.pipelines")
 
@@ -82,16 +83,6 @@ def prefill_chunk_size_of(pipeline_config: Any) -> Optional[int]:
     if pipeline_config is None or not getattr(pipeline_config, "enable_chunked_prefill", False):
         return None
     return max(1, int(pipeline_config.prefill_chunk_size))
-
-
-def plan_step(ctxs: Any, chunk: Optional[int], pages: Optional[dict[str, int]] = None) -> StepPlan:
-    """The step record for contexts ``ctxs``: each runs what it has left (one token when decoding), a
-    prompt at most ``chunk`` tokens (None: whole); the one place this is decided."""
-    num: dict[str, int] = {}
-    for c in ctxs:
-        n = int(c.active_length)
-        num[c.request_id] = n if chunk is None else min(n, chunk)
-    return StepPlan(num, dict(pages or {}))
 
 
 class TokenGenerationScheduler:
@@ -276,9 +267,10 @@ class TokenGenerationScheduler:
                 logger.exception("metrics hook %s failed", name)
 
     def plan(self, batch: dict) -> StepPlan:
-        """This step's record: tokens per request (prompt chunks) and the pages reserved for each."""
-        return plan_step(batch.values(), self.prefill_chunk_size,
-                         {rid: self._running[rid].pages for rid in batch if rid in self._running})
+        """This step's record (``step_plan.py``): what each request computes (prompt chunks, prefix reuse,
+        snapshot points) under the pipeline's declared capabilities, and the pages reserved for each."""
+        planner = StepPlanner(self.prefill_chunk_size, self.pipeline.step_capabilities)
+        return planner.plan(batch.values(), {rid: self._running[rid].pages for rid in batch if rid in self._running})
 
     def _execute(self, batch: dict) -> dict:
         """One pipeline step over ``batch`` (``{request_id: context}``), as :meth:`plan` decides."""

@@ -105,10 +105,11 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
     (``speculative_method="ngram"``, ``prompt_lookup_min`` / ``prompt_lookup_max``) or by the model's MTP
     layer (``speculative_method="mtp"``)."""
 
+    _force_all_logits = True  # the target scores every draft token
+
     def __init__(self, pipeline_config: Any, pipeline_model: type, eos_token_id: int, weight_adapters: Any,
                  tokenizer: Any) -> None:
         t0 = time.perf_counter()
-        self._force_all_logits = True
         super().__init__(pipeline_config, pipeline_model, eos_token_id, weight_adapters, tokenizer)
         self.num_speculative_tokens = int(pipeline_config.num_speculative_tokens)
         self.metrics = SpeculativeDecodingMetrics()
@@ -199,8 +200,7 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
         ``max_length``, and no more than the target model allows (``draft_token_limit``: Phi-3 LongRoPE
         keeps a verification step on one side of the original context); 0: a plain step."""
         k = min(self.num_speculative_tokens, c.max_length - c.end_idx - 1)
-        limit = getattr(self._pipeline_model, "draft_token_limit", None)
-        cap = limit(c) if limit is not None else None
+        cap = self._pipeline_model.draft_token_limit(c)
         return max(0, k if cap is None else min(k, cap))
 
     # ------------------------------------------------------------ one speculative round
@@ -223,7 +223,7 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
 
     def _draft_step(self, ds: list[Any]) -> torch.Tensor:
         mgr = self._draft.kv_manager
-        _prepare(self._draft, ds)
+        self._draft.prepare_contexts(ds)
         kv = mgr.fetch(ds, 1)
         out = self._draft.execute(self._draft.prepare_initial_token_inputs(ds, kv))
         return out.logits.float()
@@ -329,7 +329,7 @@ class SpeculativeDecodingTextGenerationPipeline(TextGenerationPipeline):
             c._grow(E + len(dr))
             c.tokens[E:E + len(dr)] = dr
             c.set_token_indices(start_idx=E - 1, active_idx=E + len(dr), end_idx=E + len(dr))
-        _prepare(self._pipeline_model, ctxs)  # may move a start_idx back (recompute): rows are counted after it
+        self._pipeline_model.prepare_contexts(ctxs)  # may move a start_idx back (recompute): rows are counted after it
         kv = mgr.fetch(ctxs, 1)
         lens = [c.active_length for c in ctxs]  # after the fetch: the prefix cache may advance a start_idx
         out = self._pipeline_model.execute(self._pipeline_model.prepare_initial_token_inputs(ctxs, kv))
@@ -405,11 +405,3 @@ def _vocab_size(model: Any) -> Optional[int]:
     cfg = getattr(model, "config", None)
     v = getattr(cfg, "vocab_size", None)
     return int(v) if v is not None else None
-
-
-def _prepare(model: Any, ctxs: list[Any]) -> None:
-    """The model's ``prepare_contexts`` hook before a KV-cache fetch (Phi-3 LongRoPE recomputes a
-    request whose length crosses the original context), as ``TextGenerationPipeline`` calls it."""
-    hook = getattr(model, "prepare_contexts", None)
-    if hook is not None:
-        hook(ctxs)
