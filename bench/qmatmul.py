@@ -84,6 +84,13 @@ def timeit(fn, budget: float = 0.25) -> float:
             return best
 
 
+def _copy_like_model(w: torch.Tensor) -> torch.Tensor:
+    """A copy of a packed weight in memory of the kind the engine keeps packed weights in."""
+    out = native.huge_empty(w.numel())
+    out.copy_(w)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="576x576,1536x576,576x1536,49152x576,4864x896,896x4864")
@@ -137,7 +144,8 @@ def main() -> None:
                 w, mode, wk = native.pack(blocks, code, n, k), "packed", "packed:" + kind
                 w32 = dequantize(blocks, kind)
                 prep = prepare_qweight(blocks, kind)
-                ws = [w]  # (--working-set: dense kinds only)
+                copies = max(1, int(a.working_set * 1e6 / w.numel() + 0.999))
+                ws = [w] + [_copy_like_model(w) for _ in range(copies - 1)]  # the same bits, distinct memory
             for isa in isas:
                 plans = [native.MatmulPlan([wi], [code], [mode], [n], k, so=native.lib(isa)) for wi in ws]
                 plan = plans[0]

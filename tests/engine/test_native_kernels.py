@@ -102,6 +102,41 @@ def test_pack_of_a_mapped_checkpoint_goes_in_chunks_and_equals_one_call(kind, tm
     np.testing.assert_array_equal(np.fromfile(path, dtype=np.uint8).reshape(b.shape), b)
 
 
+@pytest.mark.parametrize("nbytes", [1, 4096, (2 << 20) - 1, (2 << 20) + 17, 5 << 20])
+def test_huge_empty_is_a_writable_aligned_buffer_of_that_size(nbytes):
+    """Packed weights live in huge_empty's buffers: exactly nbytes of uint8, writable, independent of each
+    other, 2 MiB-aligned (the alignment a transparent huge page needs) once they reach 2 MiB."""
+    a, b = native.huge_empty(nbytes), native.huge_empty(nbytes)
+    assert a.dtype == torch.uint8 and a.shape == (nbytes,) and a.is_contiguous()
+    a.fill_(7)
+    b.fill_(9)
+    assert int(a.sum()) == 7 * nbytes and int(b.sum()) == 9 * nbytes
+    if nbytes >= 2 << 20:
+        assert a.data_ptr() % (2 << 20) == 0 and b.data_ptr() % (2 << 20) == 0
+
+
+def test_packed_weights_of_several_thread_items_equal_one_thread():
+    """The threads take a packed matmul's 16-row groups as work items in turn (dynamic schedule): a weight
+    of many items gives bit for bit what one thread computes, whatever thread took which item."""
+    from max.engine import threads
+
+    n, k = 16 * 300, 256
+    b = blocks("Q4_K", n, k, 5)
+    code = native.GGML_KINDS["Q4_K"]
+    plan = native.MatmulPlan([native.pack(torch.from_numpy(b), code, n, k)], [code], ["packed"], [n], k)
+    x = torch.randn(3, k)
+    before = torch.get_num_threads()
+    try:
+        threads.apply(1)
+        one = [plan(x[i:i + 1]) for i in range(3)]
+        threads.apply(max(2, before))
+        for _ in range(5):
+            for i in range(3):
+                assert torch.equal(plan(x[i:i + 1]), one[i])
+    finally:
+        threads.apply(before)
+
+
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("kind", PACKABLE)
 def test_pack_is_lossless(kind, isa):

@@ -71,11 +71,11 @@ static int act_alloc(act_t *a, int64_t M, int64_t K) {
 
 /* Quantise activation row m (K a multiple of 32): codes round to nearest even,
  * |q| <= 127, one scale per 32 values; the SIMD and scalar paths give the same codes. */
-static void act_row(act_t *a, const float *x, int64_t m) {
-    const int64_t nb = a->K / 32;
+/* Blocks b0 .. nb - 1 of row m (x: the row's first value). */
+static void act_blocks(act_t *a, const float *x, int64_t m, const int64_t b0, const int64_t nb) {
     int8_t *q = a->xq + m * a->KP;
     float *dxb = a->dxb + m * a->BP, *sxb = a->sxb + m * a->BP, *sx16 = a->sx16 + m * 2 * a->BP;
-    int64_t b = 0;
+    int64_t b = b0;
 #ifdef LMX_AVX512VNNI
     for (; b < nb; b++) {
         const float *xb = x + b * 32;
@@ -172,6 +172,8 @@ static void act_row(act_t *a, const float *x, int64_t m) {
         sxb[b] = d * (float)(s[0] + s[1]);
     }
 }
+
+static void act_row(act_t *a, const float *x, int64_t m) { act_blocks(a, x, m, 0, a->K / 32); }
 
 /* Quantise x [M, K] into the calling thread's activation buffer (rows in parallel with nt threads);
  * used by the packed kernels (qpacked.c).  The pointers stay valid until the thread's next call. */
@@ -297,9 +299,6 @@ int lmx_act_refine(int64_t M, int64_t K, const float *x, int64_t xs, const int8_
         for (int64_t m = 0; m < M; m++) {
             const float *xr = x + m * xs, *d = dxb + m * BP;
             const int8_t *q = xq + m * KP;
-            for (int64_t b = 0; b < nb; b++)
-                for (int j = 0; j < 32; j++) rr[b * 32 + j] = xr[b * 32 + j] - d[b] * (float)q[b * 32 + j];
-            act_row(&r, rr, m);
             memset(fl + m * BP + nb, 0, (size_t)(BP - nb));
             if (thr > 0.0f && k32 < nb) {
                 double e = 0.0;
@@ -313,6 +312,12 @@ int lmx_act_refine(int64_t M, int64_t K, const float *x, int64_t xs, const int8_
                     for (int64_t b = 0; b < nb; b++) fl[m * BP + b] = e > 0.0 && (double)d[b] * (double)d[b] >= t2;
             } else
                 select_top(d, nb, k32, tmp, fl + m * BP);
+            /* residual codes of the selected blocks only (the kernels read no other block's) */
+            for (int64_t b = 0; b < nb; b++) {
+                if (!fl[m * BP + b]) continue;
+                for (int j = 0; j < 32; j++) rr[b * 32 + j] = xr[b * 32 + j] - d[b] * (float)q[b * 32 + j];
+                act_blocks(&r, rr, m, b, b + 1);
+            }
         }
     }
     memset(rows, 0, mbytes);
