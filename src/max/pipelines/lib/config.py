@@ -660,6 +660,18 @@ CSM audio frames) 8.  :meth:`PipelineConfig.batch_size_for` reads it; both the K
 scheduler's batch limit come from that one call."""
 
 
+def batch_size_for(max_batch_size: Optional[int], task: Any) -> int:
+    """``max_batch_size`` (a ``PipelineConfig.max_batch_size`` value), or the ``task`` workload's entry of
+    :data:`MAX_BATCH_SIZE_DEFAULTS` when it is None (``task``: a ``PipelineTask``, its value, or
+    ``"transcription"``)."""
+    if max_batch_size is not None:
+        return int(max_batch_size)
+    key = str(getattr(task, "value", task))
+    if key not in MAX_BATCH_SIZE_DEFAULTS:
+        raise ValueError(f"no max_batch_size default for workload {key!r}; known: {sorted(MAX_BATCH_SIZE_DEFAULTS)}")
+    return MAX_BATCH_SIZE_DEFAULTS[key]
+
+
 @dataclass
 class _PipelineFields(_ConfigBase):
     ce_delay_ms: float = knob(0.0, help="Scheduler sleep before a prefill batch (TTS only, experimental).")
@@ -929,12 +941,7 @@ class PipelineConfig(_PipelineFields):
         """The batch limit of a ``task`` workload (a ``PipelineTask`` or its value, or ``"transcription"``):
         ``max_batch_size``, or that workload's entry of :data:`MAX_BATCH_SIZE_DEFAULTS` when it is unset.
         The KV cache's slots and the scheduler's limit both come from this call."""
-        if self.max_batch_size is not None:
-            return int(self.max_batch_size)
-        key = str(getattr(task, "value", task))
-        if key not in MAX_BATCH_SIZE_DEFAULTS:
-            raise ValueError(f"no max_batch_size default for workload {key!r}; known: {sorted(MAX_BATCH_SIZE_DEFAULTS)}")
-        return MAX_BATCH_SIZE_DEFAULTS[key]
+        return batch_size_for(self.max_batch_size, task)
 
     @property
     def resolved_max_length(self) -> int:

@@ -112,7 +112,7 @@ class DeepseekV3Model(DeepseekV2Model):
         factory = self.weight_factory(pipeline_config, encoding, self.compute_dtype, self.device_refs[0], checkpoint,
                                       policy=session_policy(session))
         self.mtp_draft = MTPDraftModel(cfg, checkpoint, factory, kv_params, self.max_seq_len,
-                                       pipeline_config.max_batch_size or self.default_max_batch, devices, session,
+                                       self.batch_limit(), devices, session,
                                        self.device_refs[0], n, kvc)
         release = getattr(weights, "release_resident_pages", None)
         if callable(release):
