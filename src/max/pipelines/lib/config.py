@@ -1,16 +1,27 @@
-"""Standardized configuration for pipeline inference: ``PipelineConfig`` and its parts.
+"""Standardized configuration for pipeline inference: ``PipelineConfig`` and its records.
 
-``PipelineConfig(**kwargs)`` accepts its own fields and those of the nested configs
-(``MAXModelConfig`` for the model, ``KVCacheConfig``, ``SamplingConfig``,
-``ProfilingConfig``, ``LoRAConfig``); each keyword is routed to the object that owns
-it, and an unknown keyword raises ValueError listing the valid ones.  Keys may use
-dashes (``quantization-encoding``) and values may be CLI strings (``"8"``,
-``"true"``, ``"q4_k"``, ``"gpu:0,1"``): they are converted by the field's type.
+Each concern is a record whose fields are *knobs* (:func:`max.pipelines.lib.knobs.knob`): the field's
+declaration carries its default, type, help text, validation (choices, bounds), keyword aliases and
+command-line flag, once.  The records: ``MAXModelConfig`` (the model: path, weights, encoding, devices),
+``KVCacheConfig`` (the KV cache), ``SamplingConfig`` (graph-level sampling), ``ProfilingConfig``,
+``LoRAConfig`` and the pipeline's own fields (scheduling and serving: batch sizes, lengths, speculative
+decoding).  ``KVCacheConfig``, ``SamplingConfig``, ``ProfilingConfig`` and ``LoRAConfig`` are frozen.
 
-The config is resolved at construction (``resolve()``): the model path is located
-(local folder with ``config.json`` + weights, a GGUF file, or a repo id in the local
-Hugging Face cache), the weight files are found, and ``quantization_encoding`` is
-checked against what the files contain.
+``PipelineConfig(**kwargs)`` accepts every knob of every record flat (and the knobs' aliases, e.g.
+``devices`` for ``device_specs``, ``cache_dtype`` for ``kv_cache_dtype``); each keyword is routed to the
+record that owns it, and an unknown keyword raises ValueError listing the valid ones.  Keys may use
+dashes (``quantization-encoding``) and values may be CLI strings (``"8"``, ``"true"``, ``"q4_k"``,
+``"gpu:0,1"``): they are converted by the field's type.  ``max generate`` / ``max serve``'s model flags are
+generated from the same declarations (``max.entrypoints.cli.knob_option``).
+
+``max_batch_size`` left unset means the workload's entry of :data:`MAX_BATCH_SIZE_DEFAULTS`
+(:meth:`PipelineConfig.batch_size_for`): the KV cache's slots and the scheduler's limit both read it.
+
+Resolution has two halves.  Making a config locates the model (``resolve()``: a local folder with
+``config.json`` + weights, a GGUF file, or a repo id in the local Hugging Face cache), finds the weight
+files and checks ``quantization_encoding`` against them, so a bad path fails at once.  Picking the
+architecture is ``PipelineRegistry.resolve(config)`` (registry.py), which returns a
+``ResolvedArchitecture``; this module never imports the registry.
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ from max.pipelines.lib.gguf_utils import GGUFMetadata, is_gguf_file, read_gguf_m
 from max.graph.quantization import formats
 from max.pipelines.lib.hf_utils import (
     HuggingFaceRepo,
+    model_type_classes,
     RepoType,
     SupportedEncoding,
     get_rope_parameters,
@@ -57,7 +69,9 @@ __all__ = [
     "ProfilingConfig",
     "PrometheusMetricsMode",
     "SamplingConfig",
+    "MAX_BATCH_SIZE_DEFAULTS",
     "SupportedEncoding",
+    "batch_size_for",
     "parse_device_specs",
 ]
 
@@ -442,6 +456,18 @@ class MAXModelConfig(_ConfigBase):
         with what is wrong and what was found."""
         if self.force_download:
             raise ValueError("force_download=True needs network access; libremax works offline only")
+        self._locate_model_path()
+        repo = self.huggingface_weight_repo
+        available = self._available_encodings(repo)
+        chosen, source = self._choose_encoding(repo, available)
+        self.quantization_encoding = chosen
+        self.source_encoding = source
+        if not self.weight_path:
+            self.weight_path = self._default_weight_files(repo, chosen, source, available)
+        self._resolved = True
+
+    def _locate_model_path(self) -> None:
+        """``model_path`` as an absolute folder or GGUF file, or a repo id (HuggingFaceRepo checks the cache)."""
         mp = os.path.expanduser(self.model_path) if self.model_path else ""
         if not mp:
             if len(self.weight_path) == 1 and is_gguf_file(self.weight_path[0]):
@@ -464,7 +490,8 @@ class MAXModelConfig(_ConfigBase):
         else:
             self.model_path = mp  # a repo id; HuggingFaceRepo validates it is in the local cache
 
-        repo = self.huggingface_weight_repo
+    def _available_encodings(self, repo: HuggingFaceRepo) -> list:
+        """The encodings of the given ``weight_path`` files (made absolute here), else of the repo's weights."""
         base = repo.local_path
         if self.weight_path:
             paths = []
@@ -476,11 +503,10 @@ class MAXModelConfig(_ConfigBase):
                     raise FileNotFoundError(f"weight file {str(w)!r} not found (looked at {p})")
                 paths.append(p.resolve())
             self.weight_path = paths
-            encs = {p: repo.encoding_for_file(p) for p in paths}
             fmts = {_format_of(p) for p in paths}
             if len(fmts) > 1:
                 raise ValueError(f"weight files mix formats {sorted(f.value for f in fmts)}: {[str(p) for p in paths]}")
-            available = list(dict.fromkeys(encs.values()))
+            available = list(dict.fromkeys(repo.encoding_for_file(p) for p in paths))
         else:
             if repo.single_file is None and not (base / "config.json").is_file():
                 raise FileNotFoundError(
@@ -493,49 +519,49 @@ class MAXModelConfig(_ConfigBase):
             available = repo.supported_encodings
         if not available:
             raise ValueError(f"{base}: could not determine the encoding of the weights")
+        return available
 
+    def _choose_encoding(self, repo: HuggingFaceRepo, available: list) -> tuple[Any, Any]:
+        """``(encoding the model runs, encoding in the files when it is converted on load, else None)``."""
         requested = self.quantization_encoding
-        source = None  # the encoding in the files, when the weights are converted on load
         if requested is None:
-            chosen = available[0]
-        elif requested in available:
-            chosen = requested
-        elif (self.allow_safetensors_weights_fp32_bf6_bidirectional_cast and requested in _FLOAT_ENCODINGS
-              and any(a in _FLOAT_ENCODINGS for a in available)
-              and WeightsFormat.gguf not in {_format_of(Path(f)) for f in self._candidate_files(repo)}):
-            chosen = requested
-        elif (source := load_conversion_source(requested, available)) is not None:
-            chosen = requested  # dequantised or quantised once at load (see load_conversion_source)
-        else:
-            hint = ""
-            if requested in _FLOAT_ENCODINGS and any(a in _FLOAT_ENCODINGS for a in available):
-                hint = " (set allow_safetensors_weights_fp32_bf6_bidirectional_cast=True to cast float32<->bfloat16)"
-            also = load_conversion_targets(available)
-            if also:
-                hint += f"; they can also be converted on load to: {[a.value for a in also]}"
-            raise ValueError(
-                f"quantization_encoding {requested.value!r} is not contained in the weights of {self.model_path!r}; "
-                f"they contain: {[a.value for a in available]}{hint}")
-        self.quantization_encoding = chosen
-        self.source_encoding = source
+            return available[0], None
+        if requested in available:
+            return requested, None
+        if (self.allow_safetensors_weights_fp32_bf6_bidirectional_cast and requested in _FLOAT_ENCODINGS
+                and any(a in _FLOAT_ENCODINGS for a in available)
+                and WeightsFormat.gguf not in {_format_of(Path(f)) for f in self._candidate_files(repo)}):
+            return requested, None
+        source = load_conversion_source(requested, available)
+        if source is not None:
+            return requested, source  # dequantised or quantised once at load (see load_conversion_source)
+        hint = ""
+        if requested in _FLOAT_ENCODINGS and any(a in _FLOAT_ENCODINGS for a in available):
+            hint = " (set allow_safetensors_weights_fp32_bf6_bidirectional_cast=True to cast float32<->bfloat16)"
+        also = load_conversion_targets(available)
+        if also:
+            hint += f"; they can also be converted on load to: {[a.value for a in also]}"
+        raise ValueError(
+            f"quantization_encoding {requested.value!r} is not contained in the weights of {self.model_path!r}; "
+            f"they contain: {[a.value for a in available]}{hint}")
 
-        if not self.weight_path:
-            by_fmt = repo.files_for_encoding(chosen)
-            if not by_fmt and source is not None:
-                by_fmt = repo.files_for_encoding(source)
-            if not by_fmt and chosen in _FLOAT_ENCODINGS:  # cast case
-                src = next(a for a in available if a in _FLOAT_ENCODINGS)
-                by_fmt = repo.files_for_encoding(src)
-            # prefer safetensors, then GGUF, then PyTorch
-            for fmt in (WeightsFormat.safetensors, WeightsFormat.gguf, WeightsFormat.pytorch):
-                if fmt in by_fmt:
-                    files = by_fmt[fmt]
-                    if fmt is WeightsFormat.gguf and len(files) > 1:
-                        # several GGUF variants of one encoding: take the first, deterministically
-                        files = files[:1]
-                    self.weight_path = [Path(p) for p in files]
-                    break
-        self._resolved = True
+    @staticmethod
+    def _default_weight_files(repo: HuggingFaceRepo, chosen: Any, source: Any, available: list) -> list[Path]:
+        """The repo's files of ``chosen`` (or of ``source`` / the float files cast from): safetensors first,
+        then GGUF (the first of several variants), then PyTorch."""
+        by_fmt = repo.files_for_encoding(chosen)
+        if not by_fmt and source is not None:
+            by_fmt = repo.files_for_encoding(source)
+        if not by_fmt and chosen in _FLOAT_ENCODINGS:  # cast case
+            src = next(a for a in available if a in _FLOAT_ENCODINGS)
+            by_fmt = repo.files_for_encoding(src)
+        for fmt in (WeightsFormat.safetensors, WeightsFormat.gguf, WeightsFormat.pytorch):
+            if fmt in by_fmt:
+                files = by_fmt[fmt]
+                if fmt is WeightsFormat.gguf and len(files) > 1:
+                    files = files[:1]  # several GGUF variants of one encoding: the first, deterministically
+                return [Path(p) for p in files]
+        return []
 
     @staticmethod
     def _candidate_files(repo: HuggingFaceRepo) -> list[str]:
@@ -596,10 +622,8 @@ class MAXModelConfig(_ConfigBase):
     def architectures(self) -> list[str]:
         """Model class names (``config.json`` ``architectures``; GGUF architectures mapped)."""
         names = list(getattr(self.huggingface_config, "architectures", None) or [])
-        if not names:
-            from max.pipelines.lib.registry import classes_for_model_type
-
-            names = classes_for_model_type(getattr(self.huggingface_config, "model_type", None))[:1]
+        if not names:  # a config saved without them: the model_type's causal-LM (else base) class
+            names = model_type_classes(getattr(self.huggingface_config, "model_type", None))[:1]
         return names
 
     @property
@@ -782,8 +806,10 @@ class PipelineConfig(_PipelineFields):
     Nested: ``model_config`` (:class:`MAXModelConfig`), ``kv_cache_config``,
     ``sampling_config``, ``profiling_config``, ``lora_config``; their fields may be
     passed flat (``model_path=..., quantization_encoding="q4_k", kv_cache_page_size=64,
-    devices="cpu"``).  ``devices`` is an alias of ``device_specs``, ``max_seq_len`` of
-    ``max_length``.
+    devices="cpu"``).  Aliases (declared on the knobs): ``devices`` for ``device_specs``, ``max_seq_len``
+    for ``max_length``, ``weight_paths`` for ``weight_path``, ``encoding`` for ``quantization_encoding``,
+    ``revision`` for ``huggingface_model_revision``, ``page_size`` for ``kv_cache_page_size``, and
+    ``cache_dtype`` / ``kv_cache_format`` (MAX's names) for ``kv_cache_dtype`` (a DType or a name).
     """
 
     def __init__(self, **kwargs: Any) -> None:
@@ -827,7 +853,13 @@ class PipelineConfig(_PipelineFields):
         self._profiling_config = given.get("profiling_config") or ProfilingConfig(**nested["profiling_config"])
         self._lora_config = given.get("lora_config") or LoRAConfig(**nested["lora_config"])
         self._draft_model_config: Optional[MAXModelConfig] = None
-        method = self.speculative_method  # one of the knob's choices (checked above)
+        self._check_speculative()
+        self._chat_template_str: Optional[str] = None
+        self.resolve()
+
+    def _check_speculative(self) -> None:
+        """Speculative decoding's options agree with each other; the draft model's config (draft_model)."""
+        method = self.speculative_method  # one of its knob's choices (checked when the fields were set)
         if method == "draft_model" and not self.draft_model_path:
             raise ValueError("PipelineConfig: speculative_method 'draft_model' needs draft_model_path")
         if method in ("ngram", "mtp"):
@@ -846,9 +878,7 @@ class PipelineConfig(_PipelineFields):
                 raise ValueError(f"PipelineConfig: num_speculative_tokens must be >= 1, got "
                                  f"{self.num_speculative_tokens}")
             self._draft_model_config = MAXModelConfig(model_path=str(self.draft_model_path),
-                                                      device_specs=mc.device_specs)
-        self._chat_template_str: Optional[str] = None
-        self.resolve()
+                                                      device_specs=self._model_config.device_specs)
 
     # -- nested configs
     @property
@@ -902,7 +932,7 @@ class PipelineConfig(_PipelineFields):
         if self.enable_echo and self.enable_chunked_prefill:
             # Echo needs the logits of every prompt token in one pass.
             logger.info("enable_echo: chunked prefill still allowed; echo log-probs are computed per chunk")
-        self._load_custom_architectures()
+        self.custom_architecture_modules()  # a bad module is an error now; the registry registers them
         self._model_config.resolve()
         mpe = self._model_config.max_position_embeddings
         if self.max_length is not None and mpe is not None and self.max_length > mpe:
@@ -914,11 +944,11 @@ class PipelineConfig(_PipelineFields):
                 raise FileNotFoundError(f"chat_template file not found: {p}")
             self._chat_template_str = p.read_text(encoding="utf-8")
 
-    def _load_custom_architectures(self) -> None:
-        if not self.custom_architectures:
-            return
-        from max.pipelines.lib.registry import PIPELINE_REGISTRY
-
+    def custom_architecture_modules(self) -> list[Any]:
+        """The modules ``custom_architectures`` names (imported; ValueError for one without an ``ARCHITECTURES``
+        list).  ``PipelineRegistry.resolve`` registers their architectures; the config never touches the
+        registry."""
+        mods = []
         for spec in self.custom_architectures:
             if ":" in spec:
                 path, module = spec.rsplit(":", 1)
@@ -927,11 +957,10 @@ class PipelineConfig(_PipelineFields):
             else:
                 module = spec
             mod = importlib.import_module(module)
-            archs = getattr(mod, "ARCHITECTURES", None)
-            if archs is None:
+            if getattr(mod, "ARCHITECTURES", None) is None:
                 raise ValueError(f"custom architecture module {module!r} has no ARCHITECTURES list")
-            for arch in archs:
-                PIPELINE_REGISTRY.register(arch, allow_override=True)
+            mods.append(mod)
+        return mods
 
     def retrieve_chat_template(self) -> Optional[str]:
         """The custom chat template read from ``chat_template`` (None when not set)."""
@@ -972,14 +1001,12 @@ class PipelineConfig(_PipelineFields):
             self.kv_cache_config.kv_cache_page_size, self.kv_cache_config.device_memory_utilization)
 
     def log_pipeline_info(self) -> None:
-        from max.pipelines.lib.registry import PIPELINE_REGISTRY
-
-        arch = PIPELINE_REGISTRY.retrieve_architecture(self._model_config.huggingface_weight_repo)
-        if arch is None:
-            raise ValueError(f"no registered architecture for {self._model_config.model_path!r}")
+        """Log the basic config and the checkpoint's architecture (``PipelineRegistry.resolve`` tells which
+        registered architecture, and task, runs it)."""
         self.log_basic_config()
-        logger.info("Architecture: %s task=%s cache_strategy=%s prefill_chunk_size=%d", arch.name,
-                    arch.task.value, self.kv_cache_config.cache_strategy.value, self.prefill_chunk_size)
+        logger.info("Architecture: %s cache_strategy=%s prefill_chunk_size=%d",
+                    ", ".join(self._model_config.architectures) or "unknown",
+                    self.kv_cache_config.cache_strategy.value, self.prefill_chunk_size)
 
     def __repr__(self) -> str:
         own = ", ".join(f"{k}={getattr(self, k)!r}" for k in _PIPELINE_FIELD_NAMES)
