@@ -72,6 +72,8 @@ def test_kwargs_routing_aliases_and_validation_come_from_the_knobs():
     assert c.kv_cache_config.kv_cache_page_size == 32 and c.max_length == 64
     assert c.model_config.quantization_encoding.value == "float32"
     assert config_mod._KWARG_ALIASES["devices"] == "device_specs"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.max_batch_size = 3  # the pipeline's own fields are a frozen record too
     with pytest.raises(ValueError, match="speculative_method must be one of draft_model, ngram, mtp; got 'magic'"):
         PipelineConfig(model_path=d, speculative_method="magic")
     with pytest.raises(ValueError, match="max_queue_size_tg must be >= 1, got 0"):

@@ -5,7 +5,7 @@ declaration carries its default, type, help text, validation (choices, bounds), 
 command-line flag, once.  The records: ``MAXModelConfig`` (the model: path, weights, encoding, devices),
 ``KVCacheConfig`` (the KV cache), ``SamplingConfig`` (graph-level sampling), ``ProfilingConfig``,
 ``LoRAConfig`` and the pipeline's own fields (scheduling and serving: batch sizes, lengths, speculative
-decoding).  ``KVCacheConfig``, ``SamplingConfig``, ``ProfilingConfig`` and ``LoRAConfig`` are frozen.
+decoding).  All but ``MAXModelConfig`` (which ``resolve()`` completes in place) are frozen.
 
 ``PipelineConfig(**kwargs)`` accepts every knob of every record flat (and the knobs' aliases, e.g.
 ``devices`` for ``device_specs``, ``cache_dtype`` for ``kv_cache_dtype``); each keyword is routed to the
@@ -696,7 +696,7 @@ def batch_size_for(max_batch_size: Optional[int], task: Any) -> int:
     return MAX_BATCH_SIZE_DEFAULTS[key]
 
 
-@dataclass
+@dataclass(frozen=True)
 class _PipelineFields(_ConfigBase):
     ce_delay_ms: float = knob(0.0, help="Scheduler sleep before a prefill batch (TTS only, experimental).")
     chat_template: Optional[Path] = knob(
@@ -848,13 +848,14 @@ class PipelineConfig(_PipelineFields):
         else:
             mc = MAXModelConfig(**nested["model_config"])
         mc._kv_cache_config = kv
-        self._model_config = mc
-        self._sampling_config = given.get("sampling_config") or SamplingConfig(**nested["sampling_config"])
-        self._profiling_config = given.get("profiling_config") or ProfilingConfig(**nested["profiling_config"])
-        self._lora_config = given.get("lora_config") or LoRAConfig(**nested["lora_config"])
-        self._draft_model_config: Optional[MAXModelConfig] = None
+        _set = object.__setattr__  # the pipeline's own fields are a frozen record; these are its parts
+        _set(self, "_model_config", mc)
+        _set(self, "_sampling_config", given.get("sampling_config") or SamplingConfig(**nested["sampling_config"]))
+        _set(self, "_profiling_config", given.get("profiling_config") or ProfilingConfig(**nested["profiling_config"]))
+        _set(self, "_lora_config", given.get("lora_config") or LoRAConfig(**nested["lora_config"]))
+        object.__setattr__(self, "_draft_model_config", None)
         self._check_speculative()
-        self._chat_template_str: Optional[str] = None
+        object.__setattr__(self, "_chat_template_str", None)
         self.resolve()
 
     def _check_speculative(self) -> None:
@@ -877,8 +878,8 @@ class PipelineConfig(_PipelineFields):
             if int(self.num_speculative_tokens) < 1:
                 raise ValueError(f"PipelineConfig: num_speculative_tokens must be >= 1, got "
                                  f"{self.num_speculative_tokens}")
-            self._draft_model_config = MAXModelConfig(model_path=str(self.draft_model_path),
-                                                      device_specs=self._model_config.device_specs)
+            object.__setattr__(self, "_draft_model_config", MAXModelConfig(
+                model_path=str(self.draft_model_path), device_specs=self._model_config.device_specs))
 
     # -- nested configs
     @property
@@ -942,7 +943,7 @@ class PipelineConfig(_PipelineFields):
             p = Path(self.chat_template)
             if not p.is_file():
                 raise FileNotFoundError(f"chat_template file not found: {p}")
-            self._chat_template_str = p.read_text(encoding="utf-8")
+            object.__setattr__(self, "_chat_template_str", p.read_text(encoding="utf-8"))
 
     def custom_architecture_modules(self) -> list[Any]:
         """The modules ``custom_architectures`` names (imported; ValueError for one without an ``ARCHITECTURES``
