@@ -23,7 +23,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # e.g. its tokenizer length warning
 
-from max.graph.quantization import formats  # noqa: E402
 from max.entrypoints.default_model import BUNDLED, EMBEDDINGS, default_embeddings_model_path  # noqa: E402
 
 EMBEDDINGS_PACKAGE = EMBEDDINGS.package
@@ -67,7 +66,7 @@ def knob_option(name: str, *, multiple: bool = False, more_help: str = "") -> An
 
     from max.pipelines.lib.config import _hints, find_knob
 
-    cls, fld, spec = find_knob(name)
+    cls, _, spec = find_knob(name)
     flag = spec.flag
     if flag is None:
         raise ValueError(f"PipelineConfig option {name!r} has no command-line flag")
@@ -102,8 +101,6 @@ def knob_option(name: str, *, multiple: bool = False, more_help: str = "") -> An
         kw["multiple"] = True
     if flag.extra:
         kw.update(expose_value=False, callback=_model_extra)
-    if name == "model_path":
-        decls = (dashed, name)
     return click.option(*decls, **kw)
 
 

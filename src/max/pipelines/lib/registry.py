@@ -204,7 +204,8 @@ class PipelineRegistry:
         was made): register the config's ``custom_architectures``, pick the architecture of its checkpoint
         (a registered one, else the transformers fallback when ``hf_fallback`` allows), and return the
         decision as a :class:`ResolvedArchitecture`.  ValueError when no architecture runs the model."""
-        for module in pipeline_config.custom_architecture_modules():
+        custom = getattr(pipeline_config, "custom_architecture_modules", None)
+        for module in custom() if custom is not None else []:
             for arch in module.ARCHITECTURES:
                 self.register(arch, allow_override=True)
         mc = pipeline_config.model_config
@@ -212,7 +213,7 @@ class PipelineRegistry:
                          model_path=str(mc.model_path), override_architecture=override_architecture)
         return ResolvedArchitecture(
             architecture=arch, task=arch.task,
-            max_batch_size=batch_size_for(pipeline_config.max_batch_size,
+            max_batch_size=batch_size_for(getattr(pipeline_config, "max_batch_size", None),
                                           getattr(arch.pipeline_model, "batch_workload", arch.task)))
 
     def _require(self, pipeline_config: "PipelineConfig", override_architecture: Optional[str] = None
