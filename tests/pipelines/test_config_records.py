@@ -93,6 +93,10 @@ def test_cache_dtype_aliases_are_the_one_kv_cache_dtype_knob(alias):
     assert PipelineConfig(model_path=d, devices="cpu").kv_cache_config.cache_dtype is None  # auto
     with pytest.raises(ValueError, match="not a KV cache dtype"):
         PipelineConfig(model_path=d, cache_dtype=DType.int32)
+    assert KVCacheConfig(cache_dtype=DType.bfloat16).kv_cache_dtype == "bfloat16"  # on the record itself too
+    assert KVCacheConfig(kv_cache_format="int8").cache_dtype is DType.int8
+    with pytest.raises(TypeError, match="'cache_dtype' is an alias of 'kv_cache_dtype'"):
+        KVCacheConfig(cache_dtype="int8", kv_cache_dtype="int8")
 
 
 def test_kv_cache_dtype_choices_are_written_once():

@@ -43,7 +43,7 @@ from max.dtype import DType
 from max.graph.weights import WeightsFormat
 from max.nn.kv_cache import KVCacheStrategy, parse_memory_size
 from max.nn.kv_cache.cache_params import KV_CACHE_DTYPES
-from max.pipelines.lib.knobs import Flag, check_knobs, default_of, knob, knobs_of
+from max.pipelines.lib.knobs import Flag, accept_aliases, check_knobs, default_of, knob, knobs_of
 from max.pipelines.lib.gguf_utils import GGUFMetadata, is_gguf_file, read_gguf_metadata
 from max.graph.quantization import formats
 from max.pipelines.lib.hf_utils import (
@@ -268,6 +268,7 @@ def _kv_cache_dtype_name(value: Any) -> Any:
     return value
 
 
+@accept_aliases
 @dataclass(frozen=True)
 class KVCacheConfig(_ConfigBase):
     """KV cache layout and memory settings (a frozen record: ``dataclasses.replace`` makes a changed copy).
@@ -400,6 +401,7 @@ def load_conversion_source(requested: Any, available: list) -> Any:
     return next(a for a in available if not a.is_quantized)
 
 
+@accept_aliases
 @dataclass
 class MAXModelConfig(_ConfigBase):
     """Where the model is and how its weights are stored."""

@@ -21,7 +21,7 @@ import dataclasses
 from dataclasses import MISSING, dataclass
 from typing import Any, Callable, Optional, Sequence
 
-__all__ = ["Flag", "KnobSpec", "check_knobs", "knob", "knob_spec", "knobs_of"]
+__all__ = ["Flag", "KnobSpec", "accept_aliases", "check_knobs", "knob", "knob_spec", "knobs_of"]
 
 _KEY = "libremax.knob"
 
@@ -128,3 +128,25 @@ def check_knobs(obj: Any, prefix: str = "") -> None:
                or (spec.le is not None and value > spec.le))
         if bad:
             raise ValueError(f"{prefix}{name} must be {spec.bounds_text()}, got {value}")
+
+
+def accept_aliases(cls: type) -> type:
+    """Class decorator (after ``@dataclass``): the record's constructor also takes its knobs' aliases
+    (``KVCacheConfig(cache_dtype=...)``, ``MAXModelConfig(devices="cpu")``); giving a knob twice is an error."""
+    aliases = {a: name for name, (_, spec) in knobs_of(cls).items() for a in spec.aliases}
+    if not aliases:
+        return cls
+    init = cls.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        for alias in [k for k in kwargs if k in aliases]:
+            name = aliases[alias]
+            if name in kwargs:
+                raise TypeError(f"{cls.__name__}: {alias!r} is an alias of {name!r}; give one of them")
+            kwargs[name] = kwargs.pop(alias)
+        init(self, *args, **kwargs)
+
+    __init__.__doc__ = init.__doc__
+    __init__.__wrapped__ = init  # type: ignore[attr-defined]
+    cls.__init__ = __init__  # type: ignore[misc]
+    return cls
