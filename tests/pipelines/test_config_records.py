@@ -125,9 +125,11 @@ def test_refusals_name_the_family_and_the_option():
         spill.refuse_swapping("CSM")
 
 
-def test_transformers_fallback_refuses_a_kv_cache_dtype_it_cannot_store(gpt2_dir):
+def test_transformers_fallback_refuses_a_kv_cache_dtype_it_cannot_store(gpt2_dir, monkeypatch):
     from max.entrypoints.llm import LLM
+    from max.pipelines.lib.registry import PIPELINE_REGISTRY
 
+    monkeypatch.setattr(PIPELINE_REGISTRY, "_fallbacks", {})  # leave the registry's warn-once state as it was
     d = str(gpt2_dir[0])  # a tiny GPT-2: no native folder, runs through transformers
     with pytest.raises(NotImplementedError, match=r"transformers fallback.*kv_cache_dtype 'float16'"):
         LLM(PipelineConfig(model_path=d, devices="cpu", kv_cache_dtype="float16", max_length=64))

@@ -120,11 +120,12 @@ class KVCacheMixin:
         if missing:
             raise AttributeError(f"{type(self).__name__}.load_kv_manager needs the attributes {', '.join(missing)}")
         pc, hf, devices, kvc = self.pipeline_config, self.huggingface_config, list(self.devices), self.kv_cache_config
-        cache_dtype = getattr(kvc, "cache_dtype", None) or getattr(getattr(self, "encoding", None), "dtype", None)  # kv_cache_dtype
+        cache_dtype = getattr(kvc, "cache_dtype", None) or getattr(getattr(self, "encoding", None), "dtype", None)
         params = self.get_kv_params(hf, len(devices), kvc, cache_dtype)
         max_seq_len = self.calculate_max_seq_len(pc, hf) if hasattr(self, "calculate_max_seq_len") else \
             int(pc.max_length)
-        slots = batch_size_for(getattr(pc, "max_batch_size", None), getattr(self, "batch_workload", PipelineTask.TEXT_GENERATION))
+        slots = batch_size_for(getattr(pc, "max_batch_size", None),
+                               getattr(self, "batch_workload", PipelineTask.TEXT_GENERATION))
         return PagedKVCacheManager(params, max_batch_size=slots, max_seq_len=max_seq_len,
                                    num_layers=self.get_num_layers(hf), devices=devices, session=session,
                                    available_cache_memory=available_cache_memory)
