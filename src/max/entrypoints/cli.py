@@ -23,7 +23,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # e.g. its tokenizer length warning
 
-from max.graph.quantization import formats  # noqa: E402
 from max.entrypoints.default_model import BUNDLED, EMBEDDINGS, default_embeddings_model_path  # noqa: E402
 
 EMBEDDINGS_PACKAGE = EMBEDDINGS.package
@@ -50,74 +49,70 @@ def _non_empty(ctx: Any, param: Any, value: Any) -> Any:
     return value
 
 
+MODEL_FLAGS = ("model_path", "quantization_encoding", "device_specs", "max_length", "max_batch_size",
+               "prefill_chunk_size", "enable_prefix_caching", "kv_cache_memory", "kv_cache_dtype",
+               "enable_kvcache_swapping_to_host", "host_kvcache_swap_space_gb", "kv_cache_spill_dir",
+               "device_memory_utilization", "draft_model_path", "num_speculative_tokens", "speculative_method",
+               "prompt_lookup_max", "prompt_lookup_min", "num_threads", "allow_image_urls", "chat_template",
+               "hf_fallback")
+"""The ``PipelineConfig`` knobs ``max generate`` / ``max serve`` take as flags, in ``--help`` order.  Each flag is
+built by :func:`knob_option` from the knob's declaration (``max.pipelines.lib.config``): its type, choices,
+bounds, help and flag settings live there, once."""
+
+
+def knob_option(name: str, *, multiple: bool = False, more_help: str = "") -> Any:
+    """The click option of the ``PipelineConfig`` knob ``name`` (see :data:`MODEL_FLAGS`)."""
+    import typing
+
+    from max.pipelines.lib.config import _hints, find_knob
+
+    cls, _, spec = find_knob(name)
+    flag = spec.flag
+    if flag is None:
+        raise ValueError(f"PipelineConfig option {name!r} has no command-line flag")
+    tp = _hints(cls)[name]
+    if typing.get_origin(tp) is typing.Union:
+        tp = next(a for a in typing.get_args(tp) if a is not type(None))
+    dashed = "--" + name.replace("_", "-")
+    kw: dict[str, Any] = {"default": flag.default, "help": " ".join(x for x in (spec.help, flag.note, more_help) if x)}
+    if tp is bool and not flag.is_flag:
+        decls = flag.decls or (f"{dashed}/--no-{dashed[2:]}",)
+    else:
+        decls = flag.decls or (dashed,)
+        if tp is bool:
+            kw["is_flag"] = True
+    if flag.show_default:
+        kw["show_default"] = True
+    if flag.metavar:
+        kw["metavar"] = flag.metavar
+    if spec.choices is not None:
+        kw["type"] = click.Choice(list(spec.choices))
+    elif flag.path is not None:
+        kw["type"] = click.Path(**flag.path)
+    elif flag.memory_size:
+        kw["callback"] = _memory_size
+    elif tp is int:
+        kw["type"] = click.IntRange(min=spec.ge) if spec.ge is not None else int
+    elif tp is float:
+        lo = spec.gt if spec.gt is not None else spec.ge
+        kw["type"] = click.FloatRange(lo, spec.le, min_open=spec.gt is not None) if lo is not None or \
+            spec.le is not None else float
+    if multiple:
+        kw["multiple"] = True
+    if flag.extra:
+        kw.update(expose_value=False, callback=_model_extra)
+    return click.option(*decls, **kw)
+
+
 def _model_options(f: Any, multi_model: bool = False) -> Any:
-    path_help = ("Model folder (config.json + weights), .gguf file, or cached HF repo id. "
-                 "Default: the bundled SmolLM2-135M-Instruct.")
+    multi_help = ""
     if multi_model:
-        path_help += (" Repeat it to serve several models from one server: requests choose one by their "
+        multi_help = ("Repeat it to serve several models from one server: requests choose one by their "
                       "\"model\" (its --served-model-name, given in the same order, or its path), the first "
                       "when they name none; /v1/models lists them all.  --kv-cache-memory and "
                       "--device-memory-utilization are then the server's whole budget, split evenly.")
-    opts = [
-        click.option("--model-path", "model_path", default=None, multiple=multi_model, help=path_help),
-        click.option("--quantization-encoding", default=None,
-                     help=formats.encoding_help()),
-        click.option("--devices", default="default", show_default=True,
-                     help="'cpu', 'gpu', 'default', or several devices to split the model over (tensor "
-                          "parallel): 'gpu:0,1' (GPUs 0 and 1), 'cpu:0,1' (logical CPU devices, for testing)."),
-        click.option("--max-length", type=click.IntRange(min=1), default=None,
-                     help="Max tokens per sequence, prompt + output (default: the model's context length)."),
-        click.option("--max-batch-size", type=click.IntRange(min=1), default=None,
-                     help="Max requests batched per step (default 16)."),
-        click.option("--prefill-chunk-size", type=click.IntRange(min=1), default=None,
-                     help="Prompt tokens processed per step."),
-        click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=True, show_default=True,
-                     help="Reuse KV cache pages of shared prompt prefixes."),
-        click.option("--kv-cache-memory", default=None, callback=_memory_size, metavar="SIZE",
-                     help="KV cache size per device, e.g. 512MiB or 2GiB (default: room for --max-batch-size "
-                          "sequences of --max-length tokens but at most 32768 tokens, within "
-                          "--device-memory-utilization of free memory)."),
-        click.option("--kv-cache-dtype", type=click.Choice(["auto", "int8", "fp8_e4m3", "float32", "bfloat16",
-                                                             "float16"]), default=None, expose_value=False,
-                     callback=_model_extra, help="How the KV cache stores keys and values: auto (the model's "
-                     "float dtype), or int8 / fp8_e4m3 (8-bit codes with a scale per token and KV head: about a "
-                     "quarter of a float32 cache; int8 costs SmolLM2 a KL of ~0.0006), or a float dtype."),
-        click.option("--enable-kvcache-swapping-to-host", is_flag=True, default=None, expose_value=False,
-                     callback=_model_extra, help="Spill prefix-cache pages evicted from the KV cache to host memory "
-                     "(or --kv-cache-spill-dir) and bring them back on a prefix hit."),
-        click.option("--host-kvcache-swap-space-gb", type=click.FloatRange(0, min_open=True), default=None,
-                     expose_value=False, callback=_model_extra,
-                     help="Most GiB the prefix cache's spill tier holds (default 50)."),
-        click.option("--kv-cache-spill-dir", type=click.Path(file_okay=False), default=None, expose_value=False,
-                     callback=_model_extra, help="Spill evicted prefix-cache pages to files in this directory "
-                     "instead of host memory (implies --enable-kvcache-swapping-to-host)."),
-        click.option("--device-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=None,
-                     help="Most of the free device memory the default-sized KV cache may take (default 0.9)."),
-        click.option("--draft-model-path", default=None,
-                     help="Speculative decoding: a small draft model with the same vocabulary."),
-        click.option("--num-speculative-tokens", type=int, default=None,
-                     help="Draft tokens proposed per step (default 3)."),
-        click.option("--speculative-method", type=click.Choice(["draft_model", "ngram", "mtp"]), default=None,
-                     help="Speculative decoding's draft: draft_model (--draft-model-path), ngram (prompt lookup: "
-                          "the tokens that followed an earlier occurrence of the last tokens; no draft model) or "
-                          "mtp (the model's multi-token prediction layer: DeepSeek-V3)."),
-        click.option("--prompt-lookup-max", type=click.IntRange(min=1), default=None,
-                     help="ngram draft: longest suffix looked up, in tokens (default 5, or --prompt-lookup-min)."),
-        click.option("--prompt-lookup-min", type=click.IntRange(min=1), default=None,
-                     help="ngram draft: shortest suffix looked up, in tokens (default 5, or --prompt-lookup-max)."),
-        click.option("--num-threads", type=click.IntRange(min=1), default=None,
-                     help="CPU threads of the one pool torch and libremax's kernels share (default: "
-                          "LIBREMAX_NUM_THREADS, else the physical cores)."),
-        click.option("--allow-image-urls", is_flag=True,
-                     help="Vision-language models: fetch http(s) image URLs (off: only data: URIs and local paths; a "
-                          "URL is refused with a clear error).  Fetches use a 10 s timeout and a 32 MiB limit."),
-        click.option("--chat-template", default=None, type=click.Path(exists=True, dir_okay=False),
-                     help="A Jinja chat template file to use instead of the model's own (chat prompts, "
-                          "/v1/chat/completions, /v1/tokenize with messages)."),
-        click.option("--fallback/--no-fallback", "hf_fallback", default=True, show_default=True,
-                     help="Run a causal LM whose architecture libremax has no native implementation of through "
-                          "Hugging Face transformers (with a warning); --no-fallback makes it an error."),
-    ]
+    opts = [knob_option(n, multiple=multi_model and n == "model_path", more_help=multi_help if n == "model_path" else "")
+            for n in MODEL_FLAGS]
     for o in reversed(opts):
         f = o(f)
     return f
@@ -128,8 +123,10 @@ def _model_extra(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     if value is not None:
         extra = ctx.meta.setdefault("libremax.model_extra", {})
         extra[param.name] = value
-        if param.name == "kv_cache_spill_dir":
-            extra["enable_kvcache_swapping_to_host"] = True
+        from max.pipelines.lib.config import find_knob
+
+        flag = find_knob(param.name)[2].flag
+        extra.update(dict(flag.implies if flag is not None else ()))
     return value
 
 
@@ -720,14 +717,11 @@ def _multi_model_options(f: Any) -> Any:
 @click.option("--allowed-origins", default=None, metavar="ORIGINS",
               help="CORS: browser origins allowed to call the API, comma separated or a JSON list, e.g. "
                    "http://localhost:3000 or '*' (default: none, browsers refuse cross-origin calls).")
-@click.option("--enable-echo", is_flag=True, help="Compute prompt log probabilities (echo with logprobs, "
-              "prompt_logprobs); the model then returns the logits of every prompt position.")
-@click.option("--lora-paths", multiple=True, help="A PEFT LoRA adapter to load at start-up, NAME=PATH "
-              "(repeat for several); requests select it with \"model\": \"NAME\".")
-@click.option("--enable-lora", is_flag=True, help="Build the model with LoRA slots (implied by --lora-paths); "
-              "adapters can then be loaded at run time (POST /v1/load_lora_adapter).")
-@click.option("--max-num-loras", type=int, default=None, help="LoRA adapters resident at once (default 1).")
-@click.option("--max-lora-rank", type=int, default=None, help="Largest LoRA rank accepted (default 16).")
+@knob_option("enable_echo")
+@knob_option("lora_paths", multiple=True)
+@knob_option("enable_lora")
+@knob_option("max_num_loras")
+@knob_option("max_lora_rank")
 @click.option("--responses-store-size", type=click.IntRange(min=0), default=1024, show_default=True,
               help="Responses /v1/responses keeps in memory for previous_response_id (least recently used "
                    "dropped first; 0 keeps none).")

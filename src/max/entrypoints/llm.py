@@ -11,7 +11,7 @@ import uuid
 import warnings
 from typing import Any, Optional, Sequence
 
-from max.interfaces import SamplingParams, TextGenerationRequest
+from max.interfaces import PipelineTask, SamplingParams, TextGenerationRequest
 from max.pipelines.lib.scheduler import StepOutput, TokenGenerationScheduler
 
 
@@ -108,7 +108,7 @@ class LLM:
         self.pipeline_config = pipeline_config
         self.tokenizer, self.pipeline = PIPELINE_REGISTRY.retrieve(pipeline_config)
         self.scheduler = TokenGenerationScheduler(
-            self.pipeline, self.tokenizer, max_batch_size=pipeline_config.max_batch_size or 16,
+            self.pipeline, self.tokenizer, max_batch_size=pipeline_config.batch_size_for(PipelineTask.TEXT_GENERATION),
             prefill_token_budget=pipeline_config.prefill_chunk_size)
         self._lock = threading.Lock()
         self._chat_hint_given = False

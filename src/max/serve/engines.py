@@ -97,7 +97,7 @@ class TranscriptionEngine(QueueWorker):
     waiting when the worker is free run together as one batch (up to ``max_batch_size``).  Each request is
     checked (``pipeline.check``) before it joins a batch, so a bad one fails alone."""
 
-    def __init__(self, pipeline: Any, max_batch_size: int = 8, max_audio_seconds: float = 1800.0) -> None:
+    def __init__(self, pipeline: Any, max_batch_size: int, max_audio_seconds: float = 1800.0) -> None:
         super().__init__("max-transcribe")
         self.pipeline = pipeline
         self.max_batch_size = max(1, int(max_batch_size))

@@ -195,6 +195,8 @@ def deployment(config_kwargs: dict, app_kwargs: Optional[dict] = None, *, num_re
     _require_ray()
     from ray import serve
 
+    from max.pipelines.lib.config import batch_size_for
+
     app_kwargs = dict(app_kwargs or {})
     autoscale = min_replicas is not None or max_replicas is not None
     if autoscale and num_replicas not in (None, min_replicas):
@@ -209,7 +211,7 @@ def deployment(config_kwargs: dict, app_kwargs: Optional[dict] = None, *, num_re
     options: dict[str, Any] = {
         "name": name,
         "ray_actor_options": {"num_cpus": 1 if num_cpus is None else num_cpus, "num_gpus": _uses_gpus(config_kwargs)},
-        "max_ongoing_requests": max(8, int(config_kwargs.get("max_batch_size") or 16) * 2),
+        "max_ongoing_requests": max(8, batch_size_for(config_kwargs.get("max_batch_size"), "text_generation") * 2),
         "health_check_period_s": 10,
         "graceful_shutdown_timeout_s": 20,
     }

@@ -152,7 +152,8 @@ def _build_app(pipeline_config: Any, *, served_model_name: Optional[str], api_ke
     if is_speech_recognition(pipeline_config):
         from max.serve.engines import TranscriptionEngine
 
-        engine = TranscriptionEngine(PIPELINE_REGISTRY.retrieve_transcriber(pipeline_config), pipeline_config.max_batch_size or 8,
+        engine = TranscriptionEngine(PIPELINE_REGISTRY.retrieve_transcriber(pipeline_config),
+                                     pipeline_config.batch_size_for("transcription"),
                                      max_audio_seconds=max_audio_seconds)
         return create_app(name, transcriber=engine, api_key=api_key, metrics=metrics, aliases=aliases,
                           **{k: v for k, v in app_options.items() if k == "allowed_origins"})
@@ -161,7 +162,7 @@ def _build_app(pipeline_config: Any, *, served_model_name: Optional[str], api_ke
         from max.serve.speech_engine import SpeechEngine
 
         _, pipeline = PIPELINE_REGISTRY.retrieve(pipeline_config, task=PipelineTask.AUDIO_GENERATION)
-        return create_app(name, speaker=SpeechEngine(pipeline, pipeline_config.max_batch_size or 8), api_key=api_key,
+        return create_app(name, speaker=SpeechEngine(pipeline, pipeline_config.batch_size_for(task)), api_key=api_key,
                           metrics=metrics, aliases=aliases,
                           **{k: v for k, v in app_options.items() if k == "allowed_origins"})
     if task == PipelineTask.EMBEDDINGS_GENERATION:
@@ -178,7 +179,7 @@ def _build_app(pipeline_config: Any, *, served_model_name: Optional[str], api_ke
     if getattr(pipeline, "metrics", None) is not None and hasattr(pipeline.metrics, "acceptance_rate"):
         metrics.bind_speculative(pipeline.metrics)
     scheduler = TokenGenerationScheduler(
-        pipeline, tokenizer, max_batch_size=pipeline_config.max_batch_size or 16, max_queue_size=max_queue_size,
+        pipeline, tokenizer, max_batch_size=pipeline_config.batch_size_for(task), max_queue_size=max_queue_size,
         prefill_token_budget=pipeline_config.prefill_chunk_size, metrics=metrics)
     return create_app(name, generator=GenerationEngine.from_pipeline(tokenizer, pipeline, scheduler),
                       api_key=api_key, metrics=metrics, aliases=aliases, tool_parser=tool_parser, **app_options)

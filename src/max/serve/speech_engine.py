@@ -17,7 +17,7 @@ __all__ = ["SpeechEngine"]
 
 
 class SpeechEngine(QueueWorker):
-    def __init__(self, pipeline: Any, max_batch_size: int = 8) -> None:
+    def __init__(self, pipeline: Any, max_batch_size: int) -> None:
         super().__init__("max-speech")
         self.pipeline = pipeline
         self.max_batch_size = max(1, int(max_batch_size))

@@ -1,16 +1,27 @@
-"""Standardized configuration for pipeline inference: ``PipelineConfig`` and its parts.
+"""Standardized configuration for pipeline inference: ``PipelineConfig`` and its records.
 
-``PipelineConfig(**kwargs)`` accepts its own fields and those of the nested configs
-(``MAXModelConfig`` for the model, ``KVCacheConfig``, ``SamplingConfig``,
-``ProfilingConfig``, ``LoRAConfig``); each keyword is routed to the object that owns
-it, and an unknown keyword raises ValueError listing the valid ones.  Keys may use
-dashes (``quantization-encoding``) and values may be CLI strings (``"8"``,
-``"true"``, ``"q4_k"``, ``"gpu:0,1"``): they are converted by the field's type.
+Each concern is a record whose fields are *knobs* (:func:`max.pipelines.lib.knobs.knob`): the field's
+declaration carries its default, type, help text, validation (choices, bounds), keyword aliases and
+command-line flag, once.  The records: ``MAXModelConfig`` (the model: path, weights, encoding, devices),
+``KVCacheConfig`` (the KV cache), ``SamplingConfig`` (graph-level sampling), ``ProfilingConfig``,
+``LoRAConfig`` and the pipeline's own fields (scheduling and serving: batch sizes, lengths, speculative
+decoding).  All but ``MAXModelConfig`` (which ``resolve()`` completes in place) are frozen.
 
-The config is resolved at construction (``resolve()``): the model path is located
-(local folder with ``config.json`` + weights, a GGUF file, or a repo id in the local
-Hugging Face cache), the weight files are found, and ``quantization_encoding`` is
-checked against what the files contain.
+``PipelineConfig(**kwargs)`` accepts every knob of every record flat (and the knobs' aliases, e.g.
+``devices`` for ``device_specs``, ``cache_dtype`` for ``kv_cache_dtype``); each keyword is routed to the
+record that owns it, and an unknown keyword raises ValueError listing the valid ones.  Keys may use
+dashes (``quantization-encoding``) and values may be CLI strings (``"8"``, ``"true"``, ``"q4_k"``,
+``"gpu:0,1"``): they are converted by the field's type.  ``max generate`` / ``max serve``'s model flags are
+generated from the same declarations (``max.entrypoints.cli.knob_option``).
+
+``max_batch_size`` left unset means the workload's entry of :data:`MAX_BATCH_SIZE_DEFAULTS`
+(:meth:`PipelineConfig.batch_size_for`): the KV cache's slots and the scheduler's limit both read it.
+
+Resolution has two halves.  Making a config locates the model (``resolve()``: a local folder with
+``config.json`` + weights, a GGUF file, or a repo id in the local Hugging Face cache), finds the weight
+files and checks ``quantization_encoding`` against them, so a bad path fails at once.  Picking the
+architecture is ``PipelineRegistry.resolve(config)`` (registry.py), which returns a
+``ResolvedArchitecture``; this module never imports the registry.
 """
 
 from __future__ import annotations
@@ -25,17 +36,19 @@ import typing
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 from max.driver import DeviceSpec
 from max.dtype import DType
 from max.graph.weights import WeightsFormat
 from max.nn.kv_cache import KVCacheStrategy, parse_memory_size
 from max.nn.kv_cache.cache_params import KV_CACHE_DTYPES
+from max.pipelines.lib.knobs import Flag, accept_aliases, check_knobs, default_of, knob, knobs_of
 from max.pipelines.lib.gguf_utils import GGUFMetadata, is_gguf_file, read_gguf_metadata
 from max.graph.quantization import formats
 from max.pipelines.lib.hf_utils import (
     HuggingFaceRepo,
+    model_type_classes,
     RepoType,
     SupportedEncoding,
     get_rope_parameters,
@@ -56,7 +69,9 @@ __all__ = [
     "ProfilingConfig",
     "PrometheusMetricsMode",
     "SamplingConfig",
+    "MAX_BATCH_SIZE_DEFAULTS",
     "SupportedEncoding",
+    "batch_size_for",
     "parse_device_specs",
 ]
 
@@ -216,9 +231,8 @@ def _public_fields(cls: type) -> list[str]:
 
 
 class _ConfigBase:
-    """Dataclass helpers: coerce CLI-like values on construction; ``help()``."""
-
-    _help: dict[str, str] = {}
+    """Dataclass helpers: coerce CLI-like values on construction, check the knobs' choices and bounds
+    (:mod:`max.pipelines.lib.knobs`); ``help()``."""
 
     def _coerce_fields(self) -> None:
         hints = _hints(type(self))
@@ -230,126 +244,133 @@ class _ConfigBase:
 
     def __post_init__(self) -> None:
         self._coerce_fields()
+        check_knobs(self)
 
     @classmethod
     def help(cls) -> dict[str, str]:
         """Config options and their descriptions."""
-        return {k: v for k, v in cls._help.items()}
+        return {name: spec.help for name, (_, spec) in knobs_of(cls).items()}
 
 
 # --------------------------------------------------------------------------- nested configs
 
+KV_CACHE_DTYPE_CHOICES = ("auto", *KV_CACHE_DTYPES)
+"""``kv_cache_dtype``'s values: ``auto`` and the names of ``max.nn.kv_cache.cache_params.KV_CACHE_DTYPES``."""
 
-@dataclass
+
+def _kv_cache_dtype_name(value: Any) -> Any:
+    """``cache_dtype=`` (a DType, or a dtype name) as a ``kv_cache_dtype`` name."""
+    if isinstance(value, DType):
+        for name, dt in KV_CACHE_DTYPES.items():
+            if dt == value:
+                return name
+        raise ValueError(f"cache_dtype {value} is not a KV cache dtype; use one of {', '.join(KV_CACHE_DTYPES)}")
+    return value
+
+
+@accept_aliases
+@dataclass(frozen=True)
 class KVCacheConfig(_ConfigBase):
-    """KV cache layout and memory settings."""
+    """KV cache layout and memory settings (a frozen record: ``dataclasses.replace`` makes a changed copy).
 
-    cache_strategy: KVCacheStrategy = KVCacheStrategy.MODEL_DEFAULT
-    kv_cache_page_size: int = 128
-    enable_prefix_caching: bool = False
-    enable_kvcache_swapping_to_host: bool = False
-    device_memory_utilization: float = 0.9
-    host_kvcache_swap_space_gb: float = 50.0
-    cache_dtype: Optional[DType] = None
-    """Override the KV cache dtype (default: from the encoding, see ``SupportedEncoding.cache_dtype``)."""
-    kv_cache_dtype: str = "auto"
-    """How K and V are stored: ``auto`` (the model's float dtype, or ``cache_dtype``), ``int8`` or
-    ``fp8_e4m3`` (8-bit codes with a float32 scale per token and KV head), or a float dtype name."""
-    kv_cache_spill_dir: Optional[str] = None
-    """With ``enable_kvcache_swapping_to_host``: spill evicted prefix-cache pages to files in this directory
-    (at most ``host_kvcache_swap_space_gb``) instead of host memory."""
-    kv_cache_memory: Optional[int] = None
-    """Bytes of KV cache per device (None: ``max_batch_size`` sequences of ``max_length`` but at most
-    32768 tokens, capped at ``device_memory_utilization`` of the free memory; see
-    ``max.nn.kv_cache.sizing``); strings such as ``"512MiB"`` are accepted."""
+    ``kv_cache_dtype`` is the one knob for how K and V are stored; ``cache_dtype`` (MAX's name) is its
+    alias as a keyword, and as a property reads it as a ``DType`` (None for ``auto``)."""
 
-    _help = {
-        "cache_strategy": "KV cache strategy: 'model_default' or 'paged'.",
-        "kv_cache_page_size": "Tokens per KV cache page (paged strategy).",
-        "enable_prefix_caching": "Reuse KV cache pages of identical prompt prefixes.",
-        "enable_kvcache_swapping_to_host": "Swap evicted prefix-cache pages to host memory.",
-        "device_memory_utilization": "Most of the free device memory the default-sized KV cache may take, as a "
-                                     "fraction in (0, 1].",
-        "host_kvcache_swap_space_gb": "Host swap space for KV cache pages, in GiB.",
-        "cache_dtype": "Override the KV cache dtype.",
-        "kv_cache_dtype": "KV cache storage: auto (the model's float dtype), int8 or fp8_e4m3 (8-bit codes with a "
-                          "scale per token and KV head: about 1/4 of a float32 cache), float32, bfloat16, float16.",
-        "kv_cache_spill_dir": "Spill evicted prefix-cache pages to this directory instead of host memory (with "
-                              "enable_kvcache_swapping_to_host).",
-        "kv_cache_memory": "KV cache size per device (bytes, or e.g. 512MiB / 2GiB); default: max_batch_size "
-                           "sequences of max_length tokens, at most 32768 tokens.",
-    }
+    cache_strategy: KVCacheStrategy = knob(KVCacheStrategy.MODEL_DEFAULT,
+                                           help="KV cache strategy: 'model_default' or 'paged'.")
+    kv_cache_page_size: int = knob(128, ge=1, aliases=("page_size",), help="Tokens per KV cache page (paged strategy).")
+    enable_prefix_caching: bool = knob(False, help="Reuse KV cache pages of shared prompt prefixes.",
+                                       flag=Flag(default=True, show_default=True))
+    """Off for a config made in Python; the command line turns it on (``--no-enable-prefix-caching`` turns
+    it off)."""
+    enable_kvcache_swapping_to_host: bool = knob(
+        False, help="Spill prefix-cache pages evicted from the KV cache to host memory (or --kv-cache-spill-dir) "
+                    "and bring them back on a prefix hit.",
+        flag=Flag(is_flag=True, extra=True))
+    device_memory_utilization: float = knob(
+        0.9, gt=0, le=1, help="Most of the free device memory the default-sized KV cache may take (default {default}).",
+        flag=Flag())
+    host_kvcache_swap_space_gb: float = knob(50.0, gt=0,
+                                             help="Most GiB the prefix cache's spill tier holds (default {default}).",
+                                             flag=Flag(extra=True))
+    kv_cache_dtype: str = knob(
+        "auto", choices=KV_CACHE_DTYPE_CHOICES, aliases=("cache_dtype", "kv_cache_format"),
+        help="How the KV cache stores keys and values: auto (the model's float dtype), or int8 / fp8_e4m3 (8-bit "
+             "codes with a scale per token and KV head: about a quarter of a float32 cache; int8 costs SmolLM2 a KL "
+             "of ~0.0006), or a float dtype.",
+        flag=Flag(extra=True))
+    kv_cache_spill_dir: Optional[str] = knob(
+        None, help="Spill evicted prefix-cache pages to files in this directory instead of host memory (implies "
+                   "--enable-kvcache-swapping-to-host).",
+        flag=Flag(extra=True, path={"file_okay": False}, implies=(("enable_kvcache_swapping_to_host", True),)))
+    kv_cache_memory: Optional[int] = knob(
+        None, ge=1,
+        help="KV cache size per device, e.g. 512MiB or 2GiB (default: room for --max-batch-size sequences of "
+             "--max-length tokens but at most 32768 tokens, within --device-memory-utilization of free memory).",
+        flag=Flag(memory_size=True, metavar="SIZE"))
+    """Bytes (strings such as ``"512MiB"`` are accepted); see ``max.nn.kv_cache.sizing``."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "kv_cache_dtype", _kv_cache_dtype_name(self.kv_cache_dtype))
         if self.kv_cache_memory is not None and not isinstance(self.kv_cache_memory, int):
             try:
-                self.kv_cache_memory = parse_memory_size(self.kv_cache_memory)
+                object.__setattr__(self, "kv_cache_memory", parse_memory_size(self.kv_cache_memory))
             except ValueError as e:
                 raise ValueError(f"kv_cache_memory: {e}") from None
         super().__post_init__()
-        if self.kv_cache_memory is not None and self.kv_cache_memory < 1:
-            raise ValueError(f"kv_cache_memory must be a positive size, got {self.kv_cache_memory}")
-        if self.kv_cache_dtype != "auto" and self.kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise ValueError(f"kv_cache_dtype must be one of auto, {', '.join(KV_CACHE_DTYPES)}; got "
-                             f"{self.kv_cache_dtype!r}")
-        if self.kv_cache_page_size < 1:
-            raise ValueError(f"kv_cache_page_size must be >= 1, got {self.kv_cache_page_size}")
-        if not 0.0 < self.device_memory_utilization <= 1.0:
-            raise ValueError(f"device_memory_utilization must be in (0, 1], got {self.device_memory_utilization}")
         if self.enable_kvcache_swapping_to_host and not self.enable_prefix_caching:
             raise ValueError("enable_kvcache_swapping_to_host requires enable_prefix_caching")
-        if self.enable_kvcache_swapping_to_host and not self.host_kvcache_swap_space_gb > 0:
-            raise ValueError(f"host_kvcache_swap_space_gb must be > 0, got {self.host_kvcache_swap_space_gb}")
         if self.kv_cache_spill_dir is not None and not self.enable_kvcache_swapping_to_host:
             raise ValueError("kv_cache_spill_dir requires enable_kvcache_swapping_to_host")
 
+    @property
+    def cache_dtype(self) -> Optional[DType]:
+        """``kv_cache_dtype`` as a DType (None for ``auto``: the model's float dtype)."""
+        return None if self.kv_cache_dtype == "auto" else KV_CACHE_DTYPES[self.kv_cache_dtype]
 
-@dataclass
+    def refuse_kv_cache_dtype(self, family: str, allowed: Sequence[Any] = (), why: str = "") -> None:
+        """NotImplementedError at load when a family cannot store its cache as ``kv_cache_dtype`` (``allowed``:
+        the DTypes it can; ``auto`` is always allowed)."""
+        dt = self.cache_dtype
+        if dt is not None and dt not in allowed:
+            ok = ", ".join(["auto", *(n for n, d in KV_CACHE_DTYPES.items() if d in allowed)])
+            raise NotImplementedError(f"{family}: kv_cache_dtype {self.kv_cache_dtype!r} is not supported "
+                                      f"({why or 'its attention reads a float cache'}); use {ok}")
+
+    def refuse_swapping(self, family: str) -> None:
+        """NotImplementedError at load for a family without prefix caching given the spill tier's options."""
+        if self.enable_kvcache_swapping_to_host:
+            raise NotImplementedError(f"{family}: enable_kvcache_swapping_to_host / kv_cache_spill_dir need "
+                                      "prefix caching, which this family does not have")
+
+
+@dataclass(frozen=True)
 class SamplingConfig(_ConfigBase):
     """Graph-level sampling options (per-request values live in ``SamplingParams``)."""
 
-    in_dtype: DType = DType.float32
-    out_dtype: DType = DType.float32
-    enable_structured_output: bool = False
-    enable_variable_logits: bool = False
-    enable_penalties: bool = False
-    enable_min_tokens: bool = False
-
-    _help = {
-        "in_dtype": "dtype of the logits given to the sampler.",
-        "out_dtype": "dtype of the logits returned by the sampler.",
-        "enable_structured_output": "Enable constrained decoding (JSON schemas).",
-        "enable_variable_logits": "Allow several logits per sequence (echo / speculative decoding).",
-        "enable_penalties": "Apply frequency/presence/repetition penalties.",
-        "enable_min_tokens": "Mask EOS until min_new_tokens have been generated.",
-    }
+    in_dtype: DType = knob(DType.float32, help="dtype of the logits given to the sampler.")
+    out_dtype: DType = knob(DType.float32, help="dtype of the logits returned by the sampler.")
+    enable_structured_output: bool = knob(False, help="Enable constrained decoding (JSON schemas).")
+    enable_variable_logits: bool = knob(False, help="Allow several logits per sequence (echo / speculative decoding).")
+    enable_penalties: bool = knob(False, help="Apply frequency/presence/repetition penalties.")
+    enable_min_tokens: bool = knob(False, help="Mask EOS until min_new_tokens have been generated.")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProfilingConfig(_ConfigBase):
-    gpu_profiling: str = "off"
-
-    _help = {"gpu_profiling": "GPU profiling mode: off, on or detailed."}
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.gpu_profiling not in ("off", "on", "detailed"):
-            raise ValueError(f"gpu_profiling must be 'off', 'on' or 'detailed', got {self.gpu_profiling!r}")
+    gpu_profiling: str = knob("off", choices=("off", "on", "detailed"),
+                              help="GPU profiling mode: off, on or detailed.")
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoRAConfig(_ConfigBase):
-    enable_lora: bool = False
-    lora_paths: list[str] = field(default_factory=list)
-    max_lora_rank: int = 16
-    max_num_loras: int = 1
-
-    _help = {
-        "enable_lora": "Enable LoRA adapters.",
-        "lora_paths": "LoRA adapter paths to load at start-up.",
-        "max_lora_rank": "Largest LoRA rank supported.",
-        "max_num_loras": "Number of LoRA adapters resident at once.",
-    }
+    enable_lora: bool = knob(False, help="Build the model with LoRA slots (implied by --lora-paths); adapters can "
+                                         "then be loaded at run time (POST /v1/load_lora_adapter).",
+                             flag=Flag(is_flag=True, default=False))
+    lora_paths: list[str] = knob(default_factory=list, help="A PEFT LoRA adapter to load at start-up, NAME=PATH "
+                                 "(repeat for several); requests select it with \"model\": \"NAME\".", flag=Flag())
+    max_lora_rank: int = knob(16, help="Largest LoRA rank accepted (default {default}).", flag=Flag())
+    max_num_loras: int = knob(1, help="LoRA adapters resident at once (default {default}).", flag=Flag())
 
 
 # --------------------------------------------------------------------------- model config
@@ -380,48 +401,43 @@ def load_conversion_source(requested: Any, available: list) -> Any:
     return next(a for a in available if not a.is_quantized)
 
 
+@accept_aliases
 @dataclass
 class MAXModelConfig(_ConfigBase):
     """Where the model is and how its weights are stored."""
 
-    model_path: str = ""
+    model_path: str = knob("", help="Model folder (config.json + weights), .gguf file, or cached HF repo id.",
+                           flag=Flag(note="Default: the bundled SmolLM2-135M-Instruct."))
     """A local model folder (``config.json`` + weights), a GGUF file, or a repo id present
     in the local Hugging Face cache."""
-    served_model_name: Optional[str] = None
-    weight_path: list[Path] = field(default_factory=list)
+    served_model_name: Optional[str] = knob(None, help="Name the server reports for the model (defaults to "
+                                                       "model_path).")
+    weight_path: list[Path] = knob(default_factory=list, aliases=("weight_paths",),
+                                   help="Weight files to load (relative to the model folder, or absolute).")
     """Weight files; relative paths are resolved against the model folder."""
-    quantization_encoding: Optional[SupportedEncoding] = None
-    allow_safetensors_weights_fp32_bf6_bidirectional_cast: bool = False
+    quantization_encoding: Optional[SupportedEncoding] = knob(None, aliases=("encoding",),
+                                                              help=formats.encoding_help(), flag=Flag())
+    allow_safetensors_weights_fp32_bf6_bidirectional_cast: bool = knob(
+        False, help="Allow float32<->bfloat16 casts of safetensors.")
     """Allow running float32 safetensors weights as bfloat16 and vice versa."""
-    huggingface_model_revision: str = "main"
-    huggingface_weight_revision: str = "main"
-    trust_remote_code: bool = False
-    device_specs: list[DeviceSpec] = field(default_factory=lambda: parse_device_specs("default"))
-    force_download: bool = False
-    rope_type: Optional[str] = None
-    use_subgraphs: bool = True
-    data_parallel_degree: int = 1
+    huggingface_model_revision: str = knob("main", aliases=("revision",),
+                                           help="Revision of the model repo (cached repos only).")
+    huggingface_weight_revision: str = knob("main", help="Revision of the weights repo (cached repos only).")
+    trust_remote_code: bool = knob(False, help="Allow custom modelling code from the repo.")
+    device_specs: list[DeviceSpec] = knob(
+        default_factory=lambda: parse_device_specs("default"), aliases=("devices",),
+        help="'cpu', 'gpu', 'default', or several devices to split the model over (tensor parallel): 'gpu:0,1' "
+             "(GPUs 0 and 1), 'cpu:0,1' (logical CPU devices, for testing).",
+        flag=Flag(decls=("--devices",), default="default", show_default=True))
+    force_download: bool = knob(False, help="Unsupported offline; must stay False.")
+    rope_type: Optional[str] = knob(None, help="Override the RoPE type.")
+    use_subgraphs: bool = knob(True, help="Build repeated layers as subgraphs.")
+    data_parallel_degree: int = knob(1, ge=1, help="Number of data-parallel replicas.")
     _kv_cache_config: KVCacheConfig = field(default_factory=KVCacheConfig)
     _resolved: bool = False
     source_encoding: Optional[SupportedEncoding] = field(default=None, repr=False)
     """Set by ``resolve()`` when the weights are converted on load: the encoding in the files
     (``quantization_encoding`` is then what the model runs)."""
-
-    _help = {
-        "model_path": "Local model folder, GGUF file, or Hugging Face repo id already in the local cache.",
-        "served_model_name": "Name the server reports for the model (defaults to model_path).",
-        "weight_path": "Weight files to load (relative to the model folder, or absolute).",
-        "quantization_encoding": formats.encoding_help(),
-        "allow_safetensors_weights_fp32_bf6_bidirectional_cast": "Allow float32<->bfloat16 casts of safetensors.",
-        "huggingface_model_revision": "Revision of the model repo (cached repos only).",
-        "huggingface_weight_revision": "Revision of the weights repo (cached repos only).",
-        "trust_remote_code": "Allow custom modelling code from the repo.",
-        "device_specs": "Devices: 'cpu', 'gpu', 'gpu:0,1' (tensor parallel over GPUs 0 and 1), 'cpu:0,1' (over logical CPU devices) or 'default'.",
-        "force_download": "Unsupported offline; must stay False.",
-        "rope_type": "Override the RoPE type.",
-        "use_subgraphs": "Build repeated layers as subgraphs.",
-        "data_parallel_degree": "Number of data-parallel replicas.",
-    }
 
     def __post_init__(self) -> None:
         if isinstance(self.device_specs, (str, DeviceSpec)) or (
@@ -431,8 +447,6 @@ class MAXModelConfig(_ConfigBase):
         super().__post_init__()
         if isinstance(self.weight_path, (str, Path)):
             self.weight_path = [Path(self.weight_path)]
-        if self.data_parallel_degree < 1:
-            raise ValueError(f"data_parallel_degree must be >= 1, got {self.data_parallel_degree}")
 
     @property
     def kv_cache_config(self) -> KVCacheConfig:
@@ -444,6 +458,18 @@ class MAXModelConfig(_ConfigBase):
         with what is wrong and what was found."""
         if self.force_download:
             raise ValueError("force_download=True needs network access; libremax works offline only")
+        self._locate_model_path()
+        repo = self.huggingface_weight_repo
+        available = self._available_encodings(repo)
+        chosen, source = self._choose_encoding(repo, available)
+        self.quantization_encoding = chosen
+        self.source_encoding = source
+        if not self.weight_path:
+            self.weight_path = self._default_weight_files(repo, chosen, source, available)
+        self._resolved = True
+
+    def _locate_model_path(self) -> None:
+        """``model_path`` as an absolute folder or GGUF file, or a repo id (HuggingFaceRepo checks the cache)."""
         mp = os.path.expanduser(self.model_path) if self.model_path else ""
         if not mp:
             if len(self.weight_path) == 1 and is_gguf_file(self.weight_path[0]):
@@ -466,7 +492,8 @@ class MAXModelConfig(_ConfigBase):
         else:
             self.model_path = mp  # a repo id; HuggingFaceRepo validates it is in the local cache
 
-        repo = self.huggingface_weight_repo
+    def _available_encodings(self, repo: HuggingFaceRepo) -> list:
+        """The encodings of the given ``weight_path`` files (made absolute here), else of the repo's weights."""
         base = repo.local_path
         if self.weight_path:
             paths = []
@@ -478,11 +505,10 @@ class MAXModelConfig(_ConfigBase):
                     raise FileNotFoundError(f"weight file {str(w)!r} not found (looked at {p})")
                 paths.append(p.resolve())
             self.weight_path = paths
-            encs = {p: repo.encoding_for_file(p) for p in paths}
             fmts = {_format_of(p) for p in paths}
             if len(fmts) > 1:
                 raise ValueError(f"weight files mix formats {sorted(f.value for f in fmts)}: {[str(p) for p in paths]}")
-            available = list(dict.fromkeys(encs.values()))
+            available = list(dict.fromkeys(repo.encoding_for_file(p) for p in paths))
         else:
             if repo.single_file is None and not (base / "config.json").is_file():
                 raise FileNotFoundError(
@@ -495,49 +521,49 @@ class MAXModelConfig(_ConfigBase):
             available = repo.supported_encodings
         if not available:
             raise ValueError(f"{base}: could not determine the encoding of the weights")
+        return available
 
+    def _choose_encoding(self, repo: HuggingFaceRepo, available: list) -> tuple[Any, Any]:
+        """``(encoding the model runs, encoding in the files when it is converted on load, else None)``."""
         requested = self.quantization_encoding
-        source = None  # the encoding in the files, when the weights are converted on load
         if requested is None:
-            chosen = available[0]
-        elif requested in available:
-            chosen = requested
-        elif (self.allow_safetensors_weights_fp32_bf6_bidirectional_cast and requested in _FLOAT_ENCODINGS
-              and any(a in _FLOAT_ENCODINGS for a in available)
-              and WeightsFormat.gguf not in {_format_of(Path(f)) for f in self._candidate_files(repo)}):
-            chosen = requested
-        elif (source := load_conversion_source(requested, available)) is not None:
-            chosen = requested  # dequantised or quantised once at load (see load_conversion_source)
-        else:
-            hint = ""
-            if requested in _FLOAT_ENCODINGS and any(a in _FLOAT_ENCODINGS for a in available):
-                hint = " (set allow_safetensors_weights_fp32_bf6_bidirectional_cast=True to cast float32<->bfloat16)"
-            also = load_conversion_targets(available)
-            if also:
-                hint += f"; they can also be converted on load to: {[a.value for a in also]}"
-            raise ValueError(
-                f"quantization_encoding {requested.value!r} is not contained in the weights of {self.model_path!r}; "
-                f"they contain: {[a.value for a in available]}{hint}")
-        self.quantization_encoding = chosen
-        self.source_encoding = source
+            return available[0], None
+        if requested in available:
+            return requested, None
+        if (self.allow_safetensors_weights_fp32_bf6_bidirectional_cast and requested in _FLOAT_ENCODINGS
+                and any(a in _FLOAT_ENCODINGS for a in available)
+                and WeightsFormat.gguf not in {_format_of(Path(f)) for f in self._candidate_files(repo)}):
+            return requested, None
+        source = load_conversion_source(requested, available)
+        if source is not None:
+            return requested, source  # dequantised or quantised once at load (see load_conversion_source)
+        hint = ""
+        if requested in _FLOAT_ENCODINGS and any(a in _FLOAT_ENCODINGS for a in available):
+            hint = " (set allow_safetensors_weights_fp32_bf6_bidirectional_cast=True to cast float32<->bfloat16)"
+        also = load_conversion_targets(available)
+        if also:
+            hint += f"; they can also be converted on load to: {[a.value for a in also]}"
+        raise ValueError(
+            f"quantization_encoding {requested.value!r} is not contained in the weights of {self.model_path!r}; "
+            f"they contain: {[a.value for a in available]}{hint}")
 
-        if not self.weight_path:
-            by_fmt = repo.files_for_encoding(chosen)
-            if not by_fmt and source is not None:
-                by_fmt = repo.files_for_encoding(source)
-            if not by_fmt and chosen in _FLOAT_ENCODINGS:  # cast case
-                src = next(a for a in available if a in _FLOAT_ENCODINGS)
-                by_fmt = repo.files_for_encoding(src)
-            # prefer safetensors, then GGUF, then PyTorch
-            for fmt in (WeightsFormat.safetensors, WeightsFormat.gguf, WeightsFormat.pytorch):
-                if fmt in by_fmt:
-                    files = by_fmt[fmt]
-                    if fmt is WeightsFormat.gguf and len(files) > 1:
-                        # several GGUF variants of one encoding: take the first, deterministically
-                        files = files[:1]
-                    self.weight_path = [Path(p) for p in files]
-                    break
-        self._resolved = True
+    @staticmethod
+    def _default_weight_files(repo: HuggingFaceRepo, chosen: Any, source: Any, available: list) -> list[Path]:
+        """The repo's files of ``chosen`` (or of ``source`` / the float files cast from): safetensors first,
+        then GGUF (the first of several variants), then PyTorch."""
+        by_fmt = repo.files_for_encoding(chosen)
+        if not by_fmt and source is not None:
+            by_fmt = repo.files_for_encoding(source)
+        if not by_fmt and chosen in _FLOAT_ENCODINGS:  # cast case
+            src = next(a for a in available if a in _FLOAT_ENCODINGS)
+            by_fmt = repo.files_for_encoding(src)
+        for fmt in (WeightsFormat.safetensors, WeightsFormat.gguf, WeightsFormat.pytorch):
+            if fmt in by_fmt:
+                files = by_fmt[fmt]
+                if fmt is WeightsFormat.gguf and len(files) > 1:
+                    files = files[:1]  # several GGUF variants of one encoding: the first, deterministically
+                return [Path(p) for p in files]
+        return []
 
     @staticmethod
     def _candidate_files(repo: HuggingFaceRepo) -> list[str]:
@@ -598,10 +624,8 @@ class MAXModelConfig(_ConfigBase):
     def architectures(self) -> list[str]:
         """Model class names (``config.json`` ``architectures``; GGUF architectures mapped)."""
         names = list(getattr(self.huggingface_config, "architectures", None) or [])
-        if not names:
-            from max.pipelines.lib.registry import classes_for_model_type
-
-            names = classes_for_model_type(getattr(self.huggingface_config, "model_type", None))[:1]
+        if not names:  # a config saved without them: the model_type's causal-LM (else base) class
+            names = model_type_classes(getattr(self.huggingface_config, "model_type", None))[:1]
         return names
 
     @property
@@ -648,68 +672,93 @@ def _format_of(p: Path) -> WeightsFormat:
 # --------------------------------------------------------------------------- pipeline config
 
 
-@dataclass
-class _PipelineFields(_ConfigBase):
-    ce_delay_ms: float = 0.0
-    chat_template: Optional[Path] = None
-    custom_architectures: list[str] = field(default_factory=list)
-    enable_chunked_prefill: bool = True
-    enable_echo: bool = False
-    enable_in_flight_batching: bool = False
-    enable_prioritize_first_decode: bool = False
-    hf_fallback: bool = True
-    max_batch_size: Optional[int] = None
-    max_ce_batch_size: int = 192
-    max_length: Optional[int] = None
-    max_num_steps: int = -1
-    max_queue_size_tg: Optional[int] = None
-    min_batch_size_tg: Optional[int] = None
-    num_threads: Optional[int] = None
-    pdl_level: str = "0"
-    pipeline_role: PipelineRole = PipelineRole.PrefillAndDecode
-    pool_embeddings: bool = True
-    prefill_chunk_size: int = 8192
-    use_experimental_kernels: str = "false"
-    draft_model_path: Optional[str] = None
-    num_speculative_tokens: int = 3
-    speculative_method: Optional[str] = None
-    prompt_lookup_max: Optional[int] = None
-    prompt_lookup_min: Optional[int] = None
-    allow_image_urls: bool = False
-
-
-_PIPELINE_HELP = {
-    "ce_delay_ms": "Scheduler sleep before a prefill batch (TTS only, experimental).",
-    "chat_template": "File with a chat template overriding the model's.",
-    "custom_architectures": "Modules ('module' or 'path:module') exposing ARCHITECTURES to register.",
-    "enable_chunked_prefill": "Split context encoding into chunks of prefill_chunk_size tokens.",
-    "enable_echo": "Build the model with echo (prompt log-probabilities) support.",
-    "enable_in_flight_batching": "Batch token generation together with context encoding.",
-    "enable_prioritize_first_decode": "Run a decode batch right after each prefill batch (TTS only).",
-    "max_batch_size": "Maximum batch size (None: decided from memory).",
-    "max_ce_batch_size": "Maximum context-encoding batch size (capped by max_batch_size).",
-    "max_length": "Maximum sequence length (default: the model's max_position_embeddings).",
-    "max_num_steps": "Steps per multi-step decode (-1: platform default).",
-    "max_queue_size_tg": "Maximum requests in the decode queue (default: max_batch_size).",
-    "min_batch_size_tg": "Soft floor of the decode batch size (TTS only).",
-    "num_threads": "CPU threads of the model's one thread pool (libremax; default: LIBREMAX_NUM_THREADS, else the "
-                   "physical cores).",
-    "pdl_level": "Programmatic dependent launch level.",
-    "pipeline_role": "prefill_and_decode, prefill_only or decode_only.",
-    "pool_embeddings": "Pool embedding outputs.",
-    "prefill_chunk_size": "Target number of un-encoded tokens per batch (chunked prefill).",
-    "use_experimental_kernels": "Use experimental kernels ('true'/'false').",
-    "draft_model_path": "Draft model (same vocabulary) for speculative decoding.",
-    "num_speculative_tokens": "Draft tokens proposed per speculative decoding step.",
-    "speculative_method": "Speculative decoding's draft: 'draft_model' (draft_model_path; the default when it is "
-                          "given), 'ngram' (prompt lookup: tokens that followed an earlier occurrence of the "
-                          "request's last tokens; no model) or 'mtp' (the model's own multi-token prediction "
-                          "layer, e.g. DeepSeek-V3's).",
-    "prompt_lookup_max": "ngram draft: longest suffix (tokens) looked up (default 5, or prompt_lookup_min).",
-    "prompt_lookup_min": "ngram draft: shortest suffix (tokens) looked up (default 5, or prompt_lookup_max).",
-    "allow_image_urls": "Fetch http(s) image URLs of vision-language requests (libremax; off: such URLs are "
-                        "refused with a 400, images come as data: URIs or local paths).",
+MAX_BATCH_SIZE_DEFAULTS: dict[str, int] = {
+    "text_generation": 16,
+    "embeddings_generation": 64,
+    "audio_generation": 8,
+    "speech_token_generation": 8,
+    "transcription": 8,
 }
+"""``max_batch_size`` when it is unset, by workload (``PipelineTask`` values, and ``transcription`` for
+speech recognition): the one place these numbers live.  A decoder serves 16 requests per step; an
+embedding model encodes 64 rows per batch (no KV cache, rows are cheap); speech models (Whisper windows,
+CSM audio frames) 8.  :meth:`PipelineConfig.batch_size_for` reads it; both the KV cache's slots and the
+scheduler's batch limit come from that one call."""
+
+
+def batch_size_for(max_batch_size: Optional[int], task: Any) -> int:
+    """``max_batch_size`` (a ``PipelineConfig.max_batch_size`` value), or the ``task`` workload's entry of
+    :data:`MAX_BATCH_SIZE_DEFAULTS` when it is None (``task``: a ``PipelineTask``, its value, or
+    ``"transcription"``)."""
+    if max_batch_size is not None:
+        return int(max_batch_size)
+    key = str(getattr(task, "value", task))
+    if key not in MAX_BATCH_SIZE_DEFAULTS:
+        raise ValueError(f"no max_batch_size default for workload {key!r}; known: {sorted(MAX_BATCH_SIZE_DEFAULTS)}")
+    return MAX_BATCH_SIZE_DEFAULTS[key]
+
+
+@dataclass(frozen=True)
+class _PipelineFields(_ConfigBase):
+    ce_delay_ms: float = knob(0.0, help="Scheduler sleep before a prefill batch (TTS only, experimental).")
+    chat_template: Optional[Path] = knob(
+        None, help="A Jinja chat template file to use instead of the model's own (chat prompts, "
+                   "/v1/chat/completions, /v1/tokenize with messages).",
+        flag=Flag(path={"exists": True, "dir_okay": False}))
+    custom_architectures: list[str] = knob(default_factory=list, help="Modules ('module' or 'path:module') "
+                                                                      "exposing ARCHITECTURES to register.")
+    enable_chunked_prefill: bool = knob(True, help="Split context encoding into chunks of prefill_chunk_size "
+                                                   "tokens.")
+    enable_echo: bool = knob(False, help="Compute prompt log probabilities (echo with logprobs, prompt_logprobs); "
+                                         "the model then returns the logits of every prompt position.",
+                             flag=Flag(is_flag=True, default=False))
+    enable_in_flight_batching: bool = knob(False, help="Batch token generation together with context encoding.")
+    enable_prioritize_first_decode: bool = knob(False, help="Run a decode batch right after each prefill batch "
+                                                            "(TTS only).")
+    hf_fallback: bool = knob(
+        True, help="Run a causal LM whose architecture libremax has no native implementation of through Hugging "
+                   "Face transformers (with a warning); --no-fallback makes it an error.",
+        flag=Flag(decls=("--fallback/--no-fallback", "hf_fallback"), default=True, show_default=True))
+    max_batch_size: Optional[int] = knob(
+        None, ge=1, help=f"Max requests batched per step (default {MAX_BATCH_SIZE_DEFAULTS['text_generation']}).",
+        flag=Flag())
+    """None: the workload's entry of :data:`MAX_BATCH_SIZE_DEFAULTS` (:meth:`PipelineConfig.batch_size_for`)."""
+    max_ce_batch_size: int = knob(192, ge=1, help="Maximum context-encoding batch size (capped by max_batch_size).")
+    max_length: Optional[int] = knob(
+        None, ge=1, aliases=("max_seq_len",),
+        help="Max tokens per sequence, prompt + output (default: the model's context length).", flag=Flag())
+    max_num_steps: int = knob(-1, help="Steps per multi-step decode (-1: platform default).")
+    max_queue_size_tg: Optional[int] = knob(None, ge=1, help="Maximum requests in the decode queue (default: "
+                                                             "max_batch_size).")
+    min_batch_size_tg: Optional[int] = knob(None, ge=1, help="Soft floor of the decode batch size (TTS only).")
+    num_threads: Optional[int] = knob(
+        None, ge=1, help="CPU threads of the one pool torch and libremax's kernels share (default: "
+                         "LIBREMAX_NUM_THREADS, else the physical cores).", flag=Flag())
+    pdl_level: str = knob("0", help="Programmatic dependent launch level.")
+    pipeline_role: PipelineRole = knob(PipelineRole.PrefillAndDecode,
+                                       help="prefill_and_decode, prefill_only or decode_only.")
+    pool_embeddings: bool = knob(True, help="Pool embedding outputs.")
+    prefill_chunk_size: int = knob(8192, ge=1, help="Prompt tokens processed per step.", flag=Flag())
+    use_experimental_kernels: str = knob("false", help="Use experimental kernels ('true'/'false').")
+    draft_model_path: Optional[str] = knob(
+        None, help="Speculative decoding: a small draft model with the same vocabulary.", flag=Flag())
+    num_speculative_tokens: int = knob(3, help="Draft tokens proposed per step (default {default}).", flag=Flag())
+    speculative_method: Optional[str] = knob(
+        None, choices=("draft_model", "ngram", "mtp"),
+        help="Speculative decoding's draft: draft_model (--draft-model-path), ngram (prompt lookup: the tokens that "
+             "followed an earlier occurrence of the last tokens; no draft model) or mtp (the model's multi-token "
+             "prediction layer: DeepSeek-V3).", flag=Flag())
+    prompt_lookup_max: Optional[int] = knob(
+        None, ge=1, help="ngram draft: longest suffix looked up, in tokens (default 5, or --prompt-lookup-min).",
+        flag=Flag())
+    prompt_lookup_min: Optional[int] = knob(
+        None, ge=1, help="ngram draft: shortest suffix looked up, in tokens (default 5, or --prompt-lookup-max).",
+        flag=Flag())
+    allow_image_urls: bool = knob(
+        False, help="Vision-language models: fetch http(s) image URLs (off: only data: URIs and local paths; a URL "
+                    "is refused with a clear error).  Fetches use a 10 s timeout and a 32 MiB limit.",
+        flag=Flag(is_flag=True, default=False))
+
 
 _PIPELINE_FIELD_NAMES = _public_fields(_PipelineFields)
 _NESTED = {
@@ -719,15 +768,30 @@ _NESTED = {
     "profiling_config": ProfilingConfig,
     "lora_config": LoRAConfig,
 }
-_KWARG_ALIASES = {
-    "devices": "device_specs",
-    "max_seq_len": "max_length",
-    "weight_paths": "weight_path",
-    "encoding": "quantization_encoding",
-    "revision": "huggingface_model_revision",
-    "page_size": "kv_cache_page_size",
-    "max_new_tokens": None,  # a per-request setting, not a config field
-}
+_PER_REQUEST = ("max_new_tokens",)
+"""Keywords that are per-request settings (``SamplingParams``), refused with a pointer there."""
+
+
+def _kwarg_aliases() -> dict[str, str]:
+    """``{alias: knob}`` from the knobs' declarations (``devices`` -> ``device_specs``, ...)."""
+    out: dict[str, str] = {}
+    for cls in (_PipelineFields, *_NESTED.values()):
+        for name, (_, spec) in knobs_of(cls).items():
+            out.update({a: name for a in spec.aliases})
+    return out
+
+
+_KWARG_ALIASES = _kwarg_aliases()
+
+
+def find_knob(name: str) -> tuple[type, Any, Any]:
+    """``(record class, dataclasses.Field, KnobSpec)`` of the knob ``name`` of ``PipelineConfig`` or one of its
+    nested records (KeyError when there is none)."""
+    for cls in (_PipelineFields, *_NESTED.values()):
+        found = knobs_of(cls).get(name)
+        if found is not None:
+            return (cls, *found)
+    raise KeyError(f"PipelineConfig has no option {name!r}")
 
 
 class PipelineConfig(_PipelineFields):
@@ -744,8 +808,10 @@ class PipelineConfig(_PipelineFields):
     Nested: ``model_config`` (:class:`MAXModelConfig`), ``kv_cache_config``,
     ``sampling_config``, ``profiling_config``, ``lora_config``; their fields may be
     passed flat (``model_path=..., quantization_encoding="q4_k", kv_cache_page_size=64,
-    devices="cpu"``).  ``devices`` is an alias of ``device_specs``, ``max_seq_len`` of
-    ``max_length``.
+    devices="cpu"``).  Aliases (declared on the knobs): ``devices`` for ``device_specs``, ``max_seq_len``
+    for ``max_length``, ``weight_paths`` for ``weight_path``, ``encoding`` for ``quantization_encoding``,
+    ``revision`` for ``huggingface_model_revision``, ``page_size`` for ``kv_cache_page_size``, and
+    ``cache_dtype`` / ``kv_cache_format`` (MAX's names) for ``kv_cache_dtype`` (a DType or a name).
     """
 
     def __init__(self, **kwargs: Any) -> None:
@@ -754,11 +820,10 @@ class PipelineConfig(_PipelineFields):
         given: dict[str, Any] = {}
         for raw_key, value in kwargs.items():
             key = raw_key.replace("-", "_")
-            if key in _KWARG_ALIASES:
-                if _KWARG_ALIASES[key] is None:
-                    raise ValueError(f"PipelineConfig: {raw_key!r} is a per-request setting (SamplingParams), "
-                                     "not a pipeline option")
-                key = _KWARG_ALIASES[key]
+            if key in _PER_REQUEST:
+                raise ValueError(f"PipelineConfig: {raw_key!r} is a per-request setting (SamplingParams), "
+                                 "not a pipeline option")
+            key = _KWARG_ALIASES.get(key, key)
             if key in _NESTED:
                 if not isinstance(value, _NESTED[key]):
                     raise TypeError(f"PipelineConfig: {key} must be a {_NESTED[key].__name__}, got "
@@ -785,15 +850,19 @@ class PipelineConfig(_PipelineFields):
         else:
             mc = MAXModelConfig(**nested["model_config"])
         mc._kv_cache_config = kv
-        self._model_config = mc
-        self._sampling_config = given.get("sampling_config") or SamplingConfig(**nested["sampling_config"])
-        self._profiling_config = given.get("profiling_config") or ProfilingConfig(**nested["profiling_config"])
-        self._lora_config = given.get("lora_config") or LoRAConfig(**nested["lora_config"])
-        self._draft_model_config: Optional[MAXModelConfig] = None
-        method = self.speculative_method
-        if method not in (None, "draft_model", "ngram", "mtp"):
-            raise ValueError(f"PipelineConfig: speculative_method must be 'draft_model', 'ngram' or 'mtp', got "
-                             f"{method!r}")
+        _set = object.__setattr__  # the pipeline's own fields are a frozen record; these are its parts
+        _set(self, "_model_config", mc)
+        _set(self, "_sampling_config", given.get("sampling_config") or SamplingConfig(**nested["sampling_config"]))
+        _set(self, "_profiling_config", given.get("profiling_config") or ProfilingConfig(**nested["profiling_config"]))
+        _set(self, "_lora_config", given.get("lora_config") or LoRAConfig(**nested["lora_config"]))
+        object.__setattr__(self, "_draft_model_config", None)
+        self._check_speculative()
+        object.__setattr__(self, "_chat_template_str", None)
+        self.resolve()
+
+    def _check_speculative(self) -> None:
+        """Speculative decoding's options agree with each other; the draft model's config (draft_model)."""
+        method = self.speculative_method  # one of its knob's choices (checked when the fields were set)
         if method == "draft_model" and not self.draft_model_path:
             raise ValueError("PipelineConfig: speculative_method 'draft_model' needs draft_model_path")
         if method in ("ngram", "mtp"):
@@ -811,10 +880,8 @@ class PipelineConfig(_PipelineFields):
             if int(self.num_speculative_tokens) < 1:
                 raise ValueError(f"PipelineConfig: num_speculative_tokens must be >= 1, got "
                                  f"{self.num_speculative_tokens}")
-            self._draft_model_config = MAXModelConfig(model_path=str(self.draft_model_path),
-                                                      device_specs=mc.device_specs)
-        self._chat_template_str: Optional[str] = None
-        self.resolve()
+            object.__setattr__(self, "_draft_model_config", MAXModelConfig(
+                model_path=str(self.draft_model_path), device_specs=self._model_config.device_specs))
 
     # -- nested configs
     @property
@@ -862,20 +929,13 @@ class PipelineConfig(_PipelineFields):
     # -- resolution
     def resolve(self) -> None:
         """Validate every field and resolve the model (paths, weights, encoding, chat template)."""
-        for name in ("max_batch_size", "max_length", "max_queue_size_tg", "min_batch_size_tg"):
-            v = getattr(self, name)
-            if v is not None and v < 1:
-                raise ValueError(f"PipelineConfig: {name} must be >= 1 (or None), got {v}")
-        if self.max_ce_batch_size < 1:
-            raise ValueError(f"PipelineConfig: max_ce_batch_size must be >= 1, got {self.max_ce_batch_size}")
-        if self.prefill_chunk_size < 1:
-            raise ValueError(f"PipelineConfig: prefill_chunk_size must be >= 1, got {self.prefill_chunk_size}")
+        check_knobs(self, "PipelineConfig: ")
         if self.max_num_steps == 0 or self.max_num_steps < -1:
             raise ValueError(f"PipelineConfig: max_num_steps must be -1 or >= 1, got {self.max_num_steps}")
         if self.enable_echo and self.enable_chunked_prefill:
             # Echo needs the logits of every prompt token in one pass.
             logger.info("enable_echo: chunked prefill still allowed; echo log-probs are computed per chunk")
-        self._load_custom_architectures()
+        self.custom_architecture_modules()  # a bad module is an error now; the registry registers them
         self._model_config.resolve()
         mpe = self._model_config.max_position_embeddings
         if self.max_length is not None and mpe is not None and self.max_length > mpe:
@@ -885,13 +945,13 @@ class PipelineConfig(_PipelineFields):
             p = Path(self.chat_template)
             if not p.is_file():
                 raise FileNotFoundError(f"chat_template file not found: {p}")
-            self._chat_template_str = p.read_text(encoding="utf-8")
+            object.__setattr__(self, "_chat_template_str", p.read_text(encoding="utf-8"))
 
-    def _load_custom_architectures(self) -> None:
-        if not self.custom_architectures:
-            return
-        from max.pipelines.lib.registry import PIPELINE_REGISTRY
-
+    def custom_architecture_modules(self) -> list[Any]:
+        """The modules ``custom_architectures`` names (imported; ValueError for one without an ``ARCHITECTURES``
+        list).  ``PipelineRegistry.resolve`` registers their architectures; the config never touches the
+        registry."""
+        mods = []
         for spec in self.custom_architectures:
             if ":" in spec:
                 path, module = spec.rsplit(":", 1)
@@ -900,15 +960,20 @@ class PipelineConfig(_PipelineFields):
             else:
                 module = spec
             mod = importlib.import_module(module)
-            archs = getattr(mod, "ARCHITECTURES", None)
-            if archs is None:
+            if getattr(mod, "ARCHITECTURES", None) is None:
                 raise ValueError(f"custom architecture module {module!r} has no ARCHITECTURES list")
-            for arch in archs:
-                PIPELINE_REGISTRY.register(arch, allow_override=True)
+            mods.append(mod)
+        return mods
 
     def retrieve_chat_template(self) -> Optional[str]:
         """The custom chat template read from ``chat_template`` (None when not set)."""
         return self._chat_template_str
+
+    def batch_size_for(self, task: Any) -> int:
+        """The batch limit of a ``task`` workload (a ``PipelineTask`` or its value, or ``"transcription"``):
+        ``max_batch_size``, or that workload's entry of :data:`MAX_BATCH_SIZE_DEFAULTS` when it is unset.
+        The KV cache's slots and the scheduler's limit both come from this call."""
+        return batch_size_for(self.max_batch_size, task)
 
     @property
     def resolved_max_length(self) -> int:
@@ -923,7 +988,7 @@ class PipelineConfig(_PipelineFields):
     @staticmethod
     def help() -> dict[str, str]:
         """Every option PipelineConfig accepts and its description."""
-        out = dict(_PIPELINE_HELP)
+        out = _PipelineFields.help()
         for ncls in _NESTED.values():
             out.update(ncls.help())
         return out
@@ -939,14 +1004,12 @@ class PipelineConfig(_PipelineFields):
             self.kv_cache_config.kv_cache_page_size, self.kv_cache_config.device_memory_utilization)
 
     def log_pipeline_info(self) -> None:
-        from max.pipelines.lib.registry import PIPELINE_REGISTRY
-
-        arch = PIPELINE_REGISTRY.retrieve_architecture(self._model_config.huggingface_weight_repo)
-        if arch is None:
-            raise ValueError(f"no registered architecture for {self._model_config.model_path!r}")
+        """Log the basic config and the checkpoint's architecture (``PipelineRegistry.resolve`` tells which
+        registered architecture, and task, runs it)."""
         self.log_basic_config()
-        logger.info("Architecture: %s task=%s cache_strategy=%s prefill_chunk_size=%d", arch.name,
-                    arch.task.value, self.kv_cache_config.cache_strategy.value, self.prefill_chunk_size)
+        logger.info("Architecture: %s cache_strategy=%s prefill_chunk_size=%d",
+                    ", ".join(self._model_config.architectures) or "unknown",
+                    self.kv_cache_config.cache_strategy.value, self.prefill_chunk_size)
 
     def __repr__(self) -> str:
         own = ", ".join(f"{k}={getattr(self, k)!r}" for k in _PIPELINE_FIELD_NAMES)
@@ -958,49 +1021,32 @@ class AudioGenerationConfig(_ConfigBase):
     """Text-to-speech settings (the audio decoder); other keywords go to ``PipelineConfig``
     (available as ``pipeline_config``)."""
 
-    audio_decoder: str = ""
-    audio_decoder_weights: str = ""
-    chunk_size: Optional[list[int]] = None
-    buffer: int = 0
-    block_causal: bool = False
-    prepend_prompt_speech_tokens: PrependPromptSpeechTokens = PrependPromptSpeechTokens.NEVER
-    prepend_prompt_speech_tokens_causal: bool = False
-    run_model_test_mode: bool = False
-    prometheus_metrics_mode: PrometheusMetricsMode = PrometheusMetricsMode.INSTRUMENT_ONLY
+    audio_decoder: str = knob("", help="The name of the audio decoder model architecture.")
+    audio_decoder_weights: str = knob("", help="The path to the audio decoder weights file.")
+    chunk_size: Optional[list[int]] = knob(None, help="Chunk sizes for streaming.")
+    buffer: int = knob(0, ge=0, help="Previous speech tokens passed to the audio decoder each step.")
+    block_causal: bool = knob(False, help="Whether prior buffered tokens attend to the current block.")
+    prepend_prompt_speech_tokens: PrependPromptSpeechTokens = knob(PrependPromptSpeechTokens.NEVER,
+                                                                   help="never, once or rolling.")
+    prepend_prompt_speech_tokens_causal: bool = knob(False, help="Whether prompt speech tokens attend to the "
+                                                                 "current block.")
+    run_model_test_mode: bool = knob(False, help="Run the audio decoder in test mode.")
+    prometheus_metrics_mode: PrometheusMetricsMode = knob(
+        PrometheusMetricsMode.INSTRUMENT_ONLY, help="instrument_only, launch_server or launch_multiproc_server.")
     audio_decoder_config: dict[str, Any] = field(default_factory=dict)
 
-    _help = {
-        "audio_decoder": "The name of the audio decoder model architecture.",
-        "audio_decoder_weights": "The path to the audio decoder weights file.",
-        "chunk_size": "Chunk sizes for streaming.",
-        "buffer": "Previous speech tokens passed to the audio decoder each step.",
-        "block_causal": "Whether prior buffered tokens attend to the current block.",
-        "prepend_prompt_speech_tokens": "never, once or rolling.",
-        "prepend_prompt_speech_tokens_causal": "Whether prompt speech tokens attend to the current block.",
-        "prometheus_metrics_mode": "instrument_only, launch_server or launch_multiproc_server.",
-    }
-
-    def __init__(self, audio_decoder: str, audio_decoder_weights: str = "", chunk_size: Optional[list[int]] = None,
-                 buffer: int = 0, block_causal: bool = False,
-                 prepend_prompt_speech_tokens: PrependPromptSpeechTokens = PrependPromptSpeechTokens.NEVER,
-                 prepend_prompt_speech_tokens_causal: bool = False, run_model_test_mode: bool = False,
-                 prometheus_metrics_mode: PrometheusMetricsMode = PrometheusMetricsMode.INSTRUMENT_ONLY,
-                 **kwargs: Any) -> None:
+    def __init__(self, audio_decoder: str, **kwargs: Any) -> None:
+        """``audio_decoder`` and this record's other knobs by keyword; every other keyword goes to
+        ``PipelineConfig`` (``pipeline_config``, None when there are none)."""
         self.audio_decoder = audio_decoder
-        self.audio_decoder_weights = audio_decoder_weights
-        self.chunk_size = chunk_size
-        self.buffer = buffer
-        self.block_causal = block_causal
-        self.prepend_prompt_speech_tokens = prepend_prompt_speech_tokens
-        self.prepend_prompt_speech_tokens_causal = prepend_prompt_speech_tokens_causal
-        self.run_model_test_mode = run_model_test_mode
-        self.prometheus_metrics_mode = prometheus_metrics_mode
+        own = set(knobs_of(type(self))) - {"audio_decoder"}
+        for name in own:
+            setattr(self, name, kwargs.pop(name) if name in kwargs else default_of(type(self), name))
         self.audio_decoder_config = {}
-        self._coerce_fields()
         if isinstance(self.chunk_size, int):
             self.chunk_size = [self.chunk_size]
-        if self.buffer < 0:
-            raise ValueError(f"buffer must be >= 0, got {self.buffer}")
+        self._coerce_fields()
+        check_knobs(self)
         self.pipeline_config = PipelineConfig(**kwargs) if kwargs else None
 
     @classmethod

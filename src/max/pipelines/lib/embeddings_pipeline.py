@@ -3,7 +3,8 @@
 ``execute(EmbeddingsGenerationInputs)`` embeds every request of the batch and
 returns ``{request_id: EmbeddingsGenerationOutput}``.  Requests of different
 lengths are sorted by length and run in padded batches of similar lengths (at
-most ``max_batch_size`` rows, default 64, and about ``prefill_chunk_size``
+most ``max_batch_size`` rows (by default the embeddings entry of
+``MAX_BATCH_SIZE_DEFAULTS`` in ``max.pipelines.lib.config``), and about ``prefill_chunk_size``
 padded tokens per model call), so one request never waits on a long one's
 padding.  With ``pool_embeddings=True`` (the default) each output is the
 L2-normalised mean of the last hidden states over the request's tokens
@@ -33,11 +34,9 @@ import numpy as np
 
 from max.interfaces.errors import InvalidRequest, InvalidRequestType, PromptTooLong
 from max.interfaces import EmbeddingsGenerationInputs, EmbeddingsGenerationOutput, Pipeline, PipelineTask
+from max.pipelines.lib.config import batch_size_for
 
 __all__ = ["EmbeddingsPipeline", "load_embeddings_pipeline"]
-
-DEFAULT_MAX_BATCH = 64
-
 
 def _is_embeddings_model(pipeline_model: Any) -> bool:
     task = getattr(pipeline_model, "task", None)
@@ -69,7 +68,7 @@ class EmbeddingsPipeline(Pipeline):
                                                                        weight_adapters, None)
         except ValueError as e:
             raise ValueError(f"EmbeddingsPipeline: {e}") from None
-        self._max_rows = int(pipeline_config.max_batch_size or DEFAULT_MAX_BATCH)
+        self._max_rows = batch_size_for(pipeline_config.max_batch_size, PipelineTask.EMBEDDINGS_GENERATION)
         self._lock = threading.Lock()
         self.load_seconds = time.perf_counter() - t0
 

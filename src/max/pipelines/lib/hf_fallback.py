@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from max.interfaces import PipelineTask
 from max.nn.transformer import ReturnLogits
 from max.pipelines.lib.pipeline import ModelInputs, ModelOutputs, PipelineModel, upper_bounded_default
 
@@ -249,15 +250,15 @@ class HFFallbackModel(PipelineModel):
         if return_logits is not None and ReturnLogits(return_logits) is not ReturnLogits.LAST_TOKEN:
             raise NotImplementedError(f"{huggingface_config.architectures}: the transformers fallback returns "
                                       "last-token logits only (no prompt echo / prompt log probabilities)")
-        kv_dtype = getattr(kv_cache_config, "kv_cache_dtype", "auto")
-        if kv_dtype in ("int8", "fp8_e4m3"):
-            raise NotImplementedError(f"{huggingface_config.architectures}: the transformers fallback keeps its own "
-                                      f"float KV cache; --kv-cache-dtype {kv_dtype} needs a natively supported "
-                                      "architecture")
         t0 = time.perf_counter()
         mc = pipeline_config.model_config
         dev_ref = DeviceRef.from_device(devices[0])
         self.compute_dtype = compute_dtype(encoding, dev_ref, session_policy(session))
+        kv_cache_config.refuse_kv_cache_dtype(
+            f"{huggingface_config.architectures} (transformers fallback)", allowed=(self.compute_dtype,),
+            why=f"transformers keeps its own KV cache in the model's dtype, {self.compute_dtype}; other cache dtypes "
+                "need a natively supported architecture")
+        kv_cache_config.refuse_swapping(f"{huggingface_config.architectures} (transformers fallback)")
         self.device = torch.device("cpu") if dev_ref.is_cpu() else torch.device("cuda", dev_ref.id)
         kw: dict[str, Any] = dict(dtype=self.compute_dtype.to_torch(), trust_remote_code=mc.trust_remote_code)
         if mc.gguf_file is not None:
@@ -273,7 +274,8 @@ class HFFallbackModel(PipelineModel):
         vocab = min(vocab, int(getattr(text_cfg, "unpadded_vocab_size", None) or vocab))  # ids with embeddings
         self_check(self.runner, name, vocab)
         self.compile_seconds = time.perf_counter() - t0
-        self.kv_manager = RequestCaches(pipeline_config.max_batch_size or 16, self.max_seq_len, self.runner.new_state)
+        self.kv_manager = RequestCaches(pipeline_config.batch_size_for(PipelineTask.TEXT_GENERATION), self.max_seq_len,
+                                        self.runner.new_state)
         self._name = name
         self._logged_sequential = False
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from max.graph.quantization import formats
 from max.graph.weights import WeightsFormat
@@ -495,6 +495,26 @@ class PlainConfig(SimpleNamespace):
         return vars(self).get(key, default)
 
 
+def model_type_classes(model_type: Optional[str]) -> list[str]:
+    """Model class names for a ``model_type`` (configs saved without ``architectures``): its causal-LM and
+    base-model classes from transformers' auto maps, in that order."""
+    if not model_type:
+        return []
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
+
+    return [c for c in (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type), MODEL_MAPPING_NAMES.get(model_type)) if c]
+
+
+_GGUF_CONFIG_TRANSLATOR: list[Optional[Callable[[GGUFMetadata], Optional[dict]]]] = [None]
+
+
+def set_gguf_config_translator(translate: Optional[Callable[[GGUFMetadata], Optional[dict]]]) -> None:
+    """Install the GGUF metadata -> Hugging Face config dict translation :func:`load_huggingface_config` uses
+    (the registry installs ``registry.hf_config_dict_from_gguf`` when it is imported, which importing
+    ``max.pipelines.lib`` always does; this module never imports the registry)."""
+    _GGUF_CONFIG_TRANSLATOR[0] = translate
+
+
 def load_huggingface_config(path: str | os.PathLike, *, revision: Optional[str] = None,
                             trust_remote_code: bool = False) -> Any:
     """The config of a model folder, cached repo id or GGUF file (a ``transformers`` config, or a
@@ -507,9 +527,8 @@ def load_huggingface_config(path: str | os.PathLike, *, revision: Optional[str] 
     """
     p = os.fspath(path)
     if os.path.isfile(p) and is_gguf_file(p):
-        from max.pipelines.lib.registry import hf_config_dict_from_gguf
-
-        d = hf_config_dict_from_gguf(read_gguf_metadata(p))
+        translate = _GGUF_CONFIG_TRANSLATOR[0]
+        d = translate(read_gguf_metadata(p)) if translate is not None else None
         if d is not None:
             return PlainConfig(**d)
         from transformers import AutoConfig

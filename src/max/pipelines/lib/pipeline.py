@@ -21,8 +21,9 @@ import torch
 
 from max.driver import Buffer, load_devices
 from max.engine import InferenceSession
-from max.interfaces import GenerationStatus, Pipeline, StepPlan, TextGenerationInputs, TextGenerationOutput
+from max.interfaces import GenerationStatus, Pipeline, PipelineTask, StepPlan, TextGenerationInputs, TextGenerationOutput
 from max.nn.transformer import ReturnLogits
+from max.pipelines.lib.config import batch_size_for
 from max.pipelines.lib.cuda_graph_decode import plain_greedy
 from max.pipelines.lib.scheduler import prefill_chunk_size_of
 from max.pipelines.lib.step_plan import StepCapabilities, StepPlanner
@@ -124,7 +125,9 @@ class KVCacheMixin:
         params = self.get_kv_params(hf, len(devices), kvc, cache_dtype)
         max_seq_len = self.calculate_max_seq_len(pc, hf) if hasattr(self, "calculate_max_seq_len") else \
             int(pc.max_length)
-        return PagedKVCacheManager(params, max_batch_size=int(pc.max_batch_size or 1), max_seq_len=max_seq_len,
+        slots = batch_size_for(getattr(pc, "max_batch_size", None),
+                               getattr(self, "batch_workload", PipelineTask.TEXT_GENERATION))
+        return PagedKVCacheManager(params, max_batch_size=slots, max_seq_len=max_seq_len,
                                    num_layers=self.get_num_layers(hf), devices=devices, session=session,
                                    available_cache_memory=available_cache_memory)
 
@@ -194,6 +197,15 @@ class GenerateMixin:
 
 class PipelineModel(abc.ABC):
     """A compiled model of one architecture plus its KV cache manager."""
+
+    batch_workload: str = PipelineTask.TEXT_GENERATION.value
+    """The workload whose ``MAX_BATCH_SIZE_DEFAULTS`` entry (``max.pipelines.lib.config``) gives
+    :meth:`batch_limit` when ``PipelineConfig.max_batch_size`` is unset (speech and embedding families
+    override it)."""
+
+    def batch_limit(self) -> int:
+        """Requests sharing a step: the KV cache's slots (and the scheduler's limit, from the same field)."""
+        return batch_size_for(getattr(self.pipeline_config, "max_batch_size", None), self.batch_workload)
 
     def __init__(self, pipeline_config: Any, session: InferenceSession, huggingface_config: Any, encoding: Any,
                  devices: list[Any], kv_cache_config: Any, weights: Any, adapter: Any,

@@ -21,7 +21,9 @@ from max.graph.quantization import formats
 from max.graph.weights import WeightsFormat
 from max.interfaces import PipelineTask
 from max.nn.kv_cache import KVCacheStrategy
-from max.pipelines.lib.hf_utils import HuggingFaceRepo, SupportedEncoding, load_huggingface_config
+from max.pipelines.lib.config import batch_size_for
+from max.pipelines.lib.hf_utils import HuggingFaceRepo, SupportedEncoding, load_huggingface_config, \
+    model_type_classes, set_gguf_config_translator
 
 if TYPE_CHECKING:  # pragma: no cover
     from max.pipelines.lib.config import PipelineConfig
@@ -93,6 +95,17 @@ class SupportedArchitecture:
         if isinstance(self.tokenizer, type):
             return self.tokenizer
         return type(self.tokenizer)
+
+
+@dataclass(frozen=True)
+class ResolvedArchitecture:
+    """What :meth:`PipelineRegistry.resolve` decided for a config: the architecture that runs its checkpoint,
+    that architecture's task, and the batch limit (``PipelineConfig.max_batch_size``, or the default of the
+    family's workload: the KV cache's slots and the scheduler's limit)."""
+
+    architecture: SupportedArchitecture
+    task: PipelineTask
+    max_batch_size: int
 
 
 class PipelineRegistry:
@@ -185,8 +198,33 @@ class PipelineRegistry:
                 return self.architectures[n]
         return None
 
+    def resolve(self, pipeline_config: "PipelineConfig", override_architecture: Optional[str] = None
+                ) -> "ResolvedArchitecture":
+        """Resolution's second half, in one place (the first, locating the model's files, ran when the config
+        was made): register the config's ``custom_architectures``, pick the architecture of its checkpoint
+        (a registered one, else the transformers fallback when ``hf_fallback`` allows), and return the
+        decision as a :class:`ResolvedArchitecture`.  ValueError when no architecture runs the model."""
+        custom = getattr(pipeline_config, "custom_architecture_modules", None)
+        for module in custom() if custom is not None else []:
+            for arch in module.ARCHITECTURES:
+                self.register(arch, allow_override=True)
+        mc = pipeline_config.model_config
+        arch = self.pick(mc.huggingface_weight_repo, hf_fallback=bool(getattr(pipeline_config, "hf_fallback", True)),
+                         model_path=str(mc.model_path), override_architecture=override_architecture)
+        return ResolvedArchitecture(
+            architecture=arch, task=arch.task,
+            max_batch_size=batch_size_for(getattr(pipeline_config, "max_batch_size", None),
+                                          getattr(arch.pipeline_model, "batch_workload", arch.task)))
+
     def _require(self, pipeline_config: "PipelineConfig", override_architecture: Optional[str] = None
                  ) -> SupportedArchitecture:
+        return self.resolve(pipeline_config, override_architecture).architecture
+
+    def pick(self, repo: HuggingFaceRepo, *, hf_fallback: bool = True, model_path: str = "",
+             override_architecture: Optional[str] = None) -> SupportedArchitecture:
+        """The architecture that runs the checkpoint of ``repo`` (plain values in, no config read): the
+        registered one named by its config, else (``hf_fallback``) the transformers fallback; ValueError
+        naming what the checkpoint declares otherwise."""
         if override_architecture is not None:
             if override_architecture in self._fallbacks:
                 return self._fallbacks[override_architecture]
@@ -194,11 +232,10 @@ class PipelineRegistry:
                 raise ValueError(f"architecture {override_architecture!r} is not registered; supported: "
                                  f"{sorted(self.architectures)}")
             return self.architectures[override_architecture]
-        repo = pipeline_config.model_config.huggingface_weight_repo
         arch = self.retrieve_architecture(repo)
         if arch is None:
             names = self._names_for(repo)
-            fallback = self._fallback_for(pipeline_config, names)
+            fallback = self._fallback_for(hf_fallback, names)
             if fallback is not None:
                 return fallback
             hint = ""
@@ -206,13 +243,13 @@ class PipelineRegistry:
                 hint = (" (transformers could run it: remove --no-fallback / leave PipelineConfig.hf_fallback "
                         "at True)")
             raise ValueError(
-                f"No supported architecture for {pipeline_config.model_config.model_path!r} (model declares "
+                f"No supported architecture for {model_path or str(repo.local_path)!r} (model declares "
                 f"{names or 'no architecture'}); supported architectures: {sorted(self.architectures) or 'none'}"
                 + ("" if self.architectures else " (call register_all_models() to register the built-in ones)")
                 + hint)
         why = self._native_refusal(arch, repo)
         if why is not None:  # a variant the native family does not run (yet): transformers may
-            fallback = self._fallback_for(pipeline_config, [arch.name], why)
+            fallback = self._fallback_for(hf_fallback, [arch.name], why)
             if fallback is not None:
                 return fallback
         return arch
@@ -226,11 +263,12 @@ class PipelineRegistry:
         cfg = self.get_active_huggingface_config(repo)
         return check(cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg))
 
-    def _fallback_for(self, pipeline_config: "PipelineConfig", names: list[str], why: Optional[str] = None
+    def _fallback_for(self, allowed: bool, names: list[str], why: Optional[str] = None
                       ) -> Optional[SupportedArchitecture]:
         """The transformers fallback architecture for a causal LM transformers knows (warns once per name;
-        ``why``: the native architecture's reason for not running this checkpoint)."""
-        if not self.hf_fallback or not getattr(pipeline_config, "hf_fallback", True):
+        ``allowed``: the config's ``hf_fallback``; ``why``: the native architecture's reason for not running
+        this checkpoint)."""
+        if not self.hf_fallback or not allowed:
             return None
         for n in names:
             if _fallback_class(n) is None:
@@ -379,16 +417,16 @@ def classes_for_model_type(model_type: Optional[str], registry: Optional["Pipeli
     """Model class names for a ``model_type`` (configs saved without ``architectures``): its causal-LM
     and base-model classes from transformers' auto maps, the ones registered in ``registry``
     (default: the built-in registry) first."""
-    if not model_type:
+    cands = model_type_classes(model_type)
+    if not cands:
         return []
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
-
-    cands = [c for c in (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type), MODEL_MAPPING_NAMES.get(model_type)) if c]
     if registry is None:
         register_all_models()
         registry = PIPELINE_REGISTRY
     return sorted(cands, key=lambda c: c not in registry.architectures)
 
+
+set_gguf_config_translator(hf_config_dict_from_gguf)  # hf_utils reads GGUF configs through it, never importing us
 
 PIPELINE_REGISTRY = PipelineRegistry([], hf_fallback=True)
 """The shared registry the built-in architectures register into."""

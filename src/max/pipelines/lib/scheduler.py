@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
 from max.interfaces import GenerationStatus, StepPlan, TextGenerationInputs
+from max.pipelines.lib.config import batch_size_for
 from max.pipelines.lib.step_plan import StepPlanner
 
 logger = logging.getLogger("max.pipelines")
@@ -88,12 +89,12 @@ def prefill_chunk_size_of(pipeline_config: Any) -> Optional[int]:
 class TokenGenerationScheduler:
     """Continuous batching over one ``TextGenerationPipeline``."""
 
-    def __init__(self, pipeline: Any, tokenizer: Any, *, max_batch_size: int = 16,
+    def __init__(self, pipeline: Any, tokenizer: Any, *, max_batch_size: Optional[int] = None,
                  max_queue_size: Optional[int] = None, prefill_token_budget: Optional[int] = None,
                  metrics: Any = None, prefill_chunk_size: Any = "config") -> None:
         self.pipeline = pipeline
         self.tokenizer = tokenizer
-        self.max_batch_size = max(1, int(max_batch_size))
+        self.max_batch_size = max(1, batch_size_for(max_batch_size, "text_generation"))  # None: the config's default
         self.max_queue_size = max_queue_size
         self.prefill_token_budget = prefill_token_budget or 4096
         self.prefill_chunk_size: Optional[int] = (

@@ -62,7 +62,7 @@ class DecoderEmbeddingModel(DecoderPipelineModel):
     """A decoder family's embedding model for ``EmbeddingsPipeline`` (see the module docstring)."""
 
     task = "embeddings_generation"
-    default_max_batch = 64
+    batch_workload = "embeddings_generation"
 
     def __init__(self, pipeline_config: Any, session: Any, huggingface_config: Any, encoding: Any, devices: list,
                  kv_cache_config: Any, weights: Any, adapter: Any, return_logits: Any = None) -> None:

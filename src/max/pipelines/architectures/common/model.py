@@ -23,6 +23,7 @@ from max.nn.kv_cache import KVCacheParams, kv_cache_budget
 from max.nn.layer import Module
 from max.nn.transformer import ReturnLogits
 from max.pipelines.architectures.common.config import DecoderConfig
+from max.pipelines.lib.config import batch_size_for
 from max.nn.signals import Signals
 from max.pipelines.architectures.common.layers import build_decoder, check_tensor_parallel
 from max.pipelines.architectures.common.weights import (
@@ -135,8 +136,6 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
     config_from_hf: Callable[[dict], DecoderConfig]
     weight_adapters: dict[WeightsFormat, Adapter] = standard_adapters()
     gguf_interleaved_rope: bool = False
-    default_max_batch = 16
-    """Requests sharing a step (and the KV cache's size) when ``PipelineConfig.max_batch_size`` is unset."""
 
     @classmethod
     def build_module(cls, cfg: DecoderConfig, factory: WeightFactory, kv_params: KVCacheParams,
@@ -175,7 +174,7 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
         params = cls.get_kv_params(huggingface_config, len(devices), kv_cache_config, cache_dtype)
         layers = cls.get_num_layers(huggingface_config)
         seq = cls.calculate_max_seq_len(pipeline_config, huggingface_config)
-        pages = -(-seq // params.effective_page_size) * int(pipeline_config.max_batch_size or cls.default_max_batch)
+        pages = -(-seq // params.effective_page_size) * batch_size_for(pipeline_config.max_batch_size, cls.batch_workload)
         return min(int(available_cache_memory), pages * params.bytes_per_page(layers) * max(1, len(devices)))
 
     def __init__(self, pipeline_config: Any, session: Any, huggingface_config: Any, encoding: Any, devices: list,
@@ -201,16 +200,11 @@ class DecoderPipelineModel(KVCacheMixin, PipelineModel):
         self.compute_dtype = dt
         self.max_seq_len = self.calculate_max_seq_len(pipeline_config, huggingface_config)
         kvc = kv_cache_config
-        kv_dtype = kvc.cache_dtype or dt
-        if getattr(kvc, "kv_cache_dtype", "auto") != "auto":
-            from max.nn.kv_cache.cache_params import KV_CACHE_DTYPES
-
-            kv_dtype = KV_CACHE_DTYPES[kvc.kv_cache_dtype]
-        kv_params = kv_params_for(cfg, kv_dtype, page_size=kvc.kv_cache_page_size,
+        kv_params = kv_params_for(cfg, kvc.cache_dtype or dt, page_size=kvc.kv_cache_page_size,
                                   enable_prefix_caching=kvc.enable_prefix_caching, shape=self.kv_cache_shape(cfg),
                                   n_devices=n_dev, kv_cache_config=kvc)
         self.kv_params = kv_params
-        max_batch = pipeline_config.max_batch_size or self.default_max_batch
+        max_batch = self.batch_limit()
         self.kv_manager = self.make_kv_manager(kv_params, max_batch, cfg, devices, session, kvc)
         fmt = pipeline_config.model_config.weights_format
         adapt = adapter or self.weight_adapters.get(fmt)

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from max.driver import Buffer
+from max.dtype import DType
 from max.graph import DeviceRef
 from max.graph.weights import WeightsFormat
 from max.nn.kv_cache import PagedKVCacheManager, kv_cache_budget
@@ -79,7 +80,7 @@ class CsmPipelineModel(PipelineModel):
     their codes) and codec."""
 
     weight_adapters = WEIGHT_ADAPTERS
-    default_max_batch = 8
+    batch_workload = "audio_generation"
 
     @staticmethod
     def pipeline_class() -> type:
@@ -101,10 +102,13 @@ class CsmPipelineModel(PipelineModel):
         dt = compute_dtype(encoding, dev, session_policy(session))
         self.max_seq_len = self.calculate_max_seq_len(pipeline_config, huggingface_config)
         kvc = kv_cache_config
+        kvc.refuse_kv_cache_dtype(ARCHITECTURE, allowed=(DType.float32, DType.bfloat16, DType.float16),
+                                  why="its backbone's attention reads a float cache")
+        kvc.refuse_swapping(ARCHITECTURE)
         kv_params = kv_params_for(c.backbone, kvc.cache_dtype or dt, kvc.kv_cache_page_size,
                                   enable_prefix_caching=False)
         self.kv_params = kv_params
-        self.max_batch = pipeline_config.max_batch_size or self.default_max_batch
+        self.max_batch = self.batch_limit()
         n_layers = c.backbone.num_hidden_layers
         self.kv_manager = PagedKVCacheManager(
             kv_params, max_batch_size=self.max_batch, max_seq_len=self.max_seq_len, num_layers=n_layers,

@@ -4,6 +4,8 @@ prediction layer as the draft (``mtp.py``)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 from typing import Any, Sequence
 
@@ -88,7 +90,7 @@ class DeepseekV3Model(DeepseekV2Model):
             if kv_cache_config.enable_prefix_caching:
                 logger.info("DeepSeek-V3 MTP draft: prefix caching is off (the draft reads every position's "
                             "hidden state)")
-                kv_cache_config.enable_prefix_caching = False
+                kv_cache_config = dataclasses.replace(kv_cache_config, enable_prefix_caching=False)
         super().__init__(pipeline_config, session, huggingface_config, encoding, devices, kv_cache_config, weights,
                          adapter, return_logits)
         if self._with_mtp:
@@ -110,7 +112,7 @@ class DeepseekV3Model(DeepseekV2Model):
         factory = self.weight_factory(pipeline_config, encoding, self.compute_dtype, self.device_refs[0], checkpoint,
                                       policy=session_policy(session))
         self.mtp_draft = MTPDraftModel(cfg, checkpoint, factory, kv_params, self.max_seq_len,
-                                       pipeline_config.max_batch_size or self.default_max_batch, devices, session,
+                                       self.batch_limit(), devices, session,
                                        self.device_refs[0], n, kvc)
         release = getattr(weights, "release_resident_pages", None)
         if callable(release):

@@ -76,7 +76,7 @@ class WhisperPipelineModel(PipelineModel):
     drives them."""
 
     weight_adapters = WEIGHT_ADAPTERS
-    default_max_batch = 8
+    batch_workload = "transcription"
 
     def __init__(self, pipeline_config: Any, session: Any, huggingface_config: Any, encoding: Any, devices: list,
                  kv_cache_config: Any, weights: Any, adapter: Any, return_logits: Any) -> None:
@@ -93,10 +93,13 @@ class WhisperPipelineModel(PipelineModel):
         self.compute_dtype = dt
         self.max_seq_len = self.calculate_max_seq_len(pipeline_config, huggingface_config)
         kvc = kv_cache_config
+        kvc.refuse_kv_cache_dtype(ARCHITECTURE, allowed=(DType.float32, DType.bfloat16, DType.float16),
+                                  why="its self- and cross-attention read a float cache")
+        kvc.refuse_swapping(ARCHITECTURE)
         kv_params = KVCacheParams(dtype=kvc.cache_dtype or dt, n_kv_heads=cfg.decoder_attention_heads,
                                   head_dim=cfg.head_dim, page_size=kvc.kv_cache_page_size, enable_prefix_caching=False)
         self.kv_params = kv_params
-        self.max_batch = pipeline_config.max_batch_size or self.default_max_batch
+        self.max_batch = self.batch_limit()
         self.kv_manager = PagedKVCacheManager(
             kv_params, max_batch_size=self.max_batch, max_seq_len=self.max_seq_len, num_layers=cfg.decoder_layers,
             devices=devices, session=session,
