@@ -244,6 +244,8 @@ LMX_INLINE float dotf(const float *a, const float *b, int64_t n) {
 #define AV_FMA _mm512_fmadd_ps
 #define AV_LOAD _mm512_loadu_ps
 #define AV_HSUM _mm512_reduce_add_ps
+#define AV_SET1 _mm512_set1_ps
+#define AV_STORE _mm512_storeu_ps
 #else
 #define AV __m256
 #define AW 8
@@ -251,6 +253,8 @@ LMX_INLINE float dotf(const float *a, const float *b, int64_t n) {
 #define AV_FMA _mm256_fmadd_ps
 #define AV_LOAD _mm256_loadu_ps
 #define AV_HSUM lmx_hsum256
+#define AV_SET1 _mm256_set1_ps
+#define AV_STORE _mm256_storeu_ps
 #endif
 /* nh (1..4) heads' dot products with one key, as independent chains (the key is loaded once). */
 LMX_INLINE void dots_n(const float *q, int64_t D, const float *k, float *out, int64_t os, float scale, const int nh) {
@@ -283,6 +287,82 @@ LMX_INLINE void dots_heads(const float *q, int64_t G, int64_t D, const float *k,
 #endif
     for (; hh < G; hh++) out[hh * os] = dotf(q + hh * D, k, D) * scale;
 }
+
+#if defined(LMX_AVX512) || defined(LMX_AVX2)
+/* Decode attention is latency-bound when each key is taken alone (G chains of D / AW dependent FMAs, then an
+ * axpy per head that loads and stores the accumulator for every key): tiles keep 8-12 independent chains in
+ * registers and each key row in L1.  Used when AW divides D. */
+#define ATT_TK 4  /* keys per score tile */
+#define ATT_TH 3  /* heads per score tile */
+#define ATT_VB 32 /* keys per value block (32 rows of D floats stay in L1) */
+
+/* out[h * os + k] = scale * dot(q[h], kr[k]) for h < nh, k < nk. */
+LMX_INLINE void dots_tile(const float *q, int64_t D, const float *const *kr, float *out, int64_t os, float scale,
+                          const int nh, const int nk) {
+    AV acc[ATT_TH][ATT_TK];
+    for (int h = 0; h < nh; h++)
+        for (int k = 0; k < nk; k++) acc[h][k] = AV_ZERO();
+    for (int64_t d = 0; d < D; d += AW) {
+        AV qv[ATT_TH];
+        for (int h = 0; h < nh; h++) qv[h] = AV_LOAD(q + h * D + d);
+        for (int k = 0; k < nk; k++) {
+            const AV kv = AV_LOAD(kr[k] + d);
+            for (int h = 0; h < nh; h++) acc[h][k] = AV_FMA(qv[h], kv, acc[h][k]);
+        }
+    }
+    for (int h = 0; h < nh; h++)
+        for (int k = 0; k < nk; k++) out[h * os + k] = AV_HSUM(acc[h][k]) * scale;
+}
+
+/* The scores of the G heads against nk (1..ATT_TK) keys. */
+static void dots_keys(const float *q, int64_t G, int64_t D, const float *const *kr, int nk, float *out, int64_t os,
+                      float scale) {
+    for (int64_t hh = 0; hh < G; hh += ATT_TH) {
+        const int nh = G - hh < ATT_TH ? (int)(G - hh) : ATT_TH;
+        const float *qh = q + hh * D;
+        float *o = out + hh * os;
+#define DT(a, b) case (a) * 8 + (b): dots_tile(qh, D, kr, o, os, scale, a, b); break;
+        switch (nh * 8 + nk) {
+            DT(1, 1) DT(1, 2) DT(1, 3) DT(1, 4) DT(2, 1) DT(2, 2) DT(2, 3) DT(2, 4) DT(3, 1) DT(3, 2) DT(3, 3)
+            default: dots_tile(qh, D, kr, o, os, scale, 3, 4); break;
+        }
+#undef DT
+    }
+}
+
+/* acc[h * D + d] += p[h * ps + j] * vr[j][d] for every head h < G and key j < nb: two heads and nc AW-wide
+ * slices of D at a time (nc a constant: their 2 nc accumulators stay in registers across the keys). */
+LMX_INLINE void av_block_nc(float *acc, const float *p, int64_t ps, int64_t G, int64_t D, const float *const *vr,
+                            int nb, const int nc) {
+    for (int64_t hh = 0; hh < G; hh += 2) {
+        const int two = G - hh >= 2;
+        const float *p0 = p + hh * ps, *p1 = two ? p0 + ps : p0;
+        for (int64_t d = 0; d < D; d += nc * AW) {
+            float *a0 = acc + hh * D + d, *a1 = two ? a0 + D : a0;
+            AV x0[4], x1[4];
+            for (int c = 0; c < nc; c++) x0[c] = AV_LOAD(a0 + c * AW), x1[c] = AV_LOAD(a1 + c * AW);
+            for (int j = 0; j < nb; j++) {
+                const AV w0 = AV_SET1(p0[j]), w1 = AV_SET1(p1[j]);
+                const float *v = vr[j] + d;
+                for (int c = 0; c < nc; c++) {
+                    const AV vv = AV_LOAD(v + c * AW);
+                    x0[c] = AV_FMA(w0, vv, x0[c]);
+                    x1[c] = AV_FMA(w1, vv, x1[c]);
+                }
+            }
+            for (int c = 0; c < nc; c++) AV_STORE(a0 + c * AW, x0[c]);
+            if (two)
+                for (int c = 0; c < nc; c++) AV_STORE(a1 + c * AW, x1[c]);
+        }
+    }
+}
+
+static void av_block(float *acc, const float *p, int64_t ps, int64_t G, int64_t D, const float *const *vr, int nb) {
+    if (D % (4 * AW) == 0) av_block_nc(acc, p, ps, G, D, vr, nb, 4);
+    else if (D % (2 * AW) == 0) av_block_nc(acc, p, ps, G, D, vr, nb, 2);
+    else av_block_nc(acc, p, ps, G, D, vr, nb, 1);
+}
+#endif
 
 LMX_INLINE void axpy(float *y, float a, const float *x, int64_t n) {
     int64_t i = 0;
@@ -381,7 +461,7 @@ LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hk
     int rc = 0;
 #pragma omp parallel if (work * H * D > (1 << 15))
     {
-        float *sc = scratch((size_t)(G * (lmax + 16) + 2 * D + G * D));
+        float *sc = scratch((size_t)(G * (lmax + 16) + (4 + 32) * D + G * D));
         if (!sc) {
 #pragma omp atomic write
             rc = -3;
@@ -399,16 +479,32 @@ LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hk
             if (chunk > 0 && causal && (qpos / chunk) * chunk > first) first = (qpos / chunk) * chunk;
             const int64_t L = last - first + 1;
             const int64_t LS = lmax + 16;
-            float *kv = sc + G * LS, *acc = kv + 2 * D;
+            float *kt = sc + G * LS, *vt = kt + 4 * D, *acc = vt + 32 * D; /* K tile, V block (converted rows) */
             const float *qg = q + (t * H + g * G) * D;
+            int64_t j = 0;
             /* scores of every (head of the group, key) */
-            for (int64_t j = 0; j < L; j++) {
+#if defined(LMX_AVX512) || defined(LMX_AVX2)
+            if (D % AW == 0)
+                for (; j < L; j += ATT_TK) {
+                    const int nk = L - j < ATT_TK ? (int)(L - j) : ATT_TK;
+                    const float *kr[ATT_TK];
+                    for (int k = 0; k < nk; k++) {
+                        const int64_t p = first + j + k;
+                        const int64_t base = lookup[b * lookup_stride + p / page_size] * s_page + layer * s_layer +
+                                             (p % page_size) * s_off + g * hs;
+                        if (kv_kind == LMX_F32) kr[k] = (const float *)cache + base;
+                        else { cache_load(&c, base, kt + k * D, D); kr[k] = kt + k * D; }
+                    }
+                    dots_keys(qg, G, D, kr, nk, sc + j, LS, scale);
+                }
+#endif
+            for (; j < L; j++) {
                 const int64_t p = first + j;
                 const int64_t base = lookup[b * lookup_stride + p / page_size] * s_page + layer * s_layer +
                                      (p % page_size) * s_off + g * hs;
                 const float *kr;
                 if (kv_kind == LMX_F32) kr = (const float *)cache + base;
-                else { cache_load(&c, base, kv, D); kr = kv; }
+                else { cache_load(&c, base, kt, D); kr = kt; }
                 dots_heads(qg, G, D, kr, sc + j, LS, scale);
             }
             float inv[256];
@@ -419,13 +515,29 @@ LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hk
                 inv[hh & 255] = den > 0 ? 1.0f / den : 0.0f;
             }
             memset(acc, 0, (size_t)(G * D) * 4);
-            for (int64_t j = 0; j < L; j++) {
+            j = 0;
+#if defined(LMX_AVX512) || defined(LMX_AVX2)
+            if (D % AW == 0)
+                for (; j < L; j += ATT_VB) {
+                    const int nb = L - j < ATT_VB ? (int)(L - j) : ATT_VB;
+                    const float *vr[ATT_VB];
+                    for (int k = 0; k < nb; k++) {
+                        const int64_t p = first + j + k;
+                        const int64_t base = lookup[b * lookup_stride + p / page_size] * s_page + layer * s_layer +
+                                             (p % page_size) * s_off + g * hs + s_kv;
+                        if (kv_kind == LMX_F32) vr[k] = (const float *)cache + base;
+                        else { cache_load(&c, base, vt + k * D, D); vr[k] = vt + k * D; }
+                    }
+                    av_block(acc, sc + j, LS, G, D, vr, nb);
+                }
+#endif
+            for (; j < L; j++) {
                 const int64_t p = first + j;
                 const int64_t base = lookup[b * lookup_stride + p / page_size] * s_page + layer * s_layer +
                                      (p % page_size) * s_off + g * hs + s_kv;
                 const float *vr;
                 if (kv_kind == LMX_F32) vr = (const float *)cache + base;
-                else { cache_load(&c, base, kv + D, D); vr = kv + D; }
+                else { cache_load(&c, base, vt, D); vr = vt; }
                 for (int64_t hh = 0; hh < G; hh++) axpy(acc + hh * D, sc[hh * LS + j], vr, D);
             }
             for (int64_t hh = 0; hh < G; hh++) {
