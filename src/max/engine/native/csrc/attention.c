@@ -420,6 +420,16 @@ static float exp_shift_sum(float *p, int64_t n, float mx) {
     return sum;
 }
 
+/* The float row of position p of one request's pages lk (off: g * hs for head g's key, + s_kv for its value):
+ * in the cache itself (float32) or converted into buf (D floats). */
+LMX_INLINE const float *kv_row(const cache_t *c, const int64_t *lk, int64_t page_size, int64_t layer, int64_t p,
+                               int64_t off, float *buf, int64_t D) {
+    const int64_t base = lk[p / page_size] * c->s_page + layer * c->s_layer + (p % page_size) * c->s_off + off;
+    if (c->kind == LMX_F32) return (const float *)c->base + base;
+    cache_load(c, base, buf, D);
+    return buf;
+}
+
 static __thread float *att_scratch = NULL;
 static __thread size_t att_cap = 0;
 
@@ -481,6 +491,7 @@ LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hk
             const int64_t LS = lmax + 16;
             float *kt = sc + G * LS, *vt = kt + 4 * D, *acc = vt + 32 * D; /* K tile, V block (converted rows) */
             const float *qg = q + (t * H + g * G) * D;
+            const int64_t *lk = lookup + b * lookup_stride;
             int64_t j = 0;
             /* scores of every (head of the group, key) */
 #if defined(LMX_AVX512) || defined(LMX_AVX2)
@@ -488,25 +499,13 @@ LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hk
                 for (; j < L; j += ATT_TK) {
                     const int nk = L - j < ATT_TK ? (int)(L - j) : ATT_TK;
                     const float *kr[ATT_TK];
-                    for (int k = 0; k < nk; k++) {
-                        const int64_t p = first + j + k;
-                        const int64_t base = lookup[b * lookup_stride + p / page_size] * s_page + layer * s_layer +
-                                             (p % page_size) * s_off + g * hs;
-                        if (kv_kind == LMX_F32) kr[k] = (const float *)cache + base;
-                        else { cache_load(&c, base, kt + k * D, D); kr[k] = kt + k * D; }
-                    }
+                    for (int k = 0; k < nk; k++)
+                        kr[k] = kv_row(&c, lk, page_size, layer, first + j + k, g * hs, kt + k * D, D);
                     dots_keys(qg, G, D, kr, nk, sc + j, LS, scale);
                 }
 #endif
-            for (; j < L; j++) {
-                const int64_t p = first + j;
-                const int64_t base = lookup[b * lookup_stride + p / page_size] * s_page + layer * s_layer +
-                                     (p % page_size) * s_off + g * hs;
-                const float *kr;
-                if (kv_kind == LMX_F32) kr = (const float *)cache + base;
-                else { cache_load(&c, base, kt, D); kr = kt; }
-                dots_heads(qg, G, D, kr, sc + j, LS, scale);
-            }
+            for (; j < L; j++)
+                dots_heads(qg, G, D, kv_row(&c, lk, page_size, layer, first + j, g * hs, kt, D), sc + j, LS, scale);
             float inv[256];
             for (int64_t hh = 0; hh < G; hh++) {
                 float mx = -INFINITY;
@@ -521,23 +520,13 @@ LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hk
                 for (; j < L; j += ATT_VB) {
                     const int nb = L - j < ATT_VB ? (int)(L - j) : ATT_VB;
                     const float *vr[ATT_VB];
-                    for (int k = 0; k < nb; k++) {
-                        const int64_t p = first + j + k;
-                        const int64_t base = lookup[b * lookup_stride + p / page_size] * s_page + layer * s_layer +
-                                             (p % page_size) * s_off + g * hs + s_kv;
-                        if (kv_kind == LMX_F32) vr[k] = (const float *)cache + base;
-                        else { cache_load(&c, base, vt + k * D, D); vr[k] = vt + k * D; }
-                    }
+                    for (int k = 0; k < nb; k++)
+                        vr[k] = kv_row(&c, lk, page_size, layer, first + j + k, g * hs + s_kv, vt + k * D, D);
                     av_block(acc, sc + j, LS, G, D, vr, nb);
                 }
 #endif
             for (; j < L; j++) {
-                const int64_t p = first + j;
-                const int64_t base = lookup[b * lookup_stride + p / page_size] * s_page + layer * s_layer +
-                                     (p % page_size) * s_off + g * hs + s_kv;
-                const float *vr;
-                if (kv_kind == LMX_F32) vr = (const float *)cache + base;
-                else { cache_load(&c, base, vt, D); vr = vt; }
+                const float *vr = kv_row(&c, lk, page_size, layer, first + j, g * hs + s_kv, vt, D);
                 for (int64_t hh = 0; hh < G; hh++) axpy(acc + hh * D, sc[hh * LS + j], vr, D);
             }
             for (int64_t hh = 0; hh < G; hh++) {
