@@ -16,8 +16,17 @@ process tree (Ray's daemons and replicas included), as ratios to the plain serve
 few cores the replicas share them (each gets ``(cores - 1) / R`` threads, at least 1), so more replicas cannot add
 throughput there; the table then shows Ray's routing overhead.
 
+``--peer llama-server[=PATH]``: the same load, one server at a time (never both at once), against
+``max serve`` and llama.cpp's ``llama-server`` on the same GGUF file (``-np <max concurrency> -t <threads>``,
+threads = what ``max serve`` uses, passed to both as ``--num-threads``), and one table per concurrency with
+both rows, the ratio libremax / llama-server, the output tokens each request reported and each server's
+peak RSS.  Without ``=PATH`` the binary is looked up where ``scripts/build_llama_server.sh`` puts it, then on
+``PATH``; where there is none (or the model is not a GGUF file, or it fails to start) the llama-server rows
+are skipped with the reason printed and the ``max serve`` rows still come.
+
 Run: .venv/bin/python bench/serve.py [--model-path PATH] [--devices cpu] [--output-len 32] [--json out.json]
-     [--features structured speculative lora] [--skip-throughput] [--replicas 1,2]
+     [--features structured speculative lora] [--skip-features] [--skip-throughput] [--replicas 1,2]
+     [--peer llama-server[=PATH]]
 """
 
 from __future__ import annotations
@@ -31,15 +40,18 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _llama_server  # noqa: E402
 from _common import start_max_serve, stop_process, table  # noqa: E402
 
 
-def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str, float]:
+def start_server(args: argparse.Namespace, num_threads: int | None = None) -> tuple[subprocess.Popen, str, float]:
     cmd = ["--devices", args.devices, "--max-batch-size", str(max(args.concurrency)), "--log-level", "warning"]
     if args.model_path:
         cmd += ["--model-path", args.model_path]
     if args.max_length:
         cmd += ["--max-length", str(args.max_length)]
+    if num_threads:
+        cmd += ["--num-threads", str(num_threads)]
     return start_max_serve(cmd)
 
 
@@ -57,20 +69,35 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="write all results as JSON here")
     ap.add_argument("--features", nargs="*", default=["structured", "speculative", "lora"],
                     choices=["structured", "speculative", "lora"], help="serving-feature tables to print")
+    ap.add_argument("--skip-features", action="store_true", help="no feature tables (only the serving load)")
     ap.add_argument("--skip-throughput", action="store_true", help="only the feature tables")
+    ap.add_argument("--peer", default=None, metavar="llama-server[=PATH]",
+                    help="also run the same load against llama.cpp's llama-server on the same GGUF model and print "
+                         "the ratio (default: off)")
     ap.add_argument("--rounds", type=int, default=3, help="--replicas: runs per concurrency, the best kept")
-    ap.add_argument("--num-threads", type=int, default=1,
+    ap.add_argument("--num-threads", type=int, default=None,
                     help="--replicas: torch threads of every server and replica (the same for all, so only the "
-                         "serving stack differs)")
+                         "serving stack differs; default 1); --peer: threads of both servers (default: what "
+                         "max serve uses, the physical cores or LIBREMAX_NUM_THREADS)")
     ap.add_argument("--replicas", default=None,
                     help="comma-separated Ray Serve replica counts (e.g. 1,2) to compare with max serve alone")
     args = ap.parse_args()
     if args.replicas:
+        args.num_threads = args.num_threads or 1
         replicas(args)
         return
+    if args.peer is not None:
+        try:
+            _llama_server.parse_peer(args.peer)
+        except ValueError as e:
+            ap.error(str(e))
     if not args.skip_throughput:
-        throughput(args)
-    features(args)
+        if args.peer is not None:
+            versus_peer(args)
+        else:
+            throughput(args)
+    if not args.skip_features:
+        features(args)
 
 
 def features(args: argparse.Namespace) -> None:
@@ -197,6 +224,137 @@ def replicas(args: argparse.Namespace) -> None:
           f"per server/replica; best of {args.rounds} runs)", rows,
           ("server", "concurrency", "up in s", "req/s", "out tok/s", "vs alone", "TTFT p50/p90 ms",
            "TPOT p50/p90 ms", "peak RSS MiB (tree)"))
+
+
+class _PeakRSS:
+    """Samples the resident MiB of a server's process tree every 0.25 s while in the ``with`` block; ``peak``
+    also takes the main process's own high-water mark (``VmHWM``) at the end, so a spike between samples counts."""
+
+    def __init__(self, pid: int) -> None:
+        import threading
+
+        self.pid, self.peak = pid, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _tree_rss_mib(self.pid))
+            self._stop.wait(0.25)
+
+    def __enter__(self) -> "_PeakRSS":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        try:
+            with open(f"/proc/{self.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        self.peak = max(self.peak, int(line.split()[1]) / 1024)
+        except OSError:
+            pass
+
+
+def _drive(url: str, args: argparse.Namespace, who: str) -> dict[int, dict]:
+    """The load of every ``--concurrency`` against one server (after a short warm-up): ``{c: result}``."""
+    from max.serve.benchmark import run_benchmark
+
+    run_benchmark(url, num_prompts=2, concurrency=2, prompt_len=args.prompt_len, output_len=4)  # warm-up
+    out = {}
+    for c in args.concurrency:
+        n = max(8, args.requests_per_slot * c)
+        res = run_benchmark(url, num_prompts=n, concurrency=c, prompt_len=args.prompt_len, output_len=args.output_len)
+        if res["failed"]:
+            print(f"{who}, concurrency {c}: {res['failed']} failed: {res['errors']}", file=sys.stderr)
+        per_req = res["total_output_tokens"] / res["completed"] if res["completed"] else 0.0
+        if res["completed"] and per_req != args.output_len:
+            print(f"{who}, concurrency {c}: WARNING: the server reported {per_req:g} output tokens per request, "
+                  f"asked for {args.output_len} (ignore_eos)", file=sys.stderr)
+        out[c] = res
+        print(f"{who}, concurrency {c:>3}: {res['output_throughput']:.1f} tok/s", file=sys.stderr)
+    return out
+
+
+def _row(name: str, res: dict, peak: float, t_up: float) -> tuple:
+    per_req = res["total_output_tokens"] / res["completed"] if res["completed"] else 0.0
+    return (name, f"{res['completed']}/{res['num_prompts']}", f"{res['request_throughput']:.2f}",
+            f"{res['output_throughput']:.1f}", f"{res['ttft_ms']['p50']:.0f} / {res['ttft_ms']['p90']:.0f}",
+            f"{res['tpot_ms']['p50']:.1f} / {res['tpot_ms']['p90']:.1f}", f"{per_req:g}", f"{peak:.0f}",
+            f"{t_up:.1f}")
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b and a == a and b == b else "n/a"
+
+
+def peer_plan(args: argparse.Namespace, threads: int) -> tuple[list[str] | None, str]:
+    """The llama-server command for this run, or ``(None, why it is skipped)``."""
+    from max.serve.server import free_port
+
+    binary, reason = _llama_server.resolve_binary(_llama_server.parse_peer(args.peer))
+    if binary is None:
+        return None, reason
+    reason = _llama_server.check_model(args.model_path)
+    if reason:
+        return None, reason
+    np_ = max(args.concurrency)
+    ctx = _llama_server.context_size(np_, args.prompt_len, args.output_len)
+    return _llama_server.command(binary, args.model_path, parallel=np_, threads=threads, ctx=ctx,
+                                 port=free_port()), ""
+
+
+def versus_peer(args: argparse.Namespace) -> None:
+    """max serve, then llama-server (never both at once), same client, prompts and threads; a table per
+    concurrency with both rows and the ratio."""
+    from max.engine.threads import default_num_threads
+
+    threads = args.num_threads or default_num_threads()
+    proc, url, t_up = start_server(args, num_threads=threads)
+    try:
+        with _PeakRSS(proc.pid) as rss:
+            mine = _drive(url, args, "max serve")
+    finally:
+        stop_process(proc)
+    mine_peak, mine_up = rss.peak, t_up
+
+    theirs, skip = None, ""
+    cmd, skip = peer_plan(args, threads)
+    if cmd is not None:
+        port = int(cmd[cmd.index("--port") + 1])
+        print(f"starting: {' '.join(cmd)}", file=sys.stderr)
+        peer, purl, p_up, skip = _llama_server.start(cmd, port)
+        if peer is not None:
+            try:
+                with _PeakRSS(peer.pid) as prss:
+                    theirs = _drive(purl, args, "llama-server")
+            finally:
+                stop_process(peer)
+    if theirs is None:
+        print(f"\nllama-server rows skipped: {skip}")
+    model = os.path.basename(args.model_path) if args.model_path else next(iter(mine.values()))["model"]
+    headers = ("server", "done/sent", "req/s", "out tok/s", "TTFT p50/p90 ms", "TPOT p50/p90 ms", "out tokens/req",
+               "peak RSS MiB", "up in s")
+    for c in args.concurrency:
+        a = mine[c]
+        rows = [_row("max serve (libremax)", a, mine_peak, mine_up)]
+        if theirs is not None:
+            b = theirs[c]
+            rows.append(_row("llama-server", b, prss.peak, p_up))
+            rows.append(("libremax / llama-server", "", _ratio(a["request_throughput"], b["request_throughput"]),
+                         _ratio(a["output_throughput"], b["output_throughput"]),
+                         _ratio(a["ttft_ms"]["p50"], b["ttft_ms"]["p50"]),
+                         _ratio(a["tpot_ms"]["p50"], b["tpot_ms"]["p50"]), "", _ratio(mine_peak, prss.peak), ""))
+        table(f"concurrency {c}: {model} ({threads} thread(s) per server, {os.cpu_count()} cores; prompt "
+              f"{args.prompt_len} words, {args.output_len} output tokens with ignore_eos, streaming chat; ratios "
+              "of p50s; out tok/s: higher is better, TTFT/TPOT/RSS: lower is better)", rows, headers)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"threads": threads, "max_serve": {"peak_rss_mib": mine_peak, "results": list(mine.values())},
+                       "llama_server": ({"peak_rss_mib": prss.peak, "command": cmd, "results": list(theirs.values())}
+                                        if theirs is not None else {"skipped": skip})}, f, indent=2)
 
 
 def throughput(args: argparse.Namespace) -> None:
