@@ -120,7 +120,7 @@ def test_packed_weights_of_several_thread_items_equal_one_thread():
     of many items gives bit for bit what one thread computes, whatever thread took which item."""
     from max.engine import threads
 
-    n, k = 16 * 300, 256
+    n, k = 16 * 2000, 256  # 4.7 MB of Q4_K: several work items (smaller weights are one share per thread)
     b = blocks("Q4_K", n, k, 5)
     code = native.GGML_KINDS["Q4_K"]
     plan = native.MatmulPlan([native.pack(torch.from_numpy(b), code, n, k)], [code], ["packed"], [n], k)

@@ -1373,13 +1373,15 @@ static void packed_rows(int kind, const uint8_t *p, int64_t N, int64_t K, int64_
  * 7 ms of a 1.5B model's 50 ms decode step), and a core taken by another process stalls a fixed split for
  * its whole share.  An item is ~LMX_CHUNK_BYTES of weights: long runs keep the hardware prefetchers on
  * one stream (96 KiB items cost 6 % of the step against a fixed split, 1 MiB ones the same time as it);
- * fewer bytes per item when M makes the work compute-bound; at least 2 items per thread. */
+ * fewer bytes per item when M makes the work compute-bound; at least 2 items per thread.  A weight under
+ * 4 items' worth is split in one share per thread, as before (small models' calls are a few microseconds). */
 #ifndef LMX_CHUNK_BYTES
 #define LMX_CHUNK_BYTES (1 << 20)
 #endif
 static int64_t packed_chunk(int64_t groups, int kind, int64_t K, int64_t M, int nt) {
     if (nt <= 1) return groups > 0 ? groups : 1;
     const int64_t gbytes = K / unit_elems(kind) * unit_bytes(kind); /* (the first weight's kind) */
+    if (groups * gbytes < 4 * LMX_CHUNK_BYTES) return (groups + nt - 1) / nt; /* small: one share per thread */
     int64_t c = LMX_CHUNK_BYTES / (gbytes * (M < 8 ? 1 : M / 8));
     const int64_t most = groups / (2 * nt);
     if (c > most) c = most;
