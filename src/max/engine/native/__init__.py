@@ -351,9 +351,9 @@ def huge_empty(nbytes: int) -> torch.Tensor:
     mm = mmap.mmap(-1, nbytes + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     base = torch.frombuffer(mm, dtype=torch.uint8)  # keeps the mapping alive
     off = (-base.data_ptr()) % _HUGE
-    span = (nbytes + _HUGE - 1) // _HUGE * _HUGE
+    span = nbytes // _HUGE * _HUGE  # whole huge pages only: the tail keeps 4 KiB pages (no 2 MiB page mostly unused)
     try:
-        mm.madvise(mmap.MADV_HUGEPAGE, off, min(span, len(mm) - off))
+        mm.madvise(mmap.MADV_HUGEPAGE, off, span)
     except OSError:  # advice refused: ordinary pages
         pass
     return base[off:off + nbytes]
