@@ -13,6 +13,7 @@ import tempfile
 import wave
 
 import numpy as np
+import pytest
 
 from support import apt_install
 
@@ -86,6 +87,19 @@ def whisper_pair(d: str, **hf_kwargs) -> tuple:
     return pipe, hf, transformers.WhisperFeatureExtractor(feature_size=80)
 
 
+def _whisper_tokenizer(d: str, special: list) -> "object":
+    """The WhisperTokenizer of the vocab.json / merges.txt in ``d`` with ``special`` (``<|endoftext|>`` first) and
+    the 1501 timestamp tokens added after the text vocabulary, as the released tokenizers order them."""
+    import transformers
+
+    tok = transformers.WhisperTokenizer(os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt"),
+                                        unk_token="<|endoftext|>", bos_token="<|endoftext|>",
+                                        eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    tok.add_tokens(special[1:], special_tokens=True)
+    tok.add_tokens([f"<|{i * 0.02:.2f}|>" for i in range(1501)])
+    return tok
+
+
 @functools.lru_cache(maxsize=None)
 def tiny_whisper_dir(seed: int = 0, sizes: tuple = tuple(TINY.items()), text_vocab: int = 0) -> str:
     """Folder with config.json, generation_config.json, model.safetensors, vocab.json/merges.txt and the
@@ -96,11 +110,7 @@ def tiny_whisper_dir(seed: int = 0, sizes: tuple = tuple(TINY.items()), text_voc
     d = tempfile.mkdtemp(prefix="tiny-whisper-")
     vocab = _write_bpe(d, _byte_chars(), text_vocab)
     base = len(vocab)
-    tok = transformers.WhisperTokenizer(os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt"),
-                                        unk_token="<|endoftext|>", bos_token="<|endoftext|>",
-                                        eos_token="<|endoftext|>", pad_token="<|endoftext|>")
-    tok.add_tokens(_SPECIAL[1:], special_tokens=True)
-    tok.add_tokens([f"<|{i * 0.02:.2f}|>" for i in range(1501)])
+    tok = _whisper_tokenizer(d, _SPECIAL)
     ids = {t: tok.convert_tokens_to_ids(t) for t in _SPECIAL}
     assert ids["<|endoftext|>"] == base and ids["<|notimestamps|>"] == base + len(_SPECIAL) - 1, ids
     vocab_size = len(tok)
@@ -191,11 +201,7 @@ def released_whisper_dir(seed: int = 0, max_target_positions: int = 96) -> str:
     vocab = _write_bpe(d, _gpt2_byte_order(), RELEASED_TEXT_VOCAB)
     special = ["<|endoftext|>", "<|startoftranscript|>", *[f"<|{c}|>" for c in langs], "<|translate|>",
                "<|transcribe|>", "<|startoflm|>", "<|startofprev|>", "<|nocaptions|>", "<|notimestamps|>"]
-    tok = transformers.WhisperTokenizer(os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt"),
-                                        unk_token="<|endoftext|>", bos_token="<|endoftext|>",
-                                        eos_token="<|endoftext|>", pad_token="<|endoftext|>")
-    tok.add_tokens(special[1:], special_tokens=True)
-    tok.add_tokens([f"<|{i * 0.02:.2f}|>" for i in range(1501)])
+    tok = _whisper_tokenizer(d, special)
     ids = {t: tok.convert_tokens_to_ids(t) for t in special}
     want = {"<|endoftext|>": 50257, "<|startoftranscript|>": 50258, "<|en|>": 50259, "<|su|>": 50357,
             "<|translate|>": 50358, "<|transcribe|>": 50359, "<|startoflm|>": 50360, "<|startofprev|>": 50361,
@@ -259,6 +265,14 @@ def speech(text: str = "The quick brown fox jumps over the lazy dog.") -> tuple[
                 return _resample(pcm, sr), "espeak-ng"
             why = f"espeak-ng failed: {r.stderr[-200:]!r}"
     return synthetic_voice(3.0), f"synthetic ({why})"
+
+
+@pytest.fixture(scope="module")
+def audio() -> np.ndarray:
+    """The test speech (:func:`speech`), its origin printed; test modules import this fixture."""
+    a, how = speech()
+    print("test audio:", how)
+    return a
 
 
 def synthetic_voice(seconds: float, seed: int = 0) -> np.ndarray:

@@ -90,6 +90,12 @@ def cache(tmp_path, monkeypatch):
     pack_cache._forget()
 
 
+def _assert_same(got: dict, want: dict) -> None:
+    """Every tensor of the file packed to the same bytes."""
+    for name in TENSORS:
+        assert torch.equal(got[name], want[name]), name
+
+
 def _entries(root) -> list:
     return sorted(p for p in root.rglob("*.lmxp"))
 
@@ -133,12 +139,10 @@ def test_a_modified_file_is_never_served_stale(tmp_path, cache):
     want = _fresh(path)
     got, s = _load(path)
     assert s["hashed"] == 1 and s["hits"] == 0
-    for name in TENSORS:
-        assert torch.equal(got[name], want[name]), name
+    _assert_same(got, want)
     got, s = _load(path)  # and the new version is cached in its turn
     assert s["hits"] == len(TENSORS)
-    for name in TENSORS:
-        assert torch.equal(got[name], want[name]), name
+    _assert_same(got, want)
 
 
 def test_damaged_entries_are_rebuilt_with_a_warning(tmp_path, cache):
@@ -158,14 +162,12 @@ def test_damaged_entries_are_rebuilt_with_a_warning(tmp_path, cache):
     reasons = " | ".join(str(r.message) for r in rec)
     assert "checksum" in reasons and "truncated" in reasons and "not a packed-weight file" in reasons, reasons
     assert s["rebuilt"] == 3 and s["hits"] == len(TENSORS) - 3
-    for name in TENSORS:
-        assert torch.equal(got[name], want[name]), name
+    _assert_same(got, want)
     with warnings.catch_warnings():  # rebuilt: the next load maps them all, silently
         warnings.simplefilter("error")
         got, s = _load(path)
     assert s["hits"] == len(TENSORS)
-    for name in TENSORS:
-        assert torch.equal(got[name], want[name]), name
+    _assert_same(got, want)
 
 
 def test_an_entry_of_another_key_is_not_served(tmp_path, cache):

@@ -11,7 +11,7 @@ import pytest
 import torch
 import transformers
 
-from whisper_support import speech, synthetic_voice, tiny_whisper_dir, whisper_pair
+from whisper_support import audio, synthetic_voice, tiny_whisper_dir, whisper_pair  # noqa: F401 (audio: a fixture)
 
 from max.pipelines.architectures.whisper.features import log_mel_spectrogram
 from max.pipelines.architectures.whisper.transcribe import TranscriptionRequest
@@ -23,13 +23,6 @@ NEW = 16
 def tiny():
     d = tiny_whisper_dir()
     return (d, *whisper_pair(d))
-
-
-@pytest.fixture(scope="module")
-def audio():
-    a, how = speech()
-    print("test audio:", how)
-    return a
 
 
 def _hf_tokens(hf, fe, a, **kw):

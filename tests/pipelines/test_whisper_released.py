@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from whisper_support import released_whisper_dir, speech, synthetic_voice, whisper_pair
+from whisper_support import audio, released_whisper_dir, synthetic_voice, whisper_pair  # noqa: F401 (audio: a fixture)
 
 from max.pipelines.architectures.whisper.decoding import needs_language, prompt_tokens
 from max.pipelines.architectures.whisper.transcribe import TranscriptionRequest
@@ -29,13 +29,6 @@ SOT, TRANSLATE, TRANSCRIBE, NOTIMESTAMPS = 50258, 50358, 50359, 50363
 def rel():
     d = released_whisper_dir()
     return (d, *whisper_pair(d))
-
-
-@pytest.fixture(scope="module")
-def audio():
-    a, how = speech()
-    print("test audio:", how)
-    return a
 
 
 class _Prompts:

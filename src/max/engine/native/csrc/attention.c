@@ -12,6 +12,9 @@
 #define LMX_KV_I8 24      /* int8 codes + float32 scale per row */
 #define LMX_KV_F8E4M3 66  /* fp8 e4m3fn codes + float32 scale per row */
 
+#define ATT_TK 4  /* keys per score tile (SIMD variants) */
+#define ATT_VB 32 /* keys per value block (SIMD variants; 32 rows of D floats stay in L1) */
+
 typedef struct {
     void *base;
     int64_t s_page, s_kv, s_layer, s_off; /* element strides */
@@ -292,9 +295,7 @@ LMX_INLINE void dots_heads(const float *q, int64_t G, int64_t D, const float *k,
 /* Decode attention is latency-bound when each key is taken alone (G chains of D / AW dependent FMAs, then an
  * axpy per head that loads and stores the accumulator for every key): tiles keep 8-12 independent chains in
  * registers and each key row in L1.  Used when AW divides D. */
-#define ATT_TK 4  /* keys per score tile */
 #define ATT_TH 3  /* heads per score tile */
-#define ATT_VB 32 /* keys per value block (32 rows of D floats stay in L1) */
 
 /* out[h * os + k] = scale * dot(q[h], kr[k]) for h < nh, k < nk. */
 LMX_INLINE void dots_tile(const float *q, int64_t D, const float *const *kr, float *out, int64_t os, float scale,
@@ -430,6 +431,12 @@ LMX_INLINE const float *kv_row(const cache_t *c, const int64_t *lk, int64_t page
     return buf;
 }
 
+/* rows[k] = kv_row(.. position p0 + k ..) for k < n, converted rows (other kinds) into buf + k * D. */
+LMX_INLINE void kv_rows(const cache_t *c, const int64_t *lk, int64_t page_size, int64_t layer, int64_t p0, int n,
+                        int64_t off, float *buf, int64_t D, const float **rows) {
+    for (int k = 0; k < n; k++) rows[k] = kv_row(c, lk, page_size, layer, p0 + k, off, buf + k * D, D);
+}
+
 static __thread float *att_scratch = NULL;
 static __thread size_t att_cap = 0;
 
@@ -471,7 +478,7 @@ LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hk
     int rc = 0;
 #pragma omp parallel if (work * H * D > (1 << 15))
     {
-        float *sc = scratch((size_t)(G * (lmax + 16) + (4 + 32) * D + G * D));
+        float *sc = scratch((size_t)(G * (lmax + 16) + (ATT_TK + ATT_VB) * D + G * D));
         if (!sc) {
 #pragma omp atomic write
             rc = -3;
@@ -489,7 +496,7 @@ LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hk
             if (chunk > 0 && causal && (qpos / chunk) * chunk > first) first = (qpos / chunk) * chunk;
             const int64_t L = last - first + 1;
             const int64_t LS = lmax + 16;
-            float *kt = sc + G * LS, *vt = kt + 4 * D, *acc = vt + 32 * D; /* K tile, V block (converted rows) */
+            float *kt = sc + G * LS, *vt = kt + ATT_TK * D, *acc = vt + ATT_VB * D; /* K tile, V block (converted) */
             const float *qg = q + (t * H + g * G) * D;
             const int64_t *lk = lookup + b * lookup_stride;
             int64_t j = 0;
@@ -499,8 +506,7 @@ LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hk
                 for (; j < L; j += ATT_TK) {
                     const int nk = L - j < ATT_TK ? (int)(L - j) : ATT_TK;
                     const float *kr[ATT_TK];
-                    for (int k = 0; k < nk; k++)
-                        kr[k] = kv_row(&c, lk, page_size, layer, first + j + k, g * hs, kt + k * D, D);
+                    kv_rows(&c, lk, page_size, layer, first + j, nk, g * hs, kt, D, kr);
                     dots_keys(qg, G, D, kr, nk, sc + j, LS, scale);
                 }
 #endif
@@ -520,8 +526,7 @@ LMX_API int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hk
                 for (; j < L; j += ATT_VB) {
                     const int nb = L - j < ATT_VB ? (int)(L - j) : ATT_VB;
                     const float *vr[ATT_VB];
-                    for (int k = 0; k < nb; k++)
-                        vr[k] = kv_row(&c, lk, page_size, layer, first + j + k, g * hs + s_kv, vt + k * D, D);
+                    kv_rows(&c, lk, page_size, layer, first + j, nb, g * hs + s_kv, vt, D, vr);
                     av_block(acc, sc + j, LS, G, D, vr, nb);
                 }
 #endif
