@@ -69,9 +69,8 @@ static int act_alloc(act_t *a, int64_t M, int64_t K) {
     return 0;
 }
 
-/* Quantise activation row m (K a multiple of 32): codes round to nearest even,
- * |q| <= 127, one scale per 32 values; the SIMD and scalar paths give the same codes. */
-/* Blocks b0 .. nb - 1 of row m (x: the row's first value). */
+/* Quantise the 32-value blocks b0 .. nb - 1 of activation row m (x: the row's first value): codes round to
+ * nearest even, |q| <= 127, one scale per block; the SIMD and scalar paths give the same codes. */
 static void act_blocks(act_t *a, const float *x, int64_t m, const int64_t b0, const int64_t nb) {
     int8_t *q = a->xq + m * a->KP;
     float *dxb = a->dxb + m * a->BP, *sxb = a->sxb + m * a->BP, *sx16 = a->sx16 + m * 2 * a->BP;
