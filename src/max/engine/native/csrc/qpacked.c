@@ -593,6 +593,17 @@ LMX_INLINE void group_avx512(int kind, const uint8_t *g, int64_t K, const pact_t
 /* AVX2 (+ AVX-VNNI): a 64-byte vector of the layout is two 32-byte halves, rows 0-7 and 8-15; each
  * half is run over every activation row before the next, so 8 code vectors stay in registers. */
 #define PMB 4
+#ifndef LMX_PF2_DIST
+#define LMX_PF2_DIST 4096
+#endif
+/* Software prefetch of the n bytes at p + LMX_PF2_DIST (one per 64-byte line). */
+LMX_INLINE void pf_ahead(const uint8_t *p, int64_t n) {
+#if LMX_PF2_DIST > 0
+    for (int64_t l = 0; l < n; l += 64) _mm_prefetch((const char *)(p + LMX_PF2_DIST + l), _MM_HINT_T0);
+#else
+    (void)p, (void)n;
+#endif
+}
 
 LMX_INLINE __m256i bcast4(const int8_t *p) {
     int32_t v;
@@ -682,8 +693,10 @@ LMX_INLINE __m256i code_at(const uint8_t *o, const uint8_t *hb, const int q8, co
 /* Exact integer sums of one 32-value block of the 16-row group against activation rows 0..mb-1 (codes at
  * x + i * KP): per row i and half h, lane r = sum over the k-groups of code * activation code.  The
  * k-group loop is outermost, so each code vector is unpacked once and each activation broadcast serves
- * both halves (1.2-1.5x the half-major order of Q6_K below at M = 8-128).  Without VNNI, vpmaddubsw pairs are summed in 16 bits over `run` k-groups (codes < 16: 8, < 32: 4,
- * < 64: 2) before widening; Q8 (codes + 128 up to 255) goes through the signed codes instead, so its
+ * both halves (1.2-1.5x the half-major order of Q6_K below at M = 8-128).  Without VNNI, vpmaddubsw pairs are
+ * summed in 16 bits over `run` k-groups before widening: at most 4 (codes < 32; < 64: 2), also for 4-bit codes,
+ * which could run 8 without overflow, but the longer chain of dependent 16-bit adds was 7-12 % slower at
+ * M = 1 and M = 2-128 (2-core Zen 3, AVX2; the sums are the same exact integers either way); Q8 (codes + 128 up to 255) goes through the signed codes instead, so its
  * sums are sum(signed code * x) (the caller drops the -128 offset). */
 LMX_INLINE void block_sums(const uint8_t *o, const uint8_t *hb, const int q8, const int run,
                            const int8_t *x, int64_t KP, const int mb, __m256i sa[PMB][2]) {
@@ -825,7 +838,7 @@ LMX_INLINE void ws_group32(int kind, const int five, const uint8_t *g, int64_t K
     const int64_t doff = five ? 320 : 256;
     const int has_m = kind == LMX_Q4_1 || kind == LMX_Q5_1;
     const float cneg = kind == LMX_Q4_0 ? -8.0f : -16.0f;
-    const int run = five ? 4 : 8;
+    const int run = 4; /* 16-bit runs of 4 k-groups (block_sums' note) */
     for (int i = 0; i < mb * GR; i++) acc[i] = 0.0f;
     for (int64_t b = 0; b < nu; b++) {
         const uint8_t *o = g + b * ub;
@@ -866,10 +879,10 @@ LMX_INLINE void ws_groupk(const int five, const uint8_t *g, int64_t K, const pac
             const __m256 dm1 = _mm256_mul_ps(cvt8_h(o + 48), cvt8_u8(o + 192 + 16 * s + 8));
             const int64_t e = u * 256 + s * 32, bl = u * 8 + s; /* the block's first value and index */
             for (int i = 0; i < mb; i++)
-                ws_row(&w, five ? 4 : 8, xq + i * KP + e, dxb[i * BP + bl], sxb[i * BP + bl], dd0, dd1, dm0, dm1, 1,
+                ws_row(&w, 4, xq + i * KP + e, dxb[i * BP + bl], sxb[i * BP + bl], dd0, dd1, dm0, dm1, 1,
                        acc + i * GR);
             FOR_REFINED(i, m0, mb, bl)
-                ws_row(&w, five ? 4 : 8, rq + i * KP + e, rdxb[i * BP + bl], rsxb[i * BP + bl], dd0, dd1, dm0, dm1, 1,
+                ws_row(&w, 4, rq + i * KP + e, rdxb[i * BP + bl], rsxb[i * BP + bl], dd0, dd1, dm0, dm1, 1,
                        racc + i * GR);
         }
     }
@@ -1025,7 +1038,7 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
             else if (five)
                 block_sums(o, o + 256, 0, 4, xq + b * 32, KP, mb, sa);
             else
-                block_sums(o, NULL, 0, 8, xq + b * 32, KP, mb, sa);
+                block_sums(o, NULL, 0, 4, xq + b * 32, KP, mb, sa);
             for (int h = 0; h < 2; h++) {
                 const __m256 d = cvt8_h(o + doff + 16 * h);
                 const __m256 off = has_m ? cvt8_h(o + doff + 32 + 16 * h) : _mm256_mul_ps(d, _mm256_set1_ps(cneg));
@@ -1042,7 +1055,7 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
                 else if (five)
                     block_sums(o, o + 256, 0, 4, x, KP, 1, ra);
                 else
-                    block_sums(o, NULL, 0, 8, x, KP, 1, ra);
+                    block_sums(o, NULL, 0, 4, x, KP, 1, ra);
                 for (int h = 0; h < 2; h++) {
                     const __m256 d = cvt8_h(o + doff + 16 * h);
                     const __m256 off = has_m ? cvt8_h(o + doff + 32 + 16 * h) : _mm256_mul_ps(d, _mm256_set1_ps(cneg));
@@ -1062,6 +1075,7 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
                 const __m256 d = cvt8_h(o + 16 * h);
                 for (int s = 0; s < 8; s++) {
                     const uint8_t *so = o + 288 + s * 384;
+                    if (!h) pf_ahead(so, 384);
                     unpack_nib(so + 32 * h, NULL, so + 256 + 32 * h, c);
                     const __m256 s0 = _mm256_mul_ps(d, cvt8_i8(o + 32 + 16 * (2 * s) + 8 * h));
                     const __m256 s1 = _mm256_mul_ps(d, cvt8_i8(o + 32 + 16 * (2 * s + 1) + 8 * h));
@@ -1096,10 +1110,11 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
             const uint8_t *o = g + u * ub;
             for (int s = 0; s < 8; s++) {
                 const uint8_t *so = o + 320 + s * (five ? 320 : 256);
+                pf_ahead(so, five ? 320 : 256);
                 if (five)
                     block_sums(so, so + 256, 0, 4, xq + u * 256 + s * 32, KP, mb, sa);
                 else
-                    block_sums(so, NULL, 0, 8, xq + u * 256 + s * 32, KP, mb, sa);
+                    block_sums(so, NULL, 0, 4, xq + u * 256 + s * 32, KP, mb, sa);
                 for (int h = 0; h < 2; h++) {
                     const __m256 dd = _mm256_mul_ps(cvt8_h(o + 16 * h), cvt8_u8(o + 64 + 16 * s + 8 * h));
                     const __m256 dm = _mm256_mul_ps(cvt8_h(o + 32 + 16 * h), cvt8_u8(o + 192 + 16 * s + 8 * h));
@@ -1113,7 +1128,7 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
                     if (five)
                         block_sums(so, so + 256, 0, 4, rq + i * KP + u * 256 + s * 32, KP, 1, ra);
                     else
-                        block_sums(so, NULL, 0, 8, rq + i * KP + u * 256 + s * 32, KP, 1, ra);
+                        block_sums(so, NULL, 0, 4, rq + i * KP + u * 256 + s * 32, KP, 1, ra);
                     for (int h = 0; h < 2; h++) {
                         const __m256 dd = _mm256_mul_ps(cvt8_h(o + 16 * h), cvt8_u8(o + 64 + 16 * s + 8 * h));
                         const __m256 dm = _mm256_mul_ps(cvt8_h(o + 32 + 16 * h), cvt8_u8(o + 192 + 16 * s + 8 * h));
@@ -1409,10 +1424,24 @@ LMX_API int lmx_packed_matmul(int64_t M, int64_t K, const float *x, int64_t x_st
 /* lmx_packed_matmul, then y += res (res [M, sum(N)], row stride res_stride; NULL: nothing added): the residual
  * add that follows a projection, fused.  Each output is (x @ W^T (+ bias)) + res, rounded once more, exactly
  * as the separate add.  res must not overlap y. */
+static int packed_matmul(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw, const uint8_t *const *w,
+                         const int *kinds, const int64_t *N, const float *const *bias, float *y, int64_t y_stride,
+                         int force_scalar, const float *norm_w, float norm_eps, const float *res, int64_t res_stride,
+                         int refine);
+
 LMX_API int lmx_packed_matmul_res(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,
                                   const uint8_t *const *w, const int *kinds, const int64_t *N,
                                   const float *const *bias, float *y, int64_t y_stride, int force_scalar,
                                   const float *norm_w, float norm_eps, const float *res, int64_t res_stride) {
+    return packed_matmul(M, K, x, x_stride, nw, w, kinds, N, bias, y, y_stride, force_scalar, norm_w, norm_eps, res,
+                         res_stride, 1);
+}
+
+/* refine 0: no refined codes for this call's activations (lmx_packed_plan_t.refine), else the global setting. */
+static int packed_matmul(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw, const uint8_t *const *w,
+                         const int *kinds, const int64_t *N, const float *const *bias, float *y, int64_t y_stride,
+                         int force_scalar, const float *norm_w, float norm_eps, const float *res, int64_t res_stride,
+                         int refine) {
     if (lmx_prenorm(&x, &x_stride, M, K, norm_w, norm_eps)) return -3; /* the fused RMSNorm, if any */
 
     if (nw < 1 || nw > 64) return -1;
@@ -1429,7 +1458,10 @@ LMX_API int lmx_packed_matmul_res(int64_t M, int64_t K, const float *x, int64_t 
     if (M * total * K < (1 << 17)) nt = 1;
     pact_t a;
     if (lmx_act_prepare(M, K, x, x_stride, &a.xq, &a.dxb, &a.sxb, &a.sx16, &a.KP, &a.BP, nt)) return -3;
-    if (lmx_act_refine(M, K, x, x_stride, a.xq, a.dxb, a.KP, a.BP, nt, &a.rf)) return -3;
+    if (!refine)
+        memset(&a.rf, 0, sizeof a.rf);
+    else if (lmx_act_refine(M, K, x, x_stride, a.xq, a.dxb, a.KP, a.BP, nt, &a.rf))
+        return -3;
     const int64_t groups = goffs[nw];
     const int64_t chunk = packed_chunk(groups, kinds[0], K, M, nt), nchunks = (groups + chunk - 1) / chunk;
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -1463,10 +1495,20 @@ LMX_API void lmx_glu(const float *gu, int64_t M, int64_t I, int64_t gs, int act,
 static __thread float *glu_mem = NULL;
 static __thread size_t glu_cap = 0;
 
+static int packed_glu(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw, const uint8_t *const *w,
+                      const int *kinds, const int64_t *N, const float *const *bias, float *out, int64_t out_stride,
+                      int force_scalar, const float *norm_w, float norm_eps, int act, int refine);
+
 LMX_API int lmx_packed_matmul_glu(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,
                                   const uint8_t *const *w, const int *kinds, const int64_t *N,
                                   const float *const *bias, float *out, int64_t out_stride, int force_scalar,
                                   const float *norm_w, float norm_eps, int act) {
+    return packed_glu(M, K, x, x_stride, nw, w, kinds, N, bias, out, out_stride, force_scalar, norm_w, norm_eps, act, 1);
+}
+
+static int packed_glu(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw, const uint8_t *const *w,
+                      const int *kinds, const int64_t *N, const float *const *bias, float *out, int64_t out_stride,
+                      int force_scalar, const float *norm_w, float norm_eps, int act, int refine) {
     int64_t total = 0;
     for (int i = 0; i < nw && i < 64; i++) total += N[i];
     if (total % 2) return -1;
@@ -1477,8 +1519,8 @@ LMX_API int lmx_packed_matmul_glu(int64_t M, int64_t K, const float *x, int64_t 
         glu_cap = glu_mem ? need : 0;
         if (!glu_mem) return -3;
     }
-    const int rc = lmx_packed_matmul_res(M, K, x, x_stride, nw, w, kinds, N, bias, glu_mem, total, force_scalar,
-                                         norm_w, norm_eps, NULL, 0);
+    const int rc = packed_matmul(M, K, x, x_stride, nw, w, kinds, N, bias, glu_mem, total, force_scalar, norm_w,
+                                 norm_eps, NULL, 0, refine);
     if (rc) return rc;
     lmx_glu(glu_mem, M, total / 2, total, act, out, out_stride);
     return 0;
@@ -1495,7 +1537,8 @@ typedef struct {
     const float *const *bias;
     const float *norm_w;
     float norm_eps;
-    int32_t act; /* -1: none; 0 silu / 1 gelu (tanh) of [gate | up]: lmx_packed_matmul_glu */
+    int32_t act;    /* -1: none; 0 silu / 1 gelu (tanh) of [gate | up]: lmx_packed_matmul_glu */
+    int32_t refine; /* 0: never refine this projection's activations; 1: as lmx_set_act_refine says */
 } lmx_packed_plan_t;
 
 /* y = x @ W^T (+ b) (+ res, when res is not NULL), or the gated product when p->act >= 0. */
@@ -1503,9 +1546,9 @@ LMX_API int lmx_packed_call(const lmx_packed_plan_t *p, int64_t M, const float *
                             int64_t y_stride, const float *res, int64_t res_stride) {
     if (p->act >= 0) {
         if (res) return -1;
-        return lmx_packed_matmul_glu(M, p->K, x, x_stride, (int)p->nw, p->w, p->kinds, p->N, p->bias, y, y_stride, 0,
-                                     p->norm_w, p->norm_eps, p->act);
+        return packed_glu(M, p->K, x, x_stride, (int)p->nw, p->w, p->kinds, p->N, p->bias, y, y_stride, 0, p->norm_w,
+                          p->norm_eps, p->act, p->refine);
     }
-    return lmx_packed_matmul_res(M, p->K, x, x_stride, (int)p->nw, p->w, p->kinds, p->N, p->bias, y, y_stride, 0,
-                                 p->norm_w, p->norm_eps, res, res_stride);
+    return packed_matmul(M, p->K, x, x_stride, (int)p->nw, p->w, p->kinds, p->N, p->bias, y, y_stride, 0, p->norm_w,
+                         p->norm_eps, res, res_stride, p->refine);
 }
