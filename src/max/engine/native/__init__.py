@@ -47,7 +47,7 @@ class PackedPlan(ctypes.Structure):
     ``act`` -1 plain (a residual may be passed per call), 0 / 1 the gate (silu / gelu tanh) of [gate | up]."""
 
     _fields_ = [("K", _I64), ("nw", _I64), ("w", _P), ("kinds", _P), ("N", _P), ("bias", _P), ("norm_w", _P),
-                ("norm_eps", _F), ("act", ctypes.c_int32), ("refine", ctypes.c_int32)]
+                ("norm_eps", _F), ("act", ctypes.c_int32)]
 
 
 class QkvAttention(ctypes.Structure):
@@ -533,17 +533,15 @@ class MatmulPlan:
         return out
 
 
-def packed_plan(plan: MatmulPlan, act: int = -1, refine: bool = True) -> tuple[PackedPlan, int] | None:
+def packed_plan(plan: MatmulPlan, act: int = -1) -> tuple[PackedPlan, int] | None:
     """The single packed-weights call of ``plan`` bound for ``lmx_packed_call`` (None when ``plan`` makes
-    another kind of call or several): the struct (keep it alive) and its address.  ``refine=False``: this
-    projection's activations never get refined codes (see :func:`act_refine`)."""
+    another kind of call or several): the struct (keep it alive) and its address."""
     if len(plan.calls) != 1 or plan.packed_args[0] is None:
         return None
     nw, wp, kd, nn, bp = plan.packed_args[0]
     nwp, eps = plan.norm
     p = PackedPlan(K=plan.k, nw=nw, w=ctypes.cast(wp, _P), kinds=ctypes.cast(kd, _P), N=ctypes.cast(nn, _P),
-                   bias=None if bp is None else ctypes.cast(bp, _P), norm_w=nwp or None, norm_eps=eps, act=act,
-                   refine=int(refine))
+                   bias=None if bp is None else ctypes.cast(bp, _P), norm_w=nwp or None, norm_eps=eps, act=act)
     return p, ctypes.addressof(p)
 
 

@@ -1424,24 +1424,10 @@ LMX_API int lmx_packed_matmul(int64_t M, int64_t K, const float *x, int64_t x_st
 /* lmx_packed_matmul, then y += res (res [M, sum(N)], row stride res_stride; NULL: nothing added): the residual
  * add that follows a projection, fused.  Each output is (x @ W^T (+ bias)) + res, rounded once more, exactly
  * as the separate add.  res must not overlap y. */
-static int packed_matmul(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw, const uint8_t *const *w,
-                         const int *kinds, const int64_t *N, const float *const *bias, float *y, int64_t y_stride,
-                         int force_scalar, const float *norm_w, float norm_eps, const float *res, int64_t res_stride,
-                         int refine);
-
 LMX_API int lmx_packed_matmul_res(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,
                                   const uint8_t *const *w, const int *kinds, const int64_t *N,
                                   const float *const *bias, float *y, int64_t y_stride, int force_scalar,
                                   const float *norm_w, float norm_eps, const float *res, int64_t res_stride) {
-    return packed_matmul(M, K, x, x_stride, nw, w, kinds, N, bias, y, y_stride, force_scalar, norm_w, norm_eps, res,
-                         res_stride, 1);
-}
-
-/* refine 0: no refined codes for this call's activations (lmx_packed_plan_t.refine), else the global setting. */
-static int packed_matmul(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw, const uint8_t *const *w,
-                         const int *kinds, const int64_t *N, const float *const *bias, float *y, int64_t y_stride,
-                         int force_scalar, const float *norm_w, float norm_eps, const float *res, int64_t res_stride,
-                         int refine) {
     if (lmx_prenorm(&x, &x_stride, M, K, norm_w, norm_eps)) return -3; /* the fused RMSNorm, if any */
 
     if (nw < 1 || nw > 64) return -1;
@@ -1458,10 +1444,7 @@ static int packed_matmul(int64_t M, int64_t K, const float *x, int64_t x_stride,
     if (M * total * K < (1 << 17)) nt = 1;
     pact_t a;
     if (lmx_act_prepare(M, K, x, x_stride, &a.xq, &a.dxb, &a.sxb, &a.sx16, &a.KP, &a.BP, nt)) return -3;
-    if (!refine)
-        memset(&a.rf, 0, sizeof a.rf);
-    else if (lmx_act_refine(M, K, x, x_stride, a.xq, a.dxb, a.KP, a.BP, nt, &a.rf))
-        return -3;
+    if (lmx_act_refine(M, K, x, x_stride, a.xq, a.dxb, a.KP, a.BP, nt, &a.rf)) return -3;
     const int64_t groups = goffs[nw];
     const int64_t chunk = packed_chunk(groups, kinds[0], K, M, nt), nchunks = (groups + chunk - 1) / chunk;
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -1495,20 +1478,10 @@ LMX_API void lmx_glu(const float *gu, int64_t M, int64_t I, int64_t gs, int act,
 static __thread float *glu_mem = NULL;
 static __thread size_t glu_cap = 0;
 
-static int packed_glu(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw, const uint8_t *const *w,
-                      const int *kinds, const int64_t *N, const float *const *bias, float *out, int64_t out_stride,
-                      int force_scalar, const float *norm_w, float norm_eps, int act, int refine);
-
 LMX_API int lmx_packed_matmul_glu(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,
                                   const uint8_t *const *w, const int *kinds, const int64_t *N,
                                   const float *const *bias, float *out, int64_t out_stride, int force_scalar,
                                   const float *norm_w, float norm_eps, int act) {
-    return packed_glu(M, K, x, x_stride, nw, w, kinds, N, bias, out, out_stride, force_scalar, norm_w, norm_eps, act, 1);
-}
-
-static int packed_glu(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw, const uint8_t *const *w,
-                      const int *kinds, const int64_t *N, const float *const *bias, float *out, int64_t out_stride,
-                      int force_scalar, const float *norm_w, float norm_eps, int act, int refine) {
     int64_t total = 0;
     for (int i = 0; i < nw && i < 64; i++) total += N[i];
     if (total % 2) return -1;
@@ -1519,8 +1492,8 @@ static int packed_glu(int64_t M, int64_t K, const float *x, int64_t x_stride, in
         glu_cap = glu_mem ? need : 0;
         if (!glu_mem) return -3;
     }
-    const int rc = packed_matmul(M, K, x, x_stride, nw, w, kinds, N, bias, glu_mem, total, force_scalar, norm_w,
-                                 norm_eps, NULL, 0, refine);
+    const int rc = lmx_packed_matmul_res(M, K, x, x_stride, nw, w, kinds, N, bias, glu_mem, total, force_scalar,
+                                         norm_w, norm_eps, NULL, 0);
     if (rc) return rc;
     lmx_glu(glu_mem, M, total / 2, total, act, out, out_stride);
     return 0;
@@ -1537,8 +1510,7 @@ typedef struct {
     const float *const *bias;
     const float *norm_w;
     float norm_eps;
-    int32_t act;    /* -1: none; 0 silu / 1 gelu (tanh) of [gate | up]: lmx_packed_matmul_glu */
-    int32_t refine; /* 0: never refine this projection's activations; 1: as lmx_set_act_refine says */
+    int32_t act; /* -1: none; 0 silu / 1 gelu (tanh) of [gate | up]: lmx_packed_matmul_glu */
 } lmx_packed_plan_t;
 
 /* y = x @ W^T (+ b) (+ res, when res is not NULL), or the gated product when p->act >= 0. */
@@ -1546,9 +1518,9 @@ LMX_API int lmx_packed_call(const lmx_packed_plan_t *p, int64_t M, const float *
                             int64_t y_stride, const float *res, int64_t res_stride) {
     if (p->act >= 0) {
         if (res) return -1;
-        return packed_glu(M, p->K, x, x_stride, (int)p->nw, p->w, p->kinds, p->N, p->bias, y, y_stride, 0, p->norm_w,
-                          p->norm_eps, p->act, p->refine);
+        return lmx_packed_matmul_glu(M, p->K, x, x_stride, (int)p->nw, p->w, p->kinds, p->N, p->bias, y, y_stride, 0,
+                                     p->norm_w, p->norm_eps, p->act);
     }
-    return packed_matmul(M, p->K, x, x_stride, (int)p->nw, p->w, p->kinds, p->N, p->bias, y, y_stride, 0, p->norm_w,
-                         p->norm_eps, res, res_stride, p->refine);
+    return lmx_packed_matmul_res(M, p->K, x, x_stride, (int)p->nw, p->w, p->kinds, p->N, p->bias, y, y_stride, 0,
+                                 p->norm_w, p->norm_eps, res, res_stride);
 }
