@@ -670,6 +670,30 @@ def test_refined_codes_approach_float_activations(isa, kind, act_refine):
     assert err[1] < err[native.ACT_REFINE_DEFAULT] < err[0], err
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("kind", PACKABLE)
+def test_refined_rows_do_not_depend_on_the_batch(isa, kind, act_refine):
+    """With refinement on (the default fraction and threshold) and heavy-tailed activations, a row's result is
+    still bit-identical alone (a decode step, where the AVX2 kernels sum a refined block's residual codes in the
+    same pass as its 8-bit codes) and among others (register tiles, weight-stationary order)."""
+    so = native.lib(isa)
+    n, k, m = 37, kdim(kind, 8), 9
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    x[np.arange(m), rng.integers(0, k, m)] = rng.uniform(20, 60, m)  # one outlier per row: its block refines
+    code = native.GGML_KINDS[kind]
+    plan = native.MatmulPlan([native.pack(torch.from_numpy(blocks(kind, n, k, 6)), code, n, k)], [code], ["packed"],
+                             [n], k, so=so)
+    act_refine(native.ACT_REFINE_DEFAULT)
+    full = plan(torch.from_numpy(x)).numpy()
+    for i in range(m):
+        np.testing.assert_array_equal(plan(torch.from_numpy(x[i:i + 1])).numpy()[0].view(np.uint32),
+                                      full[i].view(np.uint32), err_msg=f"row {i}")
+    act_refine(0)
+    plain = plan(torch.from_numpy(x[:1])).numpy()[0]
+    assert not np.array_equal(plain, full[0])  # the outlier's block was refined
+
+
 @pytest.fixture
 def act_refine_threshold():
     """``native.set_act_refine_threshold`` for one test; the setting before it is restored after it."""

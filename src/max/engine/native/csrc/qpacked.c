@@ -696,20 +696,23 @@ LMX_INLINE __m256i code_at(const uint8_t *o, const uint8_t *hb, const int q8, co
  * both halves (1.2-1.5x the half-major order of Q6_K below at M = 8-128).  Without VNNI, vpmaddubsw pairs are
  * summed in 16 bits over `run` k-groups before widening: at most 4 (codes < 32; < 64: 2), also for 4-bit codes,
  * which could run 8 without overflow, but the longer chain of dependent 16-bit adds was 7-12 % slower at
- * M = 1 and M = 2-128 (2-core Zen 3, AVX2; the sums are the same exact integers either way); Q8 (codes + 128 up to 255) goes through the signed codes instead, so its
- * sums are sum(signed code * x) (the caller drops the -128 offset). */
+ * M = 1 and M = 2-128 (2-core Zen 3, AVX2; the sums are the same exact integers either way); Q8 (codes + 128 up
+ * to 255) goes through the signed codes instead, so its sums are sum(signed code * x) (the caller drops the -128
+ * offset).  extra (a constant 0 or 1): one more row, mb, whose codes are at x2 (a decoded row's refined codes,
+ * summed in the same pass over the unpacked codes instead of unpacking them again). */
 LMX_INLINE void block_sums(const uint8_t *o, const uint8_t *hb, const int q8, const int run,
-                           const int8_t *x, int64_t KP, const int mb, __m256i sa[PMB][2]) {
+                           const int8_t *x, int64_t KP, const int mb, __m256i sa[PMB][2], const int8_t *x2,
+                           const int extra) {
 #ifndef LMX_AVXVNNI
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i p[PMB][2];
 #endif
-    for (int i = 0; i < mb; i++)
+    for (int i = 0; i < mb + extra; i++)
         for (int h = 0; h < 2; h++) sa[i][h] = _mm256_setzero_si256();
     for (int j = 0; j < 8; j++) {
         const __m256i c0 = code_at(o, hb, q8, j, 0), c1 = code_at(o, hb, q8, j, 1);
-        for (int i = 0; i < mb; i++) {
-            const __m256i bx = bcast4(x + i * KP + 4 * j);
+        for (int i = 0; i < mb + extra; i++) {
+            const __m256i bx = bcast4((i < mb ? x + i * KP : x2) + 4 * j);
 #ifdef LMX_AVXVNNI
             (void)run;
             sa[i][0] = _mm256_dpbusd_avx_epi32(sa[i][0], c0, bx);
@@ -1033,12 +1036,18 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
 #endif
         for (int64_t b = 0; b < nu; b++) {
             const uint8_t *o = g + b * ub;
+            /* a single row refining this block: its refined codes go through the same pass (sums in sa[1]) */
+            const int one = mb == 1 && refining && (refine_rows(a, m0, 1, b) & 1);
+            const int8_t *x1 = one ? rq + b * 32 : NULL;
             if (q8)
-                block_sums(o, NULL, 1, 1, xq + b * 32, KP, mb, sa);
+                one ? block_sums(o, NULL, 1, 1, xq + b * 32, KP, mb, sa, x1, 1)
+                    : block_sums(o, NULL, 1, 1, xq + b * 32, KP, mb, sa, NULL, 0);
             else if (five)
-                block_sums(o, o + 256, 0, 4, xq + b * 32, KP, mb, sa);
+                one ? block_sums(o, o + 256, 0, 4, xq + b * 32, KP, mb, sa, x1, 1)
+                    : block_sums(o, o + 256, 0, 4, xq + b * 32, KP, mb, sa, NULL, 0);
             else
-                block_sums(o, NULL, 0, 4, xq + b * 32, KP, mb, sa);
+                one ? block_sums(o, NULL, 0, 4, xq + b * 32, KP, mb, sa, x1, 1)
+                    : block_sums(o, NULL, 0, 4, xq + b * 32, KP, mb, sa, NULL, 0);
             for (int h = 0; h < 2; h++) {
                 const __m256 d = cvt8_h(o + doff + 16 * h);
                 const __m256 off = has_m ? cvt8_h(o + doff + 32 + 16 * h) : _mm256_mul_ps(d, _mm256_set1_ps(cneg));
@@ -1050,12 +1059,14 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
             }
             FOR_REFINED(i, m0, mb, b) {
                 const int8_t *x = rq + i * KP + b * 32;
-                if (q8)
-                    block_sums(o, NULL, 1, 1, x, KP, 1, ra);
+                if (one)
+                    ra[0][0] = sa[1][0], ra[0][1] = sa[1][1];
+                else if (q8)
+                    block_sums(o, NULL, 1, 1, x, KP, 1, ra, NULL, 0);
                 else if (five)
-                    block_sums(o, o + 256, 0, 4, x, KP, 1, ra);
+                    block_sums(o, o + 256, 0, 4, x, KP, 1, ra, NULL, 0);
                 else
-                    block_sums(o, NULL, 0, 4, x, KP, 1, ra);
+                    block_sums(o, NULL, 0, 4, x, KP, 1, ra, NULL, 0);
                 for (int h = 0; h < 2; h++) {
                     const __m256 d = cvt8_h(o + doff + 16 * h);
                     const __m256 off = has_m ? cvt8_h(o + doff + 32 + 16 * h) : _mm256_mul_ps(d, _mm256_set1_ps(cneg));
@@ -1111,10 +1122,14 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
             for (int s = 0; s < 8; s++) {
                 const uint8_t *so = o + 320 + s * (five ? 320 : 256);
                 pf_ahead(so, five ? 320 : 256);
+                const int one = mb == 1 && refining && (refine_rows(a, m0, 1, u * 8 + s) & 1); /* as above */
+                const int8_t *x1 = one ? rq + u * 256 + s * 32 : NULL;
                 if (five)
-                    block_sums(so, so + 256, 0, 4, xq + u * 256 + s * 32, KP, mb, sa);
+                    one ? block_sums(so, so + 256, 0, 4, xq + u * 256 + s * 32, KP, mb, sa, x1, 1)
+                        : block_sums(so, so + 256, 0, 4, xq + u * 256 + s * 32, KP, mb, sa, NULL, 0);
                 else
-                    block_sums(so, NULL, 0, 4, xq + u * 256 + s * 32, KP, mb, sa);
+                    one ? block_sums(so, NULL, 0, 4, xq + u * 256 + s * 32, KP, mb, sa, x1, 1)
+                        : block_sums(so, NULL, 0, 4, xq + u * 256 + s * 32, KP, mb, sa, NULL, 0);
                 for (int h = 0; h < 2; h++) {
                     const __m256 dd = _mm256_mul_ps(cvt8_h(o + 16 * h), cvt8_u8(o + 64 + 16 * s + 8 * h));
                     const __m256 dm = _mm256_mul_ps(cvt8_h(o + 32 + 16 * h), cvt8_u8(o + 192 + 16 * s + 8 * h));
@@ -1125,10 +1140,12 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
                     }
                 }
                 FOR_REFINED(i, m0, mb, u * 8 + s) {
-                    if (five)
-                        block_sums(so, so + 256, 0, 4, rq + i * KP + u * 256 + s * 32, KP, 1, ra);
+                    if (one)
+                        ra[0][0] = sa[1][0], ra[0][1] = sa[1][1];
+                    else if (five)
+                        block_sums(so, so + 256, 0, 4, rq + i * KP + u * 256 + s * 32, KP, 1, ra, NULL, 0);
                     else
-                        block_sums(so, NULL, 0, 4, rq + i * KP + u * 256 + s * 32, KP, 1, ra);
+                        block_sums(so, NULL, 0, 4, rq + i * KP + u * 256 + s * 32, KP, 1, ra, NULL, 0);
                     for (int h = 0; h < 2; h++) {
                         const __m256 dd = _mm256_mul_ps(cvt8_h(o + 16 * h), cvt8_u8(o + 64 + 16 * s + 8 * h));
                         const __m256 dm = _mm256_mul_ps(cvt8_h(o + 32 + 16 * h), cvt8_u8(o + 192 + 16 * s + 8 * h));
