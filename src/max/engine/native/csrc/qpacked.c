@@ -892,30 +892,34 @@ LMX_INLINE void ws_groupk(const int five, const uint8_t *g, int64_t K, const pac
     if (refining) ws_add(acc, racc, mb);
 }
 
-/* Exact sums of half h (rows 8h..8h+7) of one unpacked Q6_K block against the 32 activation codes at x: t0 over
- * values 0..15, t1 over 16..31.  Codes < 64: 16-bit runs of 2 k-groups without VNNI. */
-LMX_INLINE void ws6_sums(const wsbuf_t *w, const int h, const int8_t *x, __m256i *t0, __m256i *t1) {
+/* Exact sums of both halves h (rows 8h..8h+7) of one unpacked Q6_K block against the 32 activation codes at x:
+ * t0[h] over values 0..15, t1[h] over 16..31.  Each activation broadcast serves both halves.  Codes < 64: 16-bit
+ * runs of 2 k-groups without VNNI. */
+LMX_INLINE void ws6_sums(const wsbuf_t *w, const int8_t *x, __m256i t0[2], __m256i t1[2]) {
 #ifdef LMX_AVXVNNI
-    __m256i e0 = _mm256_setzero_si256(), e1 = _mm256_setzero_si256();
-    __m256i f0 = _mm256_setzero_si256(), f1 = _mm256_setzero_si256();
-    for (int j = 0; j < 4; j += 2) {
-        e0 = _mm256_dpbusd_avx_epi32(e0, _mm256_load_si256(&w->c[j][h]), bcast4(x + 4 * j));
-        e1 = _mm256_dpbusd_avx_epi32(e1, _mm256_load_si256(&w->c[j + 1][h]), bcast4(x + 4 * j + 4));
-        f0 = _mm256_dpbusd_avx_epi32(f0, _mm256_load_si256(&w->c[j + 4][h]), bcast4(x + 4 * j + 16));
-        f1 = _mm256_dpbusd_avx_epi32(f1, _mm256_load_si256(&w->c[j + 5][h]), bcast4(x + 4 * j + 20));
+    for (int h = 0; h < 2; h++) t0[h] = t1[h] = _mm256_setzero_si256();
+    for (int j = 0; j < 4; j++) {
+        const __m256i b0 = bcast4(x + 4 * j), b1 = bcast4(x + 4 * j + 16);
+        for (int h = 0; h < 2; h++) {
+            t0[h] = _mm256_dpbusd_avx_epi32(t0[h], _mm256_load_si256(&w->c[j][h]), b0);
+            t1[h] = _mm256_dpbusd_avx_epi32(t1[h], _mm256_load_si256(&w->c[j + 4][h]), b1);
+        }
     }
-    *t0 = _mm256_add_epi32(e0, e1);
-    *t1 = _mm256_add_epi32(f0, f1);
 #else
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i q[4];
+    __m256i q[2][4];
     for (int j2 = 0; j2 < 4; j2++) { /* 16-bit runs of 2 k-groups (codes < 64) */
-        const __m256i q0 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[2 * j2][h]), bcast4(x + 8 * j2));
-        const __m256i q1 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[2 * j2 + 1][h]), bcast4(x + 8 * j2 + 4));
-        q[j2] = _mm256_madd_epi16(_mm256_add_epi16(q0, q1), ones);
+        const __m256i b0 = bcast4(x + 8 * j2), b1 = bcast4(x + 8 * j2 + 4);
+        for (int h = 0; h < 2; h++) {
+            const __m256i q0 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[2 * j2][h]), b0);
+            const __m256i q1 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[2 * j2 + 1][h]), b1);
+            q[h][j2] = _mm256_madd_epi16(_mm256_add_epi16(q0, q1), ones);
+        }
     }
-    *t0 = _mm256_add_epi32(q[0], q[1]);
-    *t1 = _mm256_add_epi32(q[2], q[3]);
+    for (int h = 0; h < 2; h++) {
+        t0[h] = _mm256_add_epi32(q[h][0], q[h][1]);
+        t1[h] = _mm256_add_epi32(q[h][2], q[h][3]);
+    }
 #endif
 }
 
@@ -935,11 +939,9 @@ LMX_INLINE void ws6_row(const wsbuf_t *w, const int8_t *x, float dx, const float
                         const __m256 s1[2], float *ar) {
     const __m256 vdx = _mm256_set1_ps(dx);
     const __m256 n0 = _mm256_set1_ps(-32.0f * x16[0]), n1 = _mm256_set1_ps(-32.0f * x16[1]);
-    for (int h = 0; h < 2; h++) {
-        __m256i t0, t1;
-        ws6_sums(w, h, x, &t0, &t1);
-        ws6_acc(ar + 8 * h, t0, t1, s0[h], s1[h], vdx, n0, n1);
-    }
+    __m256i t0[2], t1[2];
+    ws6_sums(w, x, t0, t1);
+    for (int h = 0; h < 2; h++) ws6_acc(ar + 8 * h, t0[h], t1[h], s0[h], s1[h], vdx, n0, n1);
 }
 
 /* Q6_K: per 32 values, two 16-value halves (k-groups 0..3, 4..7) with their own scales d*sc; the value is
