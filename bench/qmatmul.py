@@ -124,6 +124,11 @@ def main() -> None:
                 return getattr(base_so, name) if hasattr(base_so, name) else types.SimpleNamespace()
 
         native._declare(_OlderLibrary())
+        if hasattr(base_so, "lmx_set_act_refine"):  # the same activation refinement as the current build
+            fr = native.act_refine()
+            base_so.lmx_set_act_refine(fr.numerator, fr.denominator)
+            if hasattr(base_so, "lmx_set_act_refine_threshold"):
+                base_so.lmx_set_act_refine_threshold(ctypes.c_float(native.act_refine_threshold()))
     rng = np.random.default_rng(0)
     rows = []
     for kind in a.kinds.split(","):

@@ -746,6 +746,16 @@ LMX_INLINE void block_sums(const uint8_t *o, const uint8_t *hb, const int q8, co
     }
 }
 
+/* block_sums of rows 0..mb-1, plus the refined codes x1 of a single decoded row when x1 is not NULL (in sa[mb]):
+ * one call site per kind instead of one per kind and case (extra must be a constant inside block_sums). */
+LMX_INLINE void block_sums_r(const uint8_t *o, const uint8_t *hb, const int q8, const int run, const int8_t *x,
+                             int64_t KP, const int mb, __m256i sa[PMB][2], const int8_t *x1) {
+    if (x1)
+        block_sums(o, hb, q8, run, x, KP, mb, sa, x1, 1);
+    else
+        block_sums(o, hb, q8, run, x, KP, mb, sa, NULL, 0);
+}
+
 /* Weight-stationary order for batch decode (from the M that ws_wins gives): the code vectors of one 32-value
  * block of the group (both halves) are unpacked once into an L1 buffer and serve every activation row of
  * the tile, whose accumulators live in memory (acc [mb][16]); each code vector is a memory operand of vpmaddubsw /
@@ -1038,18 +1048,15 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
 #endif
         for (int64_t b = 0; b < nu; b++) {
             const uint8_t *o = g + b * ub;
-            /* a single row refining this block: its refined codes go through the same pass (sums in sa[1]) */
-            const int one = mb == 1 && refining && (refine_rows(a, m0, 1, b) & 1);
-            const int8_t *x1 = one ? rq + b * 32 : NULL;
+            /* a single row refining this block: its refined codes go through the same pass (sums in sa[1]); not
+             * for Q8_0, whose sign-flipping sums made that copy of the loop 10 % slower even when nothing refines */
+            const int8_t *x1 = !q8 && mb == 1 && refining && (refine_rows(a, m0, 1, b) & 1) ? rq + b * 32 : NULL;
             if (q8)
-                one ? block_sums(o, NULL, 1, 1, xq + b * 32, KP, mb, sa, x1, 1)
-                    : block_sums(o, NULL, 1, 1, xq + b * 32, KP, mb, sa, NULL, 0);
+                block_sums(o, NULL, 1, 1, xq + b * 32, KP, mb, sa, NULL, 0);
             else if (five)
-                one ? block_sums(o, o + 256, 0, 4, xq + b * 32, KP, mb, sa, x1, 1)
-                    : block_sums(o, o + 256, 0, 4, xq + b * 32, KP, mb, sa, NULL, 0);
+                block_sums_r(o, o + 256, 0, 4, xq + b * 32, KP, mb, sa, x1);
             else
-                one ? block_sums(o, NULL, 0, 4, xq + b * 32, KP, mb, sa, x1, 1)
-                    : block_sums(o, NULL, 0, 4, xq + b * 32, KP, mb, sa, NULL, 0);
+                block_sums_r(o, NULL, 0, 4, xq + b * 32, KP, mb, sa, x1);
             for (int h = 0; h < 2; h++) {
                 const __m256 d = cvt8_h(o + doff + 16 * h);
                 const __m256 off = has_m ? cvt8_h(o + doff + 32 + 16 * h) : _mm256_mul_ps(d, _mm256_set1_ps(cneg));
@@ -1061,7 +1068,7 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
             }
             FOR_REFINED(i, m0, mb, b) {
                 const int8_t *x = rq + i * KP + b * 32;
-                if (one)
+                if (x1) /* summed above */
                     ra[0][0] = sa[1][0], ra[0][1] = sa[1][1];
                 else if (q8)
                     block_sums(o, NULL, 1, 1, x, KP, 1, ra, NULL, 0);
@@ -1124,14 +1131,13 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
             for (int s = 0; s < 8; s++) {
                 const uint8_t *so = o + 320 + s * (five ? 320 : 256);
                 pf_ahead(so, five ? 320 : 256);
-                const int one = mb == 1 && refining && (refine_rows(a, m0, 1, u * 8 + s) & 1); /* as above */
-                const int8_t *x1 = one ? rq + u * 256 + s * 32 : NULL;
+                const int8_t *x1 = mb == 1 && refining && (refine_rows(a, m0, 1, u * 8 + s) & 1) /* as above */
+                                       ? rq + u * 256 + s * 32
+                                       : NULL;
                 if (five)
-                    one ? block_sums(so, so + 256, 0, 4, xq + u * 256 + s * 32, KP, mb, sa, x1, 1)
-                        : block_sums(so, so + 256, 0, 4, xq + u * 256 + s * 32, KP, mb, sa, NULL, 0);
+                    block_sums_r(so, so + 256, 0, 4, xq + u * 256 + s * 32, KP, mb, sa, x1);
                 else
-                    one ? block_sums(so, NULL, 0, 4, xq + u * 256 + s * 32, KP, mb, sa, x1, 1)
-                        : block_sums(so, NULL, 0, 4, xq + u * 256 + s * 32, KP, mb, sa, NULL, 0);
+                    block_sums_r(so, NULL, 0, 4, xq + u * 256 + s * 32, KP, mb, sa, x1);
                 for (int h = 0; h < 2; h++) {
                     const __m256 dd = _mm256_mul_ps(cvt8_h(o + 16 * h), cvt8_u8(o + 64 + 16 * s + 8 * h));
                     const __m256 dm = _mm256_mul_ps(cvt8_h(o + 32 + 16 * h), cvt8_u8(o + 192 + 16 * s + 8 * h));
@@ -1142,7 +1148,7 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
                     }
                 }
                 FOR_REFINED(i, m0, mb, u * 8 + s) {
-                    if (one)
+                    if (x1) /* summed above */
                         ra[0][0] = sa[1][0], ra[0][1] = sa[1][1];
                     else if (five)
                         block_sums(so, so + 256, 0, 4, rq + i * KP + u * 256 + s * 32, KP, 1, ra, NULL, 0);
