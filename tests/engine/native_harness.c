@@ -21,7 +21,8 @@
  *   6 attention  T H Hkv D B lookup_stride page kv_kind s_page s_kv s_layer s_off layer window causal;
  *                scale; q offsets cache_len lookup cache          -> out [T, H, D]
  *   7 act        M K; -; x [M, K]                               -> codes int8 [M, K], scales [M, K/32],
- *                                                                  sums of 16 [M, K/16] (lmx_act_prepare)
+ *                                                                  sums of 16 [M, K/16], int16 pairs of the
+ *                                                                  integer sums [M, K/32] (lmx_act_prepare)
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -47,7 +48,7 @@ int lmx_paged_attention(const float *q, int64_t T, int64_t H, int64_t Hkv, int64
                         int64_t s_layer, int64_t s_off, int64_t layer, float scale, int64_t window, int64_t chunk,
                         int causal, float *out);
 int lmx_act_prepare(int64_t M, int64_t K, const float *x, int64_t xs, const int8_t **xq, const float **dxb,
-                    const float **sxb, const float **sx16, int64_t *KP, int64_t *BP, int nt);
+                    const float **sxb, const float **sx16, const int32_t **ixp, int64_t *KP, int64_t *BP, int nt);
 int64_t lmx_block_bytes(int kind);
 int64_t lmx_block_elems(int kind);
 const char *lmx_simd(void);
@@ -105,7 +106,7 @@ int main(int argc, char **argv) {
             rd(in, b[i].p, padded);
         }
         int32_t rc = 0, nout = 0;
-        buf_t o[3] = {{0, NULL}};
+        buf_t o[4] = {{0, NULL}};
         switch (op) {
         case 0: {
             const char *s = lmx_simd();
@@ -173,19 +174,22 @@ int main(int argc, char **argv) {
             const int64_t M = iv[0], K = iv[1];
             const int8_t *xq;
             const float *dxb, *sxb, *sx16;
+            const int32_t *ixp;
             int64_t KP, BP;
-            rc = lmx_act_prepare(M, K, (const float *)b[0].p, K, &xq, &dxb, &sxb, &sx16, &KP, &BP, 1);
+            rc = lmx_act_prepare(M, K, (const float *)b[0].p, K, &xq, &dxb, &sxb, &sx16, &ixp, &KP, &BP, 1);
             if (rc) break;
             o[0].n = M * K;
             o[1].n = M * (K / 32) * 4;
             o[2].n = M * (K / 16) * 4;
-            for (int i = 0; i < 3; i++) o[i].p = malloc((size_t)o[i].n + 4);
+            o[3].n = M * (K / 32) * 4;
+            for (int i = 0; i < 4; i++) o[i].p = malloc((size_t)o[i].n + 4);
             for (int64_t m = 0; m < M; m++) {
                 memcpy((int8_t *)o[0].p + m * K, xq + m * KP, (size_t)K);
                 memcpy((float *)o[1].p + m * (K / 32), dxb + m * BP, (size_t)(K / 32) * 4);
                 memcpy((float *)o[2].p + m * (K / 16), sx16 + m * 2 * BP, (size_t)(K / 16) * 4);
+                memcpy((int32_t *)o[3].p + m * (K / 32), ixp + m * BP, (size_t)(K / 32) * 4);
             }
-            nout = 3;
+            nout = 4;
             break;
         }
         default:

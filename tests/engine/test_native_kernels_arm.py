@@ -286,8 +286,8 @@ def test_harness_runs_the_intended_simd_path(results, variant):
 
 
 def test_activation_quantisation_is_exact(results, variant):
-    """Codes round half to even and clip to [-127, 127]; scale amax / 127; the per-16 sums d * sum(q) --
-    bit for bit what the scalar path (and the float32 reference) computes."""
+    """Codes round half to even and clip to [-127, 127]; scale amax / 127; the per-16 sums d * sum(q) and the
+    integer sums -- bit for bit what the scalar path (and the float32 reference) computes."""
     codes = got(results, variant, ACT_CASE, np.int8, 0).reshape(3, 128)
     dxb = got(results, variant, ACT_CASE, np.float32, 1).reshape(3, 4)
     sx16 = got(results, variant, ACT_CASE, np.float32, 2).reshape(3, 8)
@@ -301,6 +301,10 @@ def test_activation_quantisation_is_exact(results, variant):
     np.testing.assert_array_equal(dxb.view(np.uint32), d.astype(np.float32).view(np.uint32))
     s16 = q.reshape(3, 8, 16).sum(-1).astype(np.float32)
     np.testing.assert_array_equal(sx16.view(np.uint32), (np.repeat(d, 2, axis=1) * s16).view(np.uint32))
+    # the integer sums of each 32 values' halves as one int16 pair (low: values 0-15), for the integer-scaled kernels
+    ixp = got(results, variant, ACT_CASE, np.int32, 3).reshape(3, 4)
+    pair = q.reshape(3, 4, 2, 16).sum(-1)
+    np.testing.assert_array_equal(ixp.view(np.uint32), (pair[..., 0] & 0xFFFF) | ((pair[..., 1] & 0xFFFF) << 16))
 
 
 def _check_quantised(results, variant, table, kind):

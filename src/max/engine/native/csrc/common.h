@@ -52,6 +52,9 @@
 #define LMX_INLINE static inline __attribute__((always_inline))
 
 /* IEEE half -> float, exact for every input (NaN payloads kept). */
+/* Two int16 values in one int32 (lo in the low 16 bits): the layout vpmaddwd reads as a pair. */
+LMX_INLINE int32_t lmx_int16_pair(int lo, int hi) { return (int32_t)((uint32_t)(uint16_t)lo | ((uint32_t)(uint16_t)hi << 16)); }
+
 LMX_INLINE float lmx_h2f(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1Fu;
@@ -303,11 +306,12 @@ int lmx_num_threads(void);
  * result at the end), reusing the unpacked weight codes: about 16 bits of precision where the 8-bit codes lose
  * most.  The selection depends on
  * the row alone, so a row's result does not depend on the batch around it.
- *   rq, rdxb, rsxb, rsx16  the residual codes and sums, laid out as the first codes (same KP and BP);
+ *   rq, rdxb, rsxb, rsx16, rixp  the residual codes and sums, laid out as the first codes (same KP and BP);
  *   rows, rw               per block, a bit mask of the rows that refine it (rows = NULL: refining is off). */
 typedef struct {
     const int8_t *rq;
     const float *rdxb, *rsxb, *rsx16;
+    const int32_t *rixp;
     const uint64_t *rows; /* rows[b * rw + w]: bit j set when row 64 w + j refines block b (NULL: none does) */
     int64_t rw;
 } lmx_refine_t;

@@ -15,10 +15,13 @@
  *   xq   int8  [M][KP]    codes, KP = K + 64 (zero padding: the last chunk may read past K)
  *   dxb  float [M][BP]    scale of each 32 values, BP = K / 32 + 16 (zero padding)
  *   sxb  float [M][BP]    sum of each 32 (dequantised) values: dxb * sum(q)
- *   sx16 float [M][2 BP]  sum of each 16 values */
+ *   sx16 float [M][2 BP]  sum of each 16 values
+ *   ixp  int32 [M][BP]    the integer sums s0, s1 of each 32 values' two halves' codes as an int16 pair
+ *                         (s0 in the low 16 bits; |s| <= 16 * 127): for the kernels that scale integer sums */
 typedef struct {
     int8_t *xq;
     float *dxb, *sxb, *sx16;
+    int32_t *ixp;
     int64_t K, KP, BP, M;
 } act_t;
 
@@ -29,7 +32,7 @@ static __thread size_t act_cap = 0;
 /* Bytes of the activation data of M rows of K values. */
 static size_t act_bytes(int64_t M, int64_t K) {
     const int64_t KP = K + 64, BP = K / 32 + 16;
-    return (((size_t)(M * KP) + 63) & ~(size_t)63) + (size_t)(M * BP) * 4 * 4;
+    return (((size_t)(M * KP) + 63) & ~(size_t)63) + (size_t)(M * BP) * 4 * 5;
 }
 
 /* Lay a's arrays out in mem (act_bytes(M, K) bytes, 64-byte aligned) and zero the padding after each row. */
@@ -43,12 +46,14 @@ static void act_view(act_t *a, char *mem, int64_t M, int64_t K) {
     a->dxb = (float *)(mem + qbytes);
     a->sxb = a->dxb + M * a->BP;
     a->sx16 = a->sxb + M * a->BP;
+    a->ixp = (int32_t *)(a->sx16 + 2 * M * a->BP);
     int64_t nb = K / 32;
     for (int64_t m = 0; m < M; m++) { /* zero the padding after each row */
         memset(a->xq + m * a->KP + K, 0, (size_t)(a->KP - K));
         memset(a->dxb + m * a->BP + nb, 0, (size_t)(a->BP - nb) * 4);
         memset(a->sxb + m * a->BP + nb, 0, (size_t)(a->BP - nb) * 4);
         memset(a->sx16 + m * 2 * a->BP + 2 * nb, 0, (size_t)(2 * (a->BP - nb)) * 4);
+        memset(a->ixp + m * a->BP + nb, 0, (size_t)(a->BP - nb) * 4);
     }
 }
 
@@ -74,6 +79,7 @@ static int act_alloc(act_t *a, int64_t M, int64_t K) {
 static void act_blocks(act_t *a, const float *x, int64_t m, const int64_t b0, const int64_t nb) {
     int8_t *q = a->xq + m * a->KP;
     float *dxb = a->dxb + m * a->BP, *sxb = a->sxb + m * a->BP, *sx16 = a->sx16 + m * 2 * a->BP;
+    int32_t *ixp = a->ixp + m * a->BP;
     int64_t b = b0;
 #ifdef LMX_AVX512VNNI
     for (; b < nb; b++) {
@@ -92,6 +98,7 @@ static void act_blocks(act_t *a, const float *x, int64_t m, const int64_t b0, co
         dxb[b] = d;
         sx16[2 * b] = d * (float)s0;
         sx16[2 * b + 1] = d * (float)s1;
+        ixp[b] = lmx_int16_pair(s0, s1);
         sxb[b] = d * (float)(s0 + s1);
     }
 #elif defined(LMX_AVX2)
@@ -121,6 +128,7 @@ static void act_blocks(act_t *a, const float *x, int64_t m, const int64_t b0, co
         dxb[b] = d;
         sx16[2 * b] = d * (float)s0;
         sx16[2 * b + 1] = d * (float)s1;
+        ixp[b] = lmx_int16_pair(s0, s1);
         sxb[b] = d * (float)(s0 + s1);
     }
 #elif defined(LMX_NEON)
@@ -147,6 +155,7 @@ static void act_blocks(act_t *a, const float *x, int64_t m, const int64_t b0, co
         dxb[b] = d;
         sx16[2 * b] = d * (float)s0;
         sx16[2 * b + 1] = d * (float)s1;
+        ixp[b] = lmx_int16_pair(s0, s1);
         sxb[b] = d * (float)(s0 + s1);
     }
 #endif
@@ -168,6 +177,7 @@ static void act_blocks(act_t *a, const float *x, int64_t m, const int64_t b0, co
         dxb[b] = d;
         sx16[2 * b] = d * (float)s[0];
         sx16[2 * b + 1] = d * (float)s[1];
+        ixp[b] = lmx_int16_pair(s[0], s[1]);
         sxb[b] = d * (float)(s[0] + s[1]);
     }
 }
@@ -177,7 +187,7 @@ static void act_row(act_t *a, const float *x, int64_t m) { act_blocks(a, x, m, 0
 /* Quantise x [M, K] into the calling thread's activation buffer (rows in parallel with nt threads);
  * used by the packed kernels (qpacked.c).  The pointers stay valid until the thread's next call. */
 int lmx_act_prepare(int64_t M, int64_t K, const float *x, int64_t xs, const int8_t **xq, const float **dxb,
-                    const float **sxb, const float **sx16, int64_t *KP, int64_t *BP, int nt) {
+                    const float **sxb, const float **sx16, const int32_t **ixp, int64_t *KP, int64_t *BP, int nt) {
     act_t a;
     if (K % 32 || act_alloc(&a, M, K)) return -1;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && M > 1)
@@ -186,6 +196,7 @@ int lmx_act_prepare(int64_t M, int64_t K, const float *x, int64_t xs, const int8
     *dxb = a.dxb;
     *sxb = a.sxb;
     *sx16 = a.sx16;
+    *ixp = a.ixp;
     *KP = a.KP;
     *BP = a.BP;
     return 0;
@@ -333,6 +344,7 @@ int lmx_act_refine(int64_t M, int64_t K, const float *x, int64_t xs, const int8_
     out->rdxb = r.dxb;
     out->rsxb = r.sxb;
     out->rsx16 = r.sx16;
+    out->rixp = r.ixp;
     return 0;
 }
 

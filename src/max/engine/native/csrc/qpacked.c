@@ -310,6 +310,7 @@ LMX_API int lmx_packed_rows_f32(int kind, const uint8_t *packed, int64_t N, int6
 typedef struct {
     const int8_t *xq;
     const float *dxb, *sxb, *sx16;
+    const int32_t *ixp; /* per 32 values: the int16 pair of the two halves' integer code sums */
     int64_t KP, BP;
     lmx_refine_t rf;
 } pact_t;
@@ -331,7 +332,8 @@ LMX_INLINE uint32_t refine_rows(const pact_t *a, int64_t m0, int mb, int64_t b) 
     const float *rdxb = refining ? a->rf.rdxb + (m0) * a->BP : NULL;                                              \
     const float *rsxb = refining ? a->rf.rsxb + (m0) * a->BP : NULL;                                              \
     const float *rsx16 = refining ? a->rf.rsx16 + (m0) * 2 * a->BP : NULL;                                        \
-    (void)rq, (void)rdxb, (void)rsxb, (void)rsx16
+    const int32_t *rixp = refining ? a->rf.rixp + (m0) * a->BP : NULL;                                           \
+    (void)rq, (void)rdxb, (void)rsxb, (void)rsx16, (void)rixp
 #define FOR_REFINED(i, m0, mb, b) for (uint32_t bits_ = refine_rows(a, m0, mb, b), i; bits_ && ((i = (uint32_t)__builtin_ctz(bits_)), 1); bits_ &= bits_ - 1)
 
 /* Portable path: one group of 16 rows against activation row m. */
@@ -756,6 +758,76 @@ LMX_INLINE void block_sums_r(const uint8_t *o, const uint8_t *hb, const int q8, 
         block_sums(o, hb, q8, run, x, KP, mb, sa, NULL, 0);
 }
 
+#ifndef LMX_AVXVNNI
+/* Q6_K without VNNI: a block's sums are scaled in integers.  Per half h (rows 8h..8h+7) of a 32-value block, lane r
+ * gets
+ *     T = sc0 * sum_{values 0..15} (code - 32) * xq  +  sc1 * sum_{values 16..31} (code - 32) * xq
+ * exactly: the scales multiply the 16-bit pair sums in vpmaddwd (in place of ones), and the -32 offsets come from
+ * the activation codes' integer sums (act ixp) in one more vpmaddwd.  |T| <= 2 * 128 * 16 * 32 * 127 < 2^24, so its
+ * conversion to float is exact too; then acc += T * (d * dx): one conversion and one fma per block and half (the
+ * float epilogue had two of each, two more fmas for the offsets, and the float scales d * sc to compute).  The
+ * one-row / register-tile path (group_avx2) and the weight-stationary one (ws_group6) share q6_acc, so a row's
+ * result is the same bits in both. */
+
+/* The scale vectors of block s of a super-block (sc = o + 32 + 32 s: the 16 rows' sc0 bytes, then their sc1 bytes):
+ * per half h, lane r holds the int16 pair (sc0, sc0) in SC0[h], (sc1, sc1) in SC1[h], (sc0, sc1) in SCX[h]. */
+LMX_INLINE void q6_scales(const uint8_t *sc, __m256i SC0[2], __m256i SC1[2], __m256i SCX[2]) {
+    const __m128i a = _mm_loadu_si128((const __m128i *)sc), b = _mm_loadu_si128((const __m128i *)(sc + 16));
+    const __m256i even = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13,
+                                          0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
+    const __m256i odd = _mm256_setr_epi8(2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15,
+                                         2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15);
+    SCX[0] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
+    SCX[1] = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(a, b));
+    for (int h = 0; h < 2; h++) {
+        SC0[h] = _mm256_shuffle_epi8(SCX[h], even);
+        SC1[h] = _mm256_shuffle_epi8(SCX[h], odd);
+    }
+}
+
+/* The codes of k-group 2 jp + odd, half h, of a Q6_K block: nibbles at o (vector jp), bits 4-5 from 2-bit plane
+ * jp / 2 at pl (field (2 jp + odd) % 4).  jp, odd and h are constants once inlined. */
+LMX_INLINE __m256i code6_at(const uint8_t *o, const uint8_t *pl, const int jp, const int odd, const int h) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(o + 64 * jp + 32 * h));
+    const __m256i p = _mm256_loadu_si256((const __m256i *)(pl + 64 * (jp >> 1) + 32 * h));
+    const int f = (2 * jp + odd) & 3;
+    const __m256i n = odd ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
+    const __m256i t = f == 0 ? _mm256_slli_epi16(p, 4) : f == 1 ? _mm256_slli_epi16(p, 2) : f == 2 ? p
+                                                                                           : _mm256_srli_epi16(p, 2);
+    return _mm256_or_si256(n, _mm256_and_si256(t, m30));
+}
+
+/* A[i][h] = sc0 * sum(code * xq over values 0..15) + sc1 * sum(... 16..31) of one Q6_K block (so: its 384 bytes) for
+ * activation rows i < mb (codes at x + i * KP) and, with extra (a constant 0 or 1), row mb whose codes are at x2 (a
+ * decoded row's refined codes, in the same pass over the unpacked codes).  k-group-major: each code vector is
+ * unpacked once and each activation broadcast serves both halves.  16-bit runs of 2 k-groups (codes < 64). */
+LMX_INLINE void q6_sums(const uint8_t *so, const int8_t *x, int64_t KP, const int mb, const __m256i SC0[2],
+                        const __m256i SC1[2], __m256i A[PMB][2], const int8_t *x2, const int extra) {
+    for (int i = 0; i < mb + extra; i++) A[i][0] = A[i][1] = _mm256_setzero_si256();
+    for (int jp = 0; jp < 4; jp++) {
+        const __m256i c00 = code6_at(so, so + 256, jp, 0, 0), c01 = code6_at(so, so + 256, jp, 0, 1);
+        const __m256i c10 = code6_at(so, so + 256, jp, 1, 0), c11 = code6_at(so, so + 256, jp, 1, 1);
+        const __m256i s0 = jp >> 1 ? SC1[0] : SC0[0], s1 = jp >> 1 ? SC1[1] : SC0[1];
+        for (int i = 0; i < mb + extra; i++) {
+            const int8_t *xi = (i < mb ? x + i * KP : x2) + 8 * jp;
+            const __m256i b0 = bcast4(xi), b1 = bcast4(xi + 4);
+            A[i][0] = _mm256_add_epi32(A[i][0], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(c00, b0),
+                                                                                   _mm256_maddubs_epi16(c10, b1)), s0));
+            A[i][1] = _mm256_add_epi32(A[i][1], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(c01, b0),
+                                                                                   _mm256_maddubs_epi16(c11, b1)), s1));
+        }
+    }
+}
+
+/* acc + T * (d * dx) for one half: T = A - 32 * (sc0 * ix0 + sc1 * ix1) (ixp: the row's int16 pair ix0, ix1). */
+LMX_INLINE __m256 q6_acc(__m256 acc, __m256i A, __m256i SCX, int32_t ixp, __m256 d, float dx) {
+    const __m256i off = _mm256_madd_epi16(SCX, _mm256_set1_epi32(ixp));
+    const __m256i T = _mm256_sub_epi32(A, _mm256_slli_epi32(off, 5));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(T), _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc);
+}
+#endif
+
 /* Weight-stationary order for batch decode (from the M that ws_wins gives): the code vectors of one 32-value
  * block of the group (both halves) are unpacked once into an L1 buffer and serve every activation row of
  * the tile, whose accumulators live in memory (acc [mb][16]); each code vector is a memory operand of vpmaddubsw /
@@ -902,11 +974,10 @@ LMX_INLINE void ws_groupk(const int five, const uint8_t *g, int64_t K, const pac
     if (refining) ws_add(acc, racc, mb);
 }
 
-/* Exact sums of both halves h (rows 8h..8h+7) of one unpacked Q6_K block against the 32 activation codes at x:
- * t0[h] over values 0..15, t1[h] over 16..31.  Each activation broadcast serves both halves.  Codes < 64: 16-bit
- * runs of 2 k-groups without VNNI. */
-LMX_INLINE void ws6_sums(const wsbuf_t *w, const int8_t *x, __m256i t0[2], __m256i t1[2]) {
 #ifdef LMX_AVXVNNI
+/* Exact sums of both halves h (rows 8h..8h+7) of one unpacked Q6_K block against the 32 activation codes at x:
+ * t0[h] over values 0..15, t1[h] over 16..31.  Each activation broadcast serves both halves. */
+LMX_INLINE void ws6_sums(const wsbuf_t *w, const int8_t *x, __m256i t0[2], __m256i t1[2]) {
     for (int h = 0; h < 2; h++) t0[h] = t1[h] = _mm256_setzero_si256();
     for (int j = 0; j < 4; j++) {
         const __m256i b0 = bcast4(x + 4 * j), b1 = bcast4(x + 4 * j + 16);
@@ -915,22 +986,6 @@ LMX_INLINE void ws6_sums(const wsbuf_t *w, const int8_t *x, __m256i t0[2], __m25
             t1[h] = _mm256_dpbusd_avx_epi32(t1[h], _mm256_load_si256(&w->c[j + 4][h]), b1);
         }
     }
-#else
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i q[2][4];
-    for (int j2 = 0; j2 < 4; j2++) { /* 16-bit runs of 2 k-groups (codes < 64) */
-        const __m256i b0 = bcast4(x + 8 * j2), b1 = bcast4(x + 8 * j2 + 4);
-        for (int h = 0; h < 2; h++) {
-            const __m256i q0 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[2 * j2][h]), b0);
-            const __m256i q1 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[2 * j2 + 1][h]), b1);
-            q[h][j2] = _mm256_madd_epi16(_mm256_add_epi16(q0, q1), ones);
-        }
-    }
-    for (int h = 0; h < 2; h++) {
-        t0[h] = _mm256_add_epi32(q[h][0], q[h][1]);
-        t1[h] = _mm256_add_epi32(q[h][2], q[h][3]);
-    }
-#endif
 }
 
 /* Adds the Q6_K sums t0, t1 of half h at scales s0, s1 (times the activation scale dx) and offsets -32 s x16
@@ -953,6 +1008,24 @@ LMX_INLINE void ws6_row(const wsbuf_t *w, const int8_t *x, float dx, const float
     ws6_sums(w, x, t0, t1);
     for (int h = 0; h < 2; h++) ws6_acc(ar + 8 * h, t0[h], t1[h], s0[h], s1[h], vdx, n0, n1);
 }
+#else
+/* One activation row (codes x, scale dx, code sums ixp) against an unpacked Q6_K block, both halves, into
+ * ar[0..15]: q6_sums' integer scaling and q6_acc's epilogue (the same integers and float operations). */
+LMX_INLINE void ws6_row(const wsbuf_t *w, const int8_t *x, float dx, int32_t ixp, const __m256i SC0[2],
+                        const __m256i SC1[2], const __m256i SCX[2], const __m256 d[2], float *ar) {
+    __m256i A[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    for (int jp = 0; jp < 4; jp++) { /* 16-bit runs of 2 k-groups (codes < 64) */
+        const __m256i b0 = bcast4(x + 8 * jp), b1 = bcast4(x + 8 * jp + 4);
+        for (int h = 0; h < 2; h++) {
+            const __m256i q0 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[2 * jp][h]), b0);
+            const __m256i q1 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[2 * jp + 1][h]), b1);
+            A[h] = _mm256_add_epi32(A[h], _mm256_madd_epi16(_mm256_add_epi16(q0, q1), jp >> 1 ? SC1[h] : SC0[h]));
+        }
+    }
+    for (int h = 0; h < 2; h++)
+        _mm256_store_ps(ar + 8 * h, q6_acc(_mm256_load_ps(ar + 8 * h), A[h], SCX[h], ixp, d[h], dx));
+}
+#endif
 
 /* Q6_K: per 32 values, two 16-value halves (k-groups 0..3, 4..7) with their own scales d*sc; the value is
  * s * (code - 32).  The float operations per (row, half) are group_avx2's, in its order. */
@@ -961,6 +1034,8 @@ LMX_INLINE void ws_group6(const uint8_t *g, int64_t K, const pact_t *a, int64_t 
     const int64_t ub = unit_bytes(LMX_Q6_K), nu = K / 256;
     const int8_t *xq = a->xq + m0 * a->KP;
     const float *dxb = a->dxb + m0 * a->BP, *sx16 = a->sx16 + m0 * 2 * a->BP;
+    const int32_t *ixp = a->ixp + m0 * a->BP;
+    (void)sx16, (void)ixp;
     const int64_t KP = a->KP, BP = a->BP;
     REFINE_ROWS(m0);
     float racc[WS_MT * GR] __attribute__((aligned(32)));
@@ -978,16 +1053,25 @@ LMX_INLINE void ws_group6(const uint8_t *g, int64_t K, const pact_t *a, int64_t 
                 unpack_nib(so + 32 * h, NULL, so + 256 + 32 * h, c);
                 for (int j = 0; j < 8; j++) _mm256_store_si256(&w.c[j][h], c[j]);
             }
+            const int64_t e = u * 256 + s * 32, bl = u * 8 + s; /* the block's first value and index */
+#ifdef LMX_AVXVNNI
             __m256 s0[2], s1[2];
             for (int h = 0; h < 2; h++) {
                 s0[h] = _mm256_mul_ps(d[h], cvt8_i8(o + 32 + 16 * (2 * s) + 8 * h));
                 s1[h] = _mm256_mul_ps(d[h], cvt8_i8(o + 32 + 16 * (2 * s + 1) + 8 * h));
             }
-            const int64_t e = u * 256 + s * 32, bl = u * 8 + s; /* the block's first value and index */
             for (int i = 0; i < mb; i++)
                 ws6_row(&w, xq + i * KP + e, dxb[i * BP + bl], sx16 + i * 2 * BP + 2 * bl, s0, s1, acc + i * GR);
             FOR_REFINED(i, m0, mb, bl)
                 ws6_row(&w, rq + i * KP + e, rdxb[i * BP + bl], rsx16 + i * 2 * BP + 2 * bl, s0, s1, racc + i * GR);
+#else
+            __m256i SC0[2], SC1[2], SCX[2];
+            q6_scales(o + 32 + 32 * s, SC0, SC1, SCX);
+            for (int i = 0; i < mb; i++)
+                ws6_row(&w, xq + i * KP + e, dxb[i * BP + bl], ixp[i * BP + bl], SC0, SC1, SCX, d, acc + i * GR);
+            FOR_REFINED(i, m0, mb, bl)
+                ws6_row(&w, rq + i * KP + e, rdxb[i * BP + bl], rixp[i * BP + bl], SC0, SC1, SCX, d, racc + i * GR);
+#endif
         }
     }
     if (refining) ws_add(acc, racc, mb);
@@ -1032,6 +1116,7 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
     const int64_t ue = unit_elems(kind), ub = unit_bytes(kind), nu = K / ue;
     const int8_t *xq = a->xq + m0 * a->KP;
     const float *dxb = a->dxb + m0 * a->BP, *sxb = a->sxb + m0 * a->BP, *sx16 = a->sx16 + m0 * 2 * a->BP;
+    (void)sx16; /* (Q6_K with VNNI) */
     const int64_t KP = a->KP, BP = a->BP;
     REFINE_ROWS(m0);
     float racc[PMB * GR] __attribute__((aligned(32)));
@@ -1086,8 +1171,40 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
                 }
             }
         }
-    } else if (kind == LMX_Q6_K) { /* k-group sums split in two 16-value halves: the half-major order keeps
-                                       them in registers */
+    } else if (kind == LMX_Q6_K) {
+#ifndef LMX_AVXVNNI /* integer-scaled sums (q6_sums' note) */
+        const int32_t *ixp = a->ixp + m0 * a->BP;
+        for (int64_t u = 0; u < nu; u++) {
+            const uint8_t *o = g + u * ub;
+            const __m256 d[2] = {cvt8_h(o), cvt8_h(o + 16)};
+            for (int s = 0; s < 8; s++) {
+                const uint8_t *so = o + 288 + s * 384;
+                const int64_t bl = u * 8 + s, e = u * 256 + s * 32;
+                pf_ahead(so, 384);
+                __m256i SC0[2], SC1[2], SCX[2];
+                q6_scales(o + 32 + 32 * s, SC0, SC1, SCX);
+                /* a single row refining this block: its refined codes go through the same pass (sums in sa[1]) */
+                const int8_t *x1 = mb == 1 && refining && (refine_rows(a, m0, 1, bl) & 1) ? rq + e : NULL;
+                if (x1)
+                    q6_sums(so, xq + e, KP, mb, SC0, SC1, sa, x1, 1);
+                else
+                    q6_sums(so, xq + e, KP, mb, SC0, SC1, sa, NULL, 0);
+                for (int i = 0; i < mb; i++)
+                    for (int h = 0; h < 2; h++)
+                        acc[i][h] = q6_acc(acc[i][h], sa[i][h], SCX[h], ixp[i * BP + bl], d[h], dxb[i * BP + bl]);
+                FOR_REFINED(i, m0, mb, bl) {
+                    if (x1) /* summed above */
+                        ra[0][0] = sa[1][0], ra[0][1] = sa[1][1];
+                    else
+                        q6_sums(so, rq + i * KP + e, KP, 1, SC0, SC1, ra, NULL, 0);
+                    for (int h = 0; h < 2; h++)
+                        _mm256_store_ps(racc + i * GR + 8 * h,
+                                        q6_acc(_mm256_load_ps(racc + i * GR + 8 * h), ra[0][h], SCX[h], rixp[i * BP + bl],
+                                               d[h], rdxb[i * BP + bl]));
+                }
+            }
+        }
+#else /* k-group sums split in two 16-value halves: the half-major order keeps them in registers */
         __m256i c[8];
         for (int64_t u = 0; u < nu; u++) {
             const uint8_t *o = g + u * ub;
@@ -1124,6 +1241,7 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
                 }
             }
         }
+#endif
     } else { /* Q4_K, Q5_K */
         const int five = kind == LMX_Q5_K;
         for (int64_t u = 0; u < nu; u++) {
@@ -1430,7 +1548,7 @@ static int64_t packed_chunk(int64_t groups, int kind, int64_t K, int64_t M, int 
 
 /* Activation quantisation is shared with qmatmul.c. */
 int lmx_act_prepare(int64_t M, int64_t K, const float *x, int64_t xs, const int8_t **xq, const float **dxb,
-                    const float **sxb, const float **sx16, int64_t *KP, int64_t *BP, int nt);
+                    const float **sxb, const float **sx16, const int32_t **ixp, int64_t *KP, int64_t *BP, int nt);
 
 LMX_API int lmx_packed_matmul_res(int64_t M, int64_t K, const float *x, int64_t x_stride, int nw,
                                   const uint8_t *const *w, const int *kinds, const int64_t *N,
@@ -1468,7 +1586,7 @@ LMX_API int lmx_packed_matmul_res(int64_t M, int64_t K, const float *x, int64_t 
     int nt = lmx_num_threads();
     if (M * total * K < (1 << 17)) nt = 1;
     pact_t a;
-    if (lmx_act_prepare(M, K, x, x_stride, &a.xq, &a.dxb, &a.sxb, &a.sx16, &a.KP, &a.BP, nt)) return -3;
+    if (lmx_act_prepare(M, K, x, x_stride, &a.xq, &a.dxb, &a.sxb, &a.sx16, &a.ixp, &a.KP, &a.BP, nt)) return -3;
     if (lmx_act_refine(M, K, x, x_stride, a.xq, a.dxb, a.KP, a.BP, nt, &a.rf)) return -3;
     const int64_t groups = goffs[nw];
     const int64_t chunk = packed_chunk(groups, kinds[0], K, M, nt), nchunks = (groups + chunk - 1) / chunk;
