@@ -1193,9 +1193,9 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
                     for (int h = 0; h < 2; h++)
                         acc[i][h] = q6_acc(acc[i][h], sa[i][h], SCX[h], ixp[i * BP + bl], d[h], dxb[i * BP + bl]);
                 FOR_REFINED(i, m0, mb, bl) {
-                    if (x1) /* summed above */
+                    if (x1) /* summed above (with mb == 1 the other branch is not compiled, as for Q4_K) */
                         ra[0][0] = sa[1][0], ra[0][1] = sa[1][1];
-                    else
+                    else if (mb > 1)
                         q6_sums(so, rq + i * KP + e, KP, 1, SC0, SC1, ra, NULL, 0);
                     for (int h = 0; h < 2; h++)
                         _mm256_store_ps(racc + i * GR + 8 * h,
@@ -1266,11 +1266,12 @@ LMX_INLINE void group_avx2(int kind, const uint8_t *g, int64_t K, const pact_t *
                     }
                 }
                 FOR_REFINED(i, m0, mb, u * 8 + s) {
-                    if (x1) /* summed above */
+                    if (x1) /* summed above: with mb == 1 the other branches are not compiled, so the unpacked codes
+                             * are not kept (spilled to the stack) for them (1.15x at M = 1 in cache) */
                         ra[0][0] = sa[1][0], ra[0][1] = sa[1][1];
-                    else if (five)
+                    else if (mb > 1 && five)
                         block_sums(so, so + 256, 0, 4, rq + i * KP + u * 256 + s * 32, KP, 1, ra, NULL, 0);
-                    else
+                    else if (mb > 1)
                         block_sums(so, NULL, 0, 4, rq + i * KP + u * 256 + s * 32, KP, 1, ra, NULL, 0);
                     for (int h = 0; h < 2; h++) {
                         const __m256 dd = _mm256_mul_ps(cvt8_h(o + 16 * h), cvt8_u8(o + 64 + 16 * s + 8 * h));
