@@ -279,10 +279,10 @@ class KVCacheConfig(_ConfigBase):
     cache_strategy: KVCacheStrategy = knob(KVCacheStrategy.MODEL_DEFAULT,
                                            help="KV cache strategy: 'model_default' or 'paged'.")
     kv_cache_page_size: int = knob(128, ge=1, aliases=("page_size",), help="Tokens per KV cache page (paged strategy).")
-    enable_prefix_caching: bool = knob(False, help="Reuse KV cache pages of shared prompt prefixes.",
+    enable_prefix_caching: bool = knob(True, help="Reuse KV cache pages of shared prompt prefixes.",
                                        flag=Flag(default=True, show_default=True))
-    """Off for a config made in Python; the command line turns it on (``--no-enable-prefix-caching`` turns
-    it off)."""
+    """On by default, as MAX's ``KVCacheConfig`` and ``max serve`` have it (``--no-enable-prefix-caching`` or
+    ``enable_prefix_caching=False`` turns it off)."""
     enable_kvcache_swapping_to_host: bool = knob(
         False, help="Spill prefix-cache pages evicted from the KV cache to host memory (or --kv-cache-spill-dir) "
                     "and bring them back on a prefix hit.",
