@@ -375,6 +375,52 @@ def test_long_string_arrays_stay_in_the_file(tmp_path, monkeypatch):
     gguf_meta._read_cached.cache_clear()
 
 
+def test_vocabulary_strings_are_cached_by_file_version(tmp_path, monkeypatch):
+    """A vocabulary's long string arrays are decoded once per version of the file: later reads come from the
+    strings cache (the same lists, nothing decoded), a damaged entry is decoded afresh and rewritten, and a
+    modified file gets entries of its own."""
+    import shutil
+
+    from max.graph.weights import gguf_meta
+    from max.pipelines.lib import gguf_tokenizer
+    from test_hf_utils import make_gguf
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LIBREMAX_CACHE_DIR", str(cache))
+    monkeypatch.setattr(gguf_meta, "LAZY_STRING_ARRAY_MIN", 100)
+    path = str(tmp_path / "v.gguf")
+    shutil.copy(make_gguf("Q8_0"), path)
+    gguf_meta._read_cached.cache_clear()
+    try:
+        meta = gguf_meta.read_gguf_metadata(path)
+        tokens, merges = meta.fields["tokenizer.ggml.tokens"], meta.fields["tokenizer.ggml.merges"]
+        want = tokens.tolist()
+        assert len(want) >= 100 and gguf_tokenizer.file_strings(meta, "tokenizer.ggml.tokens") == want
+        entries = list((cache / "strings").iterdir())
+        assert len(entries) == 1
+        decoded = []
+        orig = gguf_meta.GGUFStringArray.tolist
+        monkeypatch.setattr(gguf_meta.GGUFStringArray, "tolist", lambda self: decoded.append(1) or orig(self))
+        assert gguf_tokenizer.file_strings(meta, "tokenizer.ggml.tokens") == want and decoded == []
+        blob = bytearray(entries[0].read_bytes())
+        blob[-5] ^= 0xFF
+        entries[0].write_bytes(bytes(blob))
+        assert gguf_tokenizer.file_strings(meta, "tokenizer.ggml.tokens") == want and decoded == [1]
+        assert gguf_tokenizer.file_strings(meta, "tokenizer.ggml.tokens") == want and decoded == [1]  # rewritten
+        assert gguf_tokenizer.file_strings(meta, "tokenizer.ggml.merges") == orig(merges)
+        assert len(list((cache / "strings").iterdir())) == 2
+        st = os.stat(path)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # another version of the file
+        with pytest.raises(ValueError, match="changed"):  # the old metadata's arrays refuse, cached or not
+            gguf_tokenizer.file_strings(meta, "tokenizer.ggml.tokens")
+        gguf_meta._read_cached.cache_clear()
+        meta = gguf_meta.read_gguf_metadata(path)
+        assert gguf_tokenizer.file_strings(meta, "tokenizer.ggml.tokens") == want
+        assert len(list((cache / "strings").iterdir())) == 3
+    finally:
+        gguf_meta._read_cached.cache_clear()
+
+
 _TOKENIZER_AND_CONFIG = r"""
 import json, sys
 from max.pipelines.lib.gguf_tokenizer import hf_tokenizer_from_gguf
