@@ -77,9 +77,12 @@ def fixed_text() -> str:
         return f.read()
 
 
-def prompt_of(tokenizer_encode, tokenizer_decode, n: int) -> str:
-    """The first ``n`` tokens of the fixed text (repeated as often as needed), as text."""
+def prompt_of(tokenizer_encode, tokenizer_decode, n: int, skip: int = 0) -> str:
+    """``n`` tokens of the fixed text (repeated as often as needed) from its token ``skip`` on, as text.  Prompts
+    that time a prefill start at different ``skip``: a prompt that extends an earlier one would find its first
+    KV pages in libremax's prefix cache (on by default, as in MAX) and skip their prefill."""
     ids = list(tokenizer_encode(fixed_text()))
+    ids = ids[skip % max(len(ids), 1):] + ids[:skip % max(len(ids), 1)]
     ids = (ids * (n // max(len(ids), 1) + 1))[:n]
     return tokenizer_decode(ids)
 
@@ -145,8 +148,8 @@ def run_libremax(path: str, encoding: str, n: int, prompt_tokens: int, threads: 
                              num_threads=threads))
     load = time.perf_counter() - t0
     tok = llm.tokenizer
-    long_prompt = prompt_of(lambda s: tok.encode_sync(s).tolist(), lambda ids: tok.delegate.decode(ids),
-                            prompt_tokens)
+    enc, dec = (lambda s: tok.encode_sync(s).tolist()), (lambda ids: tok.delegate.decode(ids))
+    long_prompts = [prompt_of(enc, dec, prompt_tokens, skip=i) for i in range(3)]  # distinct: no prefix reuse
 
     def run(prompts: list[str], max_new: int) -> dict:
         params = SamplingParams(top_k=1, max_new_tokens=max_new, ignore_eos=True)
@@ -156,14 +159,14 @@ def run_libremax(path: str, encoding: str, n: int, prompt_tokens: int, threads: 
         return res
 
     run([SHORT_PROMPT], 8)  # warm-up
-    ttft = min(run([long_prompt], 1)["ttft"] for _ in range(3))
+    ttft = min(run([p], 1)["ttft"] for p in long_prompts)
     b1 = run([SHORT_PROMPT], n)
     rss_b1 = peak_rss_mb()  # the same work as llama.cpp's row (load, TTFT, batch 1): no batch-16 KV cache yet
     b16 = run(BATCH_PROMPTS, n)
     text = llm.generate([SHORT_PROMPT], max_new_tokens=16)[0]
     ctx = {}
-    for c in contexts:  # one request: its TTFT is the prefill of c tokens, its TPOT the decode after them
-        r = run([prompt_of(lambda s: tok.encode_sync(s).tolist(), lambda ids: tok.delegate.decode(ids), c)], n)
+    for j, c in enumerate(contexts):  # one request: its TTFT is the prefill of c tokens, its TPOT the decode after
+        r = run([prompt_of(enc, dec, c, skip=3 + j)], n)
         ctx[str(c)] = {"prefill_s": r["ttft"], "tpot_s": r["tpot"], "prompt_tokens": r["prompt_tokens"]}
     from max.engine import native
 
@@ -179,8 +182,9 @@ def run_llama_cpp(path: str, n: int, prompt_tokens: int, threads: int, contexts:
     llm = Llama(model_path=path, n_ctx=max([1024, *(c + n + 16 for c in contexts)]), n_threads=threads, n_threads_batch=threads, n_batch=512,
                 verbose=False)
     load = time.perf_counter() - t0
-    long_prompt = prompt_of(lambda s: llm.tokenize(s.encode(), add_bos=False),
-                            lambda ids: llm.detokenize(ids).decode("utf-8", "replace"), prompt_tokens)
+    enc = lambda s: llm.tokenize(s.encode(), add_bos=False)  # noqa: E731
+    dec = lambda ids: llm.detokenize(ids).decode("utf-8", "replace")  # noqa: E731
+    long_prompts = [prompt_of(enc, dec, prompt_tokens, skip=i) for i in range(3)]  # the prompts libremax times
 
     def complete(prompt: str, max_tokens: int) -> float:
         llm.reset()  # no prefix reuse between calls
@@ -189,15 +193,14 @@ def run_llama_cpp(path: str, n: int, prompt_tokens: int, threads: int, contexts:
         return time.perf_counter() - t
 
     complete(SHORT_PROMPT, 8)
-    ttft = min(complete(long_prompt, 1) for _ in range(3))
+    ttft = min(complete(p, 1) for p in long_prompts)
     first = min(complete(SHORT_PROMPT, 1) for _ in range(3))
     total = complete(SHORT_PROMPT, n)
     tpot = (total - first) / (n - 1)
     text = llm.create_completion(SHORT_PROMPT, max_tokens=16, temperature=0.0, top_k=1)["choices"][0]["text"]
     ctx = {}
-    for c in contexts:
-        p = prompt_of(lambda s: llm.tokenize(s.encode(), add_bos=False),
-                      lambda ids: llm.detokenize(ids).decode("utf-8", "replace"), c)
+    for j, c in enumerate(contexts):
+        p = prompt_of(enc, dec, c, skip=3 + j)
         prefill = complete(p, 1)  # the prefill of c tokens (and the first new one)
         t = time.perf_counter()  # the same prompt again, without reset: its c - 1 first tokens are reused
         llm.create_completion(p, max_tokens=n, temperature=0.0, top_k=1)
