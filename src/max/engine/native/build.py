@@ -38,6 +38,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 SRC_DIR = Path(__file__).with_name("csrc")
@@ -69,6 +70,24 @@ def cache_dir() -> Path:
         return Path(root)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "libremax"
+
+
+def atomic_write(path: Path, chunks: list) -> None:
+    """Write ``chunks`` (bytes-like) to ``path`` through a temporary file renamed into place, so a concurrent
+    reader sees the old file or the whole new one; the temporary file is removed when writing fails (OSError
+    is raised)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            for c in chunks:
+                f.write(c)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _compiler() -> str | None:

@@ -37,7 +37,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from max.engine.native.build import cache_dir
+from max.engine.native.build import atomic_write, cache_dir
 
 __all__ = ["enabled", "flush", "lookup", "stats", "store"]
 
@@ -127,7 +127,7 @@ class _FileState:
             _count("hashed")
             side = self._sidecar()
             side.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(side, [json.dumps({"identity": list(self.identity), "sha256": sha}).encode()])
+            atomic_write(side, [json.dumps({"identity": list(self.identity), "sha256": sha}).encode()])
         except OSError:
             with self.lock:
                 self.disabled, self.queue, self.writing = True, [], False
@@ -170,21 +170,6 @@ class _FileState:
                 f"{meta['offset']}-{meta['kind']}-{meta['n']}x{meta['k']}-{meta['row_bytes']}.lmxp")
 
 
-def _atomic_write(path: Path, chunks: list) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            for c in chunks:
-                f.write(c)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def _checksum(so: Any, t: torch.Tensor) -> int:
     return int(so.lmx_checksum(t.data_ptr(), t.numel()))
 
@@ -198,7 +183,7 @@ def _write_entry(path: Path, meta: dict, packed: torch.Tensor) -> None:
     if len(head) > HEADER:
         raise OSError("header too long")
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, [head, b"\0" * (HEADER - len(head)), memoryview(packed.numpy())])
+    atomic_write(path, [head, b"\0" * (HEADER - len(head)), memoryview(packed.numpy())])
 
 
 def _state(path: str, identity: tuple) -> Optional[_FileState]:

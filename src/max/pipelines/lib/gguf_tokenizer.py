@@ -33,6 +33,7 @@ import marshal
 import os
 import sys
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Sequence
 
 from max.graph.weights.gguf_meta import GGUFStringArray
@@ -42,7 +43,7 @@ from max.pipelines.lib.gguf_utils import GGUFMetadata, read_gguf_metadata
 STRINGS_CACHE_VERSION = 1
 
 
-def _strings_cache_path(arr: GGUFStringArray) -> str | None:
+def _strings_cache_path(arr: GGUFStringArray) -> Path | None:
     """Where the decoded strings of ``arr`` are cached: ``<cache dir>/strings/<key>.marshal``, the key a hash
     of the file's identity (real path, inode, size, modification and status-change times), the array's place
     in it, the Python version (marshal's format) and this cache's version; None when the file changed since
@@ -53,7 +54,7 @@ def _strings_cache_path(arr: GGUFStringArray) -> str | None:
     if (ident[3], ident[4]) != arr.stamp:
         return None
     key = repr((ident, arr.offset, arr.count, sys.version_info[:2], STRINGS_CACHE_VERSION))
-    return os.path.join(cache_dir(), "strings", hashlib.sha256(key.encode()).hexdigest()[:40] + ".marshal")
+    return cache_dir() / "strings" / (hashlib.sha256(key.encode()).hexdigest()[:40] + ".marshal")
 
 
 def file_strings(meta: GGUFMetadata, key: str) -> list[str]:
@@ -81,14 +82,13 @@ def file_strings(meta: GGUFMetadata, key: str) -> list[str]:
                 return got
     except (OSError, EOFError, ValueError, TypeError):
         pass
+    from max.engine.native.build import atomic_write
+
     out = arr.tolist()
     try:
         payload = marshal.dumps(out)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(hashlib.sha256(payload).digest() + payload)
-        os.replace(tmp, path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, [hashlib.sha256(payload).digest(), payload])
     except OSError:
         pass
     return out

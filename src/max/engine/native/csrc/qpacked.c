@@ -798,10 +798,17 @@ LMX_INLINE __m256i code6_at(const uint8_t *o, const uint8_t *pl, const int jp, c
     return _mm256_or_si256(n, _mm256_and_si256(t, m30));
 }
 
+/* The scaled sums of two k-groups (codes ce, co against activation broadcasts b0, b1) of one half, as int32 lanes:
+ * sc * (the 16-bit sum of both vpmaddubsw pairs), sc the int16 pair (sc, sc) of their sub-block (codes < 64, so
+ * the 16-bit sum of two k-groups cannot overflow). */
+LMX_INLINE __m256i q6_pair(__m256i ce, __m256i co, __m256i b0, __m256i b1, __m256i sc) {
+    return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(ce, b0), _mm256_maddubs_epi16(co, b1)), sc);
+}
+
 /* A[i][h] = sc0 * sum(code * xq over values 0..15) + sc1 * sum(... 16..31) of one Q6_K block (so: its 384 bytes) for
  * activation rows i < mb (codes at x + i * KP) and, with extra (a constant 0 or 1), row mb whose codes are at x2 (a
  * decoded row's refined codes, in the same pass over the unpacked codes).  k-group-major: each code vector is
- * unpacked once and each activation broadcast serves both halves.  16-bit runs of 2 k-groups (codes < 64). */
+ * unpacked once and each activation broadcast serves both halves. */
 LMX_INLINE void q6_sums(const uint8_t *so, const int8_t *x, int64_t KP, const int mb, const __m256i SC0[2],
                         const __m256i SC1[2], __m256i A[PMB][2], const int8_t *x2, const int extra) {
     for (int i = 0; i < mb + extra; i++) A[i][0] = A[i][1] = _mm256_setzero_si256();
@@ -812,10 +819,8 @@ LMX_INLINE void q6_sums(const uint8_t *so, const int8_t *x, int64_t KP, const in
         for (int i = 0; i < mb + extra; i++) {
             const int8_t *xi = (i < mb ? x + i * KP : x2) + 8 * jp;
             const __m256i b0 = bcast4(xi), b1 = bcast4(xi + 4);
-            A[i][0] = _mm256_add_epi32(A[i][0], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(c00, b0),
-                                                                                   _mm256_maddubs_epi16(c10, b1)), s0));
-            A[i][1] = _mm256_add_epi32(A[i][1], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(c01, b0),
-                                                                                   _mm256_maddubs_epi16(c11, b1)), s1));
+            A[i][0] = _mm256_add_epi32(A[i][0], q6_pair(c00, c10, b0, b1, s0));
+            A[i][1] = _mm256_add_epi32(A[i][1], q6_pair(c01, c11, b0, b1, s1));
         }
     }
 }
@@ -1014,13 +1019,12 @@ LMX_INLINE void ws6_row(const wsbuf_t *w, const int8_t *x, float dx, const float
 LMX_INLINE void ws6_row(const wsbuf_t *w, const int8_t *x, float dx, int32_t ixp, const __m256i SC0[2],
                         const __m256i SC1[2], const __m256i SCX[2], const __m256 d[2], float *ar) {
     __m256i A[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    for (int jp = 0; jp < 4; jp++) { /* 16-bit runs of 2 k-groups (codes < 64) */
+    for (int jp = 0; jp < 4; jp++) {
         const __m256i b0 = bcast4(x + 8 * jp), b1 = bcast4(x + 8 * jp + 4);
-        for (int h = 0; h < 2; h++) {
-            const __m256i q0 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[2 * jp][h]), b0);
-            const __m256i q1 = _mm256_maddubs_epi16(_mm256_load_si256(&w->c[2 * jp + 1][h]), b1);
-            A[h] = _mm256_add_epi32(A[h], _mm256_madd_epi16(_mm256_add_epi16(q0, q1), jp >> 1 ? SC1[h] : SC0[h]));
-        }
+        for (int h = 0; h < 2; h++)
+            A[h] = _mm256_add_epi32(A[h], q6_pair(_mm256_load_si256(&w->c[2 * jp][h]),
+                                                  _mm256_load_si256(&w->c[2 * jp + 1][h]), b0, b1,
+                                                  jp >> 1 ? SC1[h] : SC0[h]));
     }
     for (int h = 0; h < 2; h++)
         _mm256_store_ps(ar + 8 * h, q6_acc(_mm256_load_ps(ar + 8 * h), A[h], SCX[h], ixp, d[h], dx));
